@@ -1,0 +1,35 @@
+// Elementwise math on typed contiguous buffers: reduction of one buffer into another and
+// scaling in place. Shared by the fusion buffers (runtime/) and the CPU backends (collectives/).
+//
+// float16 and bfloat16 are widened to float32 for every operation and rounded back to nearest
+// even, so a sum of half-precision values is exact to half precision at each step.
+// For bool, sum and max are logical or, product and min are logical and.
+// Average reduces as a sum; the division is the caller's postscale.
+#ifndef HORA_COMMON_REDUCE_H_
+#define HORA_COMMON_REDUCE_H_
+
+#include <cstddef>
+#include <cstdint>
+
+#include "common/types.h"
+
+namespace hora {
+
+// dst[i] = op(dst[i], src[i]) for i in [0, count). dst and src may not overlap partially.
+void ReduceInto(void* dst, const void* src, size_t count, DataType dtype, ReduceOp op);
+
+// buf[i] *= factor. Integer types round toward zero; bool is left unchanged.
+// Cheap no-op when factor == 1.
+void ScaleInPlace(void* buf, size_t count, DataType dtype, double factor);
+
+// dst[i] = src[i] * factor (a copy that scales on the way; factor == 1 is a memcpy).
+void ScaleCopy(void* dst, const void* src, size_t count, DataType dtype, double factor);
+
+float HalfToFloat(uint16_t h);
+uint16_t FloatToHalf(float f);
+float Bfloat16ToFloat(uint16_t b);
+uint16_t FloatToBfloat16(float f);
+
+}  // namespace hora
+
+#endif  // HORA_COMMON_REDUCE_H_

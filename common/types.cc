@@ -1,0 +1,87 @@
+#include "common/types.h"
+
+namespace hora {
+
+bool IsValidDataType(int32_t v) { return v >= 0 && v < kNumDataTypes; }
+bool IsValidReduceOp(int32_t v) { return v >= 0 && v < kNumReduceOps; }
+bool IsValidCollective(int32_t v) { return v >= 0 && v < kNumCollectiveTypes; }
+
+size_t DataTypeSize(DataType t) {
+  switch (t) {
+    case DataType::kUint8:
+    case DataType::kInt8:
+    case DataType::kBool:
+      return 1;
+    case DataType::kFloat16:
+    case DataType::kBfloat16:
+      return 2;
+    case DataType::kInt32:
+    case DataType::kFloat32:
+      return 4;
+    case DataType::kInt64:
+    case DataType::kFloat64:
+      return 8;
+  }
+  return 0;
+}
+
+const char* DataTypeName(DataType t) {
+  switch (t) {
+    case DataType::kUint8: return "uint8";
+    case DataType::kInt8: return "int8";
+    case DataType::kInt32: return "int32";
+    case DataType::kInt64: return "int64";
+    case DataType::kFloat16: return "float16";
+    case DataType::kBfloat16: return "bfloat16";
+    case DataType::kFloat32: return "float32";
+    case DataType::kFloat64: return "float64";
+    case DataType::kBool: return "bool";
+  }
+  return "unknown";
+}
+
+const char* ReduceOpName(ReduceOp op) {
+  switch (op) {
+    case ReduceOp::kSum: return "sum";
+    case ReduceOp::kAverage: return "average";
+    case ReduceOp::kMin: return "min";
+    case ReduceOp::kMax: return "max";
+    case ReduceOp::kProduct: return "product";
+  }
+  return "unknown";
+}
+
+const char* CollectiveName(CollectiveType c) {
+  switch (c) {
+    case CollectiveType::kAllreduce: return "allreduce";
+    case CollectiveType::kBroadcast: return "broadcast";
+    case CollectiveType::kAllgather: return "allgather";
+    case CollectiveType::kReducescatter: return "reducescatter";
+    case CollectiveType::kAlltoall: return "alltoall";
+    case CollectiveType::kBarrier: return "barrier";
+  }
+  return "unknown";
+}
+
+int64_t TensorSpec::NumElements() const {
+  int64_t n = 1;
+  for (int64_t d : shape) n *= d;
+  return n;
+}
+
+int64_t TensorSpec::RowElements() const {
+  int64_t n = 1;
+  for (size_t i = 1; i < shape.size(); ++i) n *= shape[i];
+  return n;
+}
+
+std::string ShapeString(const std::vector<int64_t>& shape) {
+  std::string s = "[";
+  for (size_t i = 0; i < shape.size(); ++i) {
+    if (i) s += ", ";
+    s += std::to_string(shape[i]);
+  }
+  return s + "]";
+}
+
+}  // namespace hora

@@ -1,0 +1,84 @@
+// The vocabulary every layer shares: element types, reduction ops, collective kinds and the
+// signature of one tensor as the coordinator negotiates it.
+//
+// The numeric values are stable: they are the values of the matching enums in bindings/c/hora.h
+// and on the wire (proto/coordinator.proto).
+#ifndef HORA_COMMON_TYPES_H_
+#define HORA_COMMON_TYPES_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace hora {
+
+enum class DataType : int32_t {
+  kUint8 = 0,
+  kInt8 = 1,
+  kInt32 = 2,
+  kInt64 = 3,
+  kFloat16 = 4,
+  kBfloat16 = 5,
+  kFloat32 = 6,
+  kFloat64 = 7,
+  kBool = 8,
+};
+constexpr int kNumDataTypes = 9;
+
+enum class ReduceOp : int32_t {
+  kSum = 0,
+  kAverage = 1,
+  kMin = 2,
+  kMax = 3,
+  kProduct = 4,
+};
+constexpr int kNumReduceOps = 5;
+
+enum class CollectiveType : int32_t {
+  kAllreduce = 0,
+  kBroadcast = 1,
+  kAllgather = 2,
+  kReducescatter = 3,
+  kAlltoall = 4,
+  kBarrier = 5,
+};
+constexpr int kNumCollectiveTypes = 6;
+
+enum class Device : int32_t { kCpu = 0, kCuda = 1 };
+
+bool IsValidDataType(int32_t v);
+bool IsValidReduceOp(int32_t v);
+bool IsValidCollective(int32_t v);
+size_t DataTypeSize(DataType t);
+const char* DataTypeName(DataType t);
+const char* ReduceOpName(ReduceOp op);
+const char* CollectiveName(CollectiveType c);
+
+// Everything about one tensor that all ranks must agree on before it runs. The planner checks
+// these field by field across ranks (coordinator/planner.h).
+struct TensorSpec {
+  std::string name;
+  CollectiveType collective = CollectiveType::kAllreduce;
+  DataType dtype = DataType::kFloat32;
+  ReduceOp op = ReduceOp::kSum;
+  std::vector<int64_t> shape;
+  Device device = Device::kCpu;
+  int32_t device_index = 0;
+  int32_t root = 0;               // broadcast only
+  double prescale = 1.0;          // allreduce / reducescatter only
+  double postscale = 1.0;
+  // alltoall only: rows of the first dimension this rank sends to each rank (empty = even).
+  std::vector<int64_t> splits;
+
+  int64_t NumElements() const;
+  // Elements per index of the first dimension (product of shape[1:]); 1 for scalars.
+  int64_t RowElements() const;
+  size_t ByteSize() const { return static_cast<size_t>(NumElements()) * DataTypeSize(dtype); }
+};
+
+std::string ShapeString(const std::vector<int64_t>& shape);
+
+}  // namespace hora
+
+#endif  // HORA_COMMON_TYPES_H_

@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# Installs every system package Hora needs (Debian 12, non-interactive, idempotent).
+# Usage: tools/setup.sh            (as root, or with sudo available)
+set -euo pipefail
+
+PACKAGES=(
+  bazel-bootstrap g++ pkg-config
+  libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
+  libspdlog-dev libfmt-dev catch2
+  libopenmpi-dev openmpi-bin libgloo-dev
+  python3-torch python3-numpy python3-pytest
+  openssh-server openssh-client iproute2 procps
+)
+
+missing=()
+for p in "${PACKAGES[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+
+if [ ${#missing[@]} -eq 0 ]; then
+  echo "setup: all ${#PACKAGES[@]} packages present"
+  exit 0
+fi
+
+SUDO=""
+[ "$(id -u)" -ne 0 ] && SUDO="sudo"
+echo "setup: installing ${missing[*]}"
+export DEBIAN_FRONTEND=noninteractive
+$SUDO apt-get update -qq
+$SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+echo "setup: done"
