@@ -1,0 +1,208 @@
+/*
+ * hora.h: the one public C API of Hora, a collective communication runtime for distributed
+ * deep learning training. Frameworks include this header and link libhora.so; nothing else.
+ *
+ * Conventions
+ * -----------
+ * Errors.     Every function that can fail returns a hora_status_t. HORA_OK (0) is success.
+ *             On failure, hora_last_error() returns a message for the calling thread naming
+ *             what was wrong ("root 5 is out of range [0, 4)"); it stays valid until that
+ *             thread's next Hora call. hora_error_string() names a status code.
+ * Background  Failures that happen on the background thread (a rank died, the coordinator
+ * errors.     was lost, a stall timeout fired) are sticky: every pending and every later
+ *             operation fails with that same cause (HORA_ERR_PEER_FAILURE or HORA_ERR_ABORTED),
+ *             and hora_async_error() reports it.
+ * Ownership.  Input and output buffers belong to the caller and must stay valid and untouched
+ *             until the operation's handle is done (hora_wait returned or hora_poll said done).
+ *             Results whose size is known only after negotiation (allgather, alltoall,
+ *             reducescatter) are held by the runtime until hora_release(); copy them out with
+ *             hora_result_copy(). Every handle must be released exactly once; a released
+ *             handle is invalid (HORA_ERR_NOT_FOUND) and never reused.
+ * Names.      Every collective has a name, the same on every rank, that identifies it during
+ *             negotiation; at most one operation per name is in flight on a rank at a time
+ *             (HORA_ERR_ALREADY_EXISTS). Names may be reused once the previous one is done.
+ * Collective. hora_init, hora_shutdown and every *_async enqueue are collective: all ranks
+ *             must make the same calls with the same names and matching arguments, but the
+ *             enqueue order may differ between ranks. A mismatch (shape, dtype, op, root...)
+ *             fails that operation on every rank with HORA_ERR_MISMATCH naming the field and
+ *             the ranks; other operations go on.
+ * Threads.    All functions are thread-safe, except that hora_init and hora_shutdown must not
+ *             race with each other or with other calls. Enqueues never block on the network.
+ * Blocking.   Only hora_init (bounded by the start timeout), hora_wait (bounded by its
+ *             timeout argument and by the runtime's failure detection) and hora_shutdown block.
+ * Env.        hora_init reads HORA_* environment variables (see README, "Options"); fields set
+ *             in hora_config_t take precedence.
+ */
+#ifndef HORA_BINDINGS_C_HORA_H_
+#define HORA_BINDINGS_C_HORA_H_
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define HORA_API __attribute__((visibility("default")))
+
+/* Status codes. Numbers are stable. */
+typedef enum {
+  HORA_OK = 0,
+  HORA_ERR_INVALID_ARGUMENT = 1,
+  HORA_ERR_FAILED_PRECONDITION = 2, /* not initialized, already initialized, shut down */
+  HORA_ERR_ALREADY_EXISTS = 3,      /* an operation with this name is already in flight */
+  HORA_ERR_NOT_FOUND = 4,           /* unknown or released handle */
+  HORA_ERR_DEADLINE_EXCEEDED = 5,   /* a wait timed out (the operation may still complete) */
+  HORA_ERR_MISMATCH = 6,            /* ranks submitted different signatures for this name */
+  HORA_ERR_PEER_FAILURE = 7,        /* another rank or the coordinator failed */
+  HORA_ERR_UNAUTHENTICATED = 8,
+  HORA_ERR_UNAVAILABLE = 9,         /* could not reach the coordinator */
+  HORA_ERR_INTERNAL = 10,
+  HORA_ERR_ABORTED = 11,            /* shut down while the operation was pending */
+  HORA_IN_PROGRESS = 12             /* never returned as an error; see hora_poll */
+} hora_status_t;
+
+/* Element types. Numbers are stable. */
+typedef enum {
+  HORA_UINT8 = 0,
+  HORA_INT8 = 1,
+  HORA_INT32 = 2,
+  HORA_INT64 = 3,
+  HORA_FLOAT16 = 4,
+  HORA_BFLOAT16 = 5,
+  HORA_FLOAT32 = 6,
+  HORA_FLOAT64 = 7,
+  HORA_BOOL = 8
+} hora_dtype_t;
+
+typedef enum {
+  HORA_SUM = 0,
+  HORA_AVERAGE = 1,
+  HORA_MIN = 2,
+  HORA_MAX = 3,
+  HORA_PRODUCT = 4
+} hora_reduce_op_t;
+
+typedef enum { HORA_DEVICE_CPU = 0, HORA_DEVICE_CUDA = 1 } hora_device_t;
+
+/* An operation in flight. Positive; 0 is never a valid handle. */
+typedef int64_t hora_handle_t;
+
+/* A tensor as the framework holds it: contiguous, row-major. */
+typedef struct {
+  void* data;            /* may be NULL only when the tensor has 0 elements */
+  const int64_t* shape;  /* ndim entries, each >= 0; read during the call only */
+  int32_t ndim;          /* 0 for a scalar */
+  hora_dtype_t dtype;
+  hora_device_t device;
+  int32_t device_index;
+  void* stream;          /* CUDA: the framework's current cudaStream_t; CPU: NULL */
+} hora_tensor_t;
+
+/* Init configuration. Zero / NULL fields mean "from the environment, else the default". */
+typedef struct {
+  size_t struct_size;              /* sizeof(hora_config_t): lets the struct grow */
+  int32_t rank;                    /* -1: HORA_RANK (or OMPI_COMM_WORLD_RANK, RANK, ...) */
+  int32_t size;                    /* -1: HORA_SIZE (or ...) */
+  const char* coordinator_address; /* host:port; NULL: HORA_COORDINATOR_ADDR */
+  const char* token;               /* NULL: HORA_JOB_TOKEN */
+} hora_config_t;
+
+#define HORA_CONFIG_INITIALIZER {sizeof(hora_config_t), -1, -1, NULL, NULL}
+
+/* ---- Lifecycle (collective) ---- */
+
+/* Starts the runtime: reads options, starts the coordinator in rank 0, joins, connects the
+ * data plane, starts the background thread. config may be NULL. Blocks until every rank has
+ * joined or the start timeout passes. */
+HORA_API hora_status_t hora_init(const hora_config_t* config);
+
+/* Stops the runtime. Pending operations fail with HORA_ERR_ABORTED; their handles stay valid
+ * until released. Safe to call when not initialized (returns HORA_OK). */
+HORA_API hora_status_t hora_shutdown(void);
+
+HORA_API int hora_is_initialized(void);
+
+/* ---- Topology (after init) ---- */
+HORA_API hora_status_t hora_rank(int32_t* out);
+HORA_API hora_status_t hora_size(int32_t* out);
+HORA_API hora_status_t hora_local_rank(int32_t* out);
+HORA_API hora_status_t hora_local_size(int32_t* out);
+HORA_API hora_status_t hora_cross_rank(int32_t* out);
+HORA_API hora_status_t hora_cross_size(int32_t* out);
+
+/* ---- Collectives: enqueue, never block (collective) ---- */
+
+/* output has input's shape and dtype; output == input.data is in place. prescale multiplies
+ * each input before the reduction, postscale each result after (average = sum with
+ * postscale / size). */
+HORA_API hora_status_t hora_allreduce_async(const char* name, const hora_tensor_t* input,
+                                            void* output, hora_reduce_op_t op, double prescale,
+                                            double postscale, hora_handle_t* handle);
+
+/* In place: root's tensor is copied into every rank's tensor. */
+HORA_API hora_status_t hora_broadcast_async(const char* name, const hora_tensor_t* tensor,
+                                            int32_t root, hora_handle_t* handle);
+
+/* Concatenates every rank's tensor along the first dimension (which may differ per rank;
+ * the other dimensions must match). Result: hora_result_*. */
+HORA_API hora_status_t hora_allgather_async(const char* name, const hora_tensor_t* input,
+                                            hora_handle_t* handle);
+
+/* Reduces across ranks, then rank r keeps its part of the first dimension: size/first
+ * rows each, the first (first_dim % size) ranks one more. Result: hora_result_*. */
+HORA_API hora_status_t hora_reducescatter_async(const char* name, const hora_tensor_t* input,
+                                                hora_reduce_op_t op, double prescale,
+                                                double postscale, hora_handle_t* handle);
+
+/* Sends splits[r] rows of the first dimension to rank r (splits == NULL: equal parts; the
+ * first dimension must then be divisible by size). nsplits must equal size. Result:
+ * hora_result_* (received rows in rank order; hora_result_splits gives rows per sender). */
+HORA_API hora_status_t hora_alltoall_async(const char* name, const hora_tensor_t* input,
+                                           const int64_t* splits, int32_t nsplits,
+                                           hora_handle_t* handle);
+
+/* Completes when every rank has called it (the n-th barrier of each rank match). */
+HORA_API hora_status_t hora_barrier_async(hora_handle_t* handle);
+
+/* This rank has no more data: until every rank has joined it contributes zeros to the other
+ * ranks' allreduces. Completes when all ranks have joined; hora_result_join_rank gives the
+ * last rank to join. */
+HORA_API hora_status_t hora_join_async(hora_handle_t* handle);
+
+/* ---- Handles ---- */
+
+/* *done = 1 once the operation has finished (successfully or not), else 0. */
+HORA_API hora_status_t hora_poll(hora_handle_t handle, int* done);
+
+/* Waits until done or timeout_seconds pass (< 0: no limit of its own; the runtime's failure
+ * detection still bounds it). Returns the operation's status; HORA_ERR_DEADLINE_EXCEEDED if
+ * the timeout passed first (the handle stays valid). */
+HORA_API hora_status_t hora_wait(hora_handle_t handle, double timeout_seconds);
+
+/* Frees the handle and any result it holds. A pending operation is not cancelled (the
+ * runtime keeps what it needs); its outcome is then discarded. */
+HORA_API hora_status_t hora_release(hora_handle_t handle);
+
+/* Result of a finished allgather / alltoall / reducescatter. */
+HORA_API hora_status_t hora_result_shape(hora_handle_t handle, int64_t* shape, int32_t max_ndim,
+                                         int32_t* ndim);
+HORA_API hora_status_t hora_result_copy(hora_handle_t handle, void* dst, size_t dst_bytes);
+HORA_API hora_status_t hora_result_splits(hora_handle_t handle, int64_t* splits, int32_t n);
+HORA_API hora_status_t hora_result_join_rank(hora_handle_t handle, int32_t* last_rank);
+
+/* ---- Errors and build info ---- */
+HORA_API const char* hora_error_string(hora_status_t status);
+HORA_API const char* hora_last_error(void);
+/* HORA_OK while the job is healthy; else the sticky background error, message in *message
+ * (valid until hora_shutdown; may be NULL). */
+HORA_API hora_status_t hora_async_error(const char** message);
+HORA_API const char* hora_version(void);
+/* 1 if the backend was compiled in: "gloo", "mpi", "nccl", "cuda". */
+HORA_API int hora_built(const char* backend);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* HORA_BINDINGS_C_HORA_H_ */

@@ -1,0 +1,71 @@
+// The worker side of the control plane: join, rendezvous store and the session stream.
+//
+// Connect() performs Join and blocks until every rank has joined (or the start timeout, or a
+// refusal naming the reason). StartSession() opens the stream; from then on a reader thread
+// delivers the coordinator's messages through the callbacks, and a writer thread sends what
+// the runtime queues plus a heartbeat every heartbeat_interval. If nothing arrives from the
+// coordinator for heartbeat_timeout, or the stream breaks, on_abort is called once with a
+// PEER_FAILURE naming the coordinator (rank 0 and its address).
+//
+// Thread safety: all methods are thread-safe. Callbacks run on the client's reader thread, one
+// at a time; they must not block for long. Close() says Goodbye, stops and joins both threads;
+// the destructor calls it.
+#ifndef HORA_COORDINATOR_CLIENT_H_
+#define HORA_COORDINATOR_CLIENT_H_
+
+#include <chrono>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "common/kv_store.h"
+#include "common/status.h"
+#include "coordinator/messages.h"
+#include "coordinator/service.h"
+
+namespace hora {
+
+struct ClientConfig {
+  std::string address;  // host:port of the coordinator
+  std::string token;
+  int rank = 0;
+  int size = 1;
+  std::string hostname;
+  int64_t pid = 0;
+  std::string options_digest;
+  std::chrono::milliseconds start_timeout{std::chrono::seconds(120)};
+  std::chrono::milliseconds heartbeat_interval{std::chrono::seconds(1)};
+  std::chrono::milliseconds heartbeat_timeout{std::chrono::seconds(30)};
+  int max_message_bytes = 16 << 20;
+  TlsFiles tls;
+};
+
+struct SessionCallbacks {
+  std::function<void(PlanMessage)> on_plan;
+  std::function<void(int last_joined_rank)> on_join_done;
+  // Called at most once: the job is broken (another rank died, the coordinator is lost,
+  // a stall timeout fired). The status names the cause.
+  std::function<void(Status)> on_abort;
+};
+
+class CoordinatorClient : public KvStore {
+ public:
+  static StatusOr<std::unique_ptr<CoordinatorClient>> Connect(const ClientConfig& config);
+  ~CoordinatorClient() override = default;
+
+  virtual const Topology& topology() const = 0;
+
+  virtual Status StartSession(SessionCallbacks callbacks) = 0;
+  // Queue messages for the writer thread; never block on the network.
+  virtual void SendReady(std::vector<ReadyNotice> notices) = 0;
+  virtual void SendJoin() = 0;
+  // Tell the coordinator this rank hit an unrecoverable error (it aborts the job with it).
+  virtual void SendFailure(const std::string& message) = 0;
+  // Goodbye, then stop and join the threads. Idempotent.
+  virtual void Close() = 0;
+};
+
+}  // namespace hora
+
+#endif  // HORA_COORDINATOR_CLIENT_H_

@@ -1,0 +1,72 @@
+// Plain structs for what crosses the control plane, shared by the planner, the gRPC service,
+// the worker-side client and the runtime. Generated protobuf types never leave coordinator/.
+#ifndef HORA_COORDINATOR_MESSAGES_H_
+#define HORA_COORDINATOR_MESSAGES_H_
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+#include "common/types.h"
+
+namespace hora {
+
+constexpr int32_t kProtocolVersion = 1;
+
+// Where each rank runs, as the coordinator answers Join.
+struct RankInfo {
+  int rank = 0;
+  std::string hostname;
+  int64_t pid = 0;
+  int local_rank = 0;   // index among the ranks with the same hostname, in rank order
+  int local_size = 1;
+  int cross_rank = 0;   // index of this host among hosts, ordered by their lowest rank
+  int cross_size = 1;
+};
+
+struct Topology {
+  std::vector<RankInfo> ranks;  // indexed by rank
+};
+
+// A worker's notice that one tensor is ready. spec is set the first time `id` is used by this
+// rank; later notices carry the id alone.
+struct ReadyNotice {
+  uint32_t id = 0;
+  std::optional<TensorSpec> spec;
+};
+
+// One bucket of a plan, as seen by the rank that receives it. Entries use that rank's ids.
+struct BucketPlan {
+  struct Entry {
+    int32_t id = -1;                   // -1: this rank has joined and contributes zeros
+    int64_t num_elements = 0;
+    std::vector<int64_t> first_dims;   // allgather: every rank's first dimension
+    std::vector<int64_t> recv_splits;  // alltoall: rows received from each rank
+  };
+  uint64_t seq = 0;
+  CollectiveType collective = CollectiveType::kAllreduce;
+  DataType dtype = DataType::kFloat32;
+  ReduceOp op = ReduceOp::kSum;
+  int root = 0;
+  double prescale = 1.0;
+  double postscale = 1.0;
+  int joined_ranks = 0;
+  std::vector<Entry> entries;
+};
+
+struct TensorErrorNotice {
+  int32_t id = 0;
+  Status status;
+};
+
+// What the coordinator sends a rank in one message: buckets in global order, then errors.
+struct PlanMessage {
+  std::vector<BucketPlan> buckets;
+  std::vector<TensorErrorNotice> errors;
+};
+
+}  // namespace hora
+
+#endif  // HORA_COORDINATOR_MESSAGES_H_

@@ -1,0 +1,128 @@
+// The planner: the coordinator's pure logic. Plain structs in, plain structs out; no I/O, no
+// threads, no clock of its own (every call takes `now`). The gRPC service (service.h) owns one
+// and calls it under its lock; unit tests feed it tables directly.
+//
+// What it does, per job:
+//   Readiness  Each rank submits TensorSpecs by name. A name is complete when every rank
+//              that has not joined has submitted it.
+//   Validation When a name is complete, its specs are compared field by field across ranks
+//              (collective, dtype, op, shape, root, prescale, postscale, device). Allgather and
+//              alltoall compare shape[1:] only. Any difference becomes a TensorFailure
+//              (code kMismatch) for every rank, naming the field and which ranks had which
+//              value: "tensor 'w': shape differs across ranks: [4] on ranks 0,2; [5] on rank 1".
+//   Fusion     Complete allreduce (and broadcast) tensors with the same (collective, dtype, op,
+//              root, prescale, postscale, device) are fused into one bucket up to
+//              fusion_threshold_bytes (a tensor larger than it goes alone). Allgather,
+//              reducescatter, alltoall and barrier go one tensor per bucket.
+//   Emission   A group of fusable complete tensors goes out as soon as it is full, or when no
+//              tensor of the same key is still partially submitted (nothing more is coming
+//              soon), or when its oldest tensor has waited cycle_time. No fixed tick.
+//   Order      Buckets get consecutive seq numbers; the service sends them to every rank in
+//              that order, so all ranks run the same collectives in the same sequence.
+//   Join       A rank that joined counts as having submitted every allreduce (with zeros) until
+//              all ranks have joined; then Poll reports join_done with the last rank to join.
+//              Other collectives that need a joined rank fail with kInvalidArgument.
+//   Stalls     Stalled() lists names submitted by some ranks but not all for longer than a
+//              given age, with the ranks that are missing.
+#ifndef HORA_COORDINATOR_PLANNER_H_
+#define HORA_COORDINATOR_PLANNER_H_
+
+#include <chrono>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+#include "common/types.h"
+
+namespace hora {
+
+using Clock = std::chrono::steady_clock;
+using TimePoint = Clock::time_point;
+
+struct PlannerConfig {
+  int size = 1;
+  int64_t fusion_threshold_bytes = 64 << 20;
+  std::chrono::microseconds cycle_time = std::chrono::milliseconds(5);
+};
+
+// A bucket as the planner decides it, by tensor name (the service maps names to rank ids).
+struct PlannedBucket {
+  struct Entry {
+    std::string name;
+    int64_t num_elements = 0;                 // this tensor's elements (allreduce/broadcast)
+    std::vector<int64_t> first_dims;          // allgather: per rank
+    std::vector<std::vector<int64_t>> splits; // alltoall: splits[sender][receiver], in rows
+    std::vector<bool> submitted;              // per rank: false where the rank joined instead
+  };
+  uint64_t seq = 0;
+  CollectiveType collective = CollectiveType::kAllreduce;
+  DataType dtype = DataType::kFloat32;
+  ReduceOp op = ReduceOp::kSum;
+  int root = 0;
+  double prescale = 1.0;
+  double postscale = 1.0;
+  Device device = Device::kCpu;
+  int joined_ranks = 0;
+  std::vector<Entry> entries;
+};
+
+// A name that failed; delivered to every rank that submitted it.
+struct TensorFailure {
+  std::string name;
+  std::vector<bool> submitted;  // per rank
+  Status status;
+};
+
+struct StallReport {
+  std::string name;
+  std::vector<int> ready_ranks;
+  std::vector<int> missing_ranks;
+  std::chrono::milliseconds age{0};
+};
+
+struct PlannerOutput {
+  std::vector<PlannedBucket> buckets;  // in seq order
+  std::vector<TensorFailure> failures;
+  bool join_done = false;
+  int last_joined_rank = -1;
+};
+
+class Planner {
+ public:
+  explicit Planner(const PlannerConfig& config);
+  ~Planner();
+  Planner(const Planner&) = delete;
+  Planner& operator=(const Planner&) = delete;
+
+  // Records that `rank` submitted `spec`. A second submission of a name by the same rank
+  // while the first is pending fails that name (kAlreadyExists) for that rank alone; it is
+  // reported by the next Poll.
+  void Submit(int rank, const TensorSpec& spec, TimePoint now);
+
+  // hora_join from `rank`.
+  void Join(int rank, TimePoint now);
+
+  // Everything that can go out at `now`.
+  PlannerOutput Poll(TimePoint now);
+
+  // The earliest time at which Poll may emit something without a new Submit or Join
+  // (a cycle-time flush); TimePoint::max() when nothing waits.
+  TimePoint NextDeadline() const;
+
+  // Names pending on some ranks but not all for at least `older_than`.
+  std::vector<StallReport> Stalled(TimePoint now, std::chrono::milliseconds older_than) const;
+
+  // Number of names with at least one submission and not yet emitted.
+  size_t PendingCount() const;
+
+ private:
+  struct State;
+  std::unique_ptr<State> state_;
+};
+
+}  // namespace hora
+
+#endif  // HORA_COORDINATOR_PLANNER_H_

@@ -1,0 +1,63 @@
+// The coordinator: a gRPC service that runs in rank 0 and drives the Planner.
+//
+// It answers Join with the topology once every rank has joined, serves the rendezvous store,
+// and keeps one session stream per rank: it feeds ready notices to the planner, sends every
+// rank its plans (same global bucket order on every rank, each rank's own tensor ids), tells
+// every rank at once when one rank dies (its stream breaks without Goodbye, or it misses
+// heartbeats for heartbeat_timeout), logs stalls and aborts on the stall timeout.
+//
+// Every RPC must carry the job token in metadata "hora-token"; any other is refused with
+// UNAUTHENTICATED and logged. Messages larger than max_message_bytes are refused.
+//
+// Thread safety: Start, port and Shutdown may be called from any thread. Shutdown is
+// idempotent; the destructor calls it. Shutdown ends every session (ranks still connected see
+// an Abort with the reason given).
+#ifndef HORA_COORDINATOR_SERVICE_H_
+#define HORA_COORDINATOR_SERVICE_H_
+
+#include <chrono>
+#include <memory>
+#include <string>
+
+#include "common/status.h"
+#include "coordinator/planner.h"
+
+namespace hora {
+
+struct TlsFiles {
+  std::string cert_file;  // PEM; all three empty = no TLS
+  std::string key_file;
+  std::string ca_file;
+  bool enabled() const { return !cert_file.empty(); }
+};
+
+struct CoordinatorConfig {
+  std::string listen_address = "127.0.0.1:0";  // host:port; port 0 picks a free port
+  int size = 1;
+  std::string token;                  // required, non-empty
+  std::string options_digest;         // ranks whose digest differs are refused, saying which
+  PlannerConfig planner;
+  std::chrono::milliseconds start_timeout{std::chrono::seconds(120)};
+  std::chrono::milliseconds heartbeat_interval{std::chrono::seconds(1)};
+  std::chrono::milliseconds heartbeat_timeout{std::chrono::seconds(30)};
+  std::chrono::milliseconds stall_warning{std::chrono::seconds(60)};
+  std::chrono::milliseconds stall_timeout{0};  // 0 = off
+  int max_message_bytes = 16 << 20;
+  TlsFiles tls;
+};
+
+class CoordinatorService {
+ public:
+  static StatusOr<std::unique_ptr<CoordinatorService>> Start(const CoordinatorConfig& config);
+  virtual ~CoordinatorService() = default;
+
+  // The port actually bound (useful with port 0).
+  virtual int port() const = 0;
+
+  // Ends the service; connected ranks receive Abort(reason) unless they said Goodbye.
+  virtual void Shutdown(const std::string& reason) = 0;
+};
+
+}  // namespace hora
+
+#endif  // HORA_COORDINATOR_SERVICE_H_
