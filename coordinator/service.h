@@ -10,8 +10,7 @@
 // UNAUTHENTICATED and logged. Messages larger than max_message_bytes are refused.
 //
 // Thread safety: Start, port and Shutdown may be called from any thread. Shutdown is
-// idempotent; the destructor calls it. Shutdown ends every session (ranks still connected see
-// an Abort with the reason given).
+// idempotent; the destructor calls it with no drain.
 #ifndef HORA_COORDINATOR_SERVICE_H_
 #define HORA_COORDINATOR_SERVICE_H_
 
@@ -54,8 +53,10 @@ class CoordinatorService {
   // The port actually bound (useful with port 0).
   virtual int port() const = 0;
 
-  // Ends the service; connected ranks receive Abort(reason) unless they said Goodbye.
-  virtual void Shutdown(const std::string& reason) = 0;
+  // Ends the service. First waits up to `drain` for every rank still connected to say
+  // Goodbye (a normal, collective shutdown); ranks still connected after that receive
+  // Abort(kAborted, reason). Then stops the server and joins every thread.
+  virtual void Shutdown(const std::string& reason, std::chrono::milliseconds drain) = 0;
 };
 
 }  // namespace hora
