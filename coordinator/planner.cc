@@ -1,0 +1,427 @@
+// The planner's tables and how a name moves through them:
+//
+//   names_      every name with at least one submission and not yet emitted or failed. While
+//               incomplete it holds each rank's spec; once complete and valid it only marks
+//               the name as in flight (a second submission is a duplicate).
+//   partial_    per fusion key (without the joined count), how many incomplete names there
+//               are. Zero means nothing more of that key is coming soon.
+//   groups_     complete, valid allreduce / broadcast tensors waiting to be fused, per
+//               bucket key, kept sorted by (completion time, name), with their total bytes.
+//   deadlines_  (oldest completion + cycle_time, group) for every non-empty group.
+//   dirty_      groups that got tensors, or whose key lost its last incomplete name, since
+//               the last Poll.
+//   ready_      complete non-fusable tensors, one bucket each.
+//   failures_   failures to report at the next Poll.
+//
+// Poll visits only dirty groups and groups whose deadline passed, so its cost follows the
+// tensors that changed, not the number of names. Everything emitted in one Poll is ordered by
+// (completion time of the bucket's first tensor, its name) and numbered from next_seq_.
+#include "coordinator/planner.h"
+
+#include <algorithm>
+#include <cstring>
+#include <set>
+#include <tuple>
+#include <unordered_map>
+#include <utility>
+
+#include "common/logging.h"
+#include "coordinator/planner_check.h"
+
+namespace hora {
+namespace {
+
+using planner_internal::CompleteName;
+
+bool Fusable(CollectiveType c) {
+  return c == CollectiveType::kAllreduce || c == CollectiveType::kBroadcast;
+}
+
+uint64_t Bits(double v) {
+  uint64_t b;
+  std::memcpy(&b, &v, sizeof(b));
+  return b;
+}
+
+// What tensors in one bucket share. Fields that do not apply to a collective are normalized
+// (op kSum, root 0, scales 1.0) so they never split groups.
+struct BucketKey {
+  CollectiveType collective = CollectiveType::kAllreduce;
+  DataType dtype = DataType::kFloat32;
+  ReduceOp op = ReduceOp::kSum;
+  int root = 0;
+  double prescale = 1.0;
+  double postscale = 1.0;
+  Device device = Device::kCpu;
+  int joined = 0;  // ranks joined when the tensor became complete; last so that keys
+                   // differing only in it are adjacent in a map
+
+  auto Tie() const {
+    return std::make_tuple(collective, dtype, op, root, Bits(prescale), Bits(postscale),
+                           device, joined);
+  }
+  bool operator<(const BucketKey& o) const { return Tie() < o.Tie(); }
+  bool SameFusion(const BucketKey& o) const {
+    BucketKey a = *this, b = o;
+    a.joined = b.joined = 0;
+    return !(a < b) && !(b < a);
+  }
+};
+
+BucketKey KeyOf(const TensorSpec& s, int joined) {
+  BucketKey k;
+  k.collective = s.collective;
+  k.dtype = s.dtype;
+  k.device = s.device;
+  k.joined = joined;
+  const bool reduces = s.collective == CollectiveType::kAllreduce ||
+                       s.collective == CollectiveType::kReducescatter;
+  if (reduces) {
+    k.op = s.op;
+    k.prescale = s.prescale;
+    k.postscale = s.postscale;
+  }
+  if (s.collective == CollectiveType::kBroadcast) k.root = s.root;
+  return k;
+}
+
+PlannedBucket BucketOf(const BucketKey& k) {
+  PlannedBucket b;
+  b.collective = k.collective;
+  b.dtype = k.dtype;
+  b.op = k.op;
+  b.root = k.root;
+  b.prescale = k.prescale;
+  b.postscale = k.postscale;
+  b.device = k.device;
+  b.joined_ranks = k.joined;
+  return b;
+}
+
+// A complete, valid tensor waiting to go out.
+struct Ready {
+  TimePoint completed;
+  int64_t bytes = 0;
+  PlannedBucket::Entry entry;
+  bool operator<(const Ready& o) const {
+    return std::tie(completed, entry.name) < std::tie(o.completed, o.entry.name);
+  }
+};
+
+struct Group {
+  std::vector<Ready> tensors;  // sorted
+  int64_t bytes = 0;
+  TimePoint deadline = TimePoint::max();  // in deadlines_ when not max()
+  bool dirty = false;
+};
+
+using GroupMap = std::map<BucketKey, Group>;
+
+struct NameState {
+  std::vector<TensorSpec> specs;  // per rank, meaningful where submitted
+  std::vector<bool> submitted;
+  TimePoint first_submit;
+  BucketKey fusion_key;     // of the first submission (joined = 0)
+  bool counted = false;     // counted in partial_[fusion_key]
+  bool in_flight = false;   // complete and valid, waiting in a group or ready_
+};
+
+// A bucket chosen by Poll, before it gets its seq.
+struct Scheduled {
+  TimePoint completed;
+  std::string first_name;
+  PlannedBucket bucket;
+};
+
+struct PendingFailure {
+  TimePoint at;
+  TensorFailure failure;
+};
+
+}  // namespace
+
+struct Planner::State {
+  explicit State(const PlannerConfig& c)
+      : config(c), joined(static_cast<size_t>(c.size), false) {}
+
+  bool IsComplete(const NameState& s) const;
+  void Complete(std::unordered_map<std::string, NameState>::iterator it, TimePoint now);
+  void Uncount(NameState& s);
+  void Enqueue(const BucketKey& key, Ready ready);
+  void SetDeadline(GroupMap::iterator g);
+  void MarkDirty(GroupMap::iterator g);
+  void Flush(GroupMap::iterator g, TimePoint now, std::vector<Scheduled>* out);
+  void Emit(const BucketKey& key, std::vector<Ready>::iterator begin,
+            std::vector<Ready>::iterator end, std::vector<Scheduled>* out);
+
+  const PlannerConfig config;
+  std::unordered_map<std::string, NameState> names;
+  std::map<BucketKey, int> partial;
+  GroupMap groups;
+  std::set<std::pair<TimePoint, const BucketKey*>> deadlines;
+  std::vector<GroupMap::iterator> dirty;
+  std::vector<Scheduled> ready;
+  std::vector<PendingFailure> failures;
+  std::vector<bool> joined;
+  int joined_count = 0;
+  int last_joined = -1;
+  bool join_done = false;
+  int join_done_rank = -1;
+  uint64_t next_seq = 0;
+};
+
+bool Planner::State::IsComplete(const NameState& s) const {
+  for (int r = 0; r < config.size; ++r) {
+    if (!s.submitted[r] && !joined[r]) return false;
+  }
+  return true;
+}
+
+void Planner::State::Uncount(NameState& s) {
+  if (!s.counted) return;
+  s.counted = false;
+  auto p = partial.find(s.fusion_key);
+  if (--p->second > 0) return;
+  partial.erase(p);
+  // Nothing more of this key is coming soon: its waiting groups may go out.
+  for (auto g = groups.lower_bound(s.fusion_key);
+       g != groups.end() && g->first.SameFusion(s.fusion_key); ++g) {
+    MarkDirty(g);
+  }
+}
+
+// Validates a name that just became complete and moves it to a group, ready, or failures.
+void Planner::State::Complete(std::unordered_map<std::string, NameState>::iterator it,
+                              TimePoint now) {
+  NameState& s = it->second;
+  Uncount(s);
+  const CompleteName c{it->first, s.specs, s.submitted, joined, config.size};
+  Status status = planner_internal::CheckComplete(c);
+  if (!status.ok()) {
+    failures.push_back({now, TensorFailure{it->first, s.submitted, std::move(status)}});
+    names.erase(it);
+    return;
+  }
+  const TensorSpec& ref = s.specs[planner_internal::ReferenceRank(c)];
+  Ready r{now, static_cast<int64_t>(ref.ByteSize()), planner_internal::MakeEntry(c)};
+  const BucketKey key = KeyOf(ref, joined_count);
+  s.in_flight = true;
+  s.specs.clear();
+  s.specs.shrink_to_fit();
+  if (Fusable(key.collective)) {
+    Enqueue(key, std::move(r));
+  } else {
+    PlannedBucket b = BucketOf(key);
+    b.entries.push_back(std::move(r.entry));
+    ready.push_back({now, it->first, std::move(b)});
+  }
+}
+
+void Planner::State::Enqueue(const BucketKey& key, Ready ready_tensor) {
+  auto g = groups.try_emplace(key).first;
+  auto& v = g->second.tensors;
+  // Completion times rarely go backwards: the insertion point is almost always the end.
+  auto pos = v.end();
+  while (pos != v.begin() && ready_tensor < *(pos - 1)) --pos;
+  g->second.bytes += ready_tensor.bytes;
+  v.insert(pos, std::move(ready_tensor));
+  SetDeadline(g);
+  MarkDirty(g);
+}
+
+void Planner::State::SetDeadline(GroupMap::iterator g) {
+  Group& grp = g->second;
+  const TimePoint d = grp.tensors.empty() ? TimePoint::max()
+                                          : grp.tensors.front().completed + config.cycle_time;
+  if (d == grp.deadline) return;
+  if (grp.deadline != TimePoint::max()) deadlines.erase({grp.deadline, &g->first});
+  grp.deadline = d;
+  if (d != TimePoint::max()) deadlines.insert({d, &g->first});
+}
+
+void Planner::State::MarkDirty(GroupMap::iterator g) {
+  if (g->second.dirty) return;
+  g->second.dirty = true;
+  dirty.push_back(g);
+}
+
+void Planner::State::Emit(const BucketKey& key, std::vector<Ready>::iterator begin,
+                          std::vector<Ready>::iterator end, std::vector<Scheduled>* out) {
+  Scheduled s{begin->completed, begin->entry.name, BucketOf(key)};
+  for (auto it = begin; it != end; ++it) {
+    names.erase(it->entry.name);
+    s.bucket.entries.push_back(std::move(it->entry));
+  }
+  out->push_back(std::move(s));
+}
+
+// Packs the group's tensors in order into buckets of at most fusion_threshold_bytes (a larger
+// tensor alone). Every bucket but the last is full (the next tensor did not fit); the last is
+// full when it reached the threshold. Full buckets go out; the rest goes out too when no
+// tensor of the key is incomplete or the oldest waited cycle_time.
+void Planner::State::Flush(GroupMap::iterator g, TimePoint now, std::vector<Scheduled>* out) {
+  Group& grp = g->second;
+  grp.dirty = false;
+  const int64_t limit = config.fusion_threshold_bytes;
+  BucketKey fusion_key = g->first;
+  fusion_key.joined = 0;
+  const bool all = partial.count(fusion_key) == 0 || grp.deadline <= now;
+  if (!all && grp.bytes < limit) return;  // no bucket can be full
+  auto& v = grp.tensors;
+  auto begin = v.begin();
+  int64_t bytes = 0;
+  for (auto it = v.begin(); it != v.end(); ++it) {
+    if (it != begin && bytes + it->bytes > limit) {
+      Emit(g->first, begin, it, out);
+      begin = it;
+      bytes = 0;
+    }
+    bytes += it->bytes;
+    if (bytes >= limit) {
+      Emit(g->first, begin, it + 1, out);
+      begin = it + 1;
+      bytes = 0;
+    }
+  }
+  if (all && begin != v.end()) {
+    Emit(g->first, begin, v.end(), out);
+    begin = v.end();
+  }
+  v.erase(v.begin(), begin);
+  grp.bytes = bytes;
+  if (v.empty()) grp.bytes = 0;
+  SetDeadline(g);
+  if (v.empty()) groups.erase(g);
+}
+
+Planner::Planner(const PlannerConfig& config) : state_(std::make_unique<State>(config)) {
+  HORA_CHECK(config.size >= 1);
+}
+
+Planner::~Planner() = default;
+
+void Planner::Submit(int rank, const TensorSpec& spec, TimePoint now) {
+  State& st = *state_;
+  HORA_CHECK(rank >= 0 && rank < st.config.size);
+  auto [it, inserted] = st.names.try_emplace(spec.name);
+  NameState& s = it->second;
+  if (inserted) {
+    s.specs.resize(st.config.size);
+    s.submitted.assign(st.config.size, false);
+    s.first_submit = now;
+    if (Fusable(spec.collective)) {
+      s.fusion_key = KeyOf(spec, 0);
+      s.counted = true;
+      ++st.partial[s.fusion_key];
+    }
+  } else if (s.in_flight || s.submitted[rank]) {
+    std::vector<bool> who(st.config.size, false);
+    who[rank] = true;
+    st.failures.push_back(
+        {now, TensorFailure{spec.name, std::move(who),
+                            Status(Code::kAlreadyExists,
+                                   "tensor '" + spec.name + "' was submitted twice by rank " +
+                                       std::to_string(rank) +
+                                       " while the first submission is still in flight")}});
+    return;
+  }
+  s.specs[rank] = spec;
+  s.submitted[rank] = true;
+  if (st.IsComplete(s)) st.Complete(it, now);
+}
+
+void Planner::Join(int rank, TimePoint now) {
+  State& st = *state_;
+  HORA_CHECK(rank >= 0 && rank < st.config.size);
+  if (st.joined[rank]) return;
+  st.joined[rank] = true;
+  ++st.joined_count;
+  st.last_joined = rank;
+  // Names waiting only for this rank are complete now. Sorted, so that failures and the
+  // order of equal completion times never depend on hashing.
+  std::vector<std::string> complete;
+  for (const auto& [name, s] : st.names) {
+    if (!s.in_flight && !s.submitted[rank] && st.IsComplete(s)) complete.push_back(name);
+  }
+  std::sort(complete.begin(), complete.end());
+  for (const auto& name : complete) st.Complete(st.names.find(name), now);
+  if (st.joined_count == st.config.size) {
+    st.join_done = true;
+    st.join_done_rank = rank;
+    st.joined.assign(st.config.size, false);
+    st.joined_count = 0;
+    st.last_joined = -1;
+  }
+}
+
+PlannerOutput Planner::Poll(TimePoint now) {
+  State& st = *state_;
+  std::vector<Scheduled> out = std::move(st.ready);
+  st.ready.clear();
+  std::vector<GroupMap::iterator> visit = std::move(st.dirty);
+  st.dirty.clear();
+  for (auto d = st.deadlines.begin(); d != st.deadlines.end() && d->first <= now; ++d) {
+    auto g = st.groups.find(*d->second);
+    if (!g->second.dirty) {
+      g->second.dirty = true;
+      visit.push_back(g);
+    }
+  }
+  // Groups are visited once each; Flush may erase the group it visits, never another.
+  for (auto g : visit) st.Flush(g, now, &out);
+  std::sort(out.begin(), out.end(), [](const Scheduled& a, const Scheduled& b) {
+    return std::tie(a.completed, a.first_name) < std::tie(b.completed, b.first_name);
+  });
+  PlannerOutput result;
+  result.buckets.reserve(out.size());
+  for (auto& s : out) {
+    s.bucket.seq = st.next_seq++;
+    result.buckets.push_back(std::move(s.bucket));
+  }
+  std::stable_sort(st.failures.begin(), st.failures.end(),
+                   [](const PendingFailure& a, const PendingFailure& b) {
+                     return std::tie(a.at, a.failure.name) < std::tie(b.at, b.failure.name);
+                   });
+  for (auto& f : st.failures) result.failures.push_back(std::move(f.failure));
+  st.failures.clear();
+  result.join_done = st.join_done;
+  result.last_joined_rank = st.join_done ? st.join_done_rank : -1;
+  st.join_done = false;
+  st.join_done_rank = -1;
+  return result;
+}
+
+TimePoint Planner::NextDeadline() const {
+  const State& st = *state_;
+  if (!st.ready.empty() || !st.dirty.empty() || !st.failures.empty() || st.join_done) {
+    return TimePoint::min();  // Poll has something to say now
+  }
+  return st.deadlines.empty() ? TimePoint::max() : st.deadlines.begin()->first;
+}
+
+std::vector<StallReport> Planner::Stalled(TimePoint now,
+                                          std::chrono::milliseconds older_than) const {
+  const State& st = *state_;
+  std::vector<StallReport> reports;
+  for (const auto& [name, s] : st.names) {
+    if (s.in_flight || now - s.first_submit < older_than) continue;
+    StallReport r;
+    r.name = name;
+    for (int rank = 0; rank < st.config.size; ++rank) {
+      if (s.submitted[rank]) {
+        r.ready_ranks.push_back(rank);
+      } else if (!st.joined[rank]) {
+        r.missing_ranks.push_back(rank);
+      }
+    }
+    r.age = std::chrono::duration_cast<std::chrono::milliseconds>(now - s.first_submit);
+    reports.push_back(std::move(r));
+  }
+  std::sort(reports.begin(), reports.end(),
+            [](const StallReport& a, const StallReport& b) { return a.name < b.name; });
+  return reports;
+}
+
+size_t Planner::PendingCount() const { return state_->names.size(); }
+
+}  // namespace hora

@@ -1,0 +1,49 @@
+// Private to the planner (coordinator/planner.cc): the cross-rank checks that run when a
+// name is complete, and the bucket entry built from the agreeing specs. Pure functions.
+#ifndef HORA_COORDINATOR_PLANNER_CHECK_H_
+#define HORA_COORDINATOR_PLANNER_CHECK_H_
+
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+#include "common/types.h"
+#include "coordinator/planner.h"
+
+namespace hora {
+namespace planner_internal {
+
+// The specs of one complete name. specs[r] is meaningful only where submitted[r]; a rank
+// that did not submit has joined (joined[r]). At least one rank submitted.
+struct CompleteName {
+  const std::string& name;
+  const std::vector<TensorSpec>& specs;
+  const std::vector<bool>& submitted;
+  const std::vector<bool>& joined;
+  int size;
+};
+
+// The lowest rank that submitted.
+int ReferenceRank(const CompleteName& c);
+
+// OK, or why the name cannot run, in this order:
+//   kMismatch         the first field (collective, dtype, op, shape, root, prescale,
+//                     postscale, device) that differs across the submitting ranks, with
+//                     which ranks had which value;
+//   kInvalidArgument  a collective other than allreduce that needs a joined rank's data;
+//   kInvalidArgument  per-collective sanity: negative dimensions, allgather / alltoall /
+//                     reducescatter with no dimension, broadcast root out of range, alltoall
+//                     splits of the wrong length, negative, or not summing to shape[0], or
+//                     an even split that does not divide shape[0].
+Status CheckComplete(const CompleteName& c);
+
+// The bucket entry of a name that passed CheckComplete.
+PlannedBucket::Entry MakeEntry(const CompleteName& c);
+
+// "rank 1" or "ranks 0,2".
+std::string RanksString(const std::vector<int>& ranks);
+
+}  // namespace planner_internal
+}  // namespace hora
+
+#endif  // HORA_COORDINATOR_PLANNER_CHECK_H_
