@@ -1,0 +1,58 @@
+// Conversions between the generated protobuf types of proto/coordinator.proto and the plain
+// structs of coordinator/messages.h and common/types.h, plus the mapping between gRPC and Hora
+// status codes. Only coordinator/ includes this header.
+//
+// Everything that comes from the wire is validated: an enum value out of range, a negative
+// dimension or an unknown status code is an InvalidArgument naming the field, never a crash.
+// Conversions towards the wire cannot fail.
+#ifndef HORA_COORDINATOR_CONVERT_H_
+#define HORA_COORDINATOR_CONVERT_H_
+
+#include <grpcpp/support/status.h>
+
+#include <string>
+
+#include "common/status.h"
+#include "common/types.h"
+#include "coordinator/messages.h"
+#include "proto/coordinator.pb.h"
+
+namespace hora {
+
+// TensorSpec <-> TensorSignature.
+void ToProto(const TensorSpec& spec, proto::TensorSignature* out);
+Status FromProto(const proto::TensorSignature& in, TensorSpec* out);
+
+// ReadyNotice <-> ReadyTensor.
+void ToProto(const ReadyNotice& notice, proto::ReadyTensor* out);
+Status FromProto(const proto::ReadyTensor& in, ReadyNotice* out);
+
+// BucketPlan <-> Bucket.
+void ToProto(const BucketPlan& plan, proto::Bucket* out);
+Status FromProto(const proto::Bucket& in, BucketPlan* out);
+
+// TensorErrorNotice <-> TensorError.
+void ToProto(const TensorErrorNotice& notice, proto::TensorError* out);
+Status FromProto(const proto::TensorError& in, TensorErrorNotice* out);
+
+// PlanMessage <-> CoordinatorMessage.Plan.
+void ToProto(const PlanMessage& plan, proto::CoordinatorMessage::Plan* out);
+Status FromProto(const proto::CoordinatorMessage::Plan& in, PlanMessage* out);
+
+// RankInfo <-> RankInfo; Topology <-> JoinResponse. A topology from the wire must list ranks
+// 0..n-1 in order, each with consistent local/cross fields.
+void ToProto(const RankInfo& info, proto::RankInfo* out);
+void ToProto(const Topology& topology, proto::JoinResponse* out);
+Status FromProto(const proto::JoinResponse& in, Topology* out);
+
+// A Hora status code from the wire (Abort, TensorError); unknown values are an error.
+Status CodeFromWire(int32_t value, Code* out);
+
+// gRPC status -> Hora status. `context` prefixes the message ("coordinator at host:1234").
+Status FromGrpcStatus(const grpc::Status& status, const std::string& context);
+// Hora status -> gRPC status (for the service's replies).
+grpc::Status ToGrpcStatus(const Status& status);
+
+}  // namespace hora
+
+#endif  // HORA_COORDINATOR_CONVERT_H_
