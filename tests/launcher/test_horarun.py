@@ -1,0 +1,268 @@
+"""Tests of tools/launcher/horarun: real processes, real signals.
+
+Run: /usr/bin/python3 -m pytest -q tests/launcher   (or bazel test //tests/launcher:horarun_test)
+HORARUN=/usr/local/bin/horarun tests an installed copy instead of the one in the tree.
+"""
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+HORARUN = os.environ.get("HORARUN") or os.path.normpath(
+    os.path.join(HERE, "..", "..", "tools", "launcher", "horarun"))
+PY = sys.executable  # the interpreter running the tests also runs the ranks
+TIMEOUT = 60         # generous: the machines are shared and have 2 cores
+
+IDENTITY = ("HORA_RANK", "HORA_SIZE", "HORA_LOCAL_RANK", "HORA_LOCAL_SIZE", "HORA_CROSS_RANK",
+            "HORA_CROSS_SIZE", "HORA_COORDINATOR_ADDR", "HORA_JOB_TOKEN", "HORA_HOSTNAME")
+
+
+def horarun(*args, env=None, timeout=TIMEOUT):
+    """Runs horarun to the end; returns (rc, stdout text, stderr text, seconds)."""
+    start = time.monotonic()
+    p = subprocess.run([HORARUN] + list(args), stdin=subprocess.DEVNULL, capture_output=True,
+                       env=env, timeout=timeout)
+    return (p.returncode, p.stdout.decode("utf-8", "replace"),
+            p.stderr.decode("utf-8", "replace"), time.monotonic() - start)
+
+
+def rank_lines(text, stream="stdout"):
+    """'[1]<stdout>: x' lines -> {1: ['x', ...]}."""
+    out = {}
+    for line in text.splitlines():
+        m = re.match(r"^\[(\d+)\]<%s>: (.*)$" % stream, line)
+        if m:
+            out.setdefault(int(m.group(1)), []).append(m.group(2))
+    return out
+
+
+def alive(pid):
+    """True while pid runs (a zombie is not alive)."""
+    try:
+        with open("/proc/%d/stat" % pid) as f:
+            stat = f.read()
+    except OSError:
+        return False
+    return stat[stat.rfind(")") + 2:].split()[0] != "Z"
+
+
+def wait_until(predicate, seconds):
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(0.05)
+    return predicate()
+
+
+PRINT_ENV = "import json,os; print(json.dumps({k: v for k, v in os.environ.items() " \
+            "if k.startswith('HORA_') or k in ('FOO', 'PASSED')}))"
+
+
+def run_env_job(*options, np=3, env=None):
+    rc, out, err, _ = horarun("-np", str(np), *options, PY, "-c", PRINT_ENV, env=env)
+    assert rc == 0, err
+    lines = rank_lines(out)
+    assert sorted(lines) == list(range(np)), out
+    return {rank: json.loads(lines[rank][0]) for rank in lines}
+
+
+def test_identity_variables_per_rank():
+    envs = run_env_job()
+    tokens = {e["HORA_JOB_TOKEN"] for e in envs.values()}
+    addrs = {e["HORA_COORDINATOR_ADDR"] for e in envs.values()}
+    assert len(tokens) == 1 and re.fullmatch(r"[0-9a-f]{32}", tokens.pop())
+    assert len(addrs) == 1 and re.fullmatch(r"127\.0\.0\.1:\d+", addrs.pop())
+    for rank, env in envs.items():
+        assert set(IDENTITY) <= set(env)
+        assert env["HORA_RANK"] == env["HORA_LOCAL_RANK"] == str(rank)
+        assert env["HORA_SIZE"] == env["HORA_LOCAL_SIZE"] == "3"
+        assert (env["HORA_CROSS_RANK"], env["HORA_CROSS_SIZE"]) == ("0", "1")
+        assert env["HORA_HOSTNAME"]
+
+
+def test_each_job_gets_a_fresh_token_and_a_free_port():
+    a, b = run_env_job(np=1)[0], run_env_job(np=1)[0]
+    assert a["HORA_JOB_TOKEN"] != b["HORA_JOB_TOKEN"]
+    port = int(a["HORA_COORDINATOR_ADDR"].rsplit(":", 1)[1])
+    assert 0 < port < 65536
+
+
+def test_options_become_variables():
+    env = dict(os.environ, PASSED="from-horarun", HORA_RANK="99")
+    envs = run_env_job("--start-timeout", "30", "--log-level", "INFO",
+                       "--fusion-threshold-mb", "2", "--cycle-time-ms", "2.5",
+                       "--heartbeat-timeout", "10", "-x", "FOO=bar=baz", "-x", "PASSED",
+                       np=2, env=env)
+    for rank, e in envs.items():
+        assert e["HORA_START_TIMEOUT_SECONDS"] == "30"
+        assert e["HORA_LOG_LEVEL"] == "info"
+        assert e["HORA_FUSION_THRESHOLD"] == str(2 * 1024 * 1024)
+        assert e["HORA_CYCLE_TIME_MS"] == "2.5"
+        assert e["HORA_HEARTBEAT_TIMEOUT_SECONDS"] == "10"
+        assert e["FOO"] == "bar=baz"
+        assert e["PASSED"] == "from-horarun"
+        assert e["HORA_RANK"] == str(rank)  # identity is never overridden
+
+
+def test_local_hosts_are_accepted():
+    for hosts in ("localhost:2", "127.0.0.1:1,localhost:1", "localhost,127.0.0.1"):
+        envs = run_env_job("-H", hosts, np=2)
+        assert envs[1]["HORA_LOCAL_SIZE"] == "2"
+
+
+def test_stdout_and_stderr_are_prefixed():
+    code = ("import os,sys; r=os.environ['HORA_RANK']\n"
+            "print('out one', r); print('out two', r, flush=True)\n"
+            "sys.stderr.write('err ' + r + '\\n'); sys.stderr.flush()\n"
+            "sys.stdout.write('partial ' + r)")
+    rc, out, err, _ = horarun("-np", "2", PY, "-c", code)
+    assert rc == 0, err
+    so, se = rank_lines(out), rank_lines(err, "stderr")
+    for r in (0, 1):
+        assert so[r] == ["out one %d" % r, "out two %d" % r, "partial %d" % r]
+        assert se[r] == ["err %d" % r]
+    assert "<stderr>" not in out and "<stdout>" not in err
+    assert out.endswith("\n")
+
+
+def test_binary_and_long_output_is_forwarded_safely():
+    code = ("import sys; b=sys.stdout.buffer\n"
+            "b.write(b'\\xff\\xfe\\x00garbage\\n'); b.write(b'x' * 200000 + b'\\n'); b.write(b'end')")
+    p = subprocess.run([HORARUN, "-np", "1", PY, "-c", code], capture_output=True,
+                       timeout=TIMEOUT)
+    assert p.returncode == 0, p.stderr
+    lines = p.stdout.split(b"\n")
+    assert lines[0] == b"[0]<stdout>: \xff\xfe\x00garbage"
+    assert all(l.startswith(b"[0]<stdout>: ") for l in lines[:-1])
+    assert b"".join(l[len(b"[0]<stdout>: "):] for l in lines[1:-2]) == b"x" * 200000
+    assert lines[-2] == b"[0]<stdout>: end" and lines[-1] == b""
+
+
+def test_all_ranks_succeed():
+    rc, out, err, _ = horarun("-np", "4", PY, "-c", "pass")
+    assert (rc, out) == (0, "")
+
+
+def write_pid_then(action, grandchild=False):
+    """Child code: write its pid (and a grandchild's) to DIR/pid.RANK, then run action."""
+    return ("import os,sys,time,signal,subprocess\n"
+            "r=os.environ['HORA_RANK']; d=sys.argv[1]\n"
+            "pids=[os.getpid()]\n"
+            + ("pids.append(subprocess.Popen(['sleep','300']).pid)\n" if grandchild else "")
+            + "open(os.path.join(d,'pid.'+r+'.tmp'),'w').write(' '.join(map(str,pids)))\n"
+            "os.rename(os.path.join(d,'pid.'+r+'.tmp'), os.path.join(d,'pid.'+r))\n"
+            + action)
+
+
+def read_pids(d, np):
+    pids = []
+    for r in range(np):
+        with open(os.path.join(str(d), "pid.%d" % r)) as f:
+            pids += [int(x) for x in f.read().split()]
+    return pids
+
+
+def test_failing_rank_stops_the_others(tmp_path):
+    # Rank 1 fails once every rank is up; rank 2 ignores SIGTERM, so it needs the SIGKILL.
+    action = ("if r=='2': signal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
+              "if r=='1':\n"
+              "    while len([f for f in os.listdir(d) if not f.endswith('.tmp')]) < 3:\n"
+              "        time.sleep(0.02)\n"
+              "    sys.exit(3)\n"
+              "time.sleep(300)\n")
+    rc, out, err, secs = horarun("-np", "3", "--grace", "1", PY, "-c",
+                                 write_pid_then(action, grandchild=True), str(tmp_path))
+    assert rc == 3, err
+    assert re.search(r"horarun: rank 1 \(pid \d+\) exited with code 3; stopping the other ranks",
+                     err), err
+    assert secs < 20
+    pids = read_pids(tmp_path, 3)
+    assert wait_until(lambda: not any(alive(p) for p in pids), 5), pids
+
+
+@pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGSEGV])
+def test_rank_killed_by_signal(sig):
+    code = ("import os,time\n"
+            "if os.environ['HORA_RANK']=='0': os.kill(os.getpid(), %d)\n"
+            "time.sleep(300)" % sig)
+    rc, out, err, secs = horarun("-np", "2", "--grace", "1", PY, "-c", code)
+    assert rc == 128 + sig, err
+    assert "rank 0 (pid" in err and signal.Signals(sig).name in err
+    assert secs < 20
+
+
+@pytest.mark.parametrize("sig,code", [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
+def test_signal_to_horarun_stops_every_rank(tmp_path, sig, code):
+    np = 3
+    child = write_pid_then("time.sleep(300)\n", grandchild=True)
+    p = subprocess.Popen([HORARUN, "-np", str(np), "--grace", "2", PY, "-c", child,
+                          str(tmp_path)], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE)
+    try:
+        assert wait_until(lambda: all(os.path.exists(os.path.join(str(tmp_path), "pid.%d" % r))
+                                      for r in range(np)), 30)
+        pids = read_pids(tmp_path, np)
+        assert len(pids) == 2 * np and all(alive(x) for x in pids)
+        start = time.monotonic()
+        p.send_signal(sig)
+        out, err = p.communicate(timeout=TIMEOUT)
+        assert p.returncode == code, err
+        assert time.monotonic() - start < 15
+        assert b"stopping every rank" in err
+        assert wait_until(lambda: not any(alive(x) for x in pids), 5), pids
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+
+
+@pytest.mark.parametrize("args,message", [
+    (["-np", "0", "true"], "must be at least 1"),
+    (["-np", "-2", "true"], "-np"),
+    (["-np", "two", "true"], "is not an integer"),
+    (["true"], "-np N"),
+    (["-np", "2"], "missing the command"),
+    (["-np", "2", "--"], "missing the command"),
+    (["-np", "3", "-H", "localhost:2", "true"], "needs 3 slots"),
+    (["-np", "1", "-H", "localhost:0", "true"], "at least 1 slot"),
+    (["-np", "1", "-H", "localhost:x", "true"], "not an integer"),
+    (["-np", "1", "-H", "gpu-node-7:4", "true"], "remote hosts are not supported yet: gpu-node-7"),
+    (["-np", "1", "--fusion-threshold-mb", "lots", "true"], "is not a number"),
+    (["-np", "1", "--start-timeout", "0", "true"], "greater than 0"),
+    (["-np", "1", "--grace", "-1", "true"], "at least 0"),
+    (["-np", "1", "--log-level", "loud", "true"], "is not a log level"),
+    (["-np", "1", "-x", "1BAD=x", "true"], "NAME"),
+])
+def test_argument_errors(args, message):
+    rc, out, err, _ = horarun(*args)
+    assert rc == 2, err
+    assert message in err and "horarun: error:" in err
+    assert out == ""
+
+
+def test_command_not_found():
+    rc, out, err, _ = horarun("-np", "2", "/nonexistent/hora-no-such-program")
+    assert rc == 127
+    assert "command not found" in err
+
+
+def test_help_and_version():
+    rc, out, _, _ = horarun("--help")
+    assert rc == 0 and "-np" in out and "HORA_RANK" in out
+    rc, out, _, _ = horarun("--version")
+    assert rc == 0 and out.startswith("horarun (Hora) ")
+
+
+def test_options_after_the_command_belong_to_the_command():
+    rc, out, err, _ = horarun("-np", "1", PY, "-c", "import sys; print(sys.argv[1:])",
+                              "--verbose", "-np", "5")
+    assert rc == 0, err
+    assert rank_lines(out)[0] == ["['--verbose', '-np', '5']"]
