@@ -75,6 +75,13 @@ int64_t TensorSpec::RowElements() const {
   return n;
 }
 
+bool operator==(const TensorSpec& a, const TensorSpec& b) {
+  return a.name == b.name && a.collective == b.collective && a.dtype == b.dtype && a.op == b.op &&
+         a.shape == b.shape && a.device == b.device && a.device_index == b.device_index &&
+         a.root == b.root && a.prescale == b.prescale && a.postscale == b.postscale &&
+         a.splits == b.splits;
+}
+
 std::string ShapeString(const std::vector<int64_t>& shape) {
   std::string s = "[";
   for (size_t i = 0; i < shape.size(); ++i) {

@@ -77,6 +77,9 @@ struct TensorSpec {
   size_t ByteSize() const { return static_cast<size_t>(NumElements()) * DataTypeSize(dtype); }
 };
 
+bool operator==(const TensorSpec& a, const TensorSpec& b);
+inline bool operator!=(const TensorSpec& a, const TensorSpec& b) { return !(a == b); }
+
 std::string ShapeString(const std::vector<int64_t>& shape);
 
 }  // namespace hora

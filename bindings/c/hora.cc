@@ -1,0 +1,364 @@
+// The C API over the Engine. Holds the one process-wide pointer to it.
+#include "bindings/c/hora.h"
+
+#include <cmath>
+#include <cstring>
+#include <memory>
+#include <mutex>
+#include <string>
+
+#include "runtime/engine.h"
+#include "runtime/options.h"
+
+namespace {
+
+using hora::Code;
+using hora::Engine;
+using hora::Status;
+
+std::mutex g_mu;
+std::shared_ptr<Engine> g_engine;  // guarded by g_mu: the running engine
+std::shared_ptr<Engine> g_last;    // guarded by g_mu: the last one shut down (its handles stay valid)
+bool g_was_shut_down = false;      // guarded by g_mu
+std::string g_async_message;       // guarded by g_mu
+
+thread_local std::string t_last_error;
+
+hora_status_t Fail(const Status& s) {
+  t_last_error = s.message();
+  return static_cast<hora_status_t>(s.code());
+}
+
+hora_status_t Fail(Code code, const std::string& message) { return Fail(Status(code, message)); }
+
+hora_status_t Report(const Status& s) {
+  if (s.ok()) {
+    t_last_error.clear();
+    return HORA_OK;
+  }
+  return Fail(s);
+}
+
+// The running engine, or an error status in *status.
+std::shared_ptr<Engine> Running(hora_status_t* status) {
+  std::lock_guard<std::mutex> lock(g_mu);
+  if (g_engine) return g_engine;
+  *status = Fail(Code::kFailedPrecondition, g_was_shut_down
+                                                ? "Hora has been shut down; call hora_init again"
+                                                : "Hora is not initialized; call hora_init first");
+  return nullptr;
+}
+
+// The engine whose handles are valid: the running one, else the last one shut down.
+std::shared_ptr<Engine> ForHandles(hora_status_t* status) {
+  std::lock_guard<std::mutex> lock(g_mu);
+  if (g_engine) return g_engine;
+  if (g_last) return g_last;
+  *status = Fail(Code::kFailedPrecondition, "Hora is not initialized; call hora_init first");
+  return nullptr;
+}
+
+hora_status_t TopologyField(int32_t* out, int (*field)(const Engine&)) {
+  if (out == nullptr) return Fail(Code::kInvalidArgument, "output pointer is NULL");
+  hora_status_t st = HORA_OK;
+  auto e = Running(&st);
+  if (!e) return st;
+  *out = field(*e);
+  return HORA_OK;
+}
+
+// Builds a TensorSpec from the C tensor; checks pointers and the enum ranges.
+hora_status_t ToSpec(const char* name, const hora_tensor_t* t, hora::CollectiveType c,
+                     hora::TensorSpec* spec) {
+  if (name == nullptr) return Fail(Code::kInvalidArgument, "name is NULL");
+  if (t == nullptr) return Fail(Code::kInvalidArgument, std::string("tensor is NULL for '") + name + "'");
+  if (t->ndim < 0 || t->ndim > 64) {
+    return Fail(Code::kInvalidArgument, "ndim " + std::to_string(t->ndim) + " of '" + name + "' is out of range [0, 64]");
+  }
+  if (t->ndim > 0 && t->shape == nullptr) {
+    return Fail(Code::kInvalidArgument, std::string("shape is NULL for '") + name + "'");
+  }
+  if (!hora::IsValidDataType(static_cast<int32_t>(t->dtype))) {
+    return Fail(Code::kInvalidArgument, "unknown dtype " + std::to_string(static_cast<int>(t->dtype)) + " for '" + name + "'");
+  }
+  if (t->device != HORA_DEVICE_CPU && t->device != HORA_DEVICE_CUDA) {
+    return Fail(Code::kInvalidArgument, "unknown device " + std::to_string(static_cast<int>(t->device)) + " for '" + name + "'");
+  }
+  spec->name = name;
+  spec->collective = c;
+  spec->dtype = static_cast<hora::DataType>(t->dtype);
+  spec->shape.assign(t->shape, t->shape + t->ndim);
+  spec->device = static_cast<hora::Device>(t->device);
+  spec->device_index = t->device_index;
+  return HORA_OK;
+}
+
+hora_status_t CheckOp(hora_reduce_op_t op) {
+  if (!hora::IsValidReduceOp(static_cast<int32_t>(op))) {
+    return Fail(Code::kInvalidArgument, "unknown reduce op " + std::to_string(static_cast<int>(op)));
+  }
+  return HORA_OK;
+}
+
+hora_status_t Submit(hora::TensorSpec spec, const void* in, void* out, hora_handle_t* handle) {
+  if (handle == nullptr) return Fail(Code::kInvalidArgument, "handle pointer is NULL");
+  hora_status_t st = HORA_OK;
+  auto e = Running(&st);
+  if (!e) return st;
+  auto h = e->Enqueue(std::move(spec), in, out);
+  if (!h.ok()) return Fail(h.status());
+  *handle = h.value();
+  t_last_error.clear();
+  return HORA_OK;
+}
+
+}  // namespace
+
+extern "C" {
+
+hora_status_t hora_init(const hora_config_t* config) {
+  hora::OptionOverrides ov;
+  if (config != nullptr) {
+    if (config->struct_size < sizeof(size_t) || config->struct_size > 4096) {
+      return Fail(Code::kInvalidArgument, "config->struct_size must be sizeof(hora_config_t); use HORA_CONFIG_INITIALIZER");
+    }
+    ov.rank = config->rank;
+    ov.size = config->size;
+    if (config->coordinator_address) ov.coordinator_address = config->coordinator_address;
+    if (config->token) ov.token = config->token;
+  }
+  std::lock_guard<std::mutex> lock(g_mu);
+  if (g_engine) return Fail(Code::kFailedPrecondition, "Hora is already initialized");
+  auto options = hora::OptionsFromEnvironment(ov);
+  if (!options.ok()) return Fail(options.status());
+  auto engine = Engine::Start(options.value());
+  if (!engine.ok()) return Fail(engine.status());
+  g_engine = std::move(engine).value();
+  g_last.reset();
+  g_was_shut_down = false;
+  t_last_error.clear();
+  return HORA_OK;
+}
+
+hora_status_t hora_shutdown(void) {
+  std::shared_ptr<Engine> e;
+  {
+    std::lock_guard<std::mutex> lock(g_mu);
+    if (!g_engine) return HORA_OK;
+    e = g_engine;
+    g_engine.reset();
+    g_last = e;
+    g_was_shut_down = true;
+  }
+  return Report(e->Shutdown());
+}
+
+int hora_is_initialized(void) {
+  std::lock_guard<std::mutex> lock(g_mu);
+  return g_engine ? 1 : 0;
+}
+
+hora_status_t hora_rank(int32_t* out) {
+  return TopologyField(out, [](const Engine& e) { return e.self().rank; });
+}
+hora_status_t hora_size(int32_t* out) {
+  return TopologyField(out, [](const Engine& e) { return e.options().size; });
+}
+hora_status_t hora_local_rank(int32_t* out) {
+  return TopologyField(out, [](const Engine& e) { return e.self().local_rank; });
+}
+hora_status_t hora_local_size(int32_t* out) {
+  return TopologyField(out, [](const Engine& e) { return e.self().local_size; });
+}
+hora_status_t hora_cross_rank(int32_t* out) {
+  return TopologyField(out, [](const Engine& e) { return e.self().cross_rank; });
+}
+hora_status_t hora_cross_size(int32_t* out) {
+  return TopologyField(out, [](const Engine& e) { return e.self().cross_size; });
+}
+
+hora_status_t hora_allreduce_async(const char* name, const hora_tensor_t* input, void* output,
+                                   hora_reduce_op_t op, double prescale, double postscale,
+                                   hora_handle_t* handle) {
+  hora::TensorSpec spec;
+  if (hora_status_t s = ToSpec(name, input, hora::CollectiveType::kAllreduce, &spec)) return s;
+  if (hora_status_t s = CheckOp(op)) return s;
+  spec.op = static_cast<hora::ReduceOp>(op);
+  spec.prescale = prescale;
+  spec.postscale = postscale;
+  return Submit(std::move(spec), input->data, output, handle);
+}
+
+hora_status_t hora_broadcast_async(const char* name, const hora_tensor_t* tensor, int32_t root,
+                                   hora_handle_t* handle) {
+  hora::TensorSpec spec;
+  if (hora_status_t s = ToSpec(name, tensor, hora::CollectiveType::kBroadcast, &spec)) return s;
+  spec.root = root;
+  return Submit(std::move(spec), tensor->data, tensor->data, handle);
+}
+
+hora_status_t hora_allgather_async(const char* name, const hora_tensor_t* input,
+                                   hora_handle_t* handle) {
+  hora::TensorSpec spec;
+  if (hora_status_t s = ToSpec(name, input, hora::CollectiveType::kAllgather, &spec)) return s;
+  return Submit(std::move(spec), input->data, nullptr, handle);
+}
+
+hora_status_t hora_reducescatter_async(const char* name, const hora_tensor_t* input,
+                                       hora_reduce_op_t op, double prescale, double postscale,
+                                       hora_handle_t* handle) {
+  hora::TensorSpec spec;
+  if (hora_status_t s = ToSpec(name, input, hora::CollectiveType::kReducescatter, &spec)) return s;
+  if (hora_status_t s = CheckOp(op)) return s;
+  spec.op = static_cast<hora::ReduceOp>(op);
+  spec.prescale = prescale;
+  spec.postscale = postscale;
+  return Submit(std::move(spec), input->data, nullptr, handle);
+}
+
+hora_status_t hora_alltoall_async(const char* name, const hora_tensor_t* input,
+                                  const int64_t* splits, int32_t nsplits, hora_handle_t* handle) {
+  hora::TensorSpec spec;
+  if (hora_status_t s = ToSpec(name, input, hora::CollectiveType::kAlltoall, &spec)) return s;
+  if (splits != nullptr) {
+    if (nsplits < 0 || nsplits > (1 << 20)) {
+      return Fail(Code::kInvalidArgument, "nsplits " + std::to_string(nsplits) + " is out of range");
+    }
+    spec.splits.assign(splits, splits + nsplits);
+  } else if (nsplits != 0) {
+    return Fail(Code::kInvalidArgument, "splits is NULL but nsplits is " + std::to_string(nsplits));
+  }
+  return Submit(std::move(spec), input->data, nullptr, handle);
+}
+
+hora_status_t hora_barrier_async(hora_handle_t* handle) {
+  if (handle == nullptr) return Fail(Code::kInvalidArgument, "handle pointer is NULL");
+  hora_status_t st = HORA_OK;
+  auto e = Running(&st);
+  if (!e) return st;
+  auto h = e->EnqueueBarrier();
+  if (!h.ok()) return Fail(h.status());
+  *handle = h.value();
+  return HORA_OK;
+}
+
+hora_status_t hora_join_async(hora_handle_t* handle) {
+  if (handle == nullptr) return Fail(Code::kInvalidArgument, "handle pointer is NULL");
+  hora_status_t st = HORA_OK;
+  auto e = Running(&st);
+  if (!e) return st;
+  auto h = e->EnqueueJoin();
+  if (!h.ok()) return Fail(h.status());
+  *handle = h.value();
+  return HORA_OK;
+}
+
+hora_status_t hora_poll(hora_handle_t handle, int* done) {
+  if (done == nullptr) return Fail(Code::kInvalidArgument, "done pointer is NULL");
+  hora_status_t st = HORA_OK;
+  auto e = ForHandles(&st);
+  if (!e) return st;
+  bool d = false;
+  Status s = e->handles().Poll(handle, &d);
+  if (s.ok()) *done = d ? 1 : 0;
+  return Report(s);
+}
+
+hora_status_t hora_wait(hora_handle_t handle, double timeout_seconds) {
+  if (std::isnan(timeout_seconds)) return Fail(Code::kInvalidArgument, "timeout is NaN");
+  hora_status_t st = HORA_OK;
+  auto e = ForHandles(&st);
+  if (!e) return st;
+  if (timeout_seconds > 1e9) timeout_seconds = -1;
+  return Report(e->handles().Wait(handle, std::chrono::duration<double>(timeout_seconds)));
+}
+
+hora_status_t hora_release(hora_handle_t handle) {
+  hora_status_t st = HORA_OK;
+  auto e = ForHandles(&st);
+  if (!e) return st;
+  return Report(e->handles().Release(handle));
+}
+
+hora_status_t hora_result_shape(hora_handle_t handle, int64_t* shape, int32_t max_ndim,
+                                int32_t* ndim) {
+  if (ndim == nullptr || (shape == nullptr && max_ndim > 0)) {
+    return Fail(Code::kInvalidArgument, "shape or ndim pointer is NULL");
+  }
+  hora_status_t st = HORA_OK;
+  auto e = ForHandles(&st);
+  if (!e) return st;
+  return Report(e->handles().WithResult(handle, [&](const hora::OpResult& r) {
+    *ndim = static_cast<int32_t>(r.shape.size());
+    if (static_cast<int32_t>(r.shape.size()) > max_ndim) {
+      return hora::InvalidArgument("the result has " + std::to_string(r.shape.size()) +
+                                   " dimensions; max_ndim is " + std::to_string(max_ndim));
+    }
+    std::copy(r.shape.begin(), r.shape.end(), shape);
+    return Status::Ok();
+  }));
+}
+
+hora_status_t hora_result_copy(hora_handle_t handle, void* dst, size_t dst_bytes) {
+  hora_status_t st = HORA_OK;
+  auto e = ForHandles(&st);
+  if (!e) return st;
+  return Report(e->handles().WithResult(handle, [&](const hora::OpResult& r) {
+    if (dst_bytes != r.data.size()) {
+      return hora::InvalidArgument("the result has " + std::to_string(r.data.size()) +
+                                   " bytes; the destination has " + std::to_string(dst_bytes));
+    }
+    if (!r.data.empty() && dst == nullptr) return hora::InvalidArgument("destination is NULL");
+    if (!r.data.empty()) std::memcpy(dst, r.data.data(), r.data.size());
+    return Status::Ok();
+  }));
+}
+
+hora_status_t hora_result_splits(hora_handle_t handle, int64_t* splits, int32_t n) {
+  hora_status_t st = HORA_OK;
+  auto e = ForHandles(&st);
+  if (!e) return st;
+  return Report(e->handles().WithResult(handle, [&](const hora::OpResult& r) {
+    if (n != static_cast<int32_t>(r.splits.size()) || (n > 0 && splits == nullptr)) {
+      return hora::InvalidArgument("the result has " + std::to_string(r.splits.size()) +
+                                   " splits; the destination has room for " + std::to_string(n));
+    }
+    std::copy(r.splits.begin(), r.splits.end(), splits);
+    return Status::Ok();
+  }));
+}
+
+hora_status_t hora_result_join_rank(hora_handle_t handle, int32_t* last_rank) {
+  if (last_rank == nullptr) return Fail(Code::kInvalidArgument, "last_rank pointer is NULL");
+  hora_status_t st = HORA_OK;
+  auto e = ForHandles(&st);
+  if (!e) return st;
+  return Report(e->handles().WithResult(handle, [&](const hora::OpResult& r) {
+    *last_rank = r.join_rank;
+    return Status::Ok();
+  }));
+}
+
+const char* hora_error_string(hora_status_t status) {
+  if (static_cast<int>(status) < 0 || static_cast<int>(status) > HORA_IN_PROGRESS) return "UNKNOWN";
+  return hora::CodeName(static_cast<Code>(status));
+}
+
+const char* hora_last_error(void) { return t_last_error.c_str(); }
+
+hora_status_t hora_async_error(const char** message) {
+  std::lock_guard<std::mutex> lock(g_mu);
+  Status s = g_engine ? g_engine->AsyncError() : Status::Ok();
+  g_async_message = s.message();
+  if (message != nullptr) *message = g_async_message.c_str();
+  return static_cast<hora_status_t>(s.code());
+}
+
+const char* hora_version(void) { return "0.1.0"; }
+
+int hora_built(const char* backend) {
+  if (backend == nullptr) return 0;
+  return std::strcmp(backend, "gloo") == 0 ? 1 : 0;
+}
+
+}  // extern "C"

@@ -1,0 +1,128 @@
+// The Engine's background thread: announce, run plans, complete handles.
+#include <chrono>
+
+#include "common/logging.h"
+#include "runtime/engine.h"
+
+namespace hora {
+
+void Engine::BackgroundLoop() {
+  for (;;) {
+    std::deque<PlanMessage> plans;
+    std::deque<int> joins;
+    bool fresh = false;
+    Status error;
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      cv_.wait(lock, [&] {
+        return stop_ || fresh_ || !inbox_.empty() || !join_done_.empty() ||
+               (!error_.ok() && !error_handled_);
+      });
+      if (stop_) return;
+      plans.swap(inbox_);
+      joins.swap(join_done_);
+      fresh = fresh_;
+      fresh_ = false;
+      error = error_;
+      if (!error.ok()) error_handled_ = true;
+    }
+    if (!error.ok()) {
+      FailEverything(error);
+      continue;
+    }
+    if (fresh) AnnounceFresh();
+    for (const PlanMessage& plan : plans) HandlePlan(plan);
+    for (int last_rank : joins) {
+      int64_t handle = 0;
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        std::swap(handle, join_handle_);
+      }
+      OpResult result;
+      result.join_rank = last_rank;
+      if (handle != 0) handles_.Complete(handle, Status::Ok(), std::move(result));
+    }
+  }
+}
+
+void Engine::AnnounceFresh() {
+  std::vector<ReadyNotice> notices;
+  for (const Request* r : queue_.PopFresh()) {
+    ReadyNotice n;
+    auto it = ids_.find(r->spec.name);
+    if (it == ids_.end()) {
+      n.id = next_id_++;
+      ids_.emplace(r->spec.name, n.id);
+      id_names_.emplace(n.id, r->spec.name);
+      id_specs_.emplace(n.id, r->spec);
+      n.spec = r->spec;
+    } else {
+      n.id = it->second;
+      TensorSpec& known = id_specs_[n.id];
+      if (known != r->spec) {
+        known = r->spec;
+        n.spec = r->spec;
+      }
+    }
+    notices.push_back(std::move(n));
+  }
+  if (!notices.empty()) client_->SendReady(std::move(notices));
+}
+
+void Engine::HandlePlan(const PlanMessage& plan) {
+  for (const TensorErrorNotice& e : plan.errors) {
+    auto name = id_names_.find(static_cast<uint32_t>(e.id));
+    if (name == id_names_.end()) continue;
+    if (auto r = queue_.Take(name->second)) handles_.Complete(r->handle, e.status);
+  }
+  for (const BucketPlan& bucket : plan.buckets) RunBucket(bucket);
+}
+
+void Engine::RunBucket(const BucketPlan& bucket) {
+  std::vector<Request> owned;
+  owned.reserve(bucket.entries.size());
+  std::vector<const Request*> requests(bucket.entries.size(), nullptr);
+  std::vector<size_t> slot(bucket.entries.size(), SIZE_MAX);
+  for (size_t i = 0; i < bucket.entries.size(); ++i) {
+    int32_t id = bucket.entries[i].id;
+    if (id < 0) continue;
+    auto name = id_names_.find(static_cast<uint32_t>(id));
+    std::optional<Request> r;
+    if (name != id_names_.end()) r = queue_.Take(name->second);
+    if (!r) {
+      SetError(Internal("the coordinator planned tensor id " + std::to_string(id) +
+                        " which this rank has not submitted"));
+      return;
+    }
+    slot[i] = owned.size();
+    owned.push_back(std::move(*r));
+  }
+  for (size_t i = 0; i < slot.size(); ++i) {
+    if (slot[i] != SIZE_MAX) requests[i] = &owned[slot[i]];
+  }
+  Status status = AsyncError();
+  std::vector<OpResult> results;
+  if (status.ok()) status = executor_->Run(bucket, requests, &results);
+  if (!status.ok() && AsyncError().ok()) {
+    // A failed collective breaks the job. The coordinator usually knows why (a rank died):
+    // wait briefly for its verdict so the error names the culprit, else report ours.
+    std::unique_lock<std::mutex> lock(mu_);
+    cv_.wait_for(lock, std::chrono::seconds(3), [&] { return !error_.ok() || stop_; });
+    if (error_.ok()) {
+      lock.unlock();
+      client_->SendFailure(status.message());
+      SetError(status);
+    } else {
+      status = error_;
+    }
+  } else if (!status.ok()) {
+    status = AsyncError();
+  }
+  for (size_t i = 0; i < slot.size(); ++i) {
+    if (slot[i] == SIZE_MAX) continue;
+    handles_.Complete(owned[slot[i]].handle, status,
+                      status.ok() ? std::move(results[i]) : OpResult());
+  }
+}
+
+}  // namespace hora

@@ -1,0 +1,109 @@
+// Argument checks for every enqueue: bad input is an INVALID_ARGUMENT naming what was wrong.
+#include <cmath>
+#include <limits>
+
+#include "runtime/engine.h"
+
+namespace hora {
+namespace {
+
+constexpr size_t kMaxNameLength = 4096;
+constexpr size_t kMaxDims = 64;
+
+Status Bad(const TensorSpec& spec, const std::string& what) {
+  return InvalidArgument(std::string(CollectiveName(spec.collective)) + " '" + spec.name + "': " + what);
+}
+
+Status CheckShape(const TensorSpec& spec) {
+  if (spec.shape.size() > kMaxDims) {
+    return Bad(spec, "has " + std::to_string(spec.shape.size()) + " dimensions; at most " +
+                         std::to_string(kMaxDims) + " are supported");
+  }
+  const int64_t limit = std::numeric_limits<int64_t>::max() / 16;
+  int64_t n = 1;
+  for (size_t i = 0; i < spec.shape.size(); ++i) {
+    int64_t d = spec.shape[i];
+    if (d < 0) return Bad(spec, "dimension " + std::to_string(i) + " is negative (" + std::to_string(d) + ")");
+    if (d != 0 && n > limit / d) return Bad(spec, "shape " + ShapeString(spec.shape) + " overflows");
+    n *= d;
+  }
+  return Status::Ok();
+}
+
+Status CheckSplits(const TensorSpec& spec, int size) {
+  const int64_t d0 = spec.shape[0];
+  if (spec.splits.empty()) {
+    if (d0 % size != 0) {
+      return Bad(spec, "first dimension " + std::to_string(d0) +
+                           " is not divisible by the number of ranks " + std::to_string(size) +
+                           "; give splits");
+    }
+    return Status::Ok();
+  }
+  if (static_cast<int>(spec.splits.size()) != size) {
+    return Bad(spec, "has " + std::to_string(spec.splits.size()) + " splits; need one per rank (" +
+                         std::to_string(size) + ")");
+  }
+  int64_t sum = 0;
+  for (int64_t s : spec.splits) {
+    if (s < 0) return Bad(spec, "split " + std::to_string(s) + " is negative");
+    sum += s;
+  }
+  if (sum != d0) {
+    return Bad(spec, "splits sum to " + std::to_string(sum) + " but the first dimension is " +
+                         std::to_string(d0));
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+Status Engine::ValidateSpec(const TensorSpec& spec, const void* input, const void* output) const {
+  if (spec.name.empty()) return InvalidArgument("the operation needs a non-empty name");
+  if (spec.name.size() > kMaxNameLength) {
+    return InvalidArgument("name of " + std::to_string(spec.name.size()) + " bytes is longer than " +
+                           std::to_string(kMaxNameLength));
+  }
+  if (!IsValidCollective(static_cast<int32_t>(spec.collective))) return InvalidArgument("unknown collective");
+  if (!IsValidDataType(static_cast<int32_t>(spec.dtype))) {
+    return Bad(spec, "unknown dtype " + std::to_string(static_cast<int>(spec.dtype)));
+  }
+  if (!IsValidReduceOp(static_cast<int32_t>(spec.op))) {
+    return Bad(spec, "unknown reduce op " + std::to_string(static_cast<int>(spec.op)));
+  }
+  if (spec.device != Device::kCpu) {
+    return Bad(spec, "CUDA tensors need the NCCL backend, which is not available in this build");
+  }
+  if (spec.collective == CollectiveType::kBarrier) return Status::Ok();
+  HORA_RETURN_IF_ERROR(CheckShape(spec));
+  if (!std::isfinite(spec.prescale) || !std::isfinite(spec.postscale)) {
+    return Bad(spec, "prescale and postscale must be finite");
+  }
+  const bool has_data = spec.NumElements() > 0;
+  if (has_data && input == nullptr) return Bad(spec, "input data is NULL");
+  const int size = options_.size;
+  switch (spec.collective) {
+    case CollectiveType::kAllreduce:
+      if (has_data && output == nullptr) return Bad(spec, "output is NULL");
+      break;
+    case CollectiveType::kBroadcast:
+      if (spec.root < 0 || spec.root >= size) {
+        return Bad(spec, "root " + std::to_string(spec.root) + " is out of range [0, " +
+                             std::to_string(size) + ")");
+      }
+      break;
+    case CollectiveType::kAllgather:
+    case CollectiveType::kReducescatter:
+      if (spec.shape.empty()) return Bad(spec, "needs a tensor with at least one dimension");
+      break;
+    case CollectiveType::kAlltoall:
+      if (spec.shape.empty()) return Bad(spec, "needs a tensor with at least one dimension");
+      HORA_RETURN_IF_ERROR(CheckSplits(spec, size));
+      break;
+    default:
+      break;
+  }
+  return Status::Ok();
+}
+
+}  // namespace hora

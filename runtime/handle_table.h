@@ -1,0 +1,73 @@
+// The handle table: how framework threads learn that an operation finished.
+//
+// Every enqueued operation gets a handle (a positive int64, never reused). The background
+// thread completes it with a Status and, for collectives whose output size is known only
+// after negotiation, a Result. Framework threads poll, wait with a timeout, read the result
+// and release. Thread-safe; Wait blocks only on this table's condition variable.
+#ifndef HORA_RUNTIME_HANDLE_TABLE_H_
+#define HORA_RUNTIME_HANDLE_TABLE_H_
+
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <mutex>
+#include <unordered_map>
+#include <vector>
+
+#include "common/status.h"
+
+namespace hora {
+
+struct OpResult {
+  std::vector<int64_t> shape;
+  std::vector<char> data;
+  std::vector<int64_t> splits;  // alltoall: rows received from each rank
+  int join_rank = -1;           // join: the last rank to join
+};
+
+class HandleTable {
+ public:
+  HandleTable() = default;
+  HandleTable(const HandleTable&) = delete;
+  HandleTable& operator=(const HandleTable&) = delete;
+
+  int64_t Create();
+  // Completes a pending handle; a handle already done or released is left alone.
+  void Complete(int64_t handle, Status status, OpResult result = OpResult());
+
+  // NOT_FOUND for unknown or released handles.
+  Status Poll(int64_t handle, bool* done);
+  // Returns the operation's status; DEADLINE_EXCEEDED if timeout passes first.
+  // A negative timeout waits without a limit of its own.
+  Status Wait(int64_t handle, std::chrono::duration<double> timeout);
+  // REQUIRES: the handle is done. Calls fn with the result under the lock.
+  template <typename Fn>
+  Status WithResult(int64_t handle, Fn fn) {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = entries_.find(handle);
+    if (it == entries_.end()) return NotFound(handle);
+    if (!it->second.done) return Status(Code::kFailedPrecondition, "the operation has not finished");
+    if (!it->second.status.ok()) return it->second.status;
+    return fn(it->second.result);
+  }
+  Status Release(int64_t handle);
+
+  size_t size() const;
+
+ private:
+  struct Entry {
+    bool done = false;
+    Status status;
+    OpResult result;
+  };
+  static Status NotFound(int64_t handle);
+
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  int64_t next_ = 1;                               // guarded by mu_
+  std::unordered_map<int64_t, Entry> entries_;     // guarded by mu_
+};
+
+}  // namespace hora
+
+#endif  // HORA_RUNTIME_HANDLE_TABLE_H_

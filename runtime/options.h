@@ -1,0 +1,88 @@
+// Every knob of the runtime: one struct with a documented default on each field, read once
+// from the environment (HORA_* variables) and the init config, validated, logged at start.
+// This is the only place in Hora that reads the environment.
+#ifndef HORA_RUNTIME_OPTIONS_H_
+#define HORA_RUNTIME_OPTIONS_H_
+
+#include <cstdint>
+#include <functional>
+#include <string>
+
+#include "common/status.h"
+
+namespace hora {
+
+// Environment variable names.
+constexpr const char kEnvRank[] = "HORA_RANK";
+constexpr const char kEnvSize[] = "HORA_SIZE";
+constexpr const char kEnvCoordinatorAddr[] = "HORA_COORDINATOR_ADDR";
+constexpr const char kEnvJobToken[] = "HORA_JOB_TOKEN";
+constexpr const char kEnvHostname[] = "HORA_HOSTNAME";
+constexpr const char kEnvFusionThreshold[] = "HORA_FUSION_THRESHOLD";
+constexpr const char kEnvCycleTimeMs[] = "HORA_CYCLE_TIME_MS";
+constexpr const char kEnvStartTimeout[] = "HORA_START_TIMEOUT_SECONDS";
+constexpr const char kEnvHeartbeatInterval[] = "HORA_HEARTBEAT_INTERVAL_SECONDS";
+constexpr const char kEnvHeartbeatTimeout[] = "HORA_HEARTBEAT_TIMEOUT_SECONDS";
+constexpr const char kEnvCollectiveTimeout[] = "HORA_COLLECTIVE_TIMEOUT_SECONDS";
+constexpr const char kEnvStallWarning[] = "HORA_STALL_WARNING_SECONDS";
+constexpr const char kEnvStallTimeout[] = "HORA_STALL_TIMEOUT_SECONDS";
+constexpr const char kEnvLogLevel[] = "HORA_LOG_LEVEL";
+constexpr const char kEnvCpuBackend[] = "HORA_CPU_BACKEND";
+constexpr const char kEnvGlooIface[] = "HORA_GLOO_IFACE";
+constexpr const char kEnvMaxMessageBytes[] = "HORA_MAX_MESSAGE_BYTES";
+constexpr const char kEnvTlsCert[] = "HORA_TLS_CERT";
+constexpr const char kEnvTlsKey[] = "HORA_TLS_KEY";
+constexpr const char kEnvTlsCa[] = "HORA_TLS_CA";
+
+struct Options {
+  // Identity. From HORA_RANK/HORA_SIZE, else Open MPI (OMPI_COMM_WORLD_*), PMI (PMI_*),
+  // Slurm (SLURM_PROCID/SLURM_NTASKS), torchrun (RANK/WORLD_SIZE). Without any: rank 0 of 1.
+  int rank = 0;
+  int size = 1;
+  // host:port of the coordinator, which rank 0 listens on. Without HORA_COORDINATOR_ADDR:
+  // MASTER_ADDR:MASTER_PORT (torchrun), else 127.0.0.1:0 for a single-rank job.
+  std::string coordinator_address;
+  std::string token;     // HORA_JOB_TOKEN; empty: no authentication (logged as a warning)
+  std::string hostname;  // HORA_HOSTNAME, else gethostname(); decides local ranks
+
+  int64_t fusion_threshold_bytes = 64ll << 20;  // HORA_FUSION_THRESHOLD, bytes; 0 = no fusion
+  double cycle_time_ms = 1.0;                   // HORA_CYCLE_TIME_MS: longest wait to fill a bucket
+  double start_timeout_s = 120;                 // HORA_START_TIMEOUT_SECONDS
+  double heartbeat_interval_s = 1;              // HORA_HEARTBEAT_INTERVAL_SECONDS
+  double heartbeat_timeout_s = 30;              // HORA_HEARTBEAT_TIMEOUT_SECONDS
+  double collective_timeout_s = 0;              // HORA_COLLECTIVE_TIMEOUT_SECONDS; 0 = heartbeat timeout
+  double stall_warning_s = 60;                  // HORA_STALL_WARNING_SECONDS
+  double stall_timeout_s = 0;                   // HORA_STALL_TIMEOUT_SECONDS; 0 = off
+  std::string log_level = "warning";            // HORA_LOG_LEVEL
+  std::string cpu_backend = "gloo";             // HORA_CPU_BACKEND
+  std::string gloo_iface;                       // HORA_GLOO_IFACE: address to bind; "" = automatic
+  int64_t max_message_bytes = 64ll << 20;       // HORA_MAX_MESSAGE_BYTES (control plane)
+  std::string tls_cert, tls_key, tls_ca;        // HORA_TLS_CERT / _KEY / _CA (PEM files)
+
+  // The options that must agree on every rank, as one string the coordinator compares.
+  std::string Digest() const;
+  // One line for the start-up log.
+  std::string Describe() const;
+};
+
+// Overrides given through hora_init's config struct; unset fields keep the environment's.
+struct OptionOverrides {
+  int rank = -1;
+  int size = -1;
+  std::string coordinator_address;
+  std::string token;
+};
+
+// Returns the value of an environment variable, or nullptr when it is not set.
+using EnvLookup = std::function<const char*(const char*)>;
+
+// Reads and validates every option. A bad value is InvalidArgument naming the variable and
+// the value ("HORA_FUSION_THRESHOLD='12x' is not a non-negative integer number of bytes").
+StatusOr<Options> ParseOptions(const EnvLookup& env, const OptionOverrides& overrides);
+
+// ParseOptions over the process environment.
+StatusOr<Options> OptionsFromEnvironment(const OptionOverrides& overrides);
+
+}  // namespace hora
+
+#endif  // HORA_RUNTIME_OPTIONS_H_
