@@ -358,6 +358,7 @@ PlannerOutput Planner::Poll(TimePoint now) {
   State& st = *state_;
   std::vector<Scheduled> out = std::move(st.ready);
   st.ready.clear();
+  for (const auto& s : out) st.names.erase(s.first_name);
   std::vector<GroupMap::iterator> visit = std::move(st.dirty);
   st.dirty.clear();
   for (auto d = st.deadlines.begin(); d != st.deadlines.end() && d->first <= now; ++d) {
