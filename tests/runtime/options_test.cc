@@ -1,0 +1,94 @@
+#include "runtime/options.h"
+
+#include <catch2/catch.hpp>
+
+#include <map>
+#include <string>
+
+using namespace hora;
+
+namespace {
+
+EnvLookup Env(const std::map<std::string, std::string>& vars) {
+  return [vars](const char* name) -> const char* {
+    auto it = vars.find(name);
+    return it == vars.end() ? nullptr : it->second.c_str();
+  };
+}
+
+}  // namespace
+
+TEST_CASE("defaults for a single process without a launcher") {
+  auto o = ParseOptions(Env({}), {});
+  REQUIRE(o.ok());
+  REQUIRE(o.value().rank == 0);
+  REQUIRE(o.value().size == 1);
+  REQUIRE(o.value().coordinator_address == "127.0.0.1:0");
+  REQUIRE(o.value().fusion_threshold_bytes == 64ll << 20);
+  REQUIRE(o.value().stall_timeout_s == 0);
+  REQUIRE(o.value().collective_timeout_s == o.value().heartbeat_timeout_s);
+}
+
+TEST_CASE("identity comes from HORA_* first, then MPI, Slurm, torchrun") {
+  auto o = ParseOptions(Env({{"HORA_RANK", "2"}, {"HORA_SIZE", "4"}, {"RANK", "1"}, {"WORLD_SIZE", "9"},
+                             {"HORA_COORDINATOR_ADDR", "10.0.0.1:5000"}}), {});
+  REQUIRE(o.ok());
+  REQUIRE(o.value().rank == 2);
+  REQUIRE(o.value().size == 4);
+  auto m = ParseOptions(Env({{"OMPI_COMM_WORLD_RANK", "1"}, {"OMPI_COMM_WORLD_SIZE", "2"},
+                             {"MASTER_ADDR", "node1"}, {"MASTER_PORT", "1234"}}), {});
+  REQUIRE(m.ok());
+  REQUIRE(m.value().rank == 1);
+  REQUIRE(m.value().coordinator_address == "node1:1234");
+  auto t = ParseOptions(Env({{"RANK", "3"}, {"WORLD_SIZE", "4"}, {"MASTER_ADDR", "h"}}), {});
+  REQUIRE(t.ok());
+  REQUIRE(t.value().coordinator_address == "h:29500");
+}
+
+TEST_CASE("overrides from the init config win") {
+  OptionOverrides ov;
+  ov.rank = 1;
+  ov.size = 2;
+  ov.coordinator_address = "127.0.0.1:7000";
+  ov.token = "secret";
+  auto o = ParseOptions(Env({{"HORA_RANK", "0"}, {"HORA_SIZE", "3"}, {"HORA_JOB_TOKEN", "x"}}), ov);
+  REQUIRE(o.ok());
+  REQUIRE(o.value().rank == 1);
+  REQUIRE(o.value().size == 2);
+  REQUIRE(o.value().token == "secret");
+}
+
+TEST_CASE("bad values name the variable") {
+  auto check = [](std::map<std::string, std::string> vars, const std::string& needle) {
+    vars.emplace("HORA_COORDINATOR_ADDR", "127.0.0.1:5000");
+    auto o = ParseOptions(Env(vars), {});
+    REQUIRE_FALSE(o.ok());
+    REQUIRE(o.status().code() == Code::kInvalidArgument);
+    INFO(o.status().message());
+    REQUIRE(o.status().message().find(needle) != std::string::npos);
+  };
+  check({{"HORA_FUSION_THRESHOLD", "12x"}}, "HORA_FUSION_THRESHOLD='12x'");
+  check({{"HORA_FUSION_THRESHOLD", "-1"}}, "HORA_FUSION_THRESHOLD");
+  check({{"HORA_CYCLE_TIME_MS", "abc"}}, "HORA_CYCLE_TIME_MS");
+  check({{"HORA_HEARTBEAT_TIMEOUT_SECONDS", "0"}}, "HORA_HEARTBEAT_TIMEOUT_SECONDS");
+  check({{"HORA_HEARTBEAT_TIMEOUT_SECONDS", "2"}, {"HORA_HEARTBEAT_INTERVAL_SECONDS", "3"}},
+        "HORA_HEARTBEAT_INTERVAL_SECONDS");
+  check({{"HORA_LOG_LEVEL", "loud"}}, "HORA_LOG_LEVEL='loud'");
+  check({{"HORA_CPU_BACKEND", "mpi2"}}, "HORA_CPU_BACKEND");
+  check({{"HORA_RANK", "5"}, {"HORA_SIZE", "2"}}, "rank 5");
+  check({{"HORA_SIZE", "0"}}, "HORA_SIZE");
+  check({{"HORA_TLS_CERT", "/c.pem"}}, "HORA_TLS_KEY");
+  auto no_addr = ParseOptions(Env({{"HORA_SIZE", "2"}, {"HORA_RANK", "0"}}), {});
+  REQUIRE_FALSE(no_addr.ok());
+  REQUIRE(no_addr.status().message().find("HORA_COORDINATOR_ADDR") != std::string::npos);
+  auto bad_addr = ParseOptions(Env({{"HORA_SIZE", "2"}, {"HORA_COORDINATOR_ADDR", "nohost"}}), {});
+  REQUIRE_FALSE(bad_addr.ok());
+  REQUIRE(bad_addr.status().message().find("host:port") != std::string::npos);
+}
+
+TEST_CASE("the digest covers the options that must agree") {
+  auto a = ParseOptions(Env({{"HORA_FUSION_THRESHOLD", "1024"}}), {});
+  auto b = ParseOptions(Env({{"HORA_FUSION_THRESHOLD", "2048"}}), {});
+  REQUIRE(a.value().Digest() != b.value().Digest());
+  REQUIRE(a.value().Digest().find("fusion_threshold=1024") != std::string::npos);
+}
