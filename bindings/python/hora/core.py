@@ -1,0 +1,301 @@
+"""Hora's framework-neutral layer: lifecycle, topology, names, handles, and the C tensor
+descriptor. Framework bindings (hora.numpy_ops, hora.torch) build on this module."""
+
+import atexit
+import ctypes
+import itertools
+import threading
+
+from . import _lib
+from . import errors
+
+# hora_reduce_op_t
+SUM, AVERAGE, MIN, MAX, PRODUCT = 0, 1, 2, 3, 4
+# hora_dtype_t
+UINT8, INT8, INT32, INT64, FLOAT16, BFLOAT16, FLOAT32, FLOAT64, BOOL = range(9)
+DTYPE_SIZES = {UINT8: 1, INT8: 1, INT32: 4, INT64: 8, FLOAT16: 2, BFLOAT16: 2, FLOAT32: 4,
+               FLOAT64: 8, BOOL: 1}
+DEVICE_CPU, DEVICE_CUDA = 0, 1
+
+# hora_wait slices: a Python thread waiting forever stays interruptible (Ctrl-C).
+_WAIT_SLICE_S = 0.5
+
+_atexit_registered = False
+
+
+# ---- lifecycle and topology ----
+
+def init(rank=None, size=None, coordinator_address=None, token=None):
+    """Starts the runtime (collective). Arguments left None come from the environment
+    (HORA_RANK, HORA_SIZE, HORA_COORDINATOR_ADDR, HORA_JOB_TOKEN, ...). Calling init when
+    already initialized does nothing."""
+    global _atexit_registered
+    lib = _lib.lib()
+    if lib.hora_is_initialized():
+        return
+    cfg = _lib.HoraConfig()
+    cfg.struct_size = ctypes.sizeof(_lib.HoraConfig)
+    cfg.rank = -1 if rank is None else int(rank)
+    cfg.size = -1 if size is None else int(size)
+    cfg.coordinator_address = coordinator_address.encode() if coordinator_address else None
+    cfg.token = token.encode() if token else None
+    _lib.check(lib.hora_init(ctypes.byref(cfg)), "hora_init")
+    reset_names()
+    if not _atexit_registered:
+        atexit.register(_shutdown_at_exit)
+        _atexit_registered = True
+
+
+def _shutdown_at_exit():
+    try:
+        if _lib._lib is not None and _lib._lib.hora_is_initialized():
+            _lib._lib.hora_shutdown()
+    except Exception:  # interpreter teardown: nothing useful left to report
+        pass
+
+
+def shutdown():
+    """Stops the runtime (collective). Safe when not initialized."""
+    if _lib._lib is None:
+        return
+    _lib.check(_lib.lib().hora_shutdown(), "hora_shutdown")
+
+
+def is_initialized():
+    try:
+        return bool(_lib.lib().hora_is_initialized())
+    except OSError:
+        return False
+
+
+def _int_query(fn_name):
+    lib = _lib.lib()
+    out = ctypes.c_int32()
+    _lib.check(getattr(lib, fn_name)(ctypes.byref(out)), fn_name)
+    return out.value
+
+
+def rank():
+    return _int_query("hora_rank")
+
+
+def size():
+    return _int_query("hora_size")
+
+
+def local_rank():
+    return _int_query("hora_local_rank")
+
+
+def local_size():
+    return _int_query("hora_local_size")
+
+
+def cross_rank():
+    return _int_query("hora_cross_rank")
+
+
+def cross_size():
+    return _int_query("hora_cross_size")
+
+
+def version():
+    return _lib._decode(_lib.lib().hora_version())
+
+
+def built(backend):
+    """True if `backend` ("gloo", "mpi", "nccl", "cuda") was compiled into libhora.so."""
+    return bool(_lib.lib().hora_built(backend.encode()))
+
+
+def async_error():
+    """None while the job is healthy, else the sticky background error as an exception
+    (not raised)."""
+    status, message = _lib.async_error()
+    if status == errors.OK:
+        return None
+    return errors.error_class(status)(status, message, "background")
+
+
+# ---- names ----
+# Every collective needs a name that is the same on every rank. Unnamed calls get
+# "<op>.noname.<n>" from a per-op counter, so ranks that make the same calls in the same
+# order agree. Named calls become "<op>.<name>", so an allreduce and a broadcast may share
+# a user name.
+
+_name_lock = threading.Lock()
+_counters = {}
+
+
+def reset_names():
+    with _name_lock:
+        _counters.clear()
+
+
+def op_name(op, name):
+    if name is not None:
+        return "%s.%s" % (op, name)
+    with _name_lock:
+        counter = _counters.setdefault(op, itertools.count())
+        return "%s.noname.%d" % (op, next(counter))
+
+
+# ---- tensors and handles ----
+
+def make_tensor(data_ptr, shape, dtype, device=DEVICE_CPU, device_index=0, stream=None):
+    """A hora_tensor_t for a contiguous buffer. Returns the struct; its shape array is kept
+    alive as an attribute."""
+    t = _lib.HoraTensor()
+    shape_arr = (ctypes.c_int64 * max(len(shape), 1))(*[int(d) for d in shape])
+    t._shape_arr = shape_arr
+    t.data = data_ptr or None
+    t.shape = ctypes.cast(shape_arr, _lib.c_int64_p)
+    t.ndim = len(shape)
+    t.dtype = dtype
+    t.device = device
+    t.device_index = device_index
+    t.stream = stream or None
+    return t
+
+
+def _encode_name(name):
+    return name.encode("utf-8")
+
+
+class Handle(object):
+    """One operation in flight in the runtime. `keep` holds the buffers the runtime reads or
+    writes until the handle is done. Release exactly once (release() or wait(release=True))."""
+
+    __slots__ = ("_h", "name", "_keep", "_released", "_done")
+
+    def __init__(self, raw, name, keep=None):
+        self._h = raw
+        self.name = name
+        self._keep = keep
+        self._released = False
+        self._done = False
+
+    @property
+    def raw(self):
+        return self._h
+
+    def poll(self):
+        if self._done:
+            return True
+        done = ctypes.c_int()
+        _lib.check(_lib.lib().hora_poll(self._h, ctypes.byref(done)), "poll(%s)" % self.name)
+        self._done = bool(done.value)
+        return self._done
+
+    def wait(self, timeout=None):
+        """Waits until done; raises the operation's error. timeout in seconds (None: none of
+        its own; the runtime's failure detection still bounds the wait)."""
+        lib = _lib.lib()
+        if timeout is not None:
+            status = lib.hora_wait(self._h, float(timeout))
+            if status == errors.OK:
+                self._done = True
+            else:
+                if status != errors.ERR_DEADLINE_EXCEEDED:
+                    self._done = True
+                raise _lib.make_error(status, self.name)
+            return
+        while True:
+            status = lib.hora_wait(self._h, _WAIT_SLICE_S)
+            if status == errors.ERR_DEADLINE_EXCEEDED:
+                continue
+            self._done = True
+            if status != errors.OK:
+                raise _lib.make_error(status, self.name)
+            return
+
+    def result_shape(self):
+        lib = _lib.lib()
+        max_ndim = 32
+        shape = (ctypes.c_int64 * max_ndim)()
+        ndim = ctypes.c_int32()
+        _lib.check(lib.hora_result_shape(self._h, shape, max_ndim, ctypes.byref(ndim)),
+                   "result_shape(%s)" % self.name)
+        return tuple(shape[i] for i in range(ndim.value))
+
+    def result_copy(self, dst_ptr, nbytes):
+        _lib.check(_lib.lib().hora_result_copy(self._h, dst_ptr or None, nbytes),
+                   "result_copy(%s)" % self.name)
+
+    def result_splits(self, n):
+        arr = (ctypes.c_int64 * max(n, 1))()
+        _lib.check(_lib.lib().hora_result_splits(self._h, arr, n),
+                   "result_splits(%s)" % self.name)
+        return [arr[i] for i in range(n)]
+
+    def result_join_rank(self):
+        out = ctypes.c_int32()
+        _lib.check(_lib.lib().hora_result_join_rank(self._h, ctypes.byref(out)),
+                   "result_join_rank(%s)" % self.name)
+        return out.value
+
+    def release(self):
+        if self._released:
+            return
+        self._released = True
+        self._keep = None
+        status = _lib.lib().hora_release(self._h)
+        if status != errors.OK and status != errors.ERR_NOT_FOUND:
+            raise _lib.make_error(status, "release(%s)" % self.name)
+
+    def __del__(self):
+        # A handle dropped without release: free it (the runtime keeps what a pending
+        # operation needs). Never raise from a finalizer.
+        if not getattr(self, "_released", True) and _lib._lib is not None:
+            try:
+                _lib._lib.hora_release(self._h)
+            except Exception:
+                pass
+
+
+def _enqueue(fn_name, name, *args, keep=None):
+    raw = _lib.c_handle()
+    lib = _lib.lib()
+    status = getattr(lib, fn_name)(*args, ctypes.byref(raw))
+    if status != errors.OK:
+        raise _lib.make_error(status, "%s(%s)" % (fn_name, name) if name else fn_name)
+    return Handle(raw.value, name or fn_name, keep)
+
+
+def allreduce_async(name, tensor, out_ptr, op, prescale=1.0, postscale=1.0, keep=None):
+    return _enqueue("hora_allreduce_async", name, _encode_name(name), ctypes.byref(tensor),
+                    out_ptr or None, int(op), float(prescale), float(postscale),
+                    keep=(tensor, keep))
+
+
+def broadcast_async(name, tensor, root, keep=None):
+    return _enqueue("hora_broadcast_async", name, _encode_name(name), ctypes.byref(tensor),
+                    int(root), keep=(tensor, keep))
+
+
+def allgather_async(name, tensor, keep=None):
+    return _enqueue("hora_allgather_async", name, _encode_name(name), ctypes.byref(tensor),
+                    keep=(tensor, keep))
+
+
+def reducescatter_async(name, tensor, op, prescale=1.0, postscale=1.0, keep=None):
+    return _enqueue("hora_reducescatter_async", name, _encode_name(name), ctypes.byref(tensor),
+                    int(op), float(prescale), float(postscale), keep=(tensor, keep))
+
+
+def alltoall_async(name, tensor, splits=None, keep=None):
+    if splits is None:
+        arr, n = None, 0
+    else:
+        n = len(splits)
+        arr = (ctypes.c_int64 * max(n, 1))(*[int(s) for s in splits])
+    return _enqueue("hora_alltoall_async", name, _encode_name(name), ctypes.byref(tensor),
+                    arr, n, keep=(tensor, arr, keep))
+
+
+def barrier_async():
+    return _enqueue("hora_barrier_async", "barrier")
+
+
+def join_async():
+    return _enqueue("hora_join_async", "join")

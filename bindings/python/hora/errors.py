@@ -1,0 +1,75 @@
+"""Exceptions raised by hora. Every runtime failure carries the status code and the
+runtime's own message (hora_last_error), never a generic text."""
+
+# Status codes of hora.h (numbers are stable).
+OK = 0
+ERR_INVALID_ARGUMENT = 1
+ERR_FAILED_PRECONDITION = 2
+ERR_ALREADY_EXISTS = 3
+ERR_NOT_FOUND = 4
+ERR_DEADLINE_EXCEEDED = 5
+ERR_MISMATCH = 6
+ERR_PEER_FAILURE = 7
+ERR_UNAUTHENTICATED = 8
+ERR_UNAVAILABLE = 9
+ERR_INTERNAL = 10
+ERR_ABORTED = 11
+IN_PROGRESS = 12
+
+STATUS_NAMES = {
+    OK: "OK",
+    ERR_INVALID_ARGUMENT: "INVALID_ARGUMENT",
+    ERR_FAILED_PRECONDITION: "FAILED_PRECONDITION",
+    ERR_ALREADY_EXISTS: "ALREADY_EXISTS",
+    ERR_NOT_FOUND: "NOT_FOUND",
+    ERR_DEADLINE_EXCEEDED: "DEADLINE_EXCEEDED",
+    ERR_MISMATCH: "MISMATCH",
+    ERR_PEER_FAILURE: "PEER_FAILURE",
+    ERR_UNAUTHENTICATED: "UNAUTHENTICATED",
+    ERR_UNAVAILABLE: "UNAVAILABLE",
+    ERR_INTERNAL: "INTERNAL",
+    ERR_ABORTED: "ABORTED",
+    IN_PROGRESS: "IN_PROGRESS",
+}
+
+
+class HoraError(RuntimeError):
+    """A failed Hora call. `status` is the hora_status_t code, `message` the runtime's text."""
+
+    def __init__(self, status, message, operation=None):
+        self.status = int(status)
+        self.message = message or ""
+        self.operation = operation
+        code = STATUS_NAMES.get(self.status, str(self.status))
+        prefix = "%s: " % operation if operation else ""
+        super().__init__("%s%s (HORA_ERR_%s)" % (prefix, self.message, code)
+                         if self.status != IN_PROGRESS else prefix + self.message)
+
+
+class HoraPeerFailureError(HoraError):
+    """Another rank or the coordinator failed, or the runtime was shut down while the
+    operation was pending. The job cannot go on; horovod's HorovodInternalError."""
+
+
+class HoraMismatchError(HoraError):
+    """Ranks submitted different signatures (shape, dtype, op, root...) for one name."""
+
+
+class HoraTimeoutError(HoraError):
+    """A wait with a timeout passed before the operation finished (it may still finish)."""
+
+
+class HoraPreconditionError(HoraError, ValueError):
+    """Not initialized, already initialized, or shut down (a ValueError, as in horovod)."""
+
+
+def error_class(status):
+    if status in (ERR_PEER_FAILURE, ERR_ABORTED):
+        return HoraPeerFailureError
+    if status == ERR_MISMATCH:
+        return HoraMismatchError
+    if status == ERR_DEADLINE_EXCEEDED:
+        return HoraTimeoutError
+    if status == ERR_FAILED_PRECONDITION:
+        return HoraPreconditionError
+    return HoraError
