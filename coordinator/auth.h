@@ -1,0 +1,27 @@
+// The job token check that guards every coordinator RPC.
+//
+// Every RPC carries the job token in metadata kTokenMetadataKey. The service calls CheckToken at
+// the top of each handler; a missing or different token is refused with UNAUTHENTICATED and
+// logged with the peer's address and the method (never the token). The job goes on.
+#ifndef HORA_COORDINATOR_AUTH_H_
+#define HORA_COORDINATOR_AUTH_H_
+
+#include <grpcpp/server_context.h>
+#include <grpcpp/support/status.h>
+
+#include <string>
+
+namespace hora {
+
+constexpr char kTokenMetadataKey[] = "hora-token";
+
+// Compares in time independent of where the strings differ.
+bool TokenEquals(const std::string& expected, const std::string& given);
+
+// OK when `ctx` carries `token`; otherwise UNAUTHENTICATED (and a warning in the log).
+grpc::Status CheckToken(const grpc::ServerContext& ctx, const std::string& token,
+                        const char* method);
+
+}  // namespace hora
+
+#endif  // HORA_COORDINATOR_AUTH_H_

@@ -1,0 +1,162 @@
+// Internal to coordinator/: the implementation class behind CoordinatorService (service.h).
+//
+// Files: service.cc (start, shutdown), service_join.cc (Join, topology), store.cc (the
+// rendezvous store), session.cc (session streams, ready notices, plan translation),
+// service_liveness.cc (the timer and sender threads: cycle-time flushes, heartbeats, dead
+// ranks, stalls, aborts).
+//
+// Threads: gRPC's handler threads (one per call in flight; a session's handler thread reads
+// that rank's stream for the whole job and runs the planner inline on each Ready), the timer
+// thread (waits on timer_cv_ until the next deadline: planner flush, heartbeat, liveness,
+// stall check, start timeout) and the sender thread (flushes session outboxes for the timer
+// thread and Shutdown, so that a rank that stopped reading can never block the timer).
+#ifndef HORA_COORDINATOR_SERVICE_IMPL_H_
+#define HORA_COORDINATOR_SERVICE_IMPL_H_
+
+#include <grpcpp/server.h>
+#include <grpcpp/server_context.h>
+
+#include <condition_variable>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <unordered_map>
+#include <vector>
+
+#include "coordinator/messages.h"
+#include "coordinator/planner.h"
+#include "coordinator/service.h"
+#include "coordinator/session_stream.h"
+#include "proto/coordinator.grpc.pb.h"
+
+namespace hora {
+
+// local_rank/local_size from equal hostnames in rank order; cross_rank = index of the host
+// among hosts ordered by their lowest rank. `ranks` must be indexed by rank.
+Topology ComputeTopology(std::vector<RankInfo> ranks);
+
+// "1.5 s", "120 s".
+std::string FormatSeconds(std::chrono::milliseconds d);
+// "2,3" (at most `cap` numbers, then ",... (N more)").
+std::string JoinRanks(const std::vector<int>& ranks, size_t cap = 16);
+// Names the first key of two "k=v;k=v" digests whose values differ.
+std::string DescribeDigestDifference(const std::string& coordinator, const std::string& worker,
+                                     int rank);
+
+class CoordinatorServiceImpl final : public CoordinatorService,
+                                     public proto::Coordinator::Service {
+ public:
+  explicit CoordinatorServiceImpl(const CoordinatorConfig& config);
+  ~CoordinatorServiceImpl() override;
+
+  // Builds and starts the gRPC server and the threads.
+  Status Init();
+
+  int port() const override { return port_; }
+  void Shutdown(const std::string& reason, std::chrono::milliseconds drain) override;
+
+  grpc::Status Join(grpc::ServerContext* ctx, const proto::JoinRequest* request,
+                    proto::JoinResponse* response) override;
+  grpc::Status StoreSet(grpc::ServerContext* ctx, const proto::StoreSetRequest* request,
+                        proto::StoreSetResponse* response) override;
+  grpc::Status StoreGet(grpc::ServerContext* ctx, const proto::StoreGetRequest* request,
+                        proto::StoreGetResponse* response) override;
+  grpc::Status Session(grpc::ServerContext* ctx, SessionServerStream* stream) override;
+
+ private:
+  using Touched = std::vector<std::shared_ptr<SessionStream>>;
+
+  struct RankState {
+    bool joined = false;
+    std::string hostname;
+    int64_t pid = 0;
+    std::shared_ptr<SessionStream> session;  // while its handler runs
+    bool had_session = false;
+    bool lost = false;
+    std::unordered_map<uint32_t, TensorSpec> specs;  // this rank's ids
+    std::unordered_map<std::string, uint32_t> ids;   // name -> this rank's id
+  };
+
+  // service_join.cc
+  grpc::Status ValidateJoin(const proto::JoinRequest& request) const;
+  grpc::Status WaitForTopology(grpc::ServerContext* ctx, std::unique_lock<std::mutex>* lock,
+                               proto::JoinResponse* response);
+  void FailStartLocked();
+  std::string DescribeRank(int rank) const;  // "rank 3 (host h, pid 12)"; REQUIRES mu_
+
+  // session.cc
+  grpc::Status OpenSession(grpc::ServerContext* ctx, SessionServerStream* stream,
+                           const proto::WorkerMessage& hello,
+                           std::shared_ptr<SessionStream>* session);
+  void HandleMessage(int rank, const proto::WorkerMessage& message, Touched* touched,
+                     bool* goodbye);
+  void HandleReadyLocked(int rank, const proto::WorkerMessage::Ready& ready, TimePoint now,
+                         Touched* touched);
+  void PollLocked(TimePoint now, std::vector<PlanMessage>* extra, Touched* touched);
+  BucketPlan PlanForRankLocked(const PlannedBucket& bucket, int rank) const;
+  void EndSession(int rank, const std::shared_ptr<SessionStream>& session, bool goodbye);
+
+  // service_liveness.cc
+  void TimerLoop();
+  void SenderLoop();
+  void TimerTickLocked(TimePoint now);
+  void CheckLivenessLocked(TimePoint now);
+  void CheckStallsLocked(TimePoint now);
+  TimePoint NextWakeLocked() const;
+  void WakeTimerLocked(TimePoint at);
+  void SendHeartbeatsLocked();
+  void RankLostLocked(int rank, const std::string& why);
+  // Aborts the job: every session but `except_rank` receives Abort(code, message).
+  void AbortLocked(Code code, const std::string& message, int except_rank);
+  void ScheduleFlushLocked(const std::shared_ptr<SessionStream>& session);
+  bool NoSessionsLocked() const;
+
+  // Constant after construction.
+  const CoordinatorConfig config_;
+  const TimePoint start_time_;
+  const TimePoint start_deadline_;
+  const std::chrono::milliseconds stall_check_interval_;
+
+  // Set by Init().
+  std::unique_ptr<grpc::Server> server_;
+  int port_ = 0;
+  std::thread timer_thread_;
+  std::thread sender_thread_;
+
+  std::mutex shutdown_mu_;  // serializes Shutdown
+  bool shut_down_ = false;  // guarded by shutdown_mu_
+
+  std::mutex mu_;
+  std::condition_variable join_cv_;      // topology ready, start failed, shutting down
+  std::condition_variable timer_cv_;     // the timer thread waits here
+  std::condition_variable sessions_cv_;  // a session ended
+  std::condition_variable sender_cv_;    // work for the sender thread, or it went idle
+  // All guarded by mu_.
+  Planner planner_;
+  std::vector<RankState> ranks_;
+  int joined_count_ = 0;
+  bool topology_ready_ = false;
+  Topology topology_;
+  TimePoint topology_time_;
+  std::string start_failure_;  // non-empty once the start timed out
+  bool aborted_ = false;
+  std::string abort_message_;
+  bool shutting_down_ = false;
+  bool stop_threads_ = false;
+  TimePoint timer_wake_ = TimePoint::max();
+  TimePoint next_heartbeat_;
+  TimePoint next_stall_check_;
+  Touched flush_queue_;
+  bool sender_busy_ = false;
+
+  std::mutex store_mu_;
+  std::condition_variable store_cv_;
+  std::map<std::string, std::string> store_;  // guarded by store_mu_
+  bool store_closed_ = false;                 // guarded by store_mu_
+};
+
+}  // namespace hora
+
+#endif  // HORA_COORDINATOR_SERVICE_IMPL_H_

@@ -1,0 +1,188 @@
+// Join: every rank announces itself once; all Joins return the topology when the last rank
+// has joined, or fail together at the start deadline naming the ranks that are missing.
+#include <map>
+#include <sstream>
+
+#include "common/logging.h"
+#include "coordinator/auth.h"
+#include "coordinator/convert.h"
+#include "coordinator/service_impl.h"
+
+namespace hora {
+namespace {
+
+std::map<std::string, std::string> ParseDigest(const std::string& digest) {
+  std::map<std::string, std::string> fields;
+  std::stringstream ss(digest);
+  std::string item;
+  while (std::getline(ss, item, ';')) {
+    if (item.empty()) continue;
+    const size_t eq = item.find('=');
+    fields[item.substr(0, eq)] = eq == std::string::npos ? "" : item.substr(eq + 1);
+  }
+  return fields;
+}
+
+}  // namespace
+
+Topology ComputeTopology(std::vector<RankInfo> ranks) {
+  std::map<std::string, int> host_index;   // hostname -> cross rank
+  std::map<std::string, int> host_count;   // hostname -> ranks seen so far
+  for (RankInfo& r : ranks) {
+    auto it = host_index.find(r.hostname);
+    if (it == host_index.end()) {
+      it = host_index.emplace(r.hostname, static_cast<int>(host_index.size())).first;
+    }
+    r.cross_rank = it->second;
+    r.local_rank = host_count[r.hostname]++;
+  }
+  for (RankInfo& r : ranks) {
+    r.local_size = host_count[r.hostname];
+    r.cross_size = static_cast<int>(host_index.size());
+  }
+  return Topology{std::move(ranks)};
+}
+
+std::string DescribeDigestDifference(const std::string& coordinator, const std::string& worker,
+                                     int rank) {
+  const std::string who = "rank " + std::to_string(rank);
+  auto mine = ParseDigest(coordinator);
+  auto theirs = ParseDigest(worker);
+  for (const auto& [key, value] : mine) {
+    auto it = theirs.find(key);
+    const std::string other = it == theirs.end() ? "<unset>" : "'" + it->second + "'";
+    if (it == theirs.end() || it->second != value) {
+      return "option " + key + " is " + other + " on " + who + " but '" + value +
+             "' on the coordinator";
+    }
+  }
+  for (const auto& [key, value] : theirs) {
+    if (mine.count(key) == 0) {
+      return "option " + key + " is '" + value + "' on " + who + " but <unset> on the coordinator";
+    }
+  }
+  return "options digest '" + worker + "' on " + who + " but '" + coordinator +
+         "' on the coordinator";
+}
+
+grpc::Status CoordinatorServiceImpl::ValidateJoin(const proto::JoinRequest& r) const {
+  using grpc::StatusCode;
+  if (r.size() != config_.size) {
+    return grpc::Status(StatusCode::INVALID_ARGUMENT,
+                        "rank " + std::to_string(r.rank()) + " says the job has size " +
+                            std::to_string(r.size()) + " but the coordinator has size " +
+                            std::to_string(config_.size));
+  }
+  if (r.rank() < 0 || r.rank() >= config_.size) {
+    return grpc::Status(StatusCode::INVALID_ARGUMENT,
+                        "rank " + std::to_string(r.rank()) + " is out of range [0, " +
+                            std::to_string(config_.size) + ")");
+  }
+  if (r.protocol_version() != kProtocolVersion) {
+    return grpc::Status(StatusCode::FAILED_PRECONDITION,
+                        "protocol version differs: " + std::to_string(r.protocol_version()) +
+                            " on rank " + std::to_string(r.rank()) + " but " +
+                            std::to_string(kProtocolVersion) + " on the coordinator");
+  }
+  if (r.options_digest() != config_.options_digest) {
+    return grpc::Status(StatusCode::FAILED_PRECONDITION,
+                        "options differ: " + DescribeDigestDifference(config_.options_digest,
+                                                                      r.options_digest(),
+                                                                      r.rank()));
+  }
+  return grpc::Status::OK;
+}
+
+std::string CoordinatorServiceImpl::DescribeRank(int rank) const {
+  const RankState& r = ranks_[rank];
+  return "rank " + std::to_string(rank) + " (host " + r.hostname + ", pid " +
+         std::to_string(r.pid) + ")";
+}
+
+grpc::Status CoordinatorServiceImpl::Join(grpc::ServerContext* ctx,
+                                          const proto::JoinRequest* request,
+                                          proto::JoinResponse* response) {
+  grpc::Status auth = CheckToken(*ctx, config_.token, "Join");
+  if (!auth.ok()) return auth;
+  grpc::Status valid = ValidateJoin(*request);
+  if (!valid.ok()) {
+    HORA_LOG_ERROR("coordinator: refused Join from {}: {}", ctx->peer(), valid.error_message());
+    return valid;
+  }
+  std::unique_lock<std::mutex> lock(mu_);
+  if (aborted_) return grpc::Status(grpc::StatusCode::ABORTED, abort_message_);
+  if (shutting_down_) {
+    return grpc::Status(grpc::StatusCode::UNAVAILABLE, "the coordinator is shutting down");
+  }
+  if (!start_failure_.empty()) {
+    return grpc::Status(grpc::StatusCode::DEADLINE_EXCEEDED, start_failure_);
+  }
+  const int rank = request->rank();
+  RankState& state = ranks_[rank];
+  if (state.joined) {
+    std::string msg = "rank " + std::to_string(rank) + " has already joined as " +
+                      DescribeRank(rank) + "; refused host " + request->hostname() +
+                      ", pid " + std::to_string(request->pid());
+    HORA_LOG_ERROR("coordinator: {}", msg);
+    return grpc::Status(grpc::StatusCode::ALREADY_EXISTS, msg);
+  }
+  state.joined = true;
+  state.hostname = request->hostname();
+  state.pid = request->pid();
+  if (++joined_count_ == config_.size) {
+    std::vector<RankInfo> infos(config_.size);
+    for (int i = 0; i < config_.size; ++i) {
+      infos[i].rank = i;
+      infos[i].hostname = ranks_[i].hostname;
+      infos[i].pid = ranks_[i].pid;
+    }
+    topology_ = ComputeTopology(std::move(infos));
+    topology_ready_ = true;
+    topology_time_ = Clock::now();
+    WakeTimerLocked(topology_time_ + config_.start_timeout);
+    HORA_LOG_INFO("coordinator: all {} ranks joined", config_.size);
+    join_cv_.notify_all();
+  }
+  return WaitForTopology(ctx, &lock, response);
+}
+
+grpc::Status CoordinatorServiceImpl::WaitForTopology(grpc::ServerContext* ctx,
+                                                     std::unique_lock<std::mutex>* lock,
+                                                     proto::JoinResponse* response) {
+  TimePoint deadline = start_deadline_;
+  const auto client_deadline = ctx->deadline();
+  if (client_deadline != std::chrono::system_clock::time_point::max()) {
+    const auto left = client_deadline - std::chrono::system_clock::now();
+    deadline = std::min(deadline, Clock::now() + left);
+  }
+  join_cv_.wait_until(*lock, deadline, [this] {
+    return topology_ready_ || !start_failure_.empty() || shutting_down_ || aborted_;
+  });
+  if (topology_ready_) {
+    ToProto(topology_, response);
+    return grpc::Status::OK;
+  }
+  if (aborted_) return grpc::Status(grpc::StatusCode::ABORTED, abort_message_);
+  if (shutting_down_) {
+    return grpc::Status(grpc::StatusCode::UNAVAILABLE, "the coordinator is shutting down");
+  }
+  if (start_failure_.empty() && Clock::now() >= start_deadline_) FailStartLocked();
+  if (!start_failure_.empty()) {
+    return grpc::Status(grpc::StatusCode::DEADLINE_EXCEEDED, start_failure_);
+  }
+  return grpc::Status(grpc::StatusCode::DEADLINE_EXCEEDED, "the Join call's deadline passed");
+}
+
+void CoordinatorServiceImpl::FailStartLocked() {
+  std::vector<int> missing;
+  for (int i = 0; i < config_.size; ++i) {
+    if (!ranks_[i].joined) missing.push_back(i);
+  }
+  start_failure_ = std::string(missing.size() == 1 ? "rank " : "ranks ") + JoinRanks(missing) +
+                   " of " + std::to_string(config_.size) + " did not join within " +
+                   FormatSeconds(config_.start_timeout);
+  HORA_LOG_ERROR("coordinator: {}", start_failure_);
+  join_cv_.notify_all();
+}
+
+}  // namespace hora

@@ -1,0 +1,182 @@
+// The timer and sender threads: cycle-time flushes, heartbeats, dead ranks, stalls, aborts.
+//
+// The timer thread sleeps on timer_cv_ until the earliest of: the planner's next deadline,
+// the next heartbeat, the earliest time a session could pass heartbeat_timeout, the next stall
+// check and the start deadline. Whoever makes one of those earlier calls WakeTimerLocked.
+// It never writes to a stream itself: it queues messages in outboxes and hands the sessions
+// to the sender thread, so a rank that stopped reading cannot stop liveness checks.
+#include <algorithm>
+
+#include "common/logging.h"
+#include "coordinator/service_impl.h"
+
+namespace hora {
+namespace {
+
+std::string DescribeStalls(const std::vector<StallReport>& stalls, size_t cap) {
+  std::string s;
+  for (size_t i = 0; i < stalls.size() && i < cap; ++i) {
+    const StallReport& r = stalls[i];
+    if (i > 0) s += "; ";
+    s += "tensor '" + r.name + "' submitted by " + (r.ready_ranks.size() == 1 ? "rank " : "ranks ") +
+         JoinRanks(r.ready_ranks, 8) + " but not by " +
+         (r.missing_ranks.size() == 1 ? "rank " : "ranks ") + JoinRanks(r.missing_ranks, 8) +
+         " for " + FormatSeconds(std::chrono::duration_cast<std::chrono::seconds>(r.age));
+  }
+  if (stalls.size() > cap) s += "; and " + std::to_string(stalls.size() - cap) + " more";
+  return s;
+}
+
+}  // namespace
+
+void CoordinatorServiceImpl::TimerLoop() {
+  std::unique_lock<std::mutex> lock(mu_);
+  while (!stop_threads_) {
+    TimerTickLocked(Clock::now());
+    timer_wake_ = NextWakeLocked();
+    timer_cv_.wait_until(lock, timer_wake_);
+  }
+}
+
+void CoordinatorServiceImpl::WakeTimerLocked(TimePoint at) {
+  if (at < timer_wake_) {
+    timer_wake_ = at;
+    timer_cv_.notify_one();
+  }
+}
+
+TimePoint CoordinatorServiceImpl::NextWakeLocked() const {
+  TimePoint wake = std::min({next_heartbeat_, next_stall_check_, planner_.NextDeadline()});
+  if (!topology_ready_ && start_failure_.empty()) wake = std::min(wake, start_deadline_);
+  if (topology_ready_) {
+    for (const RankState& r : ranks_) {
+      if (r.joined && !r.had_session) {
+        wake = std::min(wake, topology_time_ + config_.start_timeout);
+      }
+      if (r.session && !r.lost) {
+        wake = std::min(wake, r.session->last_recv() + config_.heartbeat_timeout);
+      }
+    }
+  }
+  return wake;
+}
+
+void CoordinatorServiceImpl::TimerTickLocked(TimePoint now) {
+  if (!topology_ready_ && start_failure_.empty() && now >= start_deadline_) FailStartLocked();
+  if (!aborted_ && planner_.NextDeadline() <= now) {
+    Touched touched;
+    PollLocked(now, nullptr, &touched);
+    for (const auto& s : touched) ScheduleFlushLocked(s);
+  }
+  if (now >= next_heartbeat_) {
+    SendHeartbeatsLocked();
+    next_heartbeat_ = now + config_.heartbeat_interval;
+  }
+  if (!aborted_) CheckLivenessLocked(now);
+  if (!aborted_ && now >= next_stall_check_) {
+    CheckStallsLocked(now);
+    next_stall_check_ = now + stall_check_interval_;
+  }
+}
+
+void CoordinatorServiceImpl::SendHeartbeatsLocked() {
+  for (const RankState& r : ranks_) {
+    if (!r.session || r.lost) continue;
+    proto::CoordinatorMessage message;
+    message.mutable_heartbeat();
+    r.session->Push(std::move(message));
+    ScheduleFlushLocked(r.session);
+  }
+}
+
+void CoordinatorServiceImpl::CheckLivenessLocked(TimePoint now) {
+  using std::chrono::duration_cast;
+  using std::chrono::milliseconds;
+  for (int i = 0; i < config_.size && !aborted_; ++i) {
+    const RankState& r = ranks_[i];
+    if (r.lost) continue;
+    if (topology_ready_ && r.joined && !r.had_session &&
+        now >= topology_time_ + config_.start_timeout) {
+      RankLostLocked(i, "it did not open its session within " +
+                            FormatSeconds(config_.start_timeout) + " after all ranks joined");
+      continue;
+    }
+    if (!r.session) continue;
+    const auto silent = now - r.session->last_recv();
+    if (silent >= config_.heartbeat_timeout) {
+      RankLostLocked(i, "missed heartbeats for " +
+                            FormatSeconds(duration_cast<milliseconds>(silent)));
+      continue;
+    }
+    const TimePoint write_started = r.session->write_started();
+    if (write_started != TimePoint::max() && now - write_started >= config_.heartbeat_timeout) {
+      RankLostLocked(i, "it stopped reading from the coordinator for " +
+                            FormatSeconds(duration_cast<milliseconds>(now - write_started)));
+    }
+  }
+}
+
+void CoordinatorServiceImpl::CheckStallsLocked(TimePoint now) {
+  std::vector<StallReport> stalls = planner_.Stalled(now, config_.stall_warning);
+  if (!stalls.empty()) {
+    HORA_LOG_WARN("coordinator: {} tensor(s) stalled: {}", stalls.size(),
+                  DescribeStalls(stalls, 10));
+  }
+  if (config_.stall_timeout <= std::chrono::milliseconds(0)) return;
+  std::vector<StallReport> timed_out = planner_.Stalled(now, config_.stall_timeout);
+  if (!timed_out.empty()) {
+    AbortLocked(Code::kAborted, "stall timeout: " + DescribeStalls(timed_out, 10), -1);
+  }
+}
+
+void CoordinatorServiceImpl::RankLostLocked(int rank, const std::string& why) {
+  RankState& state = ranks_[rank];
+  if (state.lost) return;
+  state.lost = true;
+  AbortLocked(Code::kPeerFailure, DescribeRank(rank) + " is lost: " + why, rank);
+  if (state.session) state.session->Cancel();  // nothing may stay blocked writing to it
+}
+
+void CoordinatorServiceImpl::AbortLocked(Code code, const std::string& message,
+                                         int except_rank) {
+  if (aborted_) return;
+  aborted_ = true;
+  abort_message_ = message;
+  HORA_LOG_ERROR("coordinator: aborting the job: {}", message);
+  join_cv_.notify_all();
+  for (int i = 0; i < config_.size; ++i) {
+    const RankState& r = ranks_[i];
+    if (i == except_rank || !r.session) continue;
+    proto::CoordinatorMessage m;
+    m.mutable_abort()->set_code(static_cast<int32_t>(code));
+    m.mutable_abort()->set_message(message);
+    r.session->Push(std::move(m));
+    ScheduleFlushLocked(r.session);
+  }
+}
+
+void CoordinatorServiceImpl::ScheduleFlushLocked(const std::shared_ptr<SessionStream>& s) {
+  if (std::find(flush_queue_.begin(), flush_queue_.end(), s) == flush_queue_.end()) {
+    flush_queue_.push_back(s);
+  }
+  sender_cv_.notify_all();
+}
+
+void CoordinatorServiceImpl::SenderLoop() {
+  std::unique_lock<std::mutex> lock(mu_);
+  while (true) {
+    sender_cv_.wait(lock, [this] { return stop_threads_ || !flush_queue_.empty(); });
+    if (flush_queue_.empty()) break;  // stop_threads_ and nothing left
+    Touched batch;
+    batch.swap(flush_queue_);
+    sender_busy_ = true;
+    lock.unlock();
+    for (const auto& s : batch) s->Flush();
+    batch.clear();
+    lock.lock();
+    sender_busy_ = false;
+    sender_cv_.notify_all();
+  }
+}
+
+}  // namespace hora

@@ -1,0 +1,239 @@
+// Session streams: Hello, then Ready / JoinOp / Heartbeat / Failure / Goodbye from the worker.
+//
+// Latency path: the handler thread that reads a Ready runs Planner::Submit and Poll inline
+// under mu_, translates every bucket into each rank's view (its own tensor ids), pushes one
+// Plan message per rank into that rank's outbox (under mu_, which fixes the global order), and
+// then, outside mu_, flushes those outboxes itself. No thread hand-off on the way.
+#include "common/logging.h"
+#include "coordinator/auth.h"
+#include "coordinator/convert.h"
+#include "coordinator/service_impl.h"
+
+namespace hora {
+
+grpc::Status CoordinatorServiceImpl::Session(grpc::ServerContext* ctx,
+                                             SessionServerStream* stream) {
+  grpc::Status auth = CheckToken(*ctx, config_.token, "Session");
+  if (!auth.ok()) return auth;
+  proto::WorkerMessage message;
+  if (!stream->Read(&message)) return grpc::Status::OK;
+  std::shared_ptr<SessionStream> session;
+  grpc::Status opened = OpenSession(ctx, stream, message, &session);
+  if (!opened.ok()) {
+    HORA_LOG_ERROR("coordinator: refused a session from {}: {}", ctx->peer(),
+                   opened.error_message());
+    return opened;
+  }
+  const int rank = session->rank();
+  bool goodbye = false;
+  Touched touched;
+  while (!goodbye && stream->Read(&message)) {
+    session->Touch(Clock::now());
+    HandleMessage(rank, message, &touched, &goodbye);
+    for (const auto& s : touched) s->Flush();
+    touched.clear();
+  }
+  EndSession(rank, session, goodbye);
+  return grpc::Status::OK;
+}
+
+grpc::Status CoordinatorServiceImpl::OpenSession(grpc::ServerContext* ctx,
+                                                 SessionServerStream* stream,
+                                                 const proto::WorkerMessage& hello,
+                                                 std::shared_ptr<SessionStream>* session) {
+  using grpc::StatusCode;
+  if (!hello.has_hello()) {
+    return grpc::Status(StatusCode::INVALID_ARGUMENT, "a session must start with Hello");
+  }
+  const int rank = hello.hello().rank();
+  if (rank < 0 || rank >= config_.size) {
+    return grpc::Status(StatusCode::INVALID_ARGUMENT,
+                        "Hello from rank " + std::to_string(rank) + ", out of range [0, " +
+                            std::to_string(config_.size) + ")");
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  if (aborted_) return grpc::Status(StatusCode::ABORTED, abort_message_);
+  if (shutting_down_) {
+    return grpc::Status(StatusCode::UNAVAILABLE, "the coordinator is shutting down");
+  }
+  RankState& state = ranks_[rank];
+  if (!state.joined) {
+    return grpc::Status(StatusCode::FAILED_PRECONDITION,
+                        "rank " + std::to_string(rank) + " opened a session before Join");
+  }
+  if (state.had_session) {
+    return grpc::Status(StatusCode::ALREADY_EXISTS,
+                        DescribeRank(rank) + " already had a session");
+  }
+  state.had_session = true;
+  state.session = std::make_shared<SessionStream>(rank, ctx, stream, Clock::now());
+  *session = state.session;
+  WakeTimerLocked(Clock::now() + config_.heartbeat_timeout);
+  HORA_LOG_DEBUG("coordinator: session opened by {} from {}", DescribeRank(rank), ctx->peer());
+  return grpc::Status::OK;
+}
+
+void CoordinatorServiceImpl::HandleMessage(int rank, const proto::WorkerMessage& message,
+                                           Touched* touched, bool* goodbye) {
+  switch (message.kind_case()) {
+    case proto::WorkerMessage::kHeartbeat:
+      return;
+    case proto::WorkerMessage::kReady: {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (!aborted_) HandleReadyLocked(rank, message.ready(), Clock::now(), touched);
+      return;
+    }
+    case proto::WorkerMessage::kJoinOp: {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (aborted_) return;
+      const TimePoint now = Clock::now();
+      planner_.Join(rank, now);
+      PollLocked(now, nullptr, touched);
+      return;
+    }
+    case proto::WorkerMessage::kGoodbye:
+      *goodbye = true;
+      return;
+    case proto::WorkerMessage::kFailure: {
+      std::lock_guard<std::mutex> lock(mu_);
+      AbortLocked(Code::kPeerFailure,
+                  DescribeRank(rank) + " failed: " + message.failure().message(), rank);
+      return;
+    }
+    default:
+      HORA_LOG_WARN("coordinator: ignored an unexpected message (kind {}) from rank {}",
+                    static_cast<int>(message.kind_case()), rank);
+      return;
+  }
+}
+
+void CoordinatorServiceImpl::HandleReadyLocked(int rank, const proto::WorkerMessage::Ready& ready,
+                                               TimePoint now, Touched* touched) {
+  RankState& state = ranks_[rank];
+  std::vector<PlanMessage> extra;  // errors found here, for this rank
+  auto fail = [&](uint32_t id, Status status) {
+    if (extra.empty()) extra.resize(config_.size);
+    extra[rank].errors.push_back(TensorErrorNotice{static_cast<int32_t>(id), std::move(status)});
+  };
+  for (const proto::ReadyTensor& t : ready.tensors()) {
+    if (t.has_signature()) {
+      TensorSpec spec;
+      Status s = FromProto(t.signature(), &spec);
+      if (!s.ok()) {
+        fail(t.id(), s);
+        continue;
+      }
+      state.ids[spec.name] = t.id();
+      auto it = state.specs.insert_or_assign(t.id(), std::move(spec)).first;
+      planner_.Submit(rank, it->second, now);
+      continue;
+    }
+    auto it = state.specs.find(t.id());
+    if (it == state.specs.end()) {
+      fail(t.id(), InvalidArgument("unknown tensor id " + std::to_string(t.id()) + " from rank " +
+                                   std::to_string(rank) + " (its first use must carry the "
+                                   "signature)"));
+      continue;
+    }
+    planner_.Submit(rank, it->second, now);
+  }
+  PollLocked(now, extra.empty() ? nullptr : &extra, touched);
+}
+
+BucketPlan CoordinatorServiceImpl::PlanForRankLocked(const PlannedBucket& bucket,
+                                                     int rank) const {
+  BucketPlan plan;
+  plan.seq = bucket.seq;
+  plan.collective = bucket.collective;
+  plan.dtype = bucket.dtype;
+  plan.op = bucket.op;
+  plan.root = bucket.root;
+  plan.prescale = bucket.prescale;
+  plan.postscale = bucket.postscale;
+  plan.joined_ranks = bucket.joined_ranks;
+  plan.entries.reserve(bucket.entries.size());
+  const RankState& state = ranks_[rank];
+  for (const PlannedBucket::Entry& e : bucket.entries) {
+    BucketPlan::Entry entry;
+    const bool submitted = rank < static_cast<int>(e.submitted.size()) && e.submitted[rank];
+    if (submitted) {
+      auto it = state.ids.find(e.name);
+      if (it != state.ids.end()) {
+        entry.id = static_cast<int32_t>(it->second);
+      } else {
+        HORA_LOG_ERROR("coordinator: no id of rank {} for tensor '{}'", rank, e.name);
+      }
+    }
+    entry.num_elements = e.num_elements;
+    entry.first_dims = e.first_dims;
+    if (!e.splits.empty()) {
+      entry.recv_splits.reserve(e.splits.size());
+      for (const auto& from_sender : e.splits) {
+        entry.recv_splits.push_back(
+            rank < static_cast<int>(from_sender.size()) ? from_sender[rank] : 0);
+      }
+    }
+    plan.entries.push_back(std::move(entry));
+  }
+  return plan;
+}
+
+void CoordinatorServiceImpl::PollLocked(TimePoint now, std::vector<PlanMessage>* extra,
+                                        Touched* touched) {
+  PlannerOutput out = planner_.Poll(now);
+  const bool any = !out.buckets.empty() || !out.failures.empty() || out.join_done;
+  if (!any && extra == nullptr) {
+    WakeTimerLocked(planner_.NextDeadline());
+    return;
+  }
+  for (int r = 0; r < config_.size; ++r) {
+    const bool has_extra = extra != nullptr && !(*extra)[r].errors.empty();
+    bool has_failure = false;
+    for (const TensorFailure& f : out.failures) {
+      has_failure |= r < static_cast<int>(f.submitted.size()) && f.submitted[r];
+    }
+    if (out.buckets.empty() && !has_failure && !has_extra && !out.join_done) continue;
+    const std::shared_ptr<SessionStream>& session = ranks_[r].session;
+    if (!session) continue;
+    if (!out.buckets.empty() || has_failure || has_extra) {
+      PlanMessage plan;
+      for (const PlannedBucket& b : out.buckets) plan.buckets.push_back(PlanForRankLocked(b, r));
+      for (const TensorFailure& f : out.failures) {
+        if (r >= static_cast<int>(f.submitted.size()) || !f.submitted[r]) continue;
+        auto it = ranks_[r].ids.find(f.name);
+        const int32_t id = it == ranks_[r].ids.end() ? -1 : static_cast<int32_t>(it->second);
+        plan.errors.push_back(TensorErrorNotice{id, f.status});
+      }
+      if (has_extra) {
+        for (TensorErrorNotice& e : (*extra)[r].errors) plan.errors.push_back(std::move(e));
+      }
+      proto::CoordinatorMessage message;
+      ToProto(plan, message.mutable_plan());
+      session->Push(std::move(message));
+    }
+    if (out.join_done) {
+      proto::CoordinatorMessage message;
+      message.mutable_join_done()->set_last_joined_rank(out.last_joined_rank);
+      session->Push(std::move(message));
+    }
+    touched->push_back(session);
+  }
+  WakeTimerLocked(planner_.NextDeadline());
+}
+
+void CoordinatorServiceImpl::EndSession(int rank, const std::shared_ptr<SessionStream>& session,
+                                        bool goodbye) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    RankState& state = ranks_[rank];
+    if (!goodbye && !state.lost && !aborted_ && !shutting_down_) {
+      RankLostLocked(rank, "its connection to the coordinator broke");
+    }
+    if (goodbye) HORA_LOG_DEBUG("coordinator: {} said goodbye", DescribeRank(rank));
+    if (state.session == session) state.session.reset();
+    sessions_cv_.notify_all();
+  }
+  session->Close(std::chrono::seconds(1));
+}
+
+}  // namespace hora

@@ -1,0 +1,58 @@
+#include "coordinator/session_stream.h"
+
+#include <utility>
+
+namespace hora {
+
+SessionStream::SessionStream(int rank, grpc::ServerContext* ctx, SessionServerStream* stream,
+                             TimePoint now)
+    : rank_(rank), ctx_(ctx), stream_(stream), last_recv_(now.time_since_epoch().count()) {}
+
+void SessionStream::Push(proto::CoordinatorMessage message) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!closed_) outbox_.push_back(std::move(message));
+}
+
+void SessionStream::Flush() {
+  std::unique_lock<std::mutex> lock(mu_);
+  if (flushing_) return;  // the thread that is flushing writes our messages too
+  flushing_ = true;
+  while (!closed_ && !outbox_.empty()) {
+    proto::CoordinatorMessage message = std::move(outbox_.front());
+    outbox_.pop_front();
+    write_started_ = Clock::now();
+    lock.unlock();
+    const bool ok = stream_->Write(message);
+    lock.lock();
+    write_started_ = TimePoint::max();
+    if (!ok) {  // the call is over; the handler's Read sees it too
+      outbox_.clear();
+      break;
+    }
+  }
+  flushing_ = false;
+  idle_cv_.notify_all();
+}
+
+TimePoint SessionStream::write_started() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return write_started_;
+}
+
+void SessionStream::Cancel() {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!finished_) ctx_->TryCancel();
+}
+
+void SessionStream::Close(std::chrono::milliseconds grace) {
+  std::unique_lock<std::mutex> lock(mu_);
+  closed_ = true;
+  outbox_.clear();
+  if (!idle_cv_.wait_for(lock, grace, [this] { return !flushing_; })) {
+    ctx_->TryCancel();  // a write is stuck: cancelling the call makes it return
+    idle_cv_.wait(lock, [this] { return !flushing_; });
+  }
+  finished_ = true;
+}
+
+}  // namespace hora

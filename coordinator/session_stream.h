@@ -1,0 +1,75 @@
+// One rank's session stream as the coordinator writes to it.
+//
+// The sync gRPC API allows one Read and one Write in flight per stream. The session's own
+// handler thread does all the reads; writes come from any thread (the reader of another rank
+// that completed a bucket, the service's sender thread with heartbeats and aborts). Messages
+// are pushed into an outbox under the service lock, which fixes their order, and written
+// outside it by Flush(): whichever thread flushes first writes everything queued, in order;
+// a second flusher returns at once, leaving its messages to the first. So no thread ever
+// reorders another's messages, and the service lock is never held across a network write.
+//
+// Thread safety: all methods are thread-safe. Close() must be called by the handler thread
+// before it returns; after it no write touches the stream.
+#ifndef HORA_COORDINATOR_SESSION_STREAM_H_
+#define HORA_COORDINATOR_SESSION_STREAM_H_
+
+#include <grpcpp/server_context.h>
+#include <grpcpp/support/sync_stream.h>
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <deque>
+#include <mutex>
+
+#include "coordinator/planner.h"
+#include "proto/coordinator.pb.h"
+
+namespace hora {
+
+using SessionServerStream =
+    grpc::ServerReaderWriter<proto::CoordinatorMessage, proto::WorkerMessage>;
+
+class SessionStream {
+ public:
+  SessionStream(int rank, grpc::ServerContext* ctx, SessionServerStream* stream, TimePoint now);
+  SessionStream(const SessionStream&) = delete;
+  SessionStream& operator=(const SessionStream&) = delete;
+
+  int rank() const { return rank_; }
+
+  // Records that a message arrived from the rank (lock-free; called for every message).
+  void Touch(TimePoint now) { last_recv_.store(now.time_since_epoch().count()); }
+  TimePoint last_recv() const { return TimePoint(Clock::duration(last_recv_.load())); }
+
+  // Queues a message. Never blocks on the network.
+  void Push(proto::CoordinatorMessage message);
+  // Writes every queued message in order. May block on the network (flow control); returns
+  // at once when another thread is already flushing or the stream is closed.
+  void Flush();
+  // When the write in progress started; TimePoint::max() when none is.
+  TimePoint write_started() const;
+  // Cancels the call (unblocks a stuck write and the handler's read). No-op after Close().
+  void Cancel();
+  // Stops all writes. Waits up to `grace` for a write in progress, then cancels the call and
+  // waits for it to return.
+  void Close(std::chrono::milliseconds grace);
+
+ private:
+  const int rank_;
+  grpc::ServerContext* const ctx_;
+  SessionServerStream* const stream_;
+  std::atomic<Clock::rep> last_recv_;
+
+  mutable std::mutex mu_;
+  std::condition_variable idle_cv_;
+  std::deque<proto::CoordinatorMessage> outbox_;  // guarded by mu_
+  bool flushing_ = false;                         // guarded by mu_
+  bool closed_ = false;                           // guarded by mu_
+  bool finished_ = false;                         // guarded by mu_
+  TimePoint write_started_ = TimePoint::max();    // guarded by mu_
+};
+
+}  // namespace hora
+
+#endif  // HORA_COORDINATOR_SESSION_STREAM_H_
