@@ -79,8 +79,8 @@ class GlooCommunicator : public Communicator {
   Status Allgatherv(const void* in, void* out, const std::vector<size_t>& bytes_per_rank) override;
   Status Alltoallv(const void* in, const std::vector<size_t>& send_bytes, void* out,
                    const std::vector<size_t>& recv_bytes) override;
-  Status Reducescatter(const void* in, void* out, const std::vector<size_t>& counts,
-                       DataType dtype, ReduceOp op) override;
+  Status Reducescatter(const void* in, void* out, const std::vector<size_t>& counts, DataType dtype,
+                       ReduceOp op) override;
   Status Barrier() override;
 
  private:
@@ -114,12 +114,12 @@ Status GlooCommunicator::Run(const char* what, size_t bytes, Fn&& fn) {
     return Status::Ok();
   } catch (const gloo::IoException& e) {
     if (LooksLikeTimeout(e.what())) {
-      return Fail(DeadlineExceeded(op + " timed out after " + std::to_string(timeout_.count()) +
-                                   " ms waiting for a peer (a rank may have died or stopped): " +
-                                   e.what()));
+      return Fail(DeadlineExceeded(
+          op + " timed out after " + std::to_string(timeout_.count()) +
+          " ms waiting for a peer (a rank may have died or stopped): " + e.what()));
     }
-    return Fail(PeerFailure(op + " failed: a peer connection broke (a rank may have died): " +
-                            e.what()));
+    return Fail(
+        PeerFailure(op + " failed: a peer connection broke (a rank may have died): " + e.what()));
   } catch (const gloo::EnforceNotMet& e) {
     return Fail(Internal(op + " failed a gloo check: " + e.what()));
   } catch (const std::exception& e) {
@@ -154,11 +154,20 @@ Status GlooCommunicator::Allreduce(void* buf, size_t count, DataType dtype, Redu
   return Run("allreduce", count * elem, [&] {
     auto fn = MakeReduceFunction(dtype, op);
     switch (elem) {
-      case 1: RingAllreduce<uint8_t>(context_, buf, count, fn, timeout_); break;
-      case 2: RingAllreduce<uint16_t>(context_, buf, count, fn, timeout_); break;
-      case 4: RingAllreduce<uint32_t>(context_, buf, count, fn, timeout_); break;
-      case 8: RingAllreduce<uint64_t>(context_, buf, count, fn, timeout_); break;
-      default: HORA_CHECK(false && "unexpected element size");
+      case 1:
+        RingAllreduce<uint8_t>(context_, buf, count, fn, timeout_);
+        break;
+      case 2:
+        RingAllreduce<uint16_t>(context_, buf, count, fn, timeout_);
+        break;
+      case 4:
+        RingAllreduce<uint32_t>(context_, buf, count, fn, timeout_);
+        break;
+      case 8:
+        RingAllreduce<uint64_t>(context_, buf, count, fn, timeout_);
+        break;
+      default:
+        HORA_CHECK(false && "unexpected element size");
     }
   });
 }
@@ -241,8 +250,8 @@ void GlooCommunicator::ExchangeAlltoallv(const void* in, const std::vector<size_
   for (int i = 0; i < recvs; ++i) rbuf->waitRecv(timeout_);
 }
 
-Status GlooCommunicator::Alltoallv(const void* in, const std::vector<size_t>& send_bytes,
-                                   void* out, const std::vector<size_t>& recv_bytes) {
+Status GlooCommunicator::Alltoallv(const void* in, const std::vector<size_t>& send_bytes, void* out,
+                                   const std::vector<size_t>& recv_bytes) {
   if (send_bytes.size() != static_cast<size_t>(size()) ||
       recv_bytes.size() != static_cast<size_t>(size())) {
     return InvalidArgument("alltoallv needs one send and one receive byte count per rank");
@@ -265,9 +274,8 @@ Status GlooCommunicator::Alltoallv(const void* in, const std::vector<size_t>& se
 // Reducescatter = alltoallv of the per-rank slices (rank r gets slice r from everyone) and a
 // local reduction of the size() received slices, in rank order. See the header comment for
 // why this rather than allreduce + copy (which moves twice the data).
-Status GlooCommunicator::Reducescatter(const void* in, void* out,
-                                       const std::vector<size_t>& counts, DataType dtype,
-                                       ReduceOp op) {
+Status GlooCommunicator::Reducescatter(const void* in, void* out, const std::vector<size_t>& counts,
+                                       DataType dtype, ReduceOp op) {
   if (!IsValidDataType(static_cast<int32_t>(dtype))) return InvalidArgument("invalid dtype");
   if (op != ReduceOp::kSum && op != ReduceOp::kMin && op != ReduceOp::kMax &&
       op != ReduceOp::kProduct) {

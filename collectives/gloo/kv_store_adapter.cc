@@ -22,8 +22,8 @@ std::string KvStoreAdapter::Fetch(const std::string& key, std::chrono::milliseco
   StatusOr<std::string> v = store_->Get(prefix_ + key, timeout);
   if (!v.ok()) {
     if (error_.ok()) error_ = v.status();
-    throw gloo::IoException("store get of key '" + prefix_ + key + "' failed: " +
-                            v.status().ToString());
+    throw gloo::IoException("store get of key '" + prefix_ + key +
+                            "' failed: " + v.status().ToString());
   }
   return std::move(v).value();
 }

@@ -1,0 +1,329 @@
+// Tests of the Gloo communicator: ranks as threads in one process over loopback TCP,
+// parameterized over world size (1, 2, 3, 4, 7), element count (0, 1, odd, large), every
+// dtype and op. Values are small integers so every reduction (float16 and bfloat16
+// included) is exact and the expectations are byte-for-byte.
+#include <atomic>
+#include <catch2/catch.hpp>
+#include <chrono>
+#include <cstdint>
+#include <vector>
+
+#include "collectives/gloo/gloo_communicator.h"
+#include "common/reduce.h"
+#include "common/types.h"
+#include "tests/collectives/rank_threads.h"
+
+using namespace hora;
+using hora::testing::CompareBytes;
+using hora::testing::JoinFailures;
+using hora::testing::RunRanks;
+
+namespace {
+
+const DataType kAllTypes[] = {DataType::kUint8,   DataType::kInt8,    DataType::kInt32,
+                              DataType::kInt64,   DataType::kFloat16, DataType::kBfloat16,
+                              DataType::kFloat32, DataType::kFloat64, DataType::kBool};
+const ReduceOp kAllOps[] = {ReduceOp::kSum, ReduceOp::kMin, ReduceOp::kMax, ReduceOp::kProduct};
+
+bool IsUnsigned(DataType t) { return t == DataType::kUint8 || t == DataType::kBool; }
+
+// The value rank r contributes at index i: small integers chosen per op so that the
+// reduction over up to 7 ranks is exact in every dtype (sums within [-21, 28], products
+// within [-8, 8], bool 0/1).
+double Value(DataType t, ReduceOp op, size_t i, int r) {
+  const size_t k = i + static_cast<size_t>(r) * 5;
+  if (t == DataType::kBool) return (k % 3) == 0 ? 1 : ((i % 4 == 0) ? 1 : 0);
+  switch (op) {
+    case ReduceOp::kProduct:
+      if (k % 3 == 0) return 2;
+      return (k % 3 == 1 || IsUnsigned(t)) ? 1 : -1;
+    case ReduceOp::kMin:
+    case ReduceOp::kMax:
+      return IsUnsigned(t) ? static_cast<double>((i * 7 + r * 13) % 11)
+                           : static_cast<double>((i * 7 + r * 13) % 11) - 5;
+    default:
+      return IsUnsigned(t) ? static_cast<double>(k % 5) : static_cast<double>(k % 7) - 3;
+  }
+}
+
+double Fold(DataType t, ReduceOp op, double a, double b) {
+  if (t == DataType::kBool) {
+    bool x = a != 0, y = b != 0;
+    return (op == ReduceOp::kSum || op == ReduceOp::kMax) ? (x || y) : (x && y);
+  }
+  switch (op) {
+    case ReduceOp::kMin:
+      return a < b ? a : b;
+    case ReduceOp::kMax:
+      return a > b ? a : b;
+    case ReduceOp::kProduct:
+      return a * b;
+    default:
+      return a + b;
+  }
+}
+
+void Put(DataType t, void* buf, size_t i, double v) {
+  switch (t) {
+    case DataType::kUint8:
+      static_cast<uint8_t*>(buf)[i] = static_cast<uint8_t>(v);
+      break;
+    case DataType::kInt8:
+      static_cast<int8_t*>(buf)[i] = static_cast<int8_t>(v);
+      break;
+    case DataType::kInt32:
+      static_cast<int32_t*>(buf)[i] = static_cast<int32_t>(v);
+      break;
+    case DataType::kInt64:
+      static_cast<int64_t*>(buf)[i] = static_cast<int64_t>(v);
+      break;
+    case DataType::kFloat16:
+      static_cast<uint16_t*>(buf)[i] = FloatToHalf(float(v));
+      break;
+    case DataType::kBfloat16:
+      static_cast<uint16_t*>(buf)[i] = FloatToBfloat16(float(v));
+      break;
+    case DataType::kFloat32:
+      static_cast<float*>(buf)[i] = static_cast<float>(v);
+      break;
+    case DataType::kFloat64:
+      static_cast<double*>(buf)[i] = v;
+      break;
+    case DataType::kBool:
+      static_cast<uint8_t*>(buf)[i] = v != 0 ? 1 : 0;
+      break;
+  }
+}
+
+// Fills buf with rank r's contribution; `offset` shifts the index (for reducescatter slices).
+void FillInput(DataType t, ReduceOp op, int r, void* buf, size_t count, size_t offset = 0) {
+  for (size_t i = 0; i < count; ++i) Put(t, buf, i, Value(t, op, i + offset, r));
+}
+
+void FillExpected(DataType t, ReduceOp op, int size, void* buf, size_t count, size_t offset = 0) {
+  for (size_t i = 0; i < count; ++i) {
+    double acc = Value(t, op, i + offset, 0);
+    for (int r = 1; r < size; ++r) acc = Fold(t, op, acc, Value(t, op, i + offset, r));
+    Put(t, buf, i, acc);
+  }
+}
+
+std::string Label(const char* what, DataType t, ReduceOp op, size_t count) {
+  return std::string(what) + " " + DataTypeName(t) + " " + ReduceOpName(op) + " x" +
+         std::to_string(count);
+}
+
+}  // namespace
+
+TEST_CASE("allreduce: every dtype and op, exact results", "[gloo]") {
+  const int size = GENERATE(1, 2, 3, 4, 7);
+  CAPTURE(size);
+  auto failures = RunRanks(size, [&](Communicator& comm) -> std::string {
+    for (size_t count : {size_t{0}, size_t{1}, size_t{1001}, size_t{300001}}) {
+      for (DataType t : kAllTypes) {
+        for (ReduceOp op : kAllOps) {
+          const size_t bytes = count * DataTypeSize(t);
+          std::vector<uint8_t> buf(bytes + 1), want(bytes + 1);
+          FillInput(t, op, comm.rank(), buf.data(), count);
+          FillExpected(t, op, comm.size(), want.data(), count);
+          buf[bytes] = want[bytes] = 0xA5;  // guard byte: nothing written past the end
+          RANK_OK(comm.Allreduce(count ? buf.data() : nullptr, count, t, op));
+          RANK_EXPECT(
+              CompareBytes(buf.data(), want.data(), bytes + 1, Label("allreduce", t, op, count)));
+        }
+      }
+    }
+    return "";
+  });
+  REQUIRE(JoinFailures(failures) == "");
+}
+
+TEST_CASE("allreduce: rejects average and bad dtypes", "[gloo]") {
+  auto failures = RunRanks(1, [](Communicator& comm) -> std::string {
+    float x = 1;
+    if (comm.Allreduce(&x, 1, DataType::kFloat32, ReduceOp::kAverage).code() !=
+        Code::kInvalidArgument) {
+      return "average was accepted";
+    }
+    if (comm.Allreduce(&x, 1, static_cast<DataType>(42), ReduceOp::kSum).code() !=
+        Code::kInvalidArgument) {
+      return "dtype 42 was accepted";
+    }
+    RANK_OK(comm.Allreduce(&x, 1, DataType::kFloat32, ReduceOp::kSum));  // not sticky
+    if (std::string(comm.name()) != "gloo") return "name is not gloo";
+    return "";
+  });
+  REQUIRE(JoinFailures(failures) == "");
+}
+
+TEST_CASE("broadcast from every root", "[gloo]") {
+  const int size = GENERATE(1, 2, 3, 4, 7);
+  CAPTURE(size);
+  auto failures = RunRanks(size, [&](Communicator& comm) -> std::string {
+    for (size_t bytes : {size_t{0}, size_t{1}, size_t{1001}, size_t{300000}}) {
+      for (int root = 0; root < comm.size(); ++root) {
+        std::vector<uint8_t> buf(bytes, 0xEE), want(bytes);
+        for (size_t i = 0; i < bytes; ++i) want[i] = static_cast<uint8_t>(i * 31 + root);
+        if (comm.rank() == root) buf = want;
+        RANK_OK(comm.Broadcast(buf.data(), bytes, root));
+        RANK_EXPECT(
+            CompareBytes(buf.data(), want.data(), bytes, "broadcast root " + std::to_string(root)));
+      }
+    }
+    if (comm.Broadcast(nullptr, 0, comm.size()).code() != Code::kInvalidArgument) {
+      return std::string("root out of range was accepted");
+    }
+    return "";
+  });
+  REQUIRE(JoinFailures(failures) == "");
+}
+
+TEST_CASE("allgatherv with uneven and zero contributions", "[gloo]") {
+  const int size = GENERATE(1, 2, 3, 4, 7);
+  CAPTURE(size);
+  auto failures = RunRanks(size, [&](Communicator& comm) -> std::string {
+    const int n = comm.size();
+    std::vector<std::vector<size_t>> layouts;
+    for (size_t c : {size_t{1}, size_t{1001}, size_t{100000}}) {
+      std::vector<size_t> v(n);
+      for (int r = 0; r < n; ++r) v[r] = (r % 3 == 1) ? 0 : c + r;
+      layouts.push_back(v);
+    }
+    layouts.push_back(std::vector<size_t>(n, 0));  // nothing at all
+    std::vector<size_t> one(n, 0);
+    one[n - 1] = 777;  // only the last rank contributes
+    layouts.push_back(one);
+    for (const auto& counts : layouts) {
+      size_t total = 0;
+      std::vector<uint8_t> want;
+      for (int r = 0; r < n; ++r) {
+        for (size_t i = 0; i < counts[r]; ++i) want.push_back(static_cast<uint8_t>(r * 17 + i));
+        total += counts[r];
+      }
+      std::vector<uint8_t> in(counts[comm.rank()]);
+      for (size_t i = 0; i < in.size(); ++i) in[i] = static_cast<uint8_t>(comm.rank() * 17 + i);
+      std::vector<uint8_t> out(total, 0xEE);
+      RANK_OK(comm.Allgatherv(in.data(), out.data(), counts));
+      RANK_EXPECT(CompareBytes(out.data(), want.data(), total,
+                               "allgatherv total " + std::to_string(total)));
+    }
+    return "";
+  });
+  REQUIRE(JoinFailures(failures) == "");
+}
+
+namespace {
+// Bytes rank s sends to rank d in layout `k`; layout 2 leaves rank 0 out entirely.
+size_t Split(int k, int s, int d, size_t scale) {
+  if (k == 2 && (s == 0 || d == 0)) return 0;
+  return static_cast<size_t>((s * 3 + d * 5 + k) % 7) * scale;
+}
+uint8_t SplitByte(int s, int d, size_t i) { return static_cast<uint8_t>(s * 29 + d * 7 + i); }
+}  // namespace
+
+TEST_CASE("alltoallv with uneven splits", "[gloo]") {
+  const int size = GENERATE(1, 2, 3, 4, 7);
+  CAPTURE(size);
+  auto failures = RunRanks(size, [&](Communicator& comm) -> std::string {
+    const int n = comm.size(), me = comm.rank();
+    for (int k = 0; k < 3; ++k) {
+      for (size_t scale : {size_t{0}, size_t{1}, size_t{9973}}) {
+        std::vector<size_t> send(n), recv(n);
+        std::vector<uint8_t> in, want;
+        for (int d = 0; d < n; ++d) {
+          send[d] = Split(k, me, d, scale);
+          for (size_t i = 0; i < send[d]; ++i) in.push_back(SplitByte(me, d, i));
+        }
+        for (int s = 0; s < n; ++s) {
+          recv[s] = Split(k, s, me, scale);
+          for (size_t i = 0; i < recv[s]; ++i) want.push_back(SplitByte(s, me, i));
+        }
+        std::vector<uint8_t> out(want.size(), 0xEE);
+        RANK_OK(comm.Alltoallv(in.data(), send, out.data(), recv));
+        RANK_EXPECT(CompareBytes(
+            out.data(), want.data(), want.size(),
+            "alltoallv layout " + std::to_string(k) + " scale " + std::to_string(scale)));
+      }
+    }
+    return "";
+  });
+  REQUIRE(JoinFailures(failures) == "");
+}
+
+TEST_CASE("reducescatter with uneven counts, every dtype and op", "[gloo]") {
+  const int size = GENERATE(1, 2, 3, 4, 7);
+  CAPTURE(size);
+  auto failures = RunRanks(size, [&](Communicator& comm) -> std::string {
+    const int n = comm.size(), me = comm.rank();
+    for (size_t c : {size_t{0}, size_t{1}, size_t{1001}, size_t{50001}}) {
+      std::vector<size_t> counts(n);
+      for (int r = 0; r < n; ++r) counts[r] = (r % 2 == 1) ? 0 : c + r;  // zeros included
+      if (n == 1) counts[0] = c;
+      size_t total = 0, offset = 0;
+      for (int r = 0; r < n; ++r) {
+        if (r < me) offset += counts[r];
+        total += counts[r];
+      }
+      for (DataType t : kAllTypes) {
+        for (ReduceOp op : kAllOps) {
+          if (c > 2000 && t != DataType::kFloat32 && op != ReduceOp::kSum) continue;
+          const size_t es = DataTypeSize(t);
+          std::vector<uint8_t> in(total * es), out(counts[me] * es + 1), want(counts[me] * es + 1);
+          FillInput(t, op, me, in.data(), total);
+          FillExpected(t, op, n, want.data(), counts[me], offset);
+          out.back() = want.back() = 0xA5;
+          RANK_OK(comm.Reducescatter(in.data(), out.data(), counts, t, op));
+          RANK_EXPECT(CompareBytes(out.data(), want.data(), out.size(),
+                                   Label("reducescatter", t, op, total)));
+        }
+      }
+    }
+    return "";
+  });
+  REQUIRE(JoinFailures(failures) == "");
+}
+
+TEST_CASE("barrier holds every rank until all arrive", "[gloo]") {
+  const int size = GENERATE(1, 2, 3, 4, 7);
+  CAPTURE(size);
+  std::atomic<int> arrived{0};
+  auto failures = RunRanks(size, [&](Communicator& comm) -> std::string {
+    for (int round = 1; round <= 5; ++round) {
+      // Stagger arrivals so a barrier that does not wait would be caught.
+      if (comm.rank() == round % comm.size()) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      }
+      arrived.fetch_add(1);
+      RANK_OK(comm.Barrier());
+      const int seen = arrived.load();
+      if (seen < round * comm.size()) {
+        return "barrier round " + std::to_string(round) + " passed with only " +
+               std::to_string(seen) + " arrivals";
+      }
+      RANK_OK(comm.Barrier());  // nobody starts the next round before all have checked
+    }
+    return "";
+  });
+  REQUIRE(JoinFailures(failures) == "");
+}
+
+// Not run by default: bazel-bin/tests/collectives/gloo_test "[bench]"
+TEST_CASE("bench: 64 MiB float32 allreduce between 2 ranks", "[.bench]") {
+  const size_t count = (64u << 20) / sizeof(float);
+  std::vector<double> secs(2);
+  auto failures = RunRanks(2, [&](Communicator& comm) -> std::string {
+    std::vector<float> buf(count, 1.0f);
+    RANK_OK(comm.Allreduce(buf.data(), count, DataType::kFloat32, ReduceOp::kSum));  // warm-up
+    const int iters = 5;
+    const auto start = std::chrono::steady_clock::now();
+    for (int i = 0; i < iters; ++i) {
+      RANK_OK(comm.Allreduce(buf.data(), count, DataType::kFloat32, ReduceOp::kSum));
+    }
+    secs[comm.rank()] =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() / iters;
+    return "";
+  });
+  REQUIRE(JoinFailures(failures) == "");
+  WARN("64 MiB float32 allreduce, 2 ranks as threads: "
+       << secs[0] * 1e3 << " ms (" << (64.0 / 1024) / secs[0] << " GB/s algorithm bandwidth)");
+}
