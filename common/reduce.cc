@@ -1,6 +1,7 @@
 #include "common/reduce.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 
 namespace hora {
@@ -116,9 +117,19 @@ void ReduceHalfLike(uint16_t* d, const uint16_t* s, size_t n, ReduceOp op) {
   }
 }
 
+// Integers: a result within rounding noise of an integer is that integer (so an average of
+// 9 over 3 ranks is 3, not 2.9999999 truncated); otherwise rounds toward zero, like C division.
 template <typename T>
 void ScaleCopyTyped(T* d, const T* s, size_t n, double factor) {
-  for (size_t i = 0; i < n; ++i) d[i] = static_cast<T>(s[i] * factor);
+  for (size_t i = 0; i < n; ++i) {
+    double x = static_cast<double>(s[i]) * factor;
+    double r = std::nearbyint(x);
+    d[i] = static_cast<T>(std::fabs(x - r) <= 1e-9 * std::max(1.0, std::fabs(x)) ? r : std::trunc(x));
+  }
+}
+
+void ScaleCopyDouble(double* d, const double* s, size_t n, double factor) {
+  for (size_t i = 0; i < n; ++i) d[i] = s[i] * factor;
 }
 
 void ScaleCopyFloat(float* __restrict d, const float* __restrict s, size_t n, double factor) {
@@ -176,7 +187,7 @@ void ScaleCopy(void* dst, const void* src, size_t count, DataType dtype, double 
     case DataType::kFloat32:
       return ScaleCopyFloat(static_cast<float*>(dst), static_cast<const float*>(src), count, factor);
     case DataType::kFloat64:
-      return ScaleCopyTyped(static_cast<double*>(dst), static_cast<const double*>(src), count, factor);
+      return ScaleCopyDouble(static_cast<double*>(dst), static_cast<const double*>(src), count, factor);
     case DataType::kFloat16:
       return ScaleCopyHalfLike<HalfToFloat, FloatToHalf>(
           static_cast<uint16_t*>(dst), static_cast<const uint16_t*>(src), count, factor);

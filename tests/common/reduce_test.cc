@@ -59,7 +59,7 @@ TEST_CASE("ReduceInto applies every op on every dtype") {
   REQUIRE(z == std::vector<uint8_t>{0, 0, 1, 0});
 }
 
-TEST_CASE("ScaleCopy scales floats and truncates integers") {
+TEST_CASE("ScaleCopy scales floats; integers round toward zero unless exact") {
   std::vector<float> f = {1.0f, -4.0f};
   ScaleInPlace(f.data(), 2, DataType::kFloat32, 0.5);
   REQUIRE(f == std::vector<float>{0.5f, -2.0f});
@@ -82,4 +82,10 @@ TEST_CASE("Status and type names") {
   REQUIRE(std::string(DataTypeName(DataType::kBool)) == "bool");
   REQUIRE_FALSE(IsValidDataType(9));
   REQUIRE_FALSE(IsValidReduceOp(-1));
+}
+
+TEST_CASE("integer average is exact where the quotient is an integer") {
+  std::vector<int32_t> v = {9, 10, -9, 7};
+  ScaleInPlace(v.data(), 4, DataType::kInt32, 1.0 / 3);
+  REQUIRE(v == std::vector<int32_t>{3, 3, -3, 2});
 }
