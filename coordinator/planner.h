@@ -10,6 +10,11 @@
 //              alltoall compare shape[1:] only. Any difference becomes a TensorFailure
 //              (code kMismatch) for every rank, naming the field and which ranks had which
 //              value: "tensor 'w': shape differs across ranks: [4] on ranks 0,2; [5] on rank 1".
+//              Then per-collective sanity, kInvalidArgument naming the rank: no negative
+//              dimension; allgather, alltoall and reducescatter need ndim >= 1; broadcast
+//              root in [0, size); alltoall splits have `size` non-negative entries summing
+//              to shape[0], or are empty (even split: shape[0] % size == 0). Barrier has no
+//              data: its dtype and shape are not compared.
 //   Fusion     Complete allreduce (and broadcast) tensors with the same (collective, dtype, op,
 //              root, prescale, postscale, device) are fused into one bucket up to
 //              fusion_threshold_bytes (a tensor larger than it goes alone). Allgather,
@@ -52,9 +57,13 @@ struct PlannerConfig {
 struct PlannedBucket {
   struct Entry {
     std::string name;
-    int64_t num_elements = 0;                 // this tensor's elements (allreduce/broadcast)
+    // allreduce / broadcast / reducescatter: the tensor's elements. allgather / alltoall:
+    // the elements of one row (product of shape[1:], equal on every rank); multiply by
+    // first_dims / splits. barrier: 0.
+    int64_t num_elements = 0;
     std::vector<int64_t> first_dims;          // allgather: per rank
     std::vector<std::vector<int64_t>> splits; // alltoall: splits[sender][receiver], in rows
+                                              // (even splits filled in)
     std::vector<bool> submitted;              // per rank: false where the rank joined instead
   };
   uint64_t seq = 0;
@@ -65,8 +74,8 @@ struct PlannedBucket {
   double prescale = 1.0;
   double postscale = 1.0;
   Device device = Device::kCpu;
-  int joined_ranks = 0;
-  std::vector<Entry> entries;
+  int joined_ranks = 0;  // ranks joined when the entries became complete (never mixed)
+  std::vector<Entry> entries;  // in (completion time, name) order
 };
 
 // A name that failed; delivered to every rank that submitted it.
@@ -84,8 +93,9 @@ struct StallReport {
 };
 
 struct PlannerOutput {
-  std::vector<PlannedBucket> buckets;  // in seq order
-  std::vector<TensorFailure> failures;
+  // In seq order: by completion time of the bucket's first entry, ties by name.
+  std::vector<PlannedBucket> buckets;
+  std::vector<TensorFailure> failures;  // by the time they were found, ties by name
   bool join_done = false;
   int last_joined_rank = -1;
 };
@@ -99,20 +109,25 @@ class Planner {
 
   // Records that `rank` submitted `spec`. A second submission of a name by the same rank
   // while the first is pending fails that name (kAlreadyExists) for that rank alone; it is
-  // reported by the next Poll.
+  // reported by the next Poll. A name is in flight from its first submission until it is
+  // emitted or fails; then it may be submitted again.
+  // REQUIRES: 0 <= rank < config.size (checked).
   void Submit(int rank, const TensorSpec& spec, TimePoint now);
 
-  // hora_join from `rank`.
+  // hora_join from `rank`. A second Join from a rank already joined is ignored.
+  // Cost: one pass over the names in flight.
   void Join(int rank, TimePoint now);
 
   // Everything that can go out at `now`.
   PlannerOutput Poll(TimePoint now);
 
   // The earliest time at which Poll may emit something without a new Submit or Join
-  // (a cycle-time flush); TimePoint::max() when nothing waits.
+  // (a cycle-time flush); TimePoint::max() when nothing waits. TimePoint::min() when
+  // Submit or Join produced something that no Poll has reported yet.
   TimePoint NextDeadline() const;
 
-  // Names pending on some ranks but not all for at least `older_than`.
+  // Names pending on some ranks but not all for at least `older_than` (since the first
+  // submission), sorted by name. Joined ranks are not missing. Cost: one pass over the names.
   std::vector<StallReport> Stalled(TimePoint now, std::chrono::milliseconds older_than) const;
 
   // Number of names with at least one submission and not yet emitted.
