@@ -142,7 +142,7 @@ struct PendingFailure {
 
 struct Planner::State {
   explicit State(const PlannerConfig& c)
-      : config(c), joined(static_cast<size_t>(c.size), false) {}
+      : config(c), joined(static_cast<size_t>(std::max(c.size, 0)), false) {}
 
   bool IsComplete(const NameState& s) const;
   void Complete(std::unordered_map<std::string, NameState>::iterator it, TimePoint now);

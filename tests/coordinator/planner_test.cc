@@ -391,6 +391,21 @@ TEST_CASE("a name pending when the last rank joins completes before the reset", 
   CHECK(out.last_joined_rank == 1);
 }
 
+TEST_CASE("tensors completed with different joined counts are not fused", "[planner]") {
+  Planner p(Config(2));
+  SubmitAll(&p, 2, Allreduce("a", 4), At(0));
+  p.Submit(0, Allreduce("p", 4), At(0));  // holds "a" back
+  CHECK(p.Poll(At(0)).buckets.empty());
+  p.Join(1, At(1));
+  PlannerOutput out = p.Poll(At(1));
+  REQUIRE(BucketNames(out) == std::vector<VS>{{"a"}, {"p"}});
+  CHECK(out.buckets[0].joined_ranks == 0);
+  CHECK(out.buckets[0].entries[0].submitted == VB{true, true});
+  CHECK(out.buckets[1].joined_ranks == 1);
+  CHECK(out.buckets[1].entries[0].submitted == VB{true, false});
+  CHECK_FALSE(out.join_done);
+}
+
 TEST_CASE("stalled names report ready and missing ranks", "[planner]") {
   Planner p(Config(4));
   p.Submit(2, Allreduce("s", 4), At(0));
