@@ -1,0 +1,97 @@
+"""Runs a worker script as a Hora job through horarun and reads its per-rank case results.
+
+Workers print `CASE <name> PASS` or `CASE <name> FAIL <reason>` on every rank (see
+workers/cases.py); horarun prefixes each line with `[rank]<stdout>: `.
+"""
+
+import os
+import re
+import subprocess
+import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(os.path.dirname(HERE))
+WORKERS = os.path.join(HERE, "workers")
+PYTHON = "/usr/bin/python3" if os.path.exists("/usr/bin/python3") else sys.executable
+
+_LINE = re.compile(r"^\[(\d+)\]<(?:stdout|stderr)>: ?(.*)$")
+_CASE = re.compile(r"^CASE (\S+) (PASS|FAIL)(?: (.*))?$")
+
+
+def horarun():
+    """$HORARUN, else the repository's tools/launcher/horarun."""
+    path = os.environ.get("HORARUN") or os.path.join(REPO, "tools", "launcher", "horarun")
+    if not os.path.exists(path):
+        raise RuntimeError("horarun not found at %s (set HORARUN)" % path)
+    return path
+
+
+def job_env(extra=None):
+    env = dict(os.environ)
+    paths = [os.path.join(REPO, "bindings", "python"), WORKERS]
+    if env.get("PYTHONPATH"):
+        paths.append(env["PYTHONPATH"])
+    env["PYTHONPATH"] = os.pathsep.join(paths)
+    env.setdefault("PYTHONDONTWRITEBYTECODE", "1")
+    env.setdefault("OMP_NUM_THREADS", "1")
+    if extra:
+        env.update(extra)
+    return env
+
+
+class JobResult(object):
+    def __init__(self, np, rc, stdout, stderr, timed_out):
+        self.np, self.rc, self.stdout, self.stderr = np, rc, stdout, stderr
+        self.timed_out = timed_out
+        self.lines = {}   # rank -> [text]
+        self.cases = {}   # name -> {rank: (status, reason)}
+        for line in (stdout + "\n" + stderr).splitlines():
+            m = _LINE.match(line)
+            if not m:
+                continue
+            rank, text = int(m.group(1)), m.group(2)
+            self.lines.setdefault(rank, []).append(text)
+            c = _CASE.match(text)
+            if c:
+                self.cases.setdefault(c.group(1), {})[rank] = (c.group(2), c.group(3) or "")
+
+    def tail(self, n=60):
+        out = (self.stdout + "\n" + self.stderr).splitlines()
+        return "\n".join(out[-n:])
+
+    def assert_case(self, name):
+        """The case passed on every rank."""
+        got = self.cases.get(name, {})
+        problems = []
+        for r in range(self.np):
+            status, reason = got.get(r, ("MISSING", ""))
+            if status != "PASS":
+                problems.append("rank %d: %s %s" % (r, status, reason))
+        if problems:
+            raise AssertionError("case %s (np=%d, rc=%s%s):\n%s\n--- job output tail ---\n%s"
+                                 % (name, self.np, self.rc,
+                                    ", timed out" if self.timed_out else "",
+                                    "\n".join(problems), self.tail()))
+
+
+def run_job(np, script, args=(), timeout=240, extra_env=None, launcher_args=()):
+    """Runs `horarun -np N python workers/<script> args...`; returns a JobResult."""
+    cmd = [horarun(), "-np", str(np)] + list(launcher_args) + [
+        PYTHON, os.path.join(WORKERS, script)] + list(args)
+    try:
+        p = subprocess.run(cmd, cwd=REPO, env=job_env(extra_env), stdout=subprocess.PIPE,
+                           stderr=subprocess.PIPE, timeout=timeout, universal_newlines=True)
+        return JobResult(np, p.returncode, p.stdout, p.stderr, False)
+    except subprocess.TimeoutExpired as e:
+        def text(b):
+            return b.decode("utf-8", "replace") if isinstance(b, bytes) else (b or "")
+        return JobResult(np, None, text(e.stdout), text(e.stderr), True)
+
+
+def case_names(module_name):
+    """The case names a worker module registers (imported without running it)."""
+    sys.path.insert(0, WORKERS)
+    sys.path.insert(0, os.path.join(REPO, "bindings", "python"))
+    import importlib
+    mod = importlib.import_module(module_name)
+    return [fn.__name__ for fn in mod.cases.CASES] if hasattr(mod, "cases") else []

@@ -1,0 +1,310 @@
+"""Every hora.torch collective against a reference computed here. Runs on each rank."""
+
+import os
+import sys
+
+import torch
+
+import hora.torch as hvd
+import cases
+from cases import case, check, close, raises
+
+
+def R():
+    return hvd.rank()
+
+
+def N():
+    return hvd.size()
+
+
+@case
+def topology():
+    check(hvd.is_initialized())
+    check(R() == int(os.environ["HORA_RANK"]), "rank")
+    check(N() == int(os.environ["HORA_SIZE"]), "size")
+    check(hvd.local_rank() == int(os.environ.get("HORA_LOCAL_RANK", R())), "local_rank")
+    check(hvd.local_size() == int(os.environ.get("HORA_LOCAL_SIZE", N())), "local_size")
+    check(hvd.cross_rank() == 0 and hvd.cross_size() == 1, "cross")
+    check(hvd.is_homogeneous())
+    check(isinstance(hvd.gloo_built(), bool) and isinstance(hvd.mpi_built(), bool))
+    check(hvd.global_process_set.size() == N() and hvd.global_process_set.rank() == R())
+
+
+def _inputs(shape=(3, 4), dtype=torch.float32):
+    """Every rank's input, known to every rank, for the references."""
+    return [(torch.arange(torch.Size(shape).numel(), dtype=torch.float64).reshape(shape) % 7
+             + r + 1).to(dtype) for r in range(N())]
+
+
+@case
+def allreduce_ops():
+    xs = _inputs()
+    refs = {hvd.Sum: sum(xs), hvd.Average: sum(xs) / N(),
+            hvd.Min: torch.stack(xs).min(0)[0], hvd.Max: torch.stack(xs).max(0)[0],
+            hvd.Product: torch.stack(xs).prod(0)}
+    for op, ref in refs.items():
+        x = xs[R()].clone()
+        y = hvd.allreduce(x, op=op)
+        close(y, ref, msg="op %d" % op)
+        close(x, xs[R()], msg="input modified")
+    close(hvd.allreduce(xs[R()]), refs[hvd.Average], msg="default op")
+    close(hvd.allreduce(xs[R()], average=True), refs[hvd.Average], msg="average=True")
+    close(hvd.allreduce(xs[R()], average=False), refs[hvd.Sum], msg="average=False")
+    raises(ValueError, hvd.allreduce, xs[R()], average=True, op=hvd.Sum)
+
+
+@case
+def allreduce_dtypes():
+    for dt in (torch.uint8, torch.int8, torch.int32, torch.int64, torch.float16,
+               torch.bfloat16, torch.float32, torch.float64):
+        xs = [torch.tensor([r + 1, 2, 3], dtype=dt) for r in range(N())]
+        y = hvd.allreduce(xs[R()], op=hvd.Sum, name="dt.%s" % dt)
+        check(y.dtype == dt, "dtype kept")
+        close(y, sum(x.double() for x in xs), msg=str(dt))
+        y = hvd.allreduce(xs[R()], op=hvd.Max, name="dtmax.%s" % dt)
+        close(y, torch.stack([x.double() for x in xs]).max(0)[0], msg="max " + str(dt))
+    b = torch.tensor([R() == 0, True, False])
+    close(hvd.allreduce(b, op=hvd.Max), torch.tensor([True, True, False]), msg="bool max")
+    close(hvd.allreduce(b, op=hvd.Min), torch.tensor([N() == 1, True, False]), msg="bool min")
+    raises(TypeError, hvd.allreduce, torch.zeros(3, dtype=torch.int16), contains="int16")
+
+
+@case
+def allreduce_scale_factors():
+    xs = _inputs((5,))
+    close(hvd.allreduce(xs[R()], op=hvd.Sum, prescale_factor=3.0), 3 * sum(xs))
+    close(hvd.allreduce(xs[R()], op=hvd.Sum, postscale_factor=0.5), 0.5 * sum(xs))
+    close(hvd.allreduce(xs[R()], op=hvd.Average, prescale_factor=2.0, postscale_factor=0.25),
+          0.5 * sum(xs) / N())
+
+
+@case
+def allreduce_inplace_and_async():
+    xs = _inputs()
+    x = xs[R()].clone()
+    y = hvd.allreduce_(x, op=hvd.Sum)
+    check(y is x, "allreduce_ returns its input")
+    close(x, sum(xs))
+    x = xs[R()].clone()
+    h = hvd.allreduce_async_(x, op=hvd.Sum, name="inplace.async")
+    out = hvd.synchronize(h)
+    check(out is x)
+    close(x, sum(xs))
+    h = hvd.allreduce_async(xs[R()], op=hvd.Max)
+    while not hvd.poll(h):
+        pass
+    close(hvd.synchronize(h), torch.stack(xs).max(0)[0])
+    # non-contiguous: in place writes through the view, out of place leaves it alone
+    base = xs[R()].clone()
+    view = base.t()
+    check(not view.is_contiguous())
+    hvd.allreduce_(view, op=hvd.Sum)
+    close(base, sum(xs))
+    view = xs[R()].clone().t()
+    close(hvd.allreduce(view, op=hvd.Sum), sum(xs).t())
+    # zero elements
+    close(hvd.allreduce(torch.zeros(0, 3)), torch.zeros(0, 3))
+
+
+@case
+def allreduce_autograd():
+    for op in (hvd.Sum, hvd.Average):
+        x = torch.ones(4, requires_grad=True)
+        y = hvd.allreduce(x, op=op)
+        w = torch.arange(4.0) + R()
+        (y * w).sum().backward()
+        ws = [torch.arange(4.0) + r for r in range(N())]
+        ref = sum(ws) if op == hvd.Sum else sum(ws) / N()
+        close(x.grad, ref, msg="grad op %d" % op)
+
+
+@case
+def grouped_allreduce():
+    a = _inputs((3,))
+    b = _inputs((2, 2), torch.float64)
+    outs = hvd.grouped_allreduce([a[R()], b[R()]], op=hvd.Sum)
+    close(outs[0], sum(a))
+    close(outs[1], sum(b))
+    ta, tb = a[R()].clone(), b[R()].clone()
+    res = hvd.grouped_allreduce_([ta, tb], op=hvd.Sum)
+    check(res[0] is ta and res[1] is tb)
+    close(ta, sum(a))
+    h = hvd.grouped_allreduce_async([a[R()], b[R()]], name="grp")
+    outs = hvd.synchronize(h)
+    close(outs[0], sum(a) / N())
+    ta = a[R()].clone()
+    hvd.synchronize(hvd.grouped_allreduce_async_([ta]))
+    close(ta, sum(a) / N())
+    x = torch.ones(3, requires_grad=True)
+    (o,) = hvd.grouped_allreduce([x], op=hvd.Sum)
+    (o * (R() + 1)).sum().backward()
+    close(x.grad, torch.full((3,), float(sum(r + 1 for r in range(N())))))
+
+
+@case
+def allgather():
+    xs = [torch.full((r + 1, 2), float(r)) for r in range(N())]
+    close(hvd.allgather(xs[R()]), torch.cat(xs))
+    ints = [torch.arange(r + 2, dtype=torch.int64) * 10 + r for r in range(N())]
+    close(hvd.synchronize(hvd.allgather_async(ints[R()], name="ag.int")), torch.cat(ints))
+    y = hvd.allgather(torch.zeros(0, 2) if R() == 0 else torch.ones(1, 2))
+    check(tuple(y.shape) == (N() - 1, 2), "empty rank")
+    # autograd: Horovod averages the gradient over ranks, then takes this rank's rows
+    x = torch.ones(R() + 1, 2, requires_grad=True)
+    y = hvd.allgather(x)
+    c = [torch.arange(y.numel(), dtype=torch.float32).reshape(y.shape) * (r + 1)
+         for r in range(N())]
+    (y * c[R()]).sum().backward()
+    offset = sum(r + 1 for r in range(R()))
+    close(x.grad, (sum(c) / N())[offset:offset + R() + 1])
+
+
+@case
+def broadcast():
+    for root in range(N()):
+        xs = _inputs()
+        x = xs[R()].clone()
+        y = hvd.broadcast(x, root)
+        close(y, xs[root])
+        close(x, xs[R()], msg="input modified")
+        y = hvd.broadcast_(x, root_rank=root, name="bc_.%d" % root)
+        check(y is x)
+        close(x, xs[root])
+        x = xs[R()].clone()
+        close(hvd.synchronize(hvd.broadcast_async(x, root)), xs[root])
+        hvd.synchronize(hvd.broadcast_async_(x, root))
+        close(x, xs[root])
+        base = xs[R()].clone()
+        hvd.broadcast_(base.t(), root)
+        close(base, xs[root])
+    for dt in (torch.uint8, torch.int8, torch.int32, torch.int64, torch.float16,
+               torch.bfloat16, torch.float32, torch.float64, torch.bool):
+        x = torch.tensor([R(), 1, 0]).to(dt)
+        close(hvd.broadcast(x, N() - 1), torch.tensor([N() - 1, 1, 0]).to(dt), msg=str(dt))
+    close(hvd.broadcast(torch.tensor(float(R())), 0), torch.tensor(0.0), msg="scalar")
+    x = torch.full((3,), float(R() + 1), requires_grad=True)
+    (hvd.broadcast(x, 0) * (R() + 1)).sum().backward()
+    mean_w = sum(r + 1 for r in range(N())) / N()
+    close(x.grad, torch.full((3,), mean_w if R() == 0 else 0.0))
+
+
+@case
+def alltoall():
+    n, r = N(), R()
+    x = torch.arange(2 * n, dtype=torch.float32) + 100 * r
+    y = hvd.alltoall(x)
+    check(isinstance(y, torch.Tensor), "no splits: a tensor")
+    ref = torch.cat([torch.arange(2 * r, 2 * r + 2, dtype=torch.float32) + 100 * s
+                     for s in range(n)])
+    close(y, ref)
+    # rank s sends s + d + 1 rows to rank d
+    def rows(s, d):
+        return s + d + 1
+    splits = [rows(r, d) for d in range(n)]
+    x = torch.cat([torch.full((rows(r, d), 2), float(10 * r + d)) for d in range(n)])
+    y, received = hvd.alltoall(x, splits=torch.tensor(splits, dtype=torch.int32))
+    check(received.dtype == torch.int32)
+    close(received, torch.tensor([rows(s, r) for s in range(n)]))
+    close(y, torch.cat([torch.full((rows(s, r), 2), float(10 * s + r)) for s in range(n)]))
+    y2, rec2 = hvd.synchronize(hvd.alltoall_async(x, splits=splits, name="a2a"))
+    close(y2, y)
+    close(rec2, received)
+    x = torch.ones(n * 2, 3, requires_grad=True)
+    y = hvd.alltoall(x)
+    (y * 2).sum().backward()
+    close(x.grad, torch.full((n * 2, 3), 2.0))
+
+
+@case
+def reducescatter():
+    n, r = N(), R()
+    rows = 2 * n + 1
+    xs = [torch.arange(rows * 3, dtype=torch.float32).reshape(rows, 3) + s for s in range(n)]
+    counts = [rows // n + (1 if d < rows % n else 0) for d in range(n)]
+    start = sum(counts[:r])
+    total = sum(xs)
+    close(hvd.reducescatter(xs[r], op=hvd.Sum), total[start:start + counts[r]])
+    close(hvd.reducescatter(xs[r]), (total / n)[start:start + counts[r]], msg="average")
+    close(hvd.synchronize(hvd.reducescatter_async(xs[r], name="rs", op=hvd.Sum)),
+          total[start:start + counts[r]])
+
+
+@case
+def barrier_poll_join():
+    hvd.barrier()
+    hvd.barrier(process_set=hvd.global_process_set)
+    # uneven work: rank 0 reduces once more while the others have joined (they add zeros)
+    if R() == 0:
+        close(hvd.allreduce(torch.ones(3), op=hvd.Sum, name="after.join"), torch.ones(3))
+    last = hvd.join()
+    check(0 <= last < N(), "last joined rank %r" % last)
+
+
+@case
+def objects():
+    obj = {"rank": R(), "payload": list(range(R() + 1))} if R() == N() - 1 else None
+    got = hvd.broadcast_object(obj, root_rank=N() - 1)
+    check(got == {"rank": N() - 1, "payload": list(range(N()))}, repr(got))
+    check(hvd.broadcast_object("x" * 10000, 0) == "x" * 10000)
+    gathered = hvd.allgather_object((R(), "r" * R()))
+    check(gathered == [(s, "r" * s) for s in range(N())], repr(gathered))
+
+
+@case
+def fp16_compression():
+    xs = _inputs((16,))
+    y = hvd.allreduce(xs[R()] / 7, op=hvd.Sum, compression=hvd.Compression.fp16)
+    check(y.dtype == torch.float32, "decompressed dtype")
+    close(y, sum(xs) / 7, atol=1e-2, rtol=1e-3)
+    x = torch.tensor([1, 2], dtype=torch.int32)
+    c, ctx = hvd.Compression.fp16.compress(x)
+    check(c.dtype == torch.int32 and ctx is None, "ints are not compressed")
+
+
+@case
+def argument_errors():
+    x = torch.ones(2)
+    raises(NotImplementedError, hvd.allreduce, x, op=hvd.Adasum, contains="Adasum")
+    raises(NotImplementedError, hvd.allreduce, x, process_set=hvd.ProcessSet([0]))
+    raises(TypeError, hvd.broadcast, torch.zeros(2, dtype=torch.complex64), 0)
+    raises(NotImplementedError, hvd.init, comm=[0])
+
+
+@case
+def broadcast_parameters():
+    torch.manual_seed(1234 + R())
+    model = torch.nn.Sequential(torch.nn.Linear(4, 3), torch.nn.BatchNorm1d(3))
+    hvd.broadcast_parameters(model.state_dict(), root_rank=0)
+    flat = torch.cat([t.double().reshape(-1) for t in model.state_dict().values()])
+    every = hvd.allgather(flat.unsqueeze(0))
+    for s in range(N()):
+        close(every[s], every[0], msg="state_dict differs on rank %d" % s)
+    torch.manual_seed(99 + R())
+    model2 = torch.nn.Linear(2, 2)
+    hvd.broadcast_parameters(list(model2.named_parameters()), root_rank=N() - 1)
+    every = hvd.allgather(model2.weight.detach().reshape(1, -1))
+    close(every[0], every[-1])
+    hvd.broadcast_parameters([model2.bias], root_rank=0)
+    every = hvd.allgather(model2.bias.detach().reshape(1, -1))
+    close(every[0], every[-1])
+
+
+@case
+def numpy_api():
+    import numpy as np
+    import hora
+    x = np.arange(6, dtype=np.float32).reshape(2, 3) + R()
+    ref = sum(np.arange(6, dtype=np.float32).reshape(2, 3) + s for s in range(N()))
+    np.testing.assert_allclose(hora.allreduce(x, op=hora.Sum), ref)
+    np.testing.assert_allclose(hora.allreduce_async(x).wait(), ref / N(), rtol=1e-6)
+    np.testing.assert_allclose(hora.broadcast(x, 0), np.arange(6).reshape(2, 3))
+    g = hora.allgather(np.full((R() + 1,), R(), dtype=np.int64))
+    check(g.tolist() == [s for s in range(N()) for _ in range(s + 1)], str(g))
+    out, splits = hora.alltoall(np.arange(N(), dtype=np.int32) + 10 * R())
+    check(out.tolist() == [10 * s + R() for s in range(N())] and splits.tolist() == [1] * N())
+    hora.barrier()
+
+
+if __name__ == "__main__":
+    cases.run_all(hvd.init, hvd.shutdown, only=sys.argv[1:])
