@@ -1,21 +1,21 @@
 // The planner's tables and how a name moves through them:
 //
-//   names_      every name with at least one submission and not yet emitted or failed. While
+//   names       every name with at least one submission and not yet emitted or failed. While
 //               incomplete it holds each rank's spec; once complete and valid it only marks
 //               the name as in flight (a second submission is a duplicate).
-//   partial_    per fusion key (without the joined count), how many incomplete names there
+//   partial     per fusion key (without the joined count), how many incomplete names there
 //               are. Zero means nothing more of that key is coming soon.
-//   groups_     complete, valid allreduce / broadcast tensors waiting to be fused, per
+//   groups      complete, valid allreduce / broadcast tensors waiting to be fused, per
 //               bucket key, kept sorted by (completion time, name), with their total bytes.
-//   deadlines_  (oldest completion + cycle_time, group) for every non-empty group.
-//   dirty_      groups that got tensors, or whose key lost its last incomplete name, since
+//   deadlines   (oldest completion + cycle_time, group) for every non-empty group.
+//   dirty       groups that got tensors, or whose key lost its last incomplete name, since
 //               the last Poll.
-//   ready_      complete non-fusable tensors, one bucket each.
-//   failures_   failures to report at the next Poll.
+//   ready       complete non-fusable tensors, one bucket each.
+//   failures    failures to report at the next Poll.
 //
 // Poll visits only dirty groups and groups whose deadline passed, so its cost follows the
 // tensors that changed, not the number of names. Everything emitted in one Poll is ordered by
-// (completion time of the bucket's first tensor, its name) and numbered from next_seq_.
+// (completion time of the bucket's first tensor, its name) and numbered from next_seq.
 #include "coordinator/planner.h"
 
 #include <algorithm>
@@ -57,8 +57,8 @@ struct BucketKey {
                    // differing only in it are adjacent in a map
 
   auto Tie() const {
-    return std::make_tuple(collective, dtype, op, root, Bits(prescale), Bits(postscale),
-                           device, joined);
+    return std::make_tuple(collective, dtype, op, root, Bits(prescale), Bits(postscale), device,
+                           joined);
   }
   bool operator<(const BucketKey& o) const { return Tie() < o.Tie(); }
   bool SameFusion(const BucketKey& o) const {
@@ -74,8 +74,8 @@ BucketKey KeyOf(const TensorSpec& s, int joined) {
   k.dtype = s.dtype;
   k.device = s.device;
   k.joined = joined;
-  const bool reduces = s.collective == CollectiveType::kAllreduce ||
-                       s.collective == CollectiveType::kReducescatter;
+  const bool reduces =
+      s.collective == CollectiveType::kAllreduce || s.collective == CollectiveType::kReducescatter;
   if (reduces) {
     k.op = s.op;
     k.prescale = s.prescale;
@@ -121,9 +121,9 @@ struct NameState {
   std::vector<TensorSpec> specs;  // per rank, meaningful where submitted
   std::vector<bool> submitted;
   TimePoint first_submit;
-  BucketKey fusion_key;     // of the first submission (joined = 0)
-  bool counted = false;     // counted in partial_[fusion_key]
-  bool in_flight = false;   // complete and valid, waiting in a group or ready_
+  BucketKey fusion_key;    // of the first submission (joined = 0)
+  bool counted = false;    // counted in partial[fusion_key]
+  bool in_flight = false;  // complete and valid, waiting in a group or ready
 };
 
 // A bucket chosen by Poll, before it gets its seq.
@@ -231,8 +231,8 @@ void Planner::State::Enqueue(const BucketKey& key, Ready ready_tensor) {
 
 void Planner::State::SetDeadline(GroupMap::iterator g) {
   Group& grp = g->second;
-  const TimePoint d = grp.tensors.empty() ? TimePoint::max()
-                                          : grp.tensors.front().completed + config.cycle_time;
+  const TimePoint d =
+      grp.tensors.empty() ? TimePoint::max() : grp.tensors.front().completed + config.cycle_time;
   if (d == grp.deadline) return;
   if (grp.deadline != TimePoint::max()) deadlines.erase({grp.deadline, &g->first});
   grp.deadline = d;

@@ -23,9 +23,7 @@ std::string DoubleString(double v) {
   return std::string(buf, res.ptr);
 }
 
-bool SameDouble(double a, double b) {
-  return a == b || (std::isnan(a) && std::isnan(b));
-}
+bool SameDouble(double a, double b) { return a == b || (std::isnan(a) && std::isnan(b)); }
 
 std::vector<int64_t> ShapeTail(const std::vector<int64_t>& shape) {
   if (shape.empty()) return {};
@@ -81,8 +79,8 @@ bool Equal(const T& a, const T& b) {
 Status CheckFields(const CompleteName& c) {
   const CollectiveType coll = c.specs[ReferenceRank(c)].collective;
   HORA_RETURN_IF_ERROR(CompareField(
-      c, "collective", [](const TensorSpec& s) { return s.collective; },
-      Equal<CollectiveType>, [](CollectiveType v) { return std::string(CollectiveName(v)); }));
+      c, "collective", [](const TensorSpec& s) { return s.collective; }, Equal<CollectiveType>,
+      [](CollectiveType v) { return std::string(CollectiveName(v)); }));
   const bool barrier = coll == CollectiveType::kBarrier;
   if (!barrier) {
     HORA_RETURN_IF_ERROR(CompareField(
@@ -110,11 +108,9 @@ Status CheckFields(const CompleteName& c) {
   }
   if (Reduces(coll)) {
     HORA_RETURN_IF_ERROR(CompareField(
-        c, "prescale", [](const TensorSpec& s) { return s.prescale; }, SameDouble,
-        DoubleString));
+        c, "prescale", [](const TensorSpec& s) { return s.prescale; }, SameDouble, DoubleString));
     HORA_RETURN_IF_ERROR(CompareField(
-        c, "postscale", [](const TensorSpec& s) { return s.postscale; }, SameDouble,
-        DoubleString));
+        c, "postscale", [](const TensorSpec& s) { return s.postscale; }, SameDouble, DoubleString));
   }
   return CompareField(
       c, "device", [](const TensorSpec& s) { return s.device; }, Equal<Device>,
@@ -130,9 +126,8 @@ Status CheckJoin(const CompleteName& c) {
     if (!c.submitted[r]) absent.push_back(r);
   }
   if (absent.empty()) return Status::Ok();
-  return InvalidArgument("tensor '" + c.name + "': " + CollectiveName(coll) +
-                         " cannot run while " + RanksString(absent) +
-                         (absent.size() == 1 ? " has" : " have") +
+  return InvalidArgument("tensor '" + c.name + "': " + CollectiveName(coll) + " cannot run while " +
+                         RanksString(absent) + (absent.size() == 1 ? " has" : " have") +
                          " joined: only allreduce supports join");
 }
 
@@ -170,8 +165,7 @@ Status CheckSplits(const CompleteName& c, int r) {
 Status CheckSanity(const CompleteName& c) {
   const TensorSpec& ref = c.specs[ReferenceRank(c)];
   const CollectiveType coll = ref.collective;
-  const bool needs_dim = coll == CollectiveType::kAllgather ||
-                         coll == CollectiveType::kAlltoall ||
+  const bool needs_dim = coll == CollectiveType::kAllgather || coll == CollectiveType::kAlltoall ||
                          coll == CollectiveType::kReducescatter;
   for (int r = 0; r < c.size; ++r) {
     if (!c.submitted[r]) continue;
@@ -190,9 +184,8 @@ Status CheckSanity(const CompleteName& c) {
     if (coll == CollectiveType::kAlltoall) HORA_RETURN_IF_ERROR(CheckSplits(c, r));
   }
   if (coll == CollectiveType::kBroadcast && (ref.root < 0 || ref.root >= c.size)) {
-    return InvalidArgument("tensor '" + c.name + "': broadcast root " +
-                           std::to_string(ref.root) + " is out of range [0, " +
-                           std::to_string(c.size) + ")");
+    return InvalidArgument("tensor '" + c.name + "': broadcast root " + std::to_string(ref.root) +
+                           " is out of range [0, " + std::to_string(c.size) + ")");
   }
   return Status::Ok();
 }

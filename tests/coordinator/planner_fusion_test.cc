@@ -66,8 +66,7 @@ TEST_CASE("tensors with different keys are not fused", "[planner][fusion]") {
             At(0));
   SubmitAll(&p, 2, with(Allreduce("d", 4), [](TensorSpec& s) { s.prescale = 0.5; }), At(0));
   SubmitAll(&p, 2, with(Allreduce("e", 4), [](TensorSpec& s) { s.postscale = 2; }), At(0));
-  SubmitAll(&p, 2, with(Allreduce("f", 4), [](TensorSpec& s) { s.device = Device::kCuda; }),
-            At(0));
+  SubmitAll(&p, 2, with(Allreduce("f", 4), [](TensorSpec& s) { s.device = Device::kCuda; }), At(0));
   SubmitAll(&p, 2, Spec("g", CollectiveType::kBroadcast, {4}), At(0));
   SubmitAll(&p, 2,
             with(Spec("h", CollectiveType::kBroadcast, {4}), [](TensorSpec& s) { s.root = 1; }),
@@ -80,8 +79,18 @@ TEST_CASE("tensors with different keys are not fused", "[planner][fusion]") {
   SubmitAll(&p, 2, Spec("y", CollectiveType::kBarrier, {}), At(0));
   PlannerOutput out = p.Poll(At(0));
   CHECK(out.failures.empty());
-  REQUIRE(BucketNames(out) == VVS{{"a", "j"}, {"b"}, {"c"}, {"d"}, {"e"}, {"f"}, {"g", "i"},
-                                  {"h"}, {"k"}, {"l"}, {"x"}, {"y"}});
+  REQUIRE(BucketNames(out) == VVS{{"a", "j"},
+                                  {"b"},
+                                  {"c"},
+                                  {"d"},
+                                  {"e"},
+                                  {"f"},
+                                  {"g", "i"},
+                                  {"h"},
+                                  {"k"},
+                                  {"l"},
+                                  {"x"},
+                                  {"y"}});
   CHECK(out.buckets[2].op == ReduceOp::kAverage);
   CHECK(out.buckets[3].prescale == 0.5);
   CHECK(out.buckets[4].postscale == 2.0);
@@ -96,9 +105,9 @@ TEST_CASE("a partial tensor of the same key holds the group until cycle_time",
   Planner p(Config(2, 1 << 20, /*cycle_ms=*/5));
   CHECK(p.NextDeadline() == TimePoint::max());
   SubmitAll(&p, 2, Allreduce("a", 4), At(10));
-  p.Submit(0, Allreduce("b", 4), At(11));  // same key, partial
+  p.Submit(0, Allreduce("b", 4), At(11));                       // same key, partial
   p.Submit(0, Allreduce("other", 4, DataType::kInt8), At(11));  // other key: no effect
-  CHECK(p.NextDeadline() == TimePoint::min());  // unpolled changes
+  CHECK(p.NextDeadline() == TimePoint::min());                  // unpolled changes
   PlannerOutput out = p.Poll(At(11));
   CHECK(out.buckets.empty());
   CHECK(p.NextDeadline() == At(15));
@@ -130,8 +139,7 @@ TEST_CASE("the last partial tensor completing releases the waiting group", "[pla
   CHECK(BucketNames(out) == VVS{{"a", "b", "c"}});
 }
 
-TEST_CASE("full buckets go out while a partial tensor holds the remainder",
-          "[planner][fusion]") {
+TEST_CASE("full buckets go out while a partial tensor holds the remainder", "[planner][fusion]") {
   Planner p(Config(2, 100, 5));
   p.Submit(0, Allreduce("p", 10), At(0));  // partial
   SubmitAll(&p, 2, Allreduce("a", 10), At(1));
@@ -172,8 +180,8 @@ constexpr int kNames = 1000;
 
 // A fixed mix of 1000 names: dtypes, sizes, some broadcasts, allgathers and barriers.
 std::vector<TensorSpec> MixedNames() {
-  const DataType dtypes[] = {DataType::kFloat32, DataType::kFloat16, DataType::kFloat64,
-                             DataType::kInt32, DataType::kBfloat16, DataType::kUint8};
+  const DataType dtypes[] = {DataType::kFloat32, DataType::kFloat16,  DataType::kFloat64,
+                             DataType::kInt32,   DataType::kBfloat16, DataType::kUint8};
   std::mt19937 rng(42);
   std::vector<TensorSpec> v;
   for (int i = 0; i < kNames; ++i) {
@@ -235,7 +243,8 @@ void SubmitShuffled(Planner* p, const std::vector<TensorSpec>& specs, int ranks,
   std::vector<size_t> next(ranks, 0);
   for (int left = ranks * kNames; left > 0; --left) {
     int r;
-    do r = static_cast<int>(rng() % ranks); while (next[r] == order[r].size());
+    do r = static_cast<int>(rng() % ranks);
+    while (next[r] == order[r].size());
     p->Submit(r, specs[order[r][next[r]++]], now);
   }
 }
@@ -316,8 +325,8 @@ TEST_CASE("a steady-state step costs microseconds per tensor", "[planner][perf]"
       }
     }
   }
-  const double us = std::chrono::duration<double, std::micro>(
-                        std::chrono::steady_clock::now() - start).count();
+  const double us =
+      std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start).count();
   const double per_tensor = us / (steps * tensors);
   std::printf("planner: %.2f us per tensor (8 ranks, submit + poll per rank)\n", per_tensor);
   CHECK(emitted == static_cast<size_t>(steps * tensors));

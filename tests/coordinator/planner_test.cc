@@ -36,7 +36,8 @@ TEST_CASE("a name is complete exactly when the last rank submits it", "[planner]
       int emitted = 0;
       for (int step = 0; step < size * kNames; ++step) {
         int rank;
-        do rank = static_cast<int>(rng() % size); while (next[rank] == order[rank].size());
+        do rank = static_cast<int>(rng() % size);
+        while (next[rank] == order[rank].size());
         const int i = order[rank][next[rank]++];
         const std::string name = "t" + std::to_string(i);
         p.Submit(rank, Spec(name, CollectiveType::kAllgather, {rank + 1, 2}), At(step));
@@ -79,8 +80,9 @@ TEST_CASE("every mismatched field fails the name on all ranks, naming field and 
   std::string want;
   SECTION("collective") {
     b.collective = CollectiveType::kBroadcast;
-    want = "tensor 'w': collective differs across ranks: allreduce on ranks 0,2; "
-           "broadcast on rank 1";
+    want =
+        "tensor 'w': collective differs across ranks: allreduce on ranks 0,2; "
+        "broadcast on rank 1";
   }
   SECTION("dtype") {
     b.dtype = DataType::kFloat16;
@@ -129,7 +131,8 @@ TEST_CASE("broadcast root and allgather shape tail mismatches", "[planner]") {
     b.root = 1;
     TensorFailure f = OneFailure(a, b);
     CHECK(f.status.code() == Code::kMismatch);
-    CHECK(f.status.message() == "tensor 'b': root differs across ranks: 0 on ranks 0,2; 1 on rank 1");
+    CHECK(f.status.message() ==
+          "tensor 'b': root differs across ranks: 0 on ranks 0,2; 1 on rank 1");
   }
   SECTION("allgather compares shape[1:] only") {
     Planner p(Config(3));
@@ -156,9 +159,9 @@ TEST_CASE("fields that do not apply to a collective are not compared", "[planner
   Planner p(Config(2));
   TensorSpec a = Spec("b", CollectiveType::kBroadcast, {3});
   TensorSpec b = a;
-  b.op = ReduceOp::kMax;     // broadcast has no op
-  b.prescale = 3.0;          // nor scales
-  b.device_index = 1;        // each rank has its own device index
+  b.op = ReduceOp::kMax;  // broadcast has no op
+  b.prescale = 3.0;       // nor scales
+  b.device_index = 1;     // each rank has its own device index
   p.Submit(0, a, At(0));
   p.Submit(1, b, At(0));
   TensorSpec x = Spec("x", CollectiveType::kBarrier, {});
@@ -243,8 +246,9 @@ TEST_CASE("bad alltoall splits fail naming the rank", "[planner]") {
     p.Submit(0, A2a({3, 2}, {}), At(0));
     p.Submit(1, A2a({4, 2}, {}), At(0));
     p.Submit(2, A2a({3, 2}, {}), At(0));
-    want = "tensor 'a': alltoall with even splits needs the first dimension (4) on rank 1 "
-           "to be divisible by 3 ranks";
+    want =
+        "tensor 'a': alltoall with even splits needs the first dimension (4) on rank 1 "
+        "to be divisible by 3 ranks";
   }
   PlannerOutput out = p.Poll(At(0));
   CHECK(out.buckets.empty());
