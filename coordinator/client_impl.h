@@ -1,0 +1,84 @@
+// Internal to coordinator/: the implementation behind CoordinatorClient (client.h).
+// client.cc: Connect, Join, the store; client_session.cc: the session stream and its threads.
+#ifndef HORA_COORDINATOR_CLIENT_IMPL_H_
+#define HORA_COORDINATOR_CLIENT_IMPL_H_
+
+#include <grpcpp/channel.h>
+#include <grpcpp/client_context.h>
+
+#include <atomic>
+#include <condition_variable>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+
+#include "coordinator/client.h"
+#include "coordinator/planner.h"
+#include "proto/coordinator.grpc.pb.h"
+
+namespace hora {
+
+class ClientImpl final : public CoordinatorClient {
+ public:
+  ClientImpl(const ClientConfig& config, std::shared_ptr<grpc::Channel> channel);
+  ~ClientImpl() override;
+
+  // Sends Join and waits for the topology until `deadline`.
+  Status DoJoin(std::chrono::system_clock::time_point deadline);
+
+  const Topology& topology() const override { return topology_; }
+  Status Set(const std::string& key, const std::string& value) override;
+  StatusOr<std::string> Get(const std::string& key, std::chrono::milliseconds timeout) override;
+
+  Status StartSession(SessionCallbacks callbacks) override;
+  void SendReady(std::vector<ReadyNotice> notices) override;
+  void SendJoin() override;
+  void SendFailure(const std::string& message) override;
+  void Close() override;
+
+ private:
+  using Stream = grpc::ClientReaderWriter<proto::WorkerMessage, proto::CoordinatorMessage>;
+
+  void AddToken(grpc::ClientContext* ctx) const;
+  // Writes one message under write_mu_; false when the stream is over.
+  bool Write(const proto::WorkerMessage& message);
+  void ReaderLoop();
+  void HeartbeatLoop();
+  void Dispatch(const proto::CoordinatorMessage& message);
+  void FireAbort(const Status& status);
+  std::string LostCoordinator(const std::string& why) const;
+
+  // Constant after construction.
+  const ClientConfig config_;
+  const std::shared_ptr<grpc::Channel> channel_;
+  const std::unique_ptr<proto::Coordinator::Stub> stub_;
+  Topology topology_;  // set by DoJoin before Connect returns
+
+  std::mutex close_mu_;      // serializes StartSession and Close
+  bool closed_ = false;      // guarded by close_mu_
+  std::atomic<bool> closing_{false};
+
+  // Set by StartSession before the threads start; constant afterwards.
+  SessionCallbacks callbacks_;
+  std::unique_ptr<grpc::ClientContext> session_ctx_;
+  std::unique_ptr<Stream> stream_;
+  std::thread reader_;
+  std::thread heartbeat_;
+
+  std::timed_mutex write_mu_;
+  bool writes_done_ = false;  // guarded by write_mu_: WritesDone or Finish happened
+
+  std::atomic<Clock::rep> last_recv_{0};
+  std::atomic<bool> abort_fired_{false};
+
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool stop_heartbeat_ = false;  // guarded by mu_
+  bool reader_done_ = false;     // guarded by mu_
+  Status watchdog_status_;       // guarded by mu_: why the heartbeat thread cancelled the call
+};
+
+}  // namespace hora
+
+#endif  // HORA_COORDINATOR_CLIENT_IMPL_H_

@@ -1,0 +1,216 @@
+// The worker's session stream.
+//
+// Writes (Ready, JoinOp, Failure, Heartbeat) go straight onto the stream under write_mu_: no
+// writer thread, no hand-off, for latency. The reader thread reads the coordinator's messages
+// and runs the callbacks. The heartbeat thread sends a heartbeat every heartbeat_interval
+// (skipping it when another write holds the stream) and watches the time since the last
+// message from the coordinator: past heartbeat_timeout it cancels the call, which unblocks
+// any write and the reader, and the reader reports the loss through on_abort. on_abort runs
+// only on the reader thread, at most once, and never after Close().
+#include <sstream>
+
+#include "common/logging.h"
+#include "coordinator/auth.h"
+#include "coordinator/client_impl.h"
+#include "coordinator/convert.h"
+
+namespace hora {
+namespace {
+
+using std::chrono::milliseconds;
+
+std::string GrpcStatusText(const grpc::Status& st) {
+  static const char* const kNames[] = {
+      "OK", "CANCELLED", "UNKNOWN", "INVALID_ARGUMENT", "DEADLINE_EXCEEDED", "NOT_FOUND",
+      "ALREADY_EXISTS", "PERMISSION_DENIED", "RESOURCE_EXHAUSTED", "FAILED_PRECONDITION",
+      "ABORTED", "OUT_OF_RANGE", "UNIMPLEMENTED", "INTERNAL", "UNAVAILABLE", "DATA_LOSS",
+      "UNAUTHENTICATED"};
+  const int code = static_cast<int>(st.error_code());
+  std::string s = code >= 0 && code <= 16 ? kNames[code] : std::to_string(code);
+  if (st.ok()) return "the stream ended";
+  if (!st.error_message().empty()) s += ": " + st.error_message();
+  return s;
+}
+
+std::string SecondsText(std::chrono::nanoseconds d) {
+  std::ostringstream ss;
+  ss.setf(std::ios::fixed);
+  ss.precision(1);
+  ss << std::chrono::duration<double>(d).count() << " s";
+  return ss.str();
+}
+
+}  // namespace
+
+std::string ClientImpl::LostCoordinator(const std::string& why) const {
+  return "lost the coordinator (rank 0 at " + config_.address + "): " + why;
+}
+
+Status ClientImpl::StartSession(SessionCallbacks callbacks) {
+  std::lock_guard<std::mutex> close_lock(close_mu_);
+  if (closed_) return FailedPrecondition("StartSession after Close");
+  if (stream_) return FailedPrecondition("the session was already started");
+  callbacks_ = std::move(callbacks);
+  session_ctx_ = std::make_unique<grpc::ClientContext>();
+  AddToken(session_ctx_.get());
+  last_recv_.store(Clock::now().time_since_epoch().count());
+  stream_ = stub_->Session(session_ctx_.get());
+  proto::WorkerMessage hello;
+  hello.mutable_hello()->set_rank(config_.rank);
+  if (!Write(hello)) {
+    grpc::Status st = stream_->Finish();
+    writes_done_ = true;
+    return FromGrpcStatus(st, "session with the coordinator at " + config_.address);
+  }
+  reader_ = std::thread([this] { ReaderLoop(); });
+  heartbeat_ = std::thread([this] { HeartbeatLoop(); });
+  return Status::Ok();
+}
+
+bool ClientImpl::Write(const proto::WorkerMessage& message) {
+  std::lock_guard<std::timed_mutex> lock(write_mu_);
+  if (!stream_ || writes_done_) return false;
+  return stream_->Write(message);
+}
+
+void ClientImpl::SendReady(std::vector<ReadyNotice> notices) {
+  proto::WorkerMessage message;
+  auto* ready = message.mutable_ready();
+  ready->mutable_tensors()->Reserve(static_cast<int>(notices.size()));
+  for (const ReadyNotice& n : notices) ToProto(n, ready->add_tensors());
+  Write(message);
+}
+
+void ClientImpl::SendJoin() {
+  proto::WorkerMessage message;
+  message.mutable_join_op();
+  Write(message);
+}
+
+void ClientImpl::SendFailure(const std::string& text) {
+  proto::WorkerMessage message;
+  message.mutable_failure()->set_message(text);
+  Write(message);
+}
+
+void ClientImpl::ReaderLoop() {
+  proto::CoordinatorMessage message;
+  while (stream_->Read(&message)) {
+    last_recv_.store(Clock::now().time_since_epoch().count());
+    Dispatch(message);
+  }
+  grpc::Status st;
+  {
+    std::lock_guard<std::timed_mutex> lock(write_mu_);
+    writes_done_ = true;
+    st = stream_->Finish();
+  }
+  Status watchdog;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    reader_done_ = true;
+    watchdog = watchdog_status_;
+    cv_.notify_all();
+  }
+  if (closing_.load()) return;
+  FireAbort(!watchdog.ok() ? watchdog : PeerFailure(LostCoordinator(GrpcStatusText(st))));
+}
+
+void ClientImpl::Dispatch(const proto::CoordinatorMessage& message) {
+  if (abort_fired_.load()) return;  // the job is over; nothing more is delivered
+  switch (message.kind_case()) {
+    case proto::CoordinatorMessage::kPlan: {
+      PlanMessage plan;
+      Status s = FromProto(message.plan(), &plan);
+      if (!s.ok()) {
+        FireAbort(Internal("malformed plan from the coordinator at " + config_.address + ": " +
+                           s.message()));
+        session_ctx_->TryCancel();
+        return;
+      }
+      if (callbacks_.on_plan) callbacks_.on_plan(std::move(plan));
+      return;
+    }
+    case proto::CoordinatorMessage::kJoinDone:
+      if (callbacks_.on_join_done) callbacks_.on_join_done(message.join_done().last_joined_rank());
+      return;
+    case proto::CoordinatorMessage::kAbort: {
+      Code code;
+      if (!CodeFromWire(message.abort().code(), &code).ok() || code == Code::kOk) {
+        code = Code::kAborted;
+      }
+      FireAbort(Status(code, message.abort().message()));
+      return;
+    }
+    default:
+      return;  // heartbeat (or a kind this version does not know)
+  }
+}
+
+void ClientImpl::FireAbort(const Status& status) {
+  if (closing_.load() || abort_fired_.exchange(true)) return;
+  HORA_LOG_ERROR("rank {}: the job is aborted: {}", config_.rank, status.ToString());
+  if (callbacks_.on_abort) callbacks_.on_abort(status);
+}
+
+void ClientImpl::HeartbeatLoop() {
+  const auto timeout = config_.heartbeat_timeout;
+  TimePoint next_beat = Clock::now() + config_.heartbeat_interval;
+  std::unique_lock<std::mutex> lock(mu_);
+  while (!stop_heartbeat_ && !reader_done_) {
+    const TimePoint last = TimePoint(Clock::duration(last_recv_.load()));
+    cv_.wait_until(lock, std::min(next_beat, last + timeout),
+                   [this] { return stop_heartbeat_ || reader_done_; });
+    if (stop_heartbeat_ || reader_done_) break;
+    const TimePoint now = Clock::now();
+    const auto silent = now - TimePoint(Clock::duration(last_recv_.load()));
+    if (silent >= timeout) {
+      watchdog_status_ = PeerFailure(LostCoordinator("no message for " + SecondsText(silent)));
+      session_ctx_->TryCancel();  // unblocks the reader and any stuck write
+      break;
+    }
+    if (now < next_beat) continue;
+    next_beat = now + config_.heartbeat_interval;
+    lock.unlock();
+    if (write_mu_.try_lock()) {  // a write in progress is as good as a heartbeat
+      proto::WorkerMessage beat;
+      beat.mutable_heartbeat();
+      if (stream_ && !writes_done_) stream_->Write(beat);
+      write_mu_.unlock();
+    }
+    lock.lock();
+  }
+}
+
+void ClientImpl::Close() {
+  std::lock_guard<std::mutex> close_lock(close_mu_);
+  if (closed_) return;
+  closed_ = true;
+  closing_.store(true);
+  if (!stream_) return;
+  // Goodbye, then half-close; the coordinator ends the call, which ends the reader.
+  if (write_mu_.try_lock_for(milliseconds(1000))) {
+    if (!writes_done_) {
+      proto::WorkerMessage bye;
+      bye.mutable_goodbye();
+      stream_->Write(bye);
+      stream_->WritesDone();
+      writes_done_ = true;
+    }
+    write_mu_.unlock();
+  } else {
+    session_ctx_->TryCancel();
+  }
+  {
+    std::unique_lock<std::mutex> lock(mu_);
+    if (!cv_.wait_for(lock, milliseconds(2000), [this] { return reader_done_; })) {
+      session_ctx_->TryCancel();
+    }
+    stop_heartbeat_ = true;
+    cv_.notify_all();
+  }
+  reader_.join();
+  heartbeat_.join();
+}
+
+}  // namespace hora
