@@ -1,0 +1,157 @@
+// The Engine with ranks as threads in one process: a real coordinator, real gRPC, real Gloo.
+#include "runtime/engine.h"
+
+#include <catch2/catch.hpp>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <functional>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+using namespace hora;
+
+namespace {
+
+int FreePort() {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a));
+  socklen_t len = sizeof(a);
+  getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
+  close(fd);
+  return ntohs(a.sin_port);
+}
+
+Options MakeOptions(int rank, int size, int port) {
+  Options o;
+  o.rank = rank;
+  o.size = size;
+  o.coordinator_address = "127.0.0.1:" + std::to_string(port);
+  o.token = "engine-test-token";
+  o.hostname = "host" + std::to_string(rank % 2);
+  o.start_timeout_s = 30;
+  o.heartbeat_timeout_s = 10;
+  o.collective_timeout_s = 10;
+  o.fusion_threshold_bytes = 4096;  // small: buckets split often
+  return o;
+}
+
+// Runs body(rank, engine) on `size` threads; returns each rank's failure text ("" = ok).
+std::vector<std::string> RunRanks(int size, const std::function<std::string(int, Engine&)>& body) {
+  int port = FreePort();
+  std::vector<std::string> errors(size);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < size; ++r) {
+    threads.emplace_back([&, r] {
+      auto engine = Engine::Start(MakeOptions(r, size, port));
+      if (!engine.ok()) {
+        errors[r] = "start: " + engine.status().ToString();
+        return;
+      }
+      errors[r] = body(r, *engine.value());
+      engine.value()->Shutdown();
+    });
+  }
+  for (auto& t : threads) t.join();
+  return errors;
+}
+
+StatusOr<int64_t> Allreduce(Engine& e, const std::string& name, std::vector<float>* buf, ReduceOp op) {
+  TensorSpec spec;
+  spec.name = name;
+  spec.dtype = DataType::kFloat32;
+  spec.op = op;
+  spec.shape = {static_cast<int64_t>(buf->size())};
+  return e.Enqueue(spec, buf->data(), buf->data());
+}
+
+}  // namespace
+
+TEST_CASE("engine: topology and fused allreduce for 1, 2, 3, 4 and 7 ranks") {
+  for (int size : {1, 2, 3, 4, 7}) {
+    auto errors = RunRanks(size, [size](int rank, Engine& e) -> std::string {
+      if (e.self().rank != rank) return "wrong rank";
+      int hosts = size == 1 ? 1 : 2;
+      if (e.self().cross_size != hosts) return "cross_size " + std::to_string(e.self().cross_size);
+      if (e.self().local_rank != rank / 2) return "local_rank " + std::to_string(e.self().local_rank);
+      const int kTensors = 40;
+      std::vector<std::vector<float>> bufs(kTensors);
+      std::vector<int64_t> handles;
+      for (int i = 0; i < kTensors; ++i) {
+        int t = (i * 7 + rank * 13) % kTensors;  // a different order on each rank
+        bufs[t].assign(1 + t * 37, static_cast<float>(rank + t));
+        auto h = Allreduce(e, "t" + std::to_string(t), &bufs[t], t % 2 ? ReduceOp::kSum : ReduceOp::kAverage);
+        if (!h.ok()) return h.status().ToString();
+        handles.push_back(h.value());
+      }
+      for (int64_t h : handles) {
+        Status s = e.handles().Wait(h, std::chrono::seconds(30));
+        if (!s.ok()) return s.ToString();
+        e.handles().Release(h);
+      }
+      for (int t = 0; t < kTensors; ++t) {
+        float sum = 0;
+        for (int r = 0; r < size; ++r) sum += r + t;
+        float want = t % 2 ? sum : sum / size;
+        for (float v : bufs[t]) {
+          if (std::abs(v - want) > 1e-4f * std::max(1.0f, std::abs(want))) {
+            return "tensor " + std::to_string(t) + " got " + std::to_string(v) + " want " + std::to_string(want);
+          }
+        }
+      }
+      return e.handles().size() == 0 ? "" : "handles left behind";
+    });
+    for (int r = 0; r < size; ++r) {
+      INFO("size " << size << " rank " << r);
+      REQUIRE(errors[r] == "");
+    }
+  }
+}
+
+TEST_CASE("engine: a mismatched shape fails on every rank and the job goes on") {
+  const int size = 3;
+  auto errors = RunRanks(size, [](int rank, Engine& e) -> std::string {
+    std::vector<float> a(rank == 2 ? 5 : 4, 1.0f);
+    auto h = Allreduce(e, "w", &a, ReduceOp::kSum);
+    if (!h.ok()) return h.status().ToString();
+    Status s = e.handles().Wait(h.value(), std::chrono::seconds(30));
+    if (s.code() != Code::kMismatch) return "want MISMATCH, got " + s.ToString();
+    if (s.message().find("shape") == std::string::npos || s.message().find("rank 2") == std::string::npos) {
+      return "message does not name the field and rank: " + s.message();
+    }
+    std::vector<float> b(3, 2.0f);
+    auto h2 = Allreduce(e, "after", &b, ReduceOp::kSum);
+    if (!h2.ok()) return h2.status().ToString();
+    Status s2 = e.handles().Wait(h2.value(), std::chrono::seconds(30));
+    if (!s2.ok()) return s2.ToString();
+    return b[0] == 6.0f ? "" : "wrong sum after mismatch";
+  });
+  for (int r = 0; r < size; ++r) {
+    INFO("rank " << r);
+    REQUIRE(errors[r] == "");
+  }
+}
+
+TEST_CASE("engine: a name already in flight is rejected; shutdown fails pending operations") {
+  auto errors = RunRanks(2, [](int rank, Engine& e) -> std::string {
+    std::vector<float> a(4, 1.0f);
+    if (rank == 1) {
+      // Only rank 1 submits: the operation stays pending until shutdown.
+      auto h = Allreduce(e, "lonely", &a, ReduceOp::kSum);
+      if (!h.ok()) return h.status().ToString();
+      auto dup = Allreduce(e, "lonely", &a, ReduceOp::kSum);
+      if (dup.ok() || dup.status().code() != Code::kAlreadyExists) return "duplicate accepted";
+      e.Shutdown();
+      Status s = e.handles().Wait(h.value(), std::chrono::seconds(10));
+      if (s.code() != Code::kAborted) return "want ABORTED after shutdown, got " + s.ToString();
+    }
+    return "";
+  });
+  REQUIRE(errors[0] == "");
+  REQUIRE(errors[1] == "");
+}
