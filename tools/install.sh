@@ -1,0 +1,71 @@
+#!/usr/bin/env bash
+# Builds and installs Hora for this machine (idempotent; prints what it installed):
+#   PREFIX/lib/libhora.so            the C API library (//bindings/c:libhora.so), + ldconfig
+#   PREFIX/include/hora.h            its header
+#   PREFIX/lib/hora/launcher/        horarun and its modules; PREFIX/bin/horarun links there
+#   SITE/hora                        the Python package (bindings/python/hora), where SITE is
+#                                    /usr/bin/python3's site directory under PREFIX
+# Usage: tools/install.sh [bazel build options]   (as root, or with sudo available)
+#   HORA_PREFIX=DIR   install under DIR instead of /usr/local (no ldconfig then)
+#   HORA_BAZEL_ROOT   see .ci/bazel_env.sh
+set -euo pipefail
+cd "$(dirname "$0")/.."
+. .ci/bazel_env.sh
+
+PREFIX="${HORA_PREFIX:-/usr/local}"
+PYTHON=/usr/bin/python3
+SUDO=""
+if [ ! -w "$(d="$PREFIX"; while [ ! -e "$d" ]; do d="$(dirname "$d")"; done; echo "$d")" ]; then
+  [ "$(id -u)" -ne 0 ] && SUDO="sudo"
+fi
+say() { echo "install: $*"; }
+
+# 1. libhora.so and hora.h (skipped with a note while the target does not exist).
+if bzl query //bindings/c:libhora.so >/dev/null 2>&1; then
+  bzl build "$@" //bindings/c:libhora.so
+  bin="$(bzl info "$@" bazel-bin)"
+  $SUDO install -D -m 0755 "$bin/bindings/c/libhora.so" "$PREFIX/lib/libhora.so"
+  say "$PREFIX/lib/libhora.so"
+  $SUDO install -D -m 0644 bindings/c/hora.h "$PREFIX/include/hora.h"
+  say "$PREFIX/include/hora.h"
+  if [ "$PREFIX" = /usr/local ] && command -v ldconfig >/dev/null; then
+    $SUDO ldconfig
+    say "ldconfig (libhora.so is on the loader's path)"
+  fi
+else
+  say "//bindings/c:libhora.so is not defined: skipped libhora.so and hora.h"
+fi
+
+# 2. horarun: the launcher files in one directory, a link on PATH.
+launcher="$PREFIX/lib/hora/launcher"
+$SUDO mkdir -p "$launcher" "$PREFIX/bin"
+$SUDO rm -f "$launcher"/*.py
+$SUDO install -m 0755 tools/launcher/horarun "$launcher/horarun"
+$SUDO install -m 0644 tools/launcher/*.py "$launcher/"
+$SUDO ln -sfn "$launcher/horarun" "$PREFIX/bin/horarun"
+say "$PREFIX/bin/horarun -> $launcher/horarun"
+
+# 3. The Python package, into /usr/bin/python3's site directory under PREFIX.
+if [ -d bindings/python/hora ]; then
+  site="$("$PYTHON" - "$PREFIX" <<'PY'
+import site, sys
+prefix = sys.argv[1].rstrip("/") + "/"
+dirs = [d for d in site.getsitepackages() if d.startswith(prefix)]
+v = "%d.%d" % sys.version_info[:2]
+print(dirs[0] if dirs else prefix + "lib/python" + v + "/dist-packages")
+PY
+)"
+  $SUDO mkdir -p "$site"
+  $SUDO rm -rf "$site/hora.tmp"
+  $SUDO cp -r bindings/python/hora "$site/hora.tmp"
+  $SUDO find "$site/hora.tmp" -name __pycache__ -prune -exec rm -rf {} +
+  $SUDO rm -rf "$site/hora"
+  $SUDO mv "$site/hora.tmp" "$site/hora"
+  say "$site/hora (Python package for $PYTHON)"
+  if ! "$PYTHON" -c 'import sys; sys.exit(0 if sys.argv[1] in sys.path else 1)' "$site"; then
+    say "note: $site is not on $PYTHON's path; add it to PYTHONPATH"
+  fi
+else
+  say "bindings/python/hora does not exist: skipped the Python package"
+fi
+say "done"
