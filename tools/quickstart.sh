@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# The quick start: installs what is missing (apt), builds Hora, installs it (libhora.so,
+# hora.h, horarun, the Python package under /usr/local), then runs the main job.
+# Usage: tools/quickstart.sh    (as root, or with sudo available; from any directory)
+#   HORA_BAZEL_ROOT=DIR  separate Bazel output root; HORA_KEEP_BAZEL=1 keep the server
+#   (see .ci/bazel_env.sh; by default the Bazel server is shut down at exit)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+. .ci/bazel_env.sh
+bzl_shutdown_on_exit
+
+echo "== quickstart: installing system packages"
+tools/setup.sh
+echo "== quickstart: building"
+bzl build //...
+echo "== quickstart: installing"
+tools/install.sh
+BIN="$(bzl info bazel-bin)"
+HORARUN="${HORA_PREFIX:-/usr/local}/bin/horarun"
+
+# The main job: 2 ranks on this host, each allreducing through libhora.
+MAIN_JOB=("$HORARUN" -np 2 "$BIN/tools/demo/allreduce_demo")
+
+# Every program the job names must exist before it starts.
+for arg in "${MAIN_JOB[@]}"; do
+  case "$arg" in
+    /*) [ -e "$arg" ] || { echo "quickstart: $arg does not exist (is it built?)" >&2; exit 1; } ;;
+  esac
+done
+echo "== quickstart: running: ${MAIN_JOB[*]}"
+set +e
+"${MAIN_JOB[@]}"
+rc=$?
+set -e
+echo "== quickstart: the main job exited with code $rc"
+exit "$rc"
