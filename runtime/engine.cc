@@ -66,9 +66,6 @@ Status Engine::Init() {
   if (ParseLogLevel(options_.log_level, &level)) SetLogLevel(level);
   SetLogRank(options_.rank);
   HORA_LOG_INFO("starting: {}", options_.Describe());
-  if (options_.token.empty()) {
-    HORA_LOG_WARN("no job token (HORA_JOB_TOKEN): the coordinator accepts any client");
-  }
   TlsFiles tls{options_.tls_cert, options_.tls_key, options_.tls_ca};
   std::string address = options_.coordinator_address;
   if (options_.rank == 0) {

@@ -5,6 +5,7 @@
 #include <cerrno>
 #include <cmath>
 #include <cstdlib>
+#include <random>
 #include <sstream>
 
 #include "common/logging.h"
@@ -152,13 +153,41 @@ Status ParseRest(const EnvLookup& env, Options* o) {
   return Status::Ok();
 }
 
+// The job token: given, else derived from the job id of the launcher that started us (every
+// rank of the job sees the same one), else random for a single-rank job.
+Status ParseToken(const EnvLookup& env, const OptionOverrides& ov, Options* o) {
+  if (!ov.token.empty()) {
+    o->token = ov.token;
+    return Status::Ok();
+  }
+  if (const char* t = env(kEnvJobToken); t != nullptr && *t != '\0') {
+    o->token = t;
+    return Status::Ok();
+  }
+  const char* which = nullptr;
+  if (const char* id = FirstSet(env, {"PMIX_NAMESPACE", "OMPI_MCA_orte_ess_jobid", "SLURM_JOB_ID",
+                                      "TORCHELASTIC_RUN_ID"}, &which)) {
+    o->token = std::string(which) + "=" + id;
+    const char* step = env("SLURM_STEP_ID");
+    if (std::string(which) == "SLURM_JOB_ID" && step != nullptr) o->token += "." + std::string(step);
+    return Status::Ok();
+  }
+  if (o->size == 1) {
+    std::random_device rd;
+    o->token = std::to_string(rd()) + std::to_string(rd());
+    return Status::Ok();
+  }
+  return InvalidArgument(std::string(kEnvJobToken) +
+                         " is not set: start the job with horarun, or set the same secret on every rank");
+}
+
 }  // namespace
 
 StatusOr<Options> ParseOptions(const EnvLookup& env, const OptionOverrides& overrides) {
   Options o;
   HORA_RETURN_IF_ERROR(ParseIdentity(env, overrides, &o));
   HORA_RETURN_IF_ERROR(ParseAddress(env, overrides, &o));
-  o.token = overrides.token.empty() ? (env(kEnvJobToken) ? env(kEnvJobToken) : "") : overrides.token;
+  HORA_RETURN_IF_ERROR(ParseToken(env, overrides, &o));
   if (const char* h = env(kEnvHostname); h != nullptr && *h != '\0') {
     o.hostname = h;
   } else {
@@ -188,7 +217,7 @@ std::string Options::Describe() const {
     << " heartbeat=" << heartbeat_interval_s << "/" << heartbeat_timeout_s
     << "s collective_timeout_s=" << collective_timeout_s << " stall_warning_s=" << stall_warning_s
     << " stall_timeout_s=" << stall_timeout_s << " cpu_backend=" << cpu_backend
-    << " tls=" << (tls_cert.empty() ? "off" : "on") << " auth=" << (token.empty() ? "off" : "on");
+    << " tls=" << (tls_cert.empty() ? "off" : "on");
   return s.str();
 }
 

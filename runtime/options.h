@@ -42,7 +42,9 @@ struct Options {
   // host:port of the coordinator, which rank 0 listens on. Without HORA_COORDINATOR_ADDR:
   // MASTER_ADDR:MASTER_PORT (torchrun), else 127.0.0.1:0 for a single-rank job.
   std::string coordinator_address;
-  std::string token;     // HORA_JOB_TOKEN; empty: no authentication (logged as a warning)
+  // HORA_JOB_TOKEN; else derived from the launcher's job id (Open MPI / PMIx namespace, Slurm
+  // job and step, torchrun run id); else random for a single-rank job; else an error.
+  std::string token;
   std::string hostname;  // HORA_HOSTNAME, else gethostname(); decides local ranks
 
   int64_t fusion_threshold_bytes = 64ll << 20;  // HORA_FUSION_THRESHOLD, bytes; 0 = no fusion

@@ -31,18 +31,32 @@ TEST_CASE("defaults for a single process without a launcher") {
 
 TEST_CASE("identity comes from HORA_* first, then MPI, Slurm, torchrun") {
   auto o = ParseOptions(Env({{"HORA_RANK", "2"}, {"HORA_SIZE", "4"}, {"RANK", "1"}, {"WORLD_SIZE", "9"},
-                             {"HORA_COORDINATOR_ADDR", "10.0.0.1:5000"}}), {});
+                             {"HORA_COORDINATOR_ADDR", "10.0.0.1:5000"}, {"HORA_JOB_TOKEN", "t"}}), {});
   REQUIRE(o.ok());
   REQUIRE(o.value().rank == 2);
   REQUIRE(o.value().size == 4);
   auto m = ParseOptions(Env({{"OMPI_COMM_WORLD_RANK", "1"}, {"OMPI_COMM_WORLD_SIZE", "2"},
-                             {"MASTER_ADDR", "node1"}, {"MASTER_PORT", "1234"}}), {});
+                             {"MASTER_ADDR", "node1"}, {"MASTER_PORT", "1234"}, {"PMIX_NAMESPACE", "ns1"}}), {});
   REQUIRE(m.ok());
   REQUIRE(m.value().rank == 1);
   REQUIRE(m.value().coordinator_address == "node1:1234");
-  auto t = ParseOptions(Env({{"RANK", "3"}, {"WORLD_SIZE", "4"}, {"MASTER_ADDR", "h"}}), {});
+  REQUIRE(m.value().token == "PMIX_NAMESPACE=ns1");
+  auto t = ParseOptions(Env({{"RANK", "3"}, {"WORLD_SIZE", "4"}, {"MASTER_ADDR", "h"}, {"TORCHELASTIC_RUN_ID", "r"}}), {});
   REQUIRE(t.ok());
   REQUIRE(t.value().coordinator_address == "h:29500");
+}
+
+TEST_CASE("the job token is given, derived from the launcher's job id, or required") {
+  auto given = ParseOptions(Env({{"HORA_JOB_TOKEN", "abc"}}), {});
+  REQUIRE(given.value().token == "abc");
+  auto single = ParseOptions(Env({}), {});
+  REQUIRE_FALSE(single.value().token.empty());
+  auto slurm = ParseOptions(Env({{"SLURM_PROCID", "0"}, {"SLURM_NTASKS", "2"}, {"SLURM_JOB_ID", "77"},
+                                 {"SLURM_STEP_ID", "3"}, {"MASTER_ADDR", "h"}}), {});
+  REQUIRE(slurm.value().token == "SLURM_JOB_ID=77.3");
+  auto missing = ParseOptions(Env({{"HORA_SIZE", "2"}, {"HORA_COORDINATOR_ADDR", "h:1"}}), {});
+  REQUIRE_FALSE(missing.ok());
+  REQUIRE(missing.status().message().find("HORA_JOB_TOKEN") != std::string::npos);
 }
 
 TEST_CASE("overrides from the init config win") {
@@ -61,6 +75,7 @@ TEST_CASE("overrides from the init config win") {
 TEST_CASE("bad values name the variable") {
   auto check = [](std::map<std::string, std::string> vars, const std::string& needle) {
     vars.emplace("HORA_COORDINATOR_ADDR", "127.0.0.1:5000");
+    vars.emplace("HORA_JOB_TOKEN", "t");
     auto o = ParseOptions(Env(vars), {});
     REQUIRE_FALSE(o.ok());
     REQUIRE(o.status().code() == Code::kInvalidArgument);
@@ -78,10 +93,10 @@ TEST_CASE("bad values name the variable") {
   check({{"HORA_RANK", "5"}, {"HORA_SIZE", "2"}}, "rank 5");
   check({{"HORA_SIZE", "0"}}, "HORA_SIZE");
   check({{"HORA_TLS_CERT", "/c.pem"}}, "HORA_TLS_KEY");
-  auto no_addr = ParseOptions(Env({{"HORA_SIZE", "2"}, {"HORA_RANK", "0"}}), {});
+  auto no_addr = ParseOptions(Env({{"HORA_SIZE", "2"}, {"HORA_RANK", "0"}, {"HORA_JOB_TOKEN", "t"}}), {});
   REQUIRE_FALSE(no_addr.ok());
   REQUIRE(no_addr.status().message().find("HORA_COORDINATOR_ADDR") != std::string::npos);
-  auto bad_addr = ParseOptions(Env({{"HORA_SIZE", "2"}, {"HORA_COORDINATOR_ADDR", "nohost"}}), {});
+  auto bad_addr = ParseOptions(Env({{"HORA_SIZE", "2"}, {"HORA_COORDINATOR_ADDR", "nohost"}, {"HORA_JOB_TOKEN", "t"}}), {});
   REQUIRE_FALSE(bad_addr.ok());
   REQUIRE(bad_addr.status().message().find("host:port") != std::string::npos);
 }
