@@ -41,9 +41,10 @@ class HoraError(RuntimeError):
         self.message = message or ""
         self.operation = operation
         code = STATUS_NAMES.get(self.status, str(self.status))
-        prefix = "%s: " % operation if operation else ""
-        super().__init__("%s%s (HORA_ERR_%s)" % (prefix, self.message, code)
-                         if self.status != IN_PROGRESS else prefix + self.message)
+        # The runtime's messages name the tensor already; say which call failed otherwise.
+        name = operation.split("(")[-1].rstrip(")") if operation else ""
+        prefix = "%s: " % operation if operation and name not in self.message else ""
+        super().__init__("%s%s (HORA_ERR_%s)" % (prefix, self.message, code))
 
 
 class HoraPeerFailureError(HoraError):

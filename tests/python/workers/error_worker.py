@@ -1,0 +1,84 @@
+"""Errors in one rank's collective: every rank gets a HoraError carrying the runtime's
+message, and the job goes on."""
+
+import sys
+
+import torch
+
+import hora
+import hora.torch as hvd
+import cases
+from cases import case, check, close, raises
+
+
+def _healthy(tag):
+    y = hvd.allreduce(torch.ones(2), op=hvd.Sum, name="healthy." + tag)
+    close(y, torch.full((2,), float(hvd.size())))
+
+
+@case
+def mismatched_shapes():
+    shape = (3,) if hvd.rank() == 0 else (4,)
+    e = raises(hora.HoraError, hvd.allreduce, torch.ones(shape), name="bad.shape")
+    check(isinstance(e, hvd.HoraError) and e.status == 6, "status %r" % e.status)
+    check(isinstance(e, hora.HoraMismatchError), type(e).__name__)
+    check("shape" in e.message.lower(), "message: %r" % e.message)
+    check("bad.shape" in str(e), "names the tensor: %r" % str(e))
+    _healthy("shape")
+
+
+@case
+def mismatched_dtypes():
+    dt = torch.float32 if hvd.rank() == 0 else torch.float64
+    e = raises(hora.HoraError, hvd.allreduce, torch.ones(3, dtype=dt), name="bad.dtype")
+    check("dtype" in e.message.lower() or "type" in e.message.lower(), e.message)
+    _healthy("dtype")
+
+
+@case
+def mismatched_ops():
+    op = hvd.Sum if hvd.rank() == 0 else hvd.Max
+    e = raises(hora.HoraError, hvd.allreduce, torch.ones(3), op=op, name="bad.op")
+    check("op" in e.message.lower(), e.message)
+    _healthy("op")
+
+
+@case
+def mismatched_roots():
+    e = raises(hora.HoraError, hvd.broadcast, torch.ones(3), hvd.rank(), name="bad.root")
+    check("root" in e.message.lower(), e.message)
+    _healthy("root")
+
+
+@case
+def root_out_of_range():
+    e = raises(hora.HoraError, hvd.broadcast, torch.ones(3), hvd.size() + 5, name="oob.root")
+    check(e.status == 1, "INVALID_ARGUMENT, got %r" % e.status)
+    check(str(hvd.size() + 5) in e.message, "message names the root: %r" % e.message)
+    _healthy("oob")
+
+
+@case
+def bad_alltoall_splits():
+    # the splits do not add up to the first dimension: rejected at enqueue on every rank
+    e = raises(hora.HoraError, hvd.alltoall, torch.ones(4), splits=[1] * hvd.size() + [1])
+    check(e.message, "has the runtime's message")
+    _healthy("a2a")
+
+
+@case
+def duplicate_name_in_flight():
+    h = hvd.allreduce_async(torch.ones(2), name="dup")
+    e = raises(hora.HoraError, hvd.allreduce_async, torch.ones(2), name="dup")
+    check(e.status == 3, "ALREADY_EXISTS, got %r" % e.status)
+    hvd.synchronize(h)
+
+
+def _shutdown():
+    hvd.shutdown()
+    e = raises(hora.HoraError, hvd.rank)
+    check(isinstance(e, ValueError), "FAILED_PRECONDITION is also a ValueError")
+
+
+if __name__ == "__main__":
+    cases.run_all(hvd.init, _shutdown, only=sys.argv[1:])
