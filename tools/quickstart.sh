@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# The quick start: installs what is missing (apt), builds Hora, installs it (libhora.so,
-# hora.h, horarun, the Python package under /usr/local), then runs the main job.
+# The quick start: installs what is missing (apt), builds Hora and installs it (libhora.so,
+# hora.h, horarun, the Python package under /usr/local), builds the main job's programs, then
+# runs the main job. (tools/test.sh builds everything.)
 # Usage: tools/quickstart.sh    (as root, or with sudo available; from any directory)
 #   HORA_BAZEL_ROOT=DIR  separate Bazel output root; HORA_KEEP_BAZEL=1 keep the server
 #   (see .ci/bazel_env.sh; by default the Bazel server is shut down at exit)
@@ -11,15 +12,21 @@ bzl_shutdown_on_exit
 
 echo "== quickstart: installing system packages"
 tools/setup.sh
-echo "== quickstart: building"
-bzl build //...
-echo "== quickstart: installing"
-tools/install.sh
 BIN="$(bzl info bazel-bin)"
 HORARUN="${HORA_PREFIX:-/usr/local}/bin/horarun"
 
-# The main job: 2 ranks on this host, each allreducing through libhora.
+# The main job: 2 ranks on this host, each allreducing through libhora. MAIN_TARGETS are the
+# Bazel targets it needs beyond what tools/install.sh builds and installs (libhora.so,
+# horarun, the Python package); leave it empty for a job that needs none.
+MAIN_TARGETS=(//tools/demo:allreduce_demo)
 MAIN_JOB=("$HORARUN" -np 2 "$BIN/tools/demo/allreduce_demo")
+
+echo "== quickstart: building and installing Hora"
+tools/install.sh
+if [ ${#MAIN_TARGETS[@]} -gt 0 ]; then
+  echo "== quickstart: building ${MAIN_TARGETS[*]}"
+  bzl build "${MAIN_TARGETS[@]}"
+fi
 
 # Every program the job names must exist before it starts.
 for arg in "${MAIN_JOB[@]}"; do
