@@ -209,11 +209,7 @@ StatusOr<int64_t> Engine::Enqueue(TensorSpec spec, const void* input, void* outp
     handles_.Release(handle);
     return s;
   }
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    fresh_ = true;
-  }
-  cv_.notify_one();
+  AnnounceFresh();
   return handle;
 }
 

@@ -65,6 +65,8 @@ class Engine {
   Status Init();
   void BackgroundLoop();
   void AnnounceFresh();
+  // The name this rank gave `id`, or "" if unknown.
+  std::string NameOf(int32_t id);
   void HandlePlan(const PlanMessage& plan);
   void RunBucket(const BucketPlan& bucket);
   void SetError(Status status);
@@ -85,7 +87,6 @@ class Engine {
   mutable std::mutex mu_;
   std::condition_variable cv_;
   bool stop_ = false;                    // guarded by mu_
-  bool fresh_ = false;                   // guarded by mu_: requests pushed since last wake
   std::deque<PlanMessage> inbox_;        // guarded by mu_
   std::deque<int> join_done_;            // guarded by mu_
   Status error_;                         // guarded by mu_: the sticky error
@@ -93,11 +94,13 @@ class Engine {
   int64_t barrier_count_ = 0;            // guarded by mu_
   int64_t join_handle_ = 0;              // guarded by mu_: the pending join, 0 if none
 
-  // Background thread only.
-  std::unordered_map<std::string, uint32_t> ids_;           // name -> this rank's id
-  std::unordered_map<uint32_t, TensorSpec> id_specs_;       // id -> last announced spec
-  std::unordered_map<uint32_t, std::string> id_names_;
-  uint32_t next_id_ = 0;
+  // Tensor ids. New requests are announced by the enqueuing thread itself (no wake-up of the
+  // background thread on the latency path); the background thread maps plan ids back to names.
+  std::mutex announce_mu_;
+  std::unordered_map<std::string, uint32_t> ids_;      // guarded by announce_mu_: name -> id
+  std::unordered_map<uint32_t, TensorSpec> id_specs_;  // guarded by announce_mu_: last announced
+  std::unordered_map<uint32_t, std::string> id_names_; // guarded by announce_mu_
+  uint32_t next_id_ = 0;                               // guarded by announce_mu_
 
   std::thread thread_;
 };

@@ -10,19 +10,16 @@ void Engine::BackgroundLoop() {
   for (;;) {
     std::deque<PlanMessage> plans;
     std::deque<int> joins;
-    bool fresh = false;
     Status error;
     {
       std::unique_lock<std::mutex> lock(mu_);
       cv_.wait(lock, [&] {
-        return stop_ || fresh_ || !inbox_.empty() || !join_done_.empty() ||
+        return stop_ || !inbox_.empty() || !join_done_.empty() ||
                (!error_.ok() && !error_handled_);
       });
       if (stop_) return;
       plans.swap(inbox_);
       joins.swap(join_done_);
-      fresh = fresh_;
-      fresh_ = false;
       error = error_;
       if (!error.ok()) error_handled_ = true;
     }
@@ -30,7 +27,6 @@ void Engine::BackgroundLoop() {
       FailEverything(error);
       continue;
     }
-    if (fresh) AnnounceFresh();
     for (const PlanMessage& plan : plans) HandlePlan(plan);
     for (int last_rank : joins) {
       int64_t handle = 0;
@@ -45,7 +41,14 @@ void Engine::BackgroundLoop() {
   }
 }
 
+std::string Engine::NameOf(int32_t id) {
+  std::lock_guard<std::mutex> lock(announce_mu_);
+  auto it = id_names_.find(static_cast<uint32_t>(id));
+  return it == id_names_.end() ? std::string() : it->second;
+}
+
 void Engine::AnnounceFresh() {
+  std::lock_guard<std::mutex> lock(announce_mu_);
   std::vector<ReadyNotice> notices;
   for (const Request* r : queue_.PopFresh()) {
     ReadyNotice n;
@@ -71,9 +74,9 @@ void Engine::AnnounceFresh() {
 
 void Engine::HandlePlan(const PlanMessage& plan) {
   for (const TensorErrorNotice& e : plan.errors) {
-    auto name = id_names_.find(static_cast<uint32_t>(e.id));
-    if (name == id_names_.end()) continue;
-    if (auto r = queue_.Take(name->second)) handles_.Complete(r->handle, e.status);
+    std::string name = NameOf(e.id);
+    if (name.empty()) continue;
+    if (auto r = queue_.Take(name)) handles_.Complete(r->handle, e.status);
   }
   for (const BucketPlan& bucket : plan.buckets) RunBucket(bucket);
 }
@@ -86,9 +89,9 @@ void Engine::RunBucket(const BucketPlan& bucket) {
   for (size_t i = 0; i < bucket.entries.size(); ++i) {
     int32_t id = bucket.entries[i].id;
     if (id < 0) continue;
-    auto name = id_names_.find(static_cast<uint32_t>(id));
+    std::string name = NameOf(id);
     std::optional<Request> r;
-    if (name != id_names_.end()) r = queue_.Take(name->second);
+    if (!name.empty()) r = queue_.Take(name);
     if (!r) {
       SetError(Internal("the coordinator planned tensor id " + std::to_string(id) +
                         " which this rank has not submitted"));
