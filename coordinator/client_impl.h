@@ -48,6 +48,8 @@ class ClientImpl final : public CoordinatorClient {
   void Dispatch(const proto::CoordinatorMessage& message);
   void FireAbort(const Status& status);
   std::string LostCoordinator(const std::string& why) const;
+  // Waits for the coordinator's answer to Hello; on failure stops the threads.
+  Status AwaitSessionOpen();
 
   // Constant after construction.
   const ClientConfig config_;
@@ -77,6 +79,9 @@ class ClientImpl final : public CoordinatorClient {
   bool stop_heartbeat_ = false;  // guarded by mu_
   bool reader_done_ = false;     // guarded by mu_
   Status watchdog_status_;       // guarded by mu_: why the heartbeat thread cancelled the call
+  bool acked_ = false;           // guarded by mu_: the coordinator answered Hello
+  grpc::Status final_status_;    // guarded by mu_: the call's status once reader_done_
+  std::atomic<bool> acked_fast_{false};  // acked_, readable without mu_
 };
 
 }  // namespace hora

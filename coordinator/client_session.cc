@@ -64,7 +64,30 @@ Status ClientImpl::StartSession(SessionCallbacks callbacks) {
   }
   reader_ = std::thread([this] { ReaderLoop(); });
   heartbeat_ = std::thread([this] { HeartbeatLoop(); });
-  return Status::Ok();
+  return AwaitSessionOpen();
+}
+
+Status ClientImpl::AwaitSessionOpen() {
+  std::unique_lock<std::mutex> lock(mu_);
+  // The coordinator answers Hello with a heartbeat (or an Abort, or by ending the call).
+  if (!cv_.wait_for(lock, config_.heartbeat_timeout, [this] { return acked_ || reader_done_; })) {
+    session_ctx_->TryCancel();
+  }
+  if (acked_) return Status::Ok();
+  cv_.wait(lock, [this] { return reader_done_; });
+  stop_heartbeat_ = true;
+  cv_.notify_all();
+  const Status watchdog = watchdog_status_;
+  const grpc::Status st = final_status_;
+  lock.unlock();
+  reader_.join();
+  heartbeat_.join();
+  if (!watchdog.ok()) return watchdog;
+  if (st.ok() || st.error_code() == grpc::StatusCode::CANCELLED) {
+    return Unavailable("the coordinator at " + config_.address +
+                       " did not answer the session's Hello");
+  }
+  return FromGrpcStatus(st, "session with the coordinator at " + config_.address);
 }
 
 bool ClientImpl::Write(const proto::WorkerMessage& message) {
@@ -97,6 +120,12 @@ void ClientImpl::ReaderLoop() {
   proto::CoordinatorMessage message;
   while (stream_->Read(&message)) {
     last_recv_.store(Clock::now().time_since_epoch().count());
+    if (!acked_fast_.load(std::memory_order_relaxed)) {
+      std::lock_guard<std::mutex> lock(mu_);
+      acked_ = true;
+      acked_fast_.store(true);
+      cv_.notify_all();
+    }
     Dispatch(message);
   }
   grpc::Status st;
@@ -106,13 +135,16 @@ void ClientImpl::ReaderLoop() {
     st = stream_->Finish();
   }
   Status watchdog;
+  bool acked;
   {
     std::lock_guard<std::mutex> lock(mu_);
     reader_done_ = true;
+    final_status_ = st;
     watchdog = watchdog_status_;
+    acked = acked_;
     cv_.notify_all();
   }
-  if (closing_.load()) return;
+  if (closing_.load() || !acked) return;  // before the answer to Hello: StartSession reports
   FireAbort(!watchdog.ok() ? watchdog : PeerFailure(LostCoordinator(GrpcStatusText(st))));
 }
 
@@ -187,7 +219,7 @@ void ClientImpl::Close() {
   if (closed_) return;
   closed_ = true;
   closing_.store(true);
-  if (!stream_) return;
+  if (!stream_ || !reader_.joinable()) return;  // no session, or it failed to open
   // Goodbye, then half-close; the coordinator ends the call, which ends the reader.
   if (write_mu_.try_lock_for(milliseconds(1000))) {
     if (!writes_done_) {

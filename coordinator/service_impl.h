@@ -143,11 +143,13 @@ class CoordinatorServiceImpl final : public CoordinatorService,
   std::string start_failure_;  // non-empty once the start timed out
   bool aborted_ = false;
   std::string abort_message_;
+  Code abort_code_ = Code::kAborted;
   bool shutting_down_ = false;
   bool stop_threads_ = false;
   TimePoint timer_wake_ = TimePoint::max();
   TimePoint next_heartbeat_;
   TimePoint next_stall_check_;
+  TimePoint next_stall_log_;  // stall warnings at most every stall_warning / 2
   Touched flush_queue_;
   bool sender_busy_ = false;
 

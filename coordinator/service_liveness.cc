@@ -21,7 +21,7 @@ std::string DescribeStalls(const std::vector<StallReport>& stalls, size_t cap) {
     s += "tensor '" + r.name + "' submitted by " + (r.ready_ranks.size() == 1 ? "rank " : "ranks ") +
          JoinRanks(r.ready_ranks, 8) + " but not by " +
          (r.missing_ranks.size() == 1 ? "rank " : "ranks ") + JoinRanks(r.missing_ranks, 8) +
-         " for " + FormatSeconds(std::chrono::duration_cast<std::chrono::seconds>(r.age));
+         " for " + FormatSeconds(std::chrono::duration_cast<std::chrono::milliseconds>(r.age));
   }
   if (stalls.size() > cap) s += "; and " + std::to_string(stalls.size() - cap) + " more";
   return s;
@@ -118,7 +118,8 @@ void CoordinatorServiceImpl::CheckLivenessLocked(TimePoint now) {
 
 void CoordinatorServiceImpl::CheckStallsLocked(TimePoint now) {
   std::vector<StallReport> stalls = planner_.Stalled(now, config_.stall_warning);
-  if (!stalls.empty()) {
+  if (!stalls.empty() && now >= next_stall_log_) {
+    next_stall_log_ = now + config_.stall_warning / 2;
     HORA_LOG_WARN("coordinator: {} tensor(s) stalled: {}", stalls.size(),
                   DescribeStalls(stalls, 10));
   }
@@ -142,6 +143,7 @@ void CoordinatorServiceImpl::AbortLocked(Code code, const std::string& message,
   if (aborted_) return;
   aborted_ = true;
   abort_message_ = message;
+  abort_code_ = code;
   HORA_LOG_ERROR("coordinator: aborting the job: {}", message);
   join_cv_.notify_all();
   for (int i = 0; i < config_.size; ++i) {

@@ -24,6 +24,8 @@ grpc::Status CoordinatorServiceImpl::Session(grpc::ServerContext* ctx,
                    opened.error_message());
     return opened;
   }
+  if (!session) return grpc::Status::OK;  // the job was aborted; the rank has been told
+  session->Flush();  // the first heartbeat: tells the worker its session is open
   const int rank = session->rank();
   bool goodbye = false;
   Touched touched;
@@ -51,8 +53,15 @@ grpc::Status CoordinatorServiceImpl::OpenSession(grpc::ServerContext* ctx,
                         "Hello from rank " + std::to_string(rank) + ", out of range [0, " +
                             std::to_string(config_.size) + ")");
   }
-  std::lock_guard<std::mutex> lock(mu_);
-  if (aborted_) return grpc::Status(StatusCode::ABORTED, abort_message_);
+  std::unique_lock<std::mutex> lock(mu_);
+  if (aborted_) {  // tell the rank why, as it would have heard with a session
+    proto::CoordinatorMessage abort;
+    abort.mutable_abort()->set_code(static_cast<int32_t>(abort_code_));
+    abort.mutable_abort()->set_message(abort_message_);
+    lock.unlock();
+    stream->Write(abort);
+    return grpc::Status::OK;
+  }
   if (shutting_down_) {
     return grpc::Status(StatusCode::UNAVAILABLE, "the coordinator is shutting down");
   }
@@ -68,6 +77,9 @@ grpc::Status CoordinatorServiceImpl::OpenSession(grpc::ServerContext* ctx,
   state.had_session = true;
   state.session = std::make_shared<SessionStream>(rank, ctx, stream, Clock::now());
   *session = state.session;
+  proto::CoordinatorMessage first;
+  first.mutable_heartbeat();
+  state.session->Push(std::move(first));
   WakeTimerLocked(Clock::now() + config_.heartbeat_timeout);
   HORA_LOG_DEBUG("coordinator: session opened by {} from {}", DescribeRank(rank), ctx->peer());
   return grpc::Status::OK;
