@@ -77,7 +77,7 @@ class JobResult(object):
 def run_job(np, script, args=(), timeout=240, extra_env=None, launcher_args=()):
     """Runs `horarun -np N python workers/<script> args...`; returns a JobResult."""
     cmd = [horarun(), "-np", str(np)] + list(launcher_args) + [
-        PYTHON, os.path.join(WORKERS, script)] + list(args)
+        PYTHON, os.path.join(WORKERS, script)] + list(args)  # an absolute script stays
     try:
         p = subprocess.run(cmd, cwd=REPO, env=job_env(extra_env), stdout=subprocess.PIPE,
                            stderr=subprocess.PIPE, timeout=timeout, universal_newlines=True)

@@ -1,0 +1,55 @@
+"""The examples run end to end under horarun (shortened by their flags)."""
+
+import os
+
+import pytest
+
+import harness
+
+EXAMPLES = os.path.join(harness.REPO, "examples")
+
+
+def run_example(np, script, args, timeout=300):
+    path = os.path.join(EXAMPLES, script)
+    return harness.run_job(np, path, args, timeout=timeout)
+
+
+def rank0(job):
+    return "\n".join(job.lines.get(0, []))
+
+
+@pytest.mark.parametrize("np", [2, 3])
+def test_gpt_char_lm(np):
+    job = run_example(np, "gpt_char_lm.py", ["--steps", "6", "--log-every", "3",
+                                             "--sample-chars", "40", "--batch-size", "4"])
+    out = rank0(job)
+    assert job.rc == 0, job.tail()
+    assert "step    6/6  loss" in out and "samples/s" in out, out
+    assert "---- sample ----" in out, out
+    assert "PASS: every rank holds identical parameters" in out, out
+
+
+def test_gpt_char_lm_fp16_and_accumulation():
+    job = run_example(2, "gpt_char_lm.py", ["--steps", "4", "--log-every", "2",
+                                            "--sample-chars", "10", "--batch-size", "4",
+                                            "--fp16-allreduce", "--backward-passes-per-step",
+                                            "2"])
+    assert job.rc == 0 and "PASS: every rank" in rank0(job), job.tail()
+
+
+def test_synthetic_benchmark():
+    job = run_example(2, "pytorch_synthetic_benchmark.py", [
+        "--no-cuda", "--model", "resnet18", "--batch-size", "2", "--image-size", "32",
+        "--num-warmup-batches", "1", "--num-batches-per-iter", "1", "--num-iters", "2",
+        "--fp16-allreduce"])
+    out = rank0(job)
+    assert job.rc == 0, job.tail()
+    for text in ("Model: resnet18", "Batch size: 2", "Number of CPUs: 2", "Iter #1:",
+                 "Img/sec per CPU: ", "Total img/sec on 2 CPU(s): "):
+        assert text in out, out
+
+
+def test_synthetic_benchmark_rejects_adasum():
+    job = run_example(2, "pytorch_synthetic_benchmark.py", ["--no-cuda", "--use-adasum"],
+                      timeout=120)
+    assert job.rc != 0 and "Adasum" in job.stderr + job.stdout, job.tail()
