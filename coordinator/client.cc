@@ -95,7 +95,10 @@ ClientImpl::ClientImpl(const ClientConfig& config, std::shared_ptr<grpc::Channel
       channel_(std::move(channel)),
       stub_(proto::Coordinator::NewStub(channel_)) {}
 
-ClientImpl::~ClientImpl() { Close(); }
+ClientImpl::~ClientImpl() {
+  Close();
+  if (reader_.joinable() && reader_.get_id() != std::this_thread::get_id()) reader_.join();
+}
 
 void ClientImpl::AddToken(grpc::ClientContext* ctx) const {
   ctx->AddMetadata(kTokenMetadataKey, config_.token);

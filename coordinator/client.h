@@ -1,15 +1,17 @@
 // The worker side of the control plane: join, rendezvous store and the session stream.
 //
 // Connect() performs Join and blocks until every rank has joined (or the start timeout, or a
-// refusal naming the reason). StartSession() opens the stream; from then on a reader thread
-// delivers the coordinator's messages through the callbacks, and a writer thread sends what
-// the runtime queues plus a heartbeat every heartbeat_interval. If nothing arrives from the
-// coordinator for heartbeat_timeout, or the stream breaks, on_abort is called once with a
-// PEER_FAILURE naming the coordinator (rank 0 and its address).
+// refusal naming the reason). StartSession() opens the stream and waits (up to
+// heartbeat_timeout) for the coordinator's answer to Hello; from then on a reader thread
+// delivers the coordinator's messages through the callbacks, and a heartbeat thread sends a
+// heartbeat every heartbeat_interval. Send*() write directly onto the stream (no hand-off to
+// another thread: this is the latency path). If nothing arrives from the coordinator for
+// heartbeat_timeout, or the stream breaks, on_abort is called once with a PEER_FAILURE naming
+// the coordinator (rank 0 and its address).
 //
 // Thread safety: all methods are thread-safe. Callbacks run on the client's reader thread, one
-// at a time; they must not block for long. Close() says Goodbye, stops and joins both threads;
-// the destructor calls it.
+// at a time; they must not block for long (Close() may be called from one). Close() says
+// Goodbye, stops and joins both threads, bounded in time; the destructor calls it.
 #ifndef HORA_COORDINATOR_CLIENT_H_
 #define HORA_COORDINATOR_CLIENT_H_
 
@@ -57,7 +59,10 @@ class CoordinatorClient : public KvStore {
   virtual const Topology& topology() const = 0;
 
   virtual Status StartSession(SessionCallbacks callbacks) = 0;
-  // Queue messages for the writer thread; never block on the network.
+  // Write to the session stream under a write lock. They return at once unless gRPC flow
+  // control holds the write (the coordinator is not reading); such a write ends at the
+  // latest when the heartbeat watchdog or Close() cancels the call. Dropped before
+  // StartSession and after the stream ended.
   virtual void SendReady(std::vector<ReadyNotice> notices) = 0;
   virtual void SendJoin() = 0;
   // Tell the coordinator this rank hit an unrecoverable error (it aborts the job with it).

@@ -233,16 +233,21 @@ void ClientImpl::Close() {
   } else {
     session_ctx_->TryCancel();
   }
+  // Close() may run inside a callback, on the reader thread itself: then the reader ends
+  // when the callback returns, and the destructor joins it.
+  const bool on_reader = std::this_thread::get_id() == reader_.get_id();
   {
     std::unique_lock<std::mutex> lock(mu_);
-    if (!cv_.wait_for(lock, milliseconds(2000), [this] { return reader_done_; })) {
+    if (!on_reader &&
+        !cv_.wait_for(lock, milliseconds(2000), [this] { return reader_done_; })) {
       session_ctx_->TryCancel();
     }
     stop_heartbeat_ = true;
     cv_.notify_all();
   }
-  reader_.join();
+  if (on_reader) session_ctx_->TryCancel();
   heartbeat_.join();
+  if (!on_reader) reader_.join();
 }
 
 }  // namespace hora

@@ -32,8 +32,10 @@ std::string DescribeStalls(const std::vector<StallReport>& stalls, size_t cap) {
 void CoordinatorServiceImpl::TimerLoop() {
   std::unique_lock<std::mutex> lock(mu_);
   while (!stop_threads_) {
-    TimerTickLocked(Clock::now());
-    timer_wake_ = NextWakeLocked();
+    const TimePoint now = Clock::now();
+    TimerTickLocked(now);
+    // Never spin, even if a deadline stays in the past.
+    timer_wake_ = std::max(NextWakeLocked(), now + std::chrono::microseconds(100));
     timer_cv_.wait_until(lock, timer_wake_);
   }
 }

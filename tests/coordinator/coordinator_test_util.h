@@ -163,14 +163,16 @@ class RawRank {
     return r;
   }
 
-  // Opens the session and says Hello; then says nothing more.
+  // Opens the session, says Hello and waits for the coordinator's first message (its answer);
+  // then says nothing more.
   bool Hello(int rank) {
     ctx_ = std::make_unique<grpc::ClientContext>();
     ctx_->AddMetadata("hora-token", token_);
     stream_ = stub_->Session(ctx_.get());
     proto::WorkerMessage hello;
     hello.mutable_hello()->set_rank(rank);
-    return stream_->Write(hello);
+    proto::CoordinatorMessage answer;
+    return stream_->Write(hello) && stream_->Read(&answer);
   }
 
   bool Write(const proto::WorkerMessage& m) { return stream_->Write(m); }
