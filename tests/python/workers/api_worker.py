@@ -291,6 +291,16 @@ def broadcast_parameters():
 
 
 @case
+def leaf_parameters_in_place():
+    # in-place ops on non-contiguous views of a leaf that requires grad copy back under no_grad
+    w = torch.nn.Parameter(torch.full((3, 4), float(R())))
+    hvd.broadcast_(w.t(), N() - 1)
+    close(w.detach(), torch.full((3, 4), float(N() - 1)))
+    hvd.allreduce_(w.t(), op=hvd.Sum)
+    close(w.detach(), torch.full((3, 4), float(N() * (N() - 1))))
+
+
+@case
 def numpy_api():
     import numpy as np
     import hora

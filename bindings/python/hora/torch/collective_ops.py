@@ -56,7 +56,8 @@ def _broadcast_async(buf, target, root_rank, name):
 
     def finish(_):
         if target is not buf:
-            target.copy_(buf)
+            with torch.no_grad():
+                target.copy_(buf)
         return target
 
     return _register([h], finish, keep=(buf, target))

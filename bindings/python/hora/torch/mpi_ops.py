@@ -224,7 +224,8 @@ def _allreduce_async_impl(tensors, name, op, prescale, postscale, inplace, group
         results = []
         for t, out, back in zip(tensors, outputs, copy_back):
             if back:
-                t.copy_(out)
+                with torch.no_grad():
+                    t.copy_(out)
                 out = t
             results.append(t if inplace else out)
         return results if group else results[0]
