@@ -135,11 +135,13 @@ class Rank:
 
 
 class Job:
-    def __init__(self, command, envs, grace=5.0, verbose=False):
+    def __init__(self, command, envs, grace=5.0, verbose=False, keep_going=False):
         self.command = list(command)
         self.envs = envs
         self.grace = grace
         self.verbose = verbose
+        self.keep_going = keep_going
+        self.first_failure = None  # (rank, code) of the first rank that failed, with keep_going
         self.ranks = []
         self.signals = []  # signals horarun received, oldest first
 
@@ -264,12 +266,20 @@ class Job:
                 return 128 + sig
             for r in self.ranks:
                 if r.poll() and r.code != 0:
+                    if self.keep_going:
+                        if self.first_failure is None:
+                            self.first_failure = (r.rank, r.code)
+                            _say("rank %d (pid %d) %s; --keep-going: waiting for the other ranks"
+                                 % (r.rank, r.proc.pid, r.how))
+                        continue
                     _say("rank %d (pid %d) %s; stopping the other ranks"
                          % (r.rank, r.proc.pid, r.how))
                     self._stop(signal.SIGTERM)
                     return r.code
             if all(r.poll() for r in self.ranks):
                 self._clean_leftovers()
+                if self.first_failure is not None:
+                    return self.first_failure[1]
                 if self.verbose:
                     _say("all %d rank(s) exited with code 0" % len(self.ranks))
                 return 0

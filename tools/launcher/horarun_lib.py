@@ -102,6 +102,9 @@ def build_parser():
                    help="HORA_HEARTBEAT_TIMEOUT_SECONDS: silence after which a rank is dead")
     p.add_argument("--grace", type=_number(0, False), default=5.0, metavar="SECONDS",
                    help="after SIGTERM, how long ranks get before SIGKILL (default 5)")
+    p.add_argument("--keep-going", action="store_true",
+                   help="when a rank fails, let the others run to their end (fault tests); "
+                        "exit with the first failed rank's code")
     p.add_argument("--verbose", action="store_true",
                    help="print the launch plan and each rank's pid to stderr")
     p.add_argument("--version", action="version", version="horarun (Hora) " + __version__)
@@ -262,5 +265,6 @@ def main(argv=None):
         if extra:
             sys.stderr.write("horarun: options: %s\n"
                              % " ".join("%s=%s" % kv for kv in sorted(extra.items())))
-    job = horarun_job.Job(args.command, envs, grace=args.grace, verbose=args.verbose)
+    job = horarun_job.Job(args.command, envs, grace=args.grace, verbose=args.verbose,
+                             keep_going=args.keep_going)
     return job.run()
