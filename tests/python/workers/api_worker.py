@@ -269,6 +269,7 @@ def argument_errors():
     raises(NotImplementedError, hvd.allreduce, x, process_set=hvd.ProcessSet([0]))
     raises(TypeError, hvd.broadcast, torch.zeros(2, dtype=torch.complex64), 0)
     raises(NotImplementedError, hvd.init, comm=[0])
+    raises(ValueError, hvd.allgather, torch.tensor(1.0), contains="dimension")
 
 
 @case

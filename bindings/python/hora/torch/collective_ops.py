@@ -42,6 +42,8 @@ class HoraAllgather(torch.autograd.Function):
 def allgather(tensor, name=None, process_set=global_process_set):
     """Concatenation of every rank's `tensor` along dimension 0. Autograd-aware."""
     _check_process_set(process_set)
+    if tensor.dim() == 0:
+        raise ValueError("allgather needs a tensor with at least one dimension")
     return HoraAllgather.apply(tensor, name)
 
 
