@@ -28,8 +28,9 @@ if bzl query //bindings/c:libhora.so >/dev/null 2>&1; then
   say "$PREFIX/lib/libhora.so"
   $SUDO install -D -m 0644 bindings/c/hora.h "$PREFIX/include/hora.h"
   say "$PREFIX/include/hora.h"
-  if [ "$PREFIX" = /usr/local ] && command -v ldconfig >/dev/null; then
-    $SUDO ldconfig
+  ldconfig="$(PATH="$PATH:/usr/sbin:/sbin" command -v ldconfig || true)"
+  if [ "$PREFIX" = /usr/local ] && [ -n "$ldconfig" ]; then
+    $SUDO "$ldconfig"
     say "ldconfig (libhora.so is on the loader's path)"
   fi
 else
