@@ -266,3 +266,13 @@ def test_options_after_the_command_belong_to_the_command():
                               "--verbose", "-np", "5")
     assert rc == 0, err
     assert rank_lines(out)[0] == ["['--verbose', '-np', '5']"]
+
+
+def test_keep_going_lets_the_others_finish(tmp_path):
+    code = ("import os,sys,time; r=os.environ['HORA_RANK']\n"
+            "if r=='1': sys.exit(4)\n"
+            "time.sleep(1); open(os.path.join(sys.argv[1], 'done.'+r), 'w').close()")
+    rc, out, err, _ = horarun("-np", "3", "--keep-going", PY, "-c", code, str(tmp_path))
+    assert rc == 4, err
+    assert "rank 1 (pid" in err and "--keep-going" in err
+    assert sorted(os.listdir(str(tmp_path))) == ["done.0", "done.2"]

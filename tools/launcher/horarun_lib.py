@@ -266,5 +266,5 @@ def main(argv=None):
             sys.stderr.write("horarun: options: %s\n"
                              % " ".join("%s=%s" % kv for kv in sorted(extra.items())))
     job = horarun_job.Job(args.command, envs, grace=args.grace, verbose=args.verbose,
-                             keep_going=args.keep_going)
+                          keep_going=args.keep_going)
     return job.run()
