@@ -12,14 +12,14 @@ bzl_shutdown_on_exit
 
 echo "== quickstart: installing system packages"
 tools/setup.sh
-BIN="$(bzl info bazel-bin)"
 HORARUN="${HORA_PREFIX:-/usr/local}/bin/horarun"
 
-# The main job: 2 ranks on this host, each allreducing through libhora. MAIN_TARGETS are the
-# Bazel targets it needs beyond what tools/install.sh builds and installs (libhora.so,
-# horarun, the Python package); leave it empty for a job that needs none.
-MAIN_TARGETS=(//tools/demo:allreduce_demo)
-MAIN_JOB=("$HORARUN" -np 2 "$BIN/tools/demo/allreduce_demo")
+# The main job: a character-level GPT trained with hora.torch's DistributedOptimizer by 2 ranks
+# on this host's CPU (examples/gpt_char_lm.py; it ends by checking that every rank holds the
+# same parameters). MAIN_TARGETS are the Bazel targets it needs beyond what tools/install.sh
+# builds and installs (libhora.so, horarun, the Python package); empty: none.
+MAIN_TARGETS=()
+MAIN_JOB=("$HORARUN" -np 2 /usr/bin/python3 "$PWD/examples/gpt_char_lm.py")
 
 echo "== quickstart: building and installing Hora"
 tools/install.sh
