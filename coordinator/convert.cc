@@ -98,6 +98,8 @@ void ToProto(const ReadyNotice& notice, proto::ReadyTensor* out) {
   } else {
     out->clear_signature();
   }
+  out->set_has_payload(notice.payload.has_value());
+  if (notice.payload) out->set_payload(*notice.payload);
 }
 
 Status FromProto(const proto::ReadyTensor& in, ReadyNotice* out) {
@@ -108,6 +110,8 @@ Status FromProto(const proto::ReadyTensor& in, ReadyNotice* out) {
     HORA_RETURN_IF_ERROR(FromProto(in.signature(), &spec));
     out->spec = std::move(spec);
   }
+  out->payload.reset();
+  if (in.has_payload()) out->payload = in.payload();
   return Status::Ok();
 }
 
@@ -120,6 +124,7 @@ void ToProto(const BucketPlan& plan, proto::Bucket* out) {
   out->set_prescale(plan.prescale);
   out->set_postscale(plan.postscale);
   out->set_joined_ranks(plan.joined_ranks);
+  out->set_inline_reduced(plan.inline_reduced);
   out->clear_entries();
   out->mutable_entries()->Reserve(static_cast<int>(plan.entries.size()));
   for (const BucketPlan::Entry& e : plan.entries) {
@@ -128,6 +133,7 @@ void ToProto(const BucketPlan& plan, proto::Bucket* out) {
     pe->set_num_elements(e.num_elements);
     CopyInts(e.first_dims, pe->mutable_first_dims());
     CopyInts(e.recv_splits, pe->mutable_recv_splits());
+    if (plan.inline_reduced) pe->set_inline_result(e.inline_result);
   }
 }
 
@@ -142,6 +148,7 @@ Status FromProto(const proto::Bucket& in, BucketPlan* out) {
   out->prescale = in.prescale();
   out->postscale = in.postscale();
   out->joined_ranks = in.joined_ranks();
+  out->inline_reduced = in.inline_reduced();
   out->entries.clear();
   out->entries.reserve(in.entries_size());
   for (const proto::BucketEntry& pe : in.entries()) {
@@ -157,6 +164,15 @@ Status FromProto(const proto::Bucket& in, BucketPlan* out) {
                                    &e.first_dims));
     HORA_RETURN_IF_ERROR(CheckDims(pe.recv_splits(), (what + ": recv_splits").c_str(),
                                    &e.recv_splits));
+    if (out->inline_reduced) {
+      const size_t want = static_cast<size_t>(e.num_elements) * DataTypeSize(out->dtype);
+      if (pe.inline_result().size() != want) {
+        return InvalidArgument(what + ": inline result of " +
+                               std::to_string(pe.inline_result().size()) + " bytes, expected " +
+                               std::to_string(want));
+      }
+      e.inline_result = pe.inline_result();
+    }
     out->entries.push_back(std::move(e));
   }
   return Status::Ok();

@@ -35,6 +35,8 @@ struct Topology {
 struct ReadyNotice {
   uint32_t id = 0;
   std::optional<TensorSpec> spec;
+  // A small allreduce's data (prescaled), reduced by the coordinator itself.
+  std::optional<std::string> payload;
 };
 
 // One bucket of a plan, as seen by the rank that receives it. Entries use that rank's ids.
@@ -44,6 +46,7 @@ struct BucketPlan {
     int64_t num_elements = 0;
     std::vector<int64_t> first_dims;   // allgather: every rank's first dimension
     std::vector<int64_t> recv_splits;  // alltoall: rows received from each rank
+    std::string inline_result;         // inline_reduced: the reduced data, before postscale
   };
   uint64_t seq = 0;
   CollectiveType collective = CollectiveType::kAllreduce;
@@ -53,6 +56,7 @@ struct BucketPlan {
   double prescale = 1.0;
   double postscale = 1.0;
   int joined_ranks = 0;
+  bool inline_reduced = false;  // the coordinator reduced every entry (small allreduces)
   std::vector<Entry> entries;
 };
 

@@ -77,6 +77,7 @@ class CoordinatorServiceImpl final : public CoordinatorService,
     bool lost = false;
     std::unordered_map<uint32_t, TensorSpec> specs;  // this rank's ids
     std::unordered_map<std::string, uint32_t> ids;   // name -> this rank's id
+    std::unordered_map<std::string, std::string> payloads;  // name -> pending inline data
   };
 
   // service_join.cc
@@ -95,7 +96,14 @@ class CoordinatorServiceImpl final : public CoordinatorService,
   void HandleReadyLocked(int rank, const proto::WorkerMessage::Ready& ready, TimePoint now,
                          Touched* touched);
   void PollLocked(TimePoint now, std::vector<PlanMessage>* extra, Touched* touched);
-  BucketPlan PlanForRankLocked(const PlannedBucket& bucket, int rank) const;
+  BucketPlan PlanForRankLocked(const PlannedBucket& bucket, int rank,
+                               const std::vector<std::string>& inline_results) const;
+
+  // session_inline.cc: small allreduces reduced here from the data the ranks sent inline.
+  // Returns one result per entry, or nothing when some rank did not send its data.
+  std::vector<std::string> InlineReduceLocked(const PlannedBucket& bucket) const;
+  // Forgets the inline data of the names that went out or failed.
+  void DropPayloadsLocked(const PlannerOutput& out);
   void EndSession(int rank, const std::shared_ptr<SessionStream>& session, bool goodbye);
 
   // service_liveness.cc

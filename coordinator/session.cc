@@ -137,6 +137,7 @@ void CoordinatorServiceImpl::HandleReadyLocked(int rank, const proto::WorkerMess
       }
       state.ids[spec.name] = t.id();
       auto it = state.specs.insert_or_assign(t.id(), std::move(spec)).first;
+      if (t.has_payload()) state.payloads[it->second.name] = t.payload();
       planner_.Submit(rank, it->second, now);
       continue;
     }
@@ -147,13 +148,14 @@ void CoordinatorServiceImpl::HandleReadyLocked(int rank, const proto::WorkerMess
                                    "signature)"));
       continue;
     }
+    if (t.has_payload()) state.payloads[it->second.name] = t.payload();
     planner_.Submit(rank, it->second, now);
   }
   PollLocked(now, extra.empty() ? nullptr : &extra, touched);
 }
 
-BucketPlan CoordinatorServiceImpl::PlanForRankLocked(const PlannedBucket& bucket,
-                                                     int rank) const {
+BucketPlan CoordinatorServiceImpl::PlanForRankLocked(
+    const PlannedBucket& bucket, int rank, const std::vector<std::string>& inline_results) const {
   BucketPlan plan;
   plan.seq = bucket.seq;
   plan.collective = bucket.collective;
@@ -163,6 +165,7 @@ BucketPlan CoordinatorServiceImpl::PlanForRankLocked(const PlannedBucket& bucket
   plan.prescale = bucket.prescale;
   plan.postscale = bucket.postscale;
   plan.joined_ranks = bucket.joined_ranks;
+  plan.inline_reduced = !inline_results.empty();
   plan.entries.reserve(bucket.entries.size());
   const RankState& state = ranks_[rank];
   for (const PlannedBucket::Entry& e : bucket.entries) {
@@ -185,6 +188,7 @@ BucketPlan CoordinatorServiceImpl::PlanForRankLocked(const PlannedBucket& bucket
             rank < static_cast<int>(from_sender.size()) ? from_sender[rank] : 0);
       }
     }
+    if (plan.inline_reduced) entry.inline_result = inline_results[plan.entries.size()];
     plan.entries.push_back(std::move(entry));
   }
   return plan;
@@ -198,6 +202,11 @@ void CoordinatorServiceImpl::PollLocked(TimePoint now, std::vector<PlanMessage>*
     WakeTimerLocked(planner_.NextDeadline());
     return;
   }
+  std::vector<std::vector<std::string>> inline_results(out.buckets.size());
+  for (size_t b = 0; b < out.buckets.size(); ++b) {
+    inline_results[b] = InlineReduceLocked(out.buckets[b]);
+  }
+  DropPayloadsLocked(out);
   for (int r = 0; r < config_.size; ++r) {
     const bool has_extra = extra != nullptr && !(*extra)[r].errors.empty();
     bool has_failure = false;
@@ -209,7 +218,9 @@ void CoordinatorServiceImpl::PollLocked(TimePoint now, std::vector<PlanMessage>*
     if (!session) continue;
     if (!out.buckets.empty() || has_failure || has_extra) {
       PlanMessage plan;
-      for (const PlannedBucket& b : out.buckets) plan.buckets.push_back(PlanForRankLocked(b, r));
+      for (size_t b = 0; b < out.buckets.size(); ++b) {
+        plan.buckets.push_back(PlanForRankLocked(out.buckets[b], r, inline_results[b]));
+      }
       for (const TensorFailure& f : out.failures) {
         if (r >= static_cast<int>(f.submitted.size()) || !f.submitted[r]) continue;
         auto it = ranks_[r].ids.find(f.name);

@@ -127,13 +127,7 @@ Status Engine::Init() {
   executor_ = std::make_unique<BucketExecutor>(comm_.get());
 
   SessionCallbacks callbacks;
-  callbacks.on_plan = [this](PlanMessage plan) {
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      inbox_.push_back(std::move(plan));
-    }
-    cv_.notify_one();
-  };
+  callbacks.on_plan = [this](PlanMessage plan) { OnPlan(std::move(plan)); };
   callbacks.on_join_done = [this](int last_rank) {
     {
       std::lock_guard<std::mutex> lock(mu_);

@@ -68,6 +68,10 @@ class Engine {
   // The name this rank gave `id`, or "" if unknown.
   std::string NameOf(int32_t id);
   void HandlePlan(const PlanMessage& plan);
+  // Runs on the client's reader thread: completes what needs no collective (tensor errors and
+  // inline-reduced buckets) at once, and queues the rest for the background thread.
+  void OnPlan(PlanMessage plan);
+  void CompleteInline(const BucketPlan& bucket);
   void RunBucket(const BucketPlan& bucket);
   void SetError(Status status);
   void FailEverything(const Status& status);

@@ -2,6 +2,7 @@
 #include <chrono>
 
 #include "common/logging.h"
+#include "common/reduce.h"
 #include "runtime/engine.h"
 
 namespace hora {
@@ -67,17 +68,59 @@ void Engine::AnnounceFresh() {
         n.spec = r->spec;
       }
     }
+    const TensorSpec& spec = r->spec;
+    if (spec.collective == CollectiveType::kAllreduce && spec.device == Device::kCpu &&
+        static_cast<int64_t>(spec.ByteSize()) <= options_.inline_threshold_bytes) {
+      std::string payload(spec.ByteSize(), '\0');
+      ScaleCopy(&payload[0], r->input, static_cast<size_t>(spec.NumElements()), spec.dtype,
+                spec.prescale);
+      n.payload = std::move(payload);
+    }
     notices.push_back(std::move(n));
   }
   if (!notices.empty()) client_->SendReady(std::move(notices));
 }
 
-void Engine::HandlePlan(const PlanMessage& plan) {
+void Engine::OnPlan(PlanMessage plan) {
   for (const TensorErrorNotice& e : plan.errors) {
     std::string name = NameOf(e.id);
     if (name.empty()) continue;
     if (auto r = queue_.Take(name)) handles_.Complete(r->handle, e.status);
   }
+  plan.errors.clear();
+  PlanMessage rest;
+  for (BucketPlan& bucket : plan.buckets) {
+    if (bucket.inline_reduced) {
+      CompleteInline(bucket);
+    } else {
+      rest.buckets.push_back(std::move(bucket));
+    }
+  }
+  if (rest.buckets.empty()) return;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    inbox_.push_back(std::move(rest));
+  }
+  cv_.notify_one();
+}
+
+void Engine::CompleteInline(const BucketPlan& bucket) {
+  const double post = bucket.op == ReduceOp::kAverage ? bucket.postscale / options_.size
+                                                      : bucket.postscale;
+  Status error = AsyncError();
+  for (const BucketPlan::Entry& e : bucket.entries) {
+    if (e.id < 0) continue;  // this rank joined
+    std::optional<Request> r = queue_.Take(NameOf(e.id));
+    if (!r) continue;
+    if (error.ok()) {
+      ScaleCopy(r->output, e.inline_result.data(), static_cast<size_t>(e.num_elements),
+                bucket.dtype, post);
+    }
+    handles_.Complete(r->handle, error);
+  }
+}
+
+void Engine::HandlePlan(const PlanMessage& plan) {
   for (const BucketPlan& bucket : plan.buckets) RunBucket(bucket);
 }
 

@@ -113,6 +113,9 @@ Status ParseRest(const EnvLookup& env, Options* o) {
     HORA_RETURN_IF_ERROR(ParseInt(kEnvFusionThreshold, v, 0, 1ll << 40, &o->fusion_threshold_bytes));
   }
   HORA_RETURN_IF_ERROR(ParseSeconds(env, kEnvCycleTimeMs, true, &o->cycle_time_ms));
+  if (const char* v = env(kEnvInlineThreshold); v != nullptr && *v != '\0') {
+    HORA_RETURN_IF_ERROR(ParseInt(kEnvInlineThreshold, v, 0, 1 << 20, &o->inline_threshold_bytes));
+  }
   HORA_RETURN_IF_ERROR(ParseSeconds(env, kEnvStartTimeout, false, &o->start_timeout_s));
   HORA_RETURN_IF_ERROR(ParseSeconds(env, kEnvHeartbeatTimeout, false, &o->heartbeat_timeout_s));
   if (env(kEnvHeartbeatInterval) == nullptr) {
@@ -205,7 +208,8 @@ StatusOr<Options> OptionsFromEnvironment(const OptionOverrides& overrides) {
 
 std::string Options::Digest() const {
   std::ostringstream s;
-  s << "fusion_threshold=" << fusion_threshold_bytes << ";cpu_backend=" << cpu_backend;
+  s << "fusion_threshold=" << fusion_threshold_bytes << ";inline_threshold=" << inline_threshold_bytes
+    << ";cpu_backend=" << cpu_backend;
   return s.str();
 }
 
@@ -213,7 +217,7 @@ std::string Options::Describe() const {
   std::ostringstream s;
   s << "rank " << rank << "/" << size << " host " << hostname << " coordinator "
     << coordinator_address << " fusion_threshold=" << fusion_threshold_bytes
-    << " cycle_time_ms=" << cycle_time_ms << " start_timeout_s=" << start_timeout_s
+    << " cycle_time_ms=" << cycle_time_ms << " inline_threshold=" << inline_threshold_bytes << " start_timeout_s=" << start_timeout_s
     << " heartbeat=" << heartbeat_interval_s << "/" << heartbeat_timeout_s
     << "s collective_timeout_s=" << collective_timeout_s << " stall_warning_s=" << stall_warning_s
     << " stall_timeout_s=" << stall_timeout_s << " cpu_backend=" << cpu_backend

@@ -20,6 +20,7 @@ constexpr const char kEnvJobToken[] = "HORA_JOB_TOKEN";
 constexpr const char kEnvHostname[] = "HORA_HOSTNAME";
 constexpr const char kEnvFusionThreshold[] = "HORA_FUSION_THRESHOLD";
 constexpr const char kEnvCycleTimeMs[] = "HORA_CYCLE_TIME_MS";
+constexpr const char kEnvInlineThreshold[] = "HORA_INLINE_THRESHOLD";
 constexpr const char kEnvStartTimeout[] = "HORA_START_TIMEOUT_SECONDS";
 constexpr const char kEnvHeartbeatInterval[] = "HORA_HEARTBEAT_INTERVAL_SECONDS";
 constexpr const char kEnvHeartbeatTimeout[] = "HORA_HEARTBEAT_TIMEOUT_SECONDS";
@@ -49,6 +50,9 @@ struct Options {
 
   int64_t fusion_threshold_bytes = 64ll << 20;  // HORA_FUSION_THRESHOLD, bytes; 0 = no fusion
   double cycle_time_ms = 1.0;                   // HORA_CYCLE_TIME_MS: longest wait to fill a bucket
+  // HORA_INLINE_THRESHOLD, bytes: allreduces up to this size are reduced by the coordinator
+  // from data sent with the ready notice (one round trip, no data-plane collective). 0 = off.
+  int64_t inline_threshold_bytes = 16384;
   double start_timeout_s = 120;                 // HORA_START_TIMEOUT_SECONDS
   double heartbeat_interval_s = 1;              // HORA_HEARTBEAT_INTERVAL_SECONDS
   double heartbeat_timeout_s = 30;              // HORA_HEARTBEAT_TIMEOUT_SECONDS
