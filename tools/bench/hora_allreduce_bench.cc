@@ -120,21 +120,22 @@ Flags ParseFlags(int argc, char** argv) {
   return f;
 }
 
-hora_tensor_t Tensor(void* data, const int64_t* shape) {
+hora_tensor_t Tensor(void* data, const int64_t* shape, hora_dtype_t dtype = HORA_FLOAT32) {
   hora_tensor_t t;
   std::memset(&t, 0, sizeof(t));
   t.data = data;
   t.shape = shape;
   t.ndim = 1;
-  t.dtype = HORA_FLOAT32;
+  t.dtype = dtype;
   t.device = HORA_DEVICE_CPU;
   return t;
 }
 
 // One allreduce of buf, waited for with hora_wait (blocking) or by spinning on hora_poll.
-void Allreduce(const char* name, void* buf, int64_t count, hora_reduce_op_t op, bool poll = false) {
+void Allreduce(const char* name, void* buf, int64_t count, hora_reduce_op_t op, bool poll = false,
+               hora_dtype_t dtype = HORA_FLOAT32) {
   int64_t shape[1] = {count};
-  hora_tensor_t t = Tensor(buf, shape);
+  hora_tensor_t t = Tensor(buf, shape, dtype);
   hora_handle_t h = 0;
   Must(hora_allreduce_async(name, &t, buf, op, 1.0, 1.0, &h), name);
   if (poll) {
@@ -146,9 +147,12 @@ void Allreduce(const char* name, void* buf, int64_t count, hora_reduce_op_t op, 
 }
 
 // The largest value of x over the ranks (every rank gets it).
+bool g_debug = std::getenv("HORA_BENCH_DEBUG") != nullptr;
+
 double MaxOverRanks(double x) {
   double v = x;
-  Allreduce("bench.max", &v, 1, HORA_MAX);
+  Allreduce("bench.max", &v, 1, HORA_MAX, false, HORA_FLOAT64);
+  if (g_debug) std::fprintf(stderr, "rank %d: max(%.9g) = %.9g\n", g_rank, x, v);
   return v;
 }
 
@@ -183,7 +187,7 @@ int64_t CountWrong(const std::vector<float>& buf) {
 double Percentile(std::vector<double> v, double p) {
   if (v.empty()) return 0;
   std::sort(v.begin(), v.end());
-  size_t k = static_cast<size_t>(std::ceil(p * v.size())) - 1;
+  size_t k = static_cast<size_t>(std::max(1.0, std::ceil(p * v.size()))) - 1;
   return v[std::min(k, v.size() - 1)];
 }
 
