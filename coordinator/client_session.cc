@@ -43,7 +43,12 @@ std::string SecondsText(std::chrono::nanoseconds d) {
 }  // namespace
 
 std::string ClientImpl::LostCoordinator(const std::string& why) const {
-  return "lost the coordinator (rank 0 at " + config_.address + "): " + why;
+  std::string who = "rank 0";
+  if (!topology_.ranks.empty()) {  // set by Join, before any session
+    who += " (host " + topology_.ranks[0].hostname + ", pid " +
+           std::to_string(topology_.ranks[0].pid) + ")";
+  }
+  return "lost the coordinator, " + who + " at " + config_.address + ": " + why;
 }
 
 Status ClientImpl::StartSession(SessionCallbacks callbacks) {

@@ -129,7 +129,8 @@ TEST_CASE("A client that hears nothing from the coordinator reports it lost", "[
   FaultJob job;
   REQUIRE(job.Start(c, false, milliseconds(400)));
   const auto t0 = Clock::now();
-  job.ExpectAbort(Code::kPeerFailure, "lost the coordinator (rank 0 at 127.0.0.1:", t0,
+  job.ExpectAbort(Code::kPeerFailure,
+                  "lost the coordinator, rank 0 (host host-a, pid 1000) at 127.0.0.1:", t0,
                   milliseconds(800));
   for (auto& rec : job.recorders) CHECK(Contains(rec->aborts[0].message(), "no message for 0.4"));
 }
