@@ -142,9 +142,11 @@ def bandwidth_table(rows, np):
             t = fmt_time(fnum(r["time_us"])) + (" (WRONG: %d)" % wrong if wrong else "")
             cells += [t, fmt_bw(fnum(r["algbw_gbs"])), fmt_bw(fnum(r["busbw_gbs"]))]
         if ratio:
+            # Same bytes and ranks: the busbw ratio is the inverse ratio of the times (exact
+            # even where busbw rounds to 0 in the table).
             h, g = by.get(("hora", s)), by.get((BASELINE, s))
-            cells.append(fmt_ratio(fnum(h["busbw_gbs"]) if h else None,
-                                   fnum(g["busbw_gbs"]) if g else None))
+            cells.append(fmt_ratio(fnum(g["time_us"]) if g else None,
+                                   fnum(h["time_us"]) if h else None))
         out.append("| " + " | ".join(cells) + " |")
     return out
 
@@ -177,14 +179,14 @@ def summary_lines(rows):
     """One line per world size: where Hora's busbw stands against torch gloo."""
     out = []
     for np in sorted({r["np"] for r in rows if r["kind"] == "bw"}, key=int):
-        h = {int(r["bytes"]): fnum(r["busbw_gbs"]) for r in rows
+        h = {int(r["bytes"]): fnum(r["time_us"]) for r in rows
              if r["kind"] == "bw" and r["np"] == np and r["impl"] == "hora"}
-        g = {int(r["bytes"]): fnum(r["busbw_gbs"]) for r in rows
+        g = {int(r["bytes"]): fnum(r["time_us"]) for r in rows
              if r["kind"] == "bw" and r["np"] == np and r["impl"] == BASELINE}
         common = sorted(set(h) & set(g))
         if not common:
             continue
-        ratios = [(s, h[s] / g[s]) for s in common if g[s]]
+        ratios = [(s, g[s] / h[s]) for s in common if h[s]]  # = Hora busbw / gloo busbw
         if not ratios:
             continue
         lo = min(ratios, key=lambda x: x[1])
