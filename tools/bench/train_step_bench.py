@@ -51,7 +51,8 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--steps", type=int, default=30, help="timed steps per method")
     ap.add_argument("--warmup", type=int, default=5)
-    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--rounds", type=int, default=0,
+                    help="rounds over all methods (0: one per step, the finest interleaving)")
     ap.add_argument("--methods", default="local,hora,ddp")
     ap.add_argument("--batch-size", type=int, default=16)
     ap.add_argument("--block-size", type=int, default=64)
@@ -134,7 +135,7 @@ def main():
         for i in range(args.warmup):
             step(m, i)
     samples = {m: [] for m in methods}
-    rounds = max(1, min(args.rounds, args.steps))
+    rounds = max(1, min(args.rounds or args.steps, args.steps))
     per_round = [args.steps // rounds + (1 if i < args.steps % rounds else 0)
                  for i in range(rounds)]
     start = args.warmup
