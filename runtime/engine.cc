@@ -2,6 +2,7 @@
 
 #include <arpa/inet.h>
 #include <netdb.h>
+#include <signal.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -47,12 +48,32 @@ std::string HostOf(const std::string& address) {
   return host;
 }
 
+// Blocks SIGPIPE in the calling thread for its lifetime, so that every thread started
+// meanwhile (Gloo's, gRPC's, the background thread) inherits the block: a write to a socket
+// whose peer died then fails with EPIPE (Gloo reports it) instead of killing the process,
+// which is SIGPIPE's default. The caller's own mask is restored; the process-wide
+// disposition is left alone.
+class ScopedBlockSigpipe {
+ public:
+  ScopedBlockSigpipe() {
+    sigset_t set;
+    sigemptyset(&set);
+    sigaddset(&set, SIGPIPE);
+    pthread_sigmask(SIG_BLOCK, &set, &old_);
+  }
+  ~ScopedBlockSigpipe() { pthread_sigmask(SIG_SETMASK, &old_, nullptr); }
+
+ private:
+  sigset_t old_;
+};
+
 }  // namespace
 
 Engine::Engine(const Options& options) : options_(options) {}
 
 StatusOr<std::unique_ptr<Engine>> Engine::Start(const Options& options) {
   std::unique_ptr<Engine> engine(new Engine(options));
+  ScopedBlockSigpipe block_sigpipe;  // for the threads Init starts
   Status s = engine->Init();
   if (!s.ok()) {
     engine->Shutdown();
