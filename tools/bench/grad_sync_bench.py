@@ -8,7 +8,7 @@ Gradient lists with real per-layer shapes:
   resnet50   161 tensors, 25.56 M float32 (torchvision's ResNet-50, from examples/resnet_shapes)
   bert-base  199 tensors, 109.5 M float32 (BERT-base: embeddings, 12 layers, pooler)
 
-The model's forward is sum_i (p_i * c).sum() over the parameters in layer order, so backward
+The model's forward is sum_i c * p_i.sum() over the parameters in layer order, so backward
 is nothing but producing each gradient, last layer first, and the hooks (Hora) or the
 reducer (DDP) fire as each gradient becomes ready, as in a real backward, without the
 compute that would hide the communication. Methods, each with its own model instance:
@@ -91,8 +91,11 @@ SHAPES = {"resnet50": resnet50_shapes, "bert-base": bert_base_shapes}
 
 
 class ShapeModel(nn.Module):
-    """Parameters with the given shapes; forward() = sum_i (p_i * c).sum() in layer order, so
-    backward yields the gradients last layer first, each as soon as it is computed."""
+    """Parameters with the given shapes; forward() = sum_i c * p_i.sum() in layer order, so
+    backward yields the gradients last layer first, each as soon as it is computed. Each
+    gradient arrives as an expanded scalar and is accumulated into the existing p.grad
+    (zero_grad(set_to_none=False)): one write pass over the gradients, no allocations, the
+    least a real backward could cost."""
 
     def __init__(self, shapes, fill=0.01):
         super().__init__()
@@ -103,7 +106,7 @@ class ShapeModel(nn.Module):
     def forward(self):
         loss = None
         for p in self.params:
-            t = (p * 0.5).sum()
+            t = p.sum() * 0.5
             loss = t if loss is None else loss + t
         return loss
 

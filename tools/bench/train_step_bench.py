@@ -118,7 +118,8 @@ def main():
         print("# gpt_char_lm model: %d tensors, %.3f M parameters; batch %d x %d per rank; "
               "%d ranks, %d threads; %d timed steps per method in %d rounds, %d warm-up"
               % (n_tensors, n_params / 1e6, args.batch_size, args.block_size, size, threads,
-                 args.steps, args.rounds, args.warmup), flush=True)
+                 args.steps, max(1, min(args.rounds or args.steps, args.steps)), args.warmup),
+              flush=True)
 
     def step(m, i):
         fwd, opt = setups[m]
