@@ -27,7 +27,7 @@ REPORT=docs/benchmarks.md
 BUILD=1
 ONLY="hora torch-gloo mpi-shm mpi-tcp"
 NOTES=""
-APPENDIX=""
+APPENDIX=tools/bench/allreduce_findings.md  # appended to the report when present
 PREAMBLE=""
 ORIG_ARGS="$*"
 while [ $# -gt 0 ]; do
@@ -46,7 +46,7 @@ while [ $# -gt 0 ]; do
     --notes) NOTES="$2"; shift 2 ;;
     --appendix) APPENDIX="$2"; shift 2 ;;
     --preamble) PREAMBLE="$2"; shift 2 ;;
-    --quick) MAX_BYTES=64K; TARGET=0.05; LAT_ITERS=200; REPORT=""; shift ;;
+    --quick) MAX_BYTES=64K; TARGET=0.05; LAT_ITERS=200; REPORT=""; APPENDIX=""; shift ;;
     -h|--help) sed -n '2,17p' "$0"; exit 0 ;;
     *) echo "run_allreduce_bench.sh: unknown argument $1" >&2; exit 2 ;;
   esac
@@ -128,7 +128,7 @@ notes="$OUT_DIR/notes.md"
 cmd="tools/bench/run_allreduce_bench.sh${ORIG_ARGS:+ $ORIG_ARGS}"
 combine=("$PY" tools/bench/combine.py --csv-dir "$OUT_DIR" --command "$cmd" --notes "$notes")
 [ -n "$REPORT" ] && combine+=(--out "$REPORT")
-[ -n "$APPENDIX" ] && combine+=(--appendix "$APPENDIX")
+[ -n "$APPENDIX" ] && [ -f "$APPENDIX" ] && combine+=(--appendix "$APPENDIX")
 [ -n "$PREAMBLE" ] && combine+=(--preamble "$PREAMBLE")
 "${combine[@]}" || failures=$((failures + 1))
 echo
