@@ -1,0 +1,113 @@
+// Soak: N small allreduces (default 100,000) over a fixed set of names, 4 in flight at a time,
+// every result checked. Measures this process's resident memory (VmRSS) and thread count after
+// a warm-up and at the end, and the Engine's handle table at the end.
+//
+// Usage (through horarun, any number of ranks): soak_job [N] [WARMUP]
+// Prints "SOAK rank=R n=N warm_rss_kib=A end_rss_kib=B growth_kib=B-A threads_init=T0
+// threads_warm=T1 threads_end=T2 handles_end=H seconds=S bad=X" and exits 0 when the result
+// checks passed; the test (test_soak.py) judges the numbers.
+#include <dirent.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "runtime/engine.h"
+#include "runtime/options.h"
+
+namespace {
+
+long RssKib() {
+  std::ifstream f("/proc/self/status");
+  std::string line;
+  while (std::getline(f, line)) {
+    if (line.rfind("VmRSS:", 0) == 0) return std::atol(line.c_str() + 6);
+  }
+  return -1;
+}
+
+int Threads() {
+  int n = 0;
+  if (DIR* d = opendir("/proc/self/task")) {
+    while (dirent* e = readdir(d)) n += e->d_name[0] != '.';
+    closedir(d);
+  }
+  return n;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  using hora::Status;
+  const long total = argc > 1 ? std::atol(argv[1]) : 100000;
+  const long warmup = argc > 2 ? std::atol(argv[2]) : 10000;
+  auto options = hora::OptionsFromEnvironment(hora::OptionOverrides());
+  if (!options.ok()) {
+    std::printf("FAILED options: %s\n", options.status().ToString().c_str());
+    return 3;
+  }
+  auto started = hora::Engine::Start(options.value());
+  if (!started.ok()) {
+    std::printf("FAILED start: %s\n", started.status().ToString().c_str());
+    return 3;
+  }
+  std::unique_ptr<hora::Engine> engine = std::move(started).value();
+  const int rank = options.value().rank;
+  const int size = options.value().size;
+  const int threads_init = Threads();
+  constexpr int kInFlight = 4;
+  constexpr int kElems = 16;
+  std::vector<std::vector<float>> bufs(kInFlight, std::vector<float>(kElems));
+  long bad = 0, warm_rss = 0;
+  int threads_warm = 0;
+  const auto t0 = std::chrono::steady_clock::now();
+  for (long done = 0; done < total; done += kInFlight) {
+    if (done == warmup) {
+      warm_rss = RssKib();
+      threads_warm = Threads();
+    }
+    int64_t handles[kInFlight];
+    for (int k = 0; k < kInFlight; ++k) {
+      for (int j = 0; j < kElems; ++j) bufs[k][j] = static_cast<float>(rank + j + k);
+      hora::TensorSpec spec;
+      spec.name = "soak." + std::to_string(k);
+      spec.dtype = hora::DataType::kFloat32;
+      spec.op = hora::ReduceOp::kSum;
+      spec.shape = {kElems};
+      auto h = engine->Enqueue(spec, bufs[k].data(), bufs[k].data());
+      if (!h.ok()) {
+        std::printf("FAILED enqueue: %s\n", h.status().ToString().c_str());
+        return 3;
+      }
+      handles[k] = h.value();
+    }
+    for (int k = 0; k < kInFlight; ++k) {
+      Status s = engine->handles().Wait(handles[k], std::chrono::seconds(60));
+      if (!s.ok()) {
+        std::printf("FAILED wait: %s\n", s.ToString().c_str());
+        return 3;
+      }
+      engine->handles().Release(handles[k]);
+      for (int j = 0; j < kElems; ++j) {
+        if (bufs[k][j] != static_cast<float>(size * (j + k) + size * (size - 1) / 2)) ++bad;
+      }
+    }
+  }
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  const long end_rss = RssKib();
+  const int threads_end = Threads();
+  const size_t handles_end = engine->handles().size();
+  engine->Shutdown();
+  engine.reset();
+  std::printf(
+      "SOAK rank=%d n=%ld warm_rss_kib=%ld end_rss_kib=%ld growth_kib=%ld threads_init=%d "
+      "threads_warm=%d threads_end=%d threads_after_shutdown=%d handles_end=%zu seconds=%.1f "
+      "bad=%ld\n",
+      rank, total, warm_rss, end_rss, end_rss - warm_rss, threads_init, threads_warm,
+      threads_end, Threads(), handles_end, seconds, bad);
+  return bad == 0 ? 0 : 4;
+}
