@@ -17,6 +17,9 @@ compute that would hide the communication. Methods, each with its own model inst
   hora        hora.torch.DistributedOptimizer: backward + optimizer.synchronize()
   hora_g<N>   the same with groups=N (optional; e.g. hora_g1: all allreduces submitted
               together at the end of backward, so the runtime can fuse them)
+  hora_bucket<MB>  (optional) a prototype, not hora.torch: gradients as views in flat
+              buckets of <MB> MiB (default 25), one hvd.allreduce_async_ per bucket from
+              gradient hooks, as DDP does (see FlatBucketHooks)
   ddp         DistributedDataParallel(gloo, bucket_cap_mb=25): backward (the reducer's wait
               is inside it)
   ddp_view    the same with gradient_as_bucket_view=True
@@ -114,6 +117,65 @@ class ShapeModel(nn.Module):
         return list(zip(self.shape_names, self.params))
 
 
+class FlatBucketHooks(object):
+    """A prototype of DDP-style bucketing on top of Hora's public API (what
+    DistributedOptimizer could do): the gradients live as views in flat buckets of at most
+    `cap` bytes, in the order backward produces them (last layer first); a gradient
+    accumulator hook counts the ready gradients of each bucket and submits the whole bucket
+    as ONE in-place hvd.allreduce_async_ once the last of them is ready. No fusion copies, a
+    handful of submissions per step."""
+
+    def __init__(self, model, cap, tag):
+        params = [p for p in model.parameters() if p.requires_grad][::-1]
+        self.buckets, cur, size = [], [], 0
+        for p in params:
+            n = p.numel() * p.element_size()
+            if cur and size + n > cap:
+                self.buckets.append(cur)
+                cur, size = [], 0
+            cur.append(p)
+            size += n
+        if cur:
+            self.buckets.append(cur)
+        self.flats, self.bucket_of = [], {}
+        for b, members in enumerate(self.buckets):
+            flat = torch.zeros(sum(p.numel() for p in members), dtype=torch.float32)
+            off = 0
+            for p in members:
+                p.grad = flat[off:off + p.numel()].view_as(p)
+                off += p.numel()
+                self.bucket_of[p] = b
+            self.flats.append(flat)
+        self.names = ["%s.bucket%d" % (tag, b) for b in range(len(self.buckets))]
+        self.pending = [len(m) for m in self.buckets]
+        self.handles = {}
+        self.lock = threading.Lock()
+        self.accs = []
+        with torch.enable_grad():
+            for p in params:
+                acc = p.expand_as(p).grad_fn.next_functions[0][0]
+                acc.register_hook(self._hook(p))
+                self.accs.append(acc)
+
+    def _hook(self, p):
+        def hook(*unused):
+            b = self.bucket_of[p]
+            with self.lock:
+                self.pending[b] -= 1
+                if self.pending[b] == 0:
+                    self.handles[b] = hvd.allreduce_async_(self.flats[b], name=self.names[b])
+        return hook
+
+    def synchronize(self):
+        for b in range(len(self.buckets)):
+            if b not in self.handles:
+                self.handles[b] = hvd.allreduce_async_(self.flats[b], name=self.names[b])
+        for b in sorted(self.handles):
+            hvd.synchronize(self.handles[b])
+        self.handles.clear()
+        self.pending = [len(m) for m in self.buckets]
+
+
 # ---- timing ----
 
 def now():
@@ -152,6 +214,10 @@ class Runner(object):
                 opt, named_parameters=[("%s.%s.%s" % (tag, method, n), p)
                                        for n, p in self.model.named_for_hora()],
                 groups=groups)
+        elif method.startswith("hora_bucket"):
+            cap = int(method[len("hora_bucket"):] or 25)
+            self.bucketer = FlatBucketHooks(self.model, cap << 20, "%s.%s" % (tag, method))
+            self.opt = torch.optim.SGD(self.model.parameters(), lr=0.0)
         elif method in ("ddp", "ddp_view"):
             self.ddp = nn.parallel.DistributedDataParallel(
                 self.model, bucket_cap_mb=25, gradient_as_bucket_view=(method == "ddp_view"))
@@ -176,13 +242,16 @@ class Runner(object):
         dist.barrier()
         t0 = now()
         loss.backward()
-        if m.startswith("hora"):
+        if m.startswith("hora_bucket"):
+            self.backward_s.append(now() - t0)
+            self.bucketer.synchronize()
+        elif m.startswith("hora"):
             self.backward_s.append(now() - t0)
             self.opt.synchronize()
         return now() - t0
 
     def close(self):
-        for a in ("model", "ddp", "opt", "flat"):
+        for a in ("model", "ddp", "opt", "flat", "bucketer"):
             if hasattr(self, a):
                 delattr(self, a)
 
@@ -322,7 +391,8 @@ def main():
                     if keep:
                         runners[m] = runner
                 if fresh:
-                    for _ in range(args.warmup):
+                    # a model rebuilt for a later round needs one warm-up step only
+                    for _ in range(args.warmup if r == 0 else min(1, args.warmup)):
                         runner.step()
                 runner.backward_s = []
                 local = [runner.step() for _ in range(n)]

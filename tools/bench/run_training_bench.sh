@@ -9,12 +9,15 @@
 #   4. with SWEEP=1, Hora's knobs (fusion threshold, cycle time, inline threshold) on the
 #      ResNet-50 list, one job per setting.
 #
-#   tools/bench/run_training_bench.sh            # ~8-10 min on 2 cores
-#   SWEEP=1 tools/bench/run_training_bench.sh    # + ~6 min
+#   tools/bench/run_training_bench.sh                 # ~8-10 min on 2 cores
+#   PARTS=sweep tools/bench/run_training_bench.sh     # only the knob sweep (~5 min); the
+#                                                     # report keeps the other parts' results
 #
-# Environment: OUT (results folder, default /tmp/hora-training-bench), REPORT (default
-# docs/benchmarks-training.md; REPORT= to skip), GS_STEPS (12), BERT_STEPS (10), TS_STEPS (30),
-# NP4 (1), SWEEP (0), PYTHON (/usr/bin/python3), HORA_BENCH_EXTRA_X (extra horarun -x args).
+# Environment: PARTS (default "np2 train np4"; any of np2 train np4 sweep), OUT (results
+# folder, default /tmp/hora-training-bench; a part's old results there are replaced, the
+# others' kept for the report), REPORT (default docs/benchmarks-training.md; REPORT= to skip),
+# GS_STEPS (12), BERT_STEPS (8), TS_STEPS (30), PYTHON (/usr/bin/python3),
+# HORA_BENCH_EXTRA_X (extra NAME=VALUE pairs for horarun -x, e.g. Hora knobs).
 # The machine is shared: compare the ratios within one run, not times across runs.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -23,12 +26,15 @@ PYTHON=${PYTHON:-/usr/bin/python3}
 OUT=${OUT:-/tmp/hora-training-bench}
 REPORT=${REPORT-docs/benchmarks-training.md}
 GS_STEPS=${GS_STEPS:-12}
-BERT_STEPS=${BERT_STEPS:-10}
+BERT_STEPS=${BERT_STEPS:-8}
 TS_STEPS=${TS_STEPS:-30}
-NP4=${NP4:-1}
-SWEEP=${SWEEP:-0}
+PARTS=" ${PARTS:-np2 train np4} "
 mkdir -p "$OUT"
-rm -f "$OUT"/*.json "$OUT"/*.log
+has() { [[ "$PARTS" == *" $1 "* ]]; }
+has np2 && rm -f "$OUT"/grad_sync_np2.*
+has train && rm -f "$OUT"/train_step_np2.*
+has np4 && rm -f "$OUT"/grad_sync_np4.*
+has sweep && rm -f "$OUT"/sweep_*
 
 echo "== building libhora.so" >&2
 bazel build //bindings/c:libhora.so >&2
@@ -72,18 +78,22 @@ run() {
 EXTRA=()
 for x in ${HORA_BENCH_EXTRA_X:-}; do EXTRA+=(-x "$x"); done
 
-run grad_sync_np2 2 "${EXTRA[@]}" -- tools/bench/grad_sync_bench.py --models resnet50,bert-base \
-  --methods backward,hora,hora_g1,ddp,ddp_view,flat_gloo,flat_hora \
-  --steps "$GS_STEPS" --bert-steps "$BERT_STEPS" --warmup 3 --rounds 4 --probe \
-  --json "$OUT/grad_sync_np2.json"
-run train_step_np2 2 "${EXTRA[@]}" -- tools/bench/train_step_bench.py --steps "$TS_STEPS" \
-  --warmup 5 --json "$OUT/train_step_np2.json"
-if [ "$NP4" = 1 ]; then
+if has np2; then
+  run grad_sync_np2 2 "${EXTRA[@]}" -- tools/bench/grad_sync_bench.py --models resnet50,bert-base \
+    --methods backward,hora,hora_g1,hora_bucket,hora_bucket64,ddp,ddp_view,flat_gloo,flat_hora \
+    --steps "$GS_STEPS" --bert-steps "$BERT_STEPS" --warmup 2 --rounds 2 --probe \
+    --json "$OUT/grad_sync_np2.json"
+fi
+if has train; then
+  run train_step_np2 2 "${EXTRA[@]}" -- tools/bench/train_step_bench.py --steps "$TS_STEPS" \
+    --warmup 5 --json "$OUT/train_step_np2.json"
+fi
+if has np4; then
   run grad_sync_np4 4 "${EXTRA[@]}" -- tools/bench/grad_sync_bench.py --models resnet50 \
-    --methods backward,hora,hora_g1,ddp,ddp_view,flat_gloo,flat_hora \
+    --methods backward,hora,hora_g1,hora_bucket,hora_bucket64,ddp,ddp_view,flat_gloo,flat_hora \
     --steps "$GS_STEPS" --warmup 2 --rounds 4 --json "$OUT/grad_sync_np4.json"
 fi
-if [ "$SWEEP" = 1 ]; then
+if has sweep; then
   sweep() {
     local name=$1; shift
     run "sweep_$name" 2 "$@" -- tools/bench/grad_sync_bench.py --models resnet50 \
@@ -152,6 +162,8 @@ METHOD_DOC = {
     "backward": "backward alone, no communication",
     "hora": "Hora DistributedOptimizer hooks: backward + synchronize()",
     "hora_g1": "the same with groups=1 (all allreduces submitted at the end of backward)",
+    "hora_bucket": "prototype (not hora.torch): grads as views in 25 MiB flat buckets, one hvd.allreduce_async_ per bucket from hooks",
+    "hora_bucket64": "the same prototype with 64 MiB buckets",
     "ddp": "DDP gloo, bucket_cap_mb=25",
     "ddp_view": "DDP gloo, bucket_cap_mb=25, gradient_as_bucket_view=True",
     "flat_gloo": "one torch.distributed.all_reduce of a flat tensor of all gradients",
@@ -170,7 +182,8 @@ def grad_table(res):
                                                   METHOD_DOC.get(m, "")))
     w("")
     pairs = [("hora", "ddp"), ("hora", "ddp_view"), ("hora", "flat_gloo"), ("hora", "flat_hora"),
-             ("hora_g1", "ddp"), ("flat_hora", "flat_gloo"), ("ddp", "flat_gloo")]
+             ("hora_g1", "ddp"), ("hora_bucket", "ddp"), ("hora_bucket64", "ddp"),
+             ("hora_bucket64", "flat_hora"), ("flat_hora", "flat_gloo"), ("ddp", "flat_gloo")]
     cells = ["%s / %s = **%.2f**" % (a, b, st[a]["median"] / st[b]["median"])
              for a, b in pairs if a in st and b in st]
     w("Ratios of medians: " + "; ".join(cells) + ".")
