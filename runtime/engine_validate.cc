@@ -14,6 +14,26 @@ Status Bad(const TensorSpec& spec, const std::string& what) {
   return InvalidArgument(std::string(CollectiveName(spec.collective)) + " '" + spec.name + "': " + what);
 }
 
+// Names travel in protobuf `string` fields, which must be UTF-8: a name that is not would make
+// the coordinator drop this rank's whole session (its message does not parse), breaking the
+// job with a misleading "connection broke". Structural check only (no overlong/surrogates).
+bool IsUtf8(const std::string& s) {
+  for (size_t i = 0; i < s.size();) {
+    const unsigned char c = static_cast<unsigned char>(s[i]);
+    const size_t n = c < 0x80             ? 1
+                     : (c >> 5) == 0x6    ? 2
+                     : (c >> 4) == 0xe    ? 3
+                     : (c >> 3) == 0x1e   ? 4
+                                          : 0;
+    if (n == 0 || i + n > s.size()) return false;
+    for (size_t k = 1; k < n; ++k) {
+      if ((static_cast<unsigned char>(s[i + k]) & 0xc0) != 0x80) return false;
+    }
+    i += n;
+  }
+  return true;
+}
+
 Status CheckShape(const TensorSpec& spec) {
   if (spec.shape.size() > kMaxDims) {
     return Bad(spec, "has " + std::to_string(spec.shape.size()) + " dimensions; at most " +
@@ -64,6 +84,7 @@ Status Engine::ValidateSpec(const TensorSpec& spec, const void* input, const voi
     return InvalidArgument("name of " + std::to_string(spec.name.size()) + " bytes is longer than " +
                            std::to_string(kMaxNameLength));
   }
+  if (!IsUtf8(spec.name)) return InvalidArgument("the operation's name is not valid UTF-8");
   if (!IsValidCollective(static_cast<int32_t>(spec.collective))) return InvalidArgument("unknown collective");
   if (!IsValidDataType(static_cast<int32_t>(spec.dtype))) {
     return Bad(spec, "unknown dtype " + std::to_string(static_cast<int>(spec.dtype)));

@@ -81,6 +81,11 @@ static void bad_inputs(void) {
   CHECK(hora_allreduce_async(NULL, &x, data, HORA_SUM, 1, 1, &h) == HORA_ERR_INVALID_ARGUMENT);
   CHECK(hora_allreduce_async("", &x, data, HORA_SUM, 1, 1, &h) == HORA_ERR_INVALID_ARGUMENT);
   CHECK(hora_allreduce_async("t", NULL, data, HORA_SUM, 1, 1, &h) == HORA_ERR_INVALID_ARGUMENT);
+  CHECK(hora_allreduce_async("bad\xff\xfe", &x, data, HORA_SUM, 1, 1, &h) == HORA_ERR_INVALID_ARGUMENT);
+  CHECK(strstr(hora_last_error(), "UTF-8") != NULL);
+  CHECK(hora_allreduce_async("caf\xc3\xa9", &x, data, HORA_SUM, 1, 1, &h) == HORA_OK);
+  CHECK(hora_wait(h, 30) == HORA_OK);
+  CHECK(hora_release(h) == HORA_OK);
   CHECK(hora_allreduce_async("t", &x, data, HORA_SUM, 1, 1, NULL) == HORA_ERR_INVALID_ARGUMENT);
   CHECK(hora_allreduce_async("t", &x, NULL, HORA_SUM, 1, 1, &h) == HORA_ERR_INVALID_ARGUMENT);
   CHECK(hora_allreduce_async("t", &x, data, (hora_reduce_op_t)17, 1, 1, &h) == HORA_ERR_INVALID_ARGUMENT);
