@@ -1,0 +1,119 @@
+"""A host cut off mid-job, on the network-namespace kit (../shared/tools/netns-kit): 3 hosts,
+one rank each (started with nk-exec, HORA_* set here, the coordinator on the first host's
+address), then the third host's link goes down. The survivors must fail within twice the
+heartbeat timeout naming rank 2 and its host. Without the kit, root, or `ip`, the test says why
+and is skipped ("0 passed, 0 failed"). The kit runs under its own prefix and subnet, so it
+never touches another test's hosts; teardown always runs."""
+
+import os
+import shutil
+import subprocess
+import time
+
+import pytest
+
+from faultlib import Job, find
+
+HB = 2.0
+BOUND = 2 * HB
+RUNS = int(os.environ.get("NETNS_RUNS", "3"))
+PREFIX = "hft"
+NET = "10.200.43"
+HOSTS = ["%sh%d" % (PREFIX, i) for i in (1, 2, 3)]
+ADDR1 = NET + ".2"
+JOB = find("tests/faults/fault_job")
+
+
+def kit_dir():
+    candidates = [os.environ.get("NETNS_KIT", ""),
+                  os.path.join(os.path.dirname(os.path.realpath(__file__)), "..", "..", "..",
+                               "shared", "tools", "netns-kit"),
+                  "/work/shared/tools/netns-kit"]
+    for c in candidates:
+        if c and os.path.exists(os.path.join(c, "setup.sh")):
+            return os.path.normpath(c)
+    return None
+
+
+KIT = kit_dir()
+KIT_ENV = dict(os.environ, NK_PREFIX=PREFIX, NK_NET=NET)
+
+
+def why_not():
+    if KIT is None:
+        return "the netns kit (../shared/tools/netns-kit) is not present"
+    if os.geteuid() != 0:
+        return "the netns kit needs root"
+    for tool in ("ip", "nsenter"):
+        if shutil.which(tool) is None:
+            return "%s is not installed" % tool
+    return None
+
+
+def sh(*argv, timeout=60):
+    return subprocess.run(list(argv), env=KIT_ENV, capture_output=True, timeout=timeout)
+
+
+@pytest.fixture
+def kit():
+    reason = why_not()
+    if reason:
+        print("\nSKIP netns test: " + reason)
+        pytest.skip(reason)
+    p = sh(os.path.join(KIT, "setup.sh"), "3", timeout=120)
+    try:
+        if p.returncode != 0:
+            reason = "netns kit setup failed: " + p.stderr.decode()[-500:]
+            print("\nSKIP netns test: " + reason)
+            pytest.skip(reason)
+        yield
+    finally:
+        sh(os.path.join(KIT, "teardown.sh"), "--kill-stragglers", timeout=120)
+
+
+def run_once(port):
+    env = dict(KIT_ENV, HORA_SIZE="3", HORA_COORDINATOR_ADDR="%s:%d" % (ADDR1, port),
+               HORA_JOB_TOKEN="netns-fault-test", HORA_HEARTBEAT_TIMEOUT_SECONDS=str(HB),
+               HORA_START_TIMEOUT_SECONDS="60")
+    jobs = [Job([os.path.join(KIT, "nk-exec"), HOSTS[r], JOB, "120"],
+                env=dict(env, HORA_RANK=str(r)), name=HOSTS[r]) for r in range(3)]
+    problems = []
+    worst = None
+    try:
+        for j in jobs:
+            if not j.wait_lines(lambda ls: any("READY rank=" in l for l in ls), 60):
+                return ["%s: no READY within 60 s:\n%s" % (j.name, j.text())], None
+        pid2 = jobs[2].ready()[2]
+        time.sleep(0.05)
+        t_cut = time.time()
+        p = sh("ip", "-n", HOSTS[2], "link", "set", "eth0", "down")
+        assert p.returncode == 0, p.stderr
+        for r in (0, 1):
+            if not jobs[r].wait_lines(lambda ls: any("FAILED rank=" in l for l in ls), 15):
+                problems.append("rank %d did not fail within 15 s:\n%s" % (r, jobs[r].text()))
+                continue
+            f = jobs[r].failures()[r]
+            dt = f.t - t_cut
+            worst = dt if worst is None else max(worst, dt)
+            if dt > BOUND:
+                problems.append("rank %d failed %.2f s after the cut (bound %.1f s)" % (r, dt, BOUND))
+            if "rank 2 (host %s, pid %d)" % (HOSTS[2], pid2) not in f.msg:
+                problems.append("rank %d: message does not name rank 2 on %s: %s"
+                                % (r, HOSTS[2], f.msg))
+    finally:
+        for j in jobs:
+            j.finish(0.5 if j is jobs[2] else 20)
+        sh("ip", "-n", HOSTS[2], "link", "set", "eth0", "up")
+    return problems, worst
+
+
+def test_host_cut_off_is_named_within_bound(kit):
+    problems, times = [], []
+    for i in range(RUNS):
+        p, worst = run_once(29500 + i)
+        problems += ["run %d: %s" % (i, x) for x in p]
+        if worst is not None:
+            times.append(worst)
+    print("\nDETECTION netns_cut_host: %d runs, worst %.3f s (bound %.1f s)"
+          % (RUNS, max(times or [float("nan")]), BOUND))
+    assert not problems, "\n".join(problems)
