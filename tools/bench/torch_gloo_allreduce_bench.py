@@ -160,6 +160,7 @@ def main(argv):
         nbytes = args.min_bytes
         while nbytes <= args.max_bytes:
             count = nbytes // 4
+            t_size = time.perf_counter()
             # Rank r holds (i % 13) + r + 1 at element i; the sum over n ranks is exact.
             idx = torch.arange(count, dtype=torch.int32)
             base = (idx % 13).to(torch.float32)
@@ -212,6 +213,10 @@ def main(argv):
                     out.write(" %12d %12d %8s %6s %8d %11.2f %9.3f %9.3f %7d\n" % (
                         nbytes, count, "float", "sum", iters, per_op * 1e6, algbw, busbw, wrong))
                 out.flush()
+                # Wall time of the whole size (fill, check, warm-up, timed loop) to stderr, to
+                # see where a slow run spends its time.
+                sys.stderr.write("size %d: %.2f s in all, %.2f s timed\n" % (
+                    nbytes, time.perf_counter() - t_size, per_op * iters))
             nbytes *= args.step_factor
 
     if not args.no_latency:
