@@ -215,7 +215,7 @@ def main(argv):
                 out.flush()
                 # Wall time of the whole size (fill, check, warm-up, timed loop) to stderr, to
                 # see where a slow run spends its time.
-                sys.stderr.write("size %d: %.2f s in all, %.2f s timed\n" % (
+                sys.stderr.write("rank %d size %d: %.2f s in all, %.2f s timed\n" % (rank,
                     nbytes, time.perf_counter() - t_size, per_op * iters))
             nbytes *= args.step_factor
 
