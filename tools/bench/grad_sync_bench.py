@@ -342,9 +342,13 @@ def main():
     ap.add_argument("--steps", type=int, default=12, help="timed steps per method (ResNet)")
     ap.add_argument("--bert-steps", type=int, default=10, help="timed steps per method (BERT)")
     ap.add_argument("--warmup", type=int, default=3)
-    ap.add_argument("--rounds", type=int, default=2,
+    ap.add_argument("--rounds", type=int, default=0,
                     help="the timed steps are split into this many rounds over all methods "
-                         "(interleaving spreads machine-load drift over every method)")
+                         "(interleaving spreads machine-load drift over every method); "
+                         "0: one round per step")
+    ap.add_argument("--bert-rounds", type=int, default=2,
+                    help="rounds for BERT, whose models are rebuilt every round (too big to "
+                         "keep one per method alive)")
     ap.add_argument("--threads", type=int, default=0, help="torch threads (0: cores/ranks)")
     ap.add_argument("--probe", action="store_true", help="also infer Hora's buckets")
     ap.add_argument("--json", default="", help="write all samples here (rank 0)")
@@ -369,7 +373,8 @@ def main():
         shapes = SHAPES[model_name]()
         numel = sum(int(torch.Size(s).numel()) for _, s in shapes)
         steps = args.bert_steps if model_name.startswith("bert") else args.steps
-        rounds = max(1, min(args.rounds, steps))
+        rounds = args.bert_rounds if model_name.startswith("bert") else args.rounds
+        rounds = max(1, min(rounds or steps, steps))
         per_round = [steps // rounds + (1 if i < steps % rounds else 0) for i in range(rounds)]
         # Keep every model alive across rounds when memory allows (ResNet); BERT's 440 MB
         # models (x3 with DDP's buckets) are built per round and freed.

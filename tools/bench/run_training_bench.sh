@@ -16,7 +16,7 @@
 # Environment: PARTS (default "np2 train np4"; any of np2 train np4 sweep), OUT (results
 # folder, default /tmp/hora-training-bench; a part's old results there are replaced, the
 # others' kept for the report), REPORT (default docs/benchmarks-training.md; REPORT= to skip),
-# GS_STEPS (12), BERT_STEPS (8), TS_STEPS (30), PYTHON (/usr/bin/python3),
+# GS_STEPS (12), BERT_STEPS (6), TS_STEPS (30), PYTHON (/usr/bin/python3),
 # HORA_BENCH_EXTRA_X (extra NAME=VALUE pairs for horarun -x, e.g. Hora knobs).
 # The machine is shared: compare the ratios within one run, not times across runs.
 set -euo pipefail
@@ -26,12 +26,12 @@ PYTHON=${PYTHON:-/usr/bin/python3}
 OUT=${OUT:-/tmp/hora-training-bench}
 REPORT=${REPORT-docs/benchmarks-training.md}
 GS_STEPS=${GS_STEPS:-12}
-BERT_STEPS=${BERT_STEPS:-8}
+BERT_STEPS=${BERT_STEPS:-6}
 TS_STEPS=${TS_STEPS:-30}
 PARTS=" ${PARTS:-np2 train np4} "
 mkdir -p "$OUT"
 has() { [[ "$PARTS" == *" $1 "* ]]; }
-has np2 && rm -f "$OUT"/grad_sync_np2.*
+has np2 && rm -f "$OUT"/grad_sync_np2*
 has train && rm -f "$OUT"/train_step_np2.*
 has np4 && rm -f "$OUT"/grad_sync_np4.*
 has sweep && rm -f "$OUT"/sweep_*
@@ -78,11 +78,17 @@ run() {
 EXTRA=()
 for x in ${HORA_BENCH_EXTRA_X:-}; do EXTRA+=(-x "$x"); done
 
+ALL=backward,hora,hora_g1,hora_bucket,hora_bucket64,ddp,ddp_view,flat_gloo,flat_hora
+FEW=backward,hora,hora_bucket64,ddp,ddp_view,flat_gloo,flat_hora
 if has np2; then
-  run grad_sync_np2 2 "${EXTRA[@]}" -- tools/bench/grad_sync_bench.py --models resnet50,bert-base \
-    --methods backward,hora,hora_g1,hora_bucket,hora_bucket64,ddp,ddp_view,flat_gloo,flat_hora \
-    --steps "$GS_STEPS" --bert-steps "$BERT_STEPS" --warmup 2 --rounds 2 --probe \
-    --json "$OUT/grad_sync_np2.json"
+  # ResNet-50: every model stays alive, methods interleaved step by step.
+  run grad_sync_np2_resnet50 2 "${EXTRA[@]}" -- tools/bench/grad_sync_bench.py \
+    --models resnet50 --methods "$ALL" --steps "$GS_STEPS" --warmup 2 --probe \
+    --json "$OUT/grad_sync_np2_resnet50.json"
+  # BERT-base: 418 MiB models are rebuilt per round (2 rounds); fewer methods, no probe.
+  run grad_sync_np2_bert 2 "${EXTRA[@]}" -- tools/bench/grad_sync_bench.py \
+    --models bert-base --methods "$FEW" --bert-steps "$BERT_STEPS" --bert-rounds 2 \
+    --warmup 2 --json "$OUT/grad_sync_np2_bert.json"
 fi
 if has train; then
   run train_step_np2 2 "${EXTRA[@]}" -- tools/bench/train_step_bench.py --steps "$TS_STEPS" \
@@ -90,14 +96,13 @@ if has train; then
 fi
 if has np4; then
   run grad_sync_np4 4 "${EXTRA[@]}" -- tools/bench/grad_sync_bench.py --models resnet50 \
-    --methods backward,hora,hora_g1,hora_bucket,hora_bucket64,ddp,ddp_view,flat_gloo,flat_hora \
-    --steps "$GS_STEPS" --warmup 2 --rounds 4 --json "$OUT/grad_sync_np4.json"
+    --methods "$FEW" --steps 10 --warmup 2 --json "$OUT/grad_sync_np4.json"
 fi
 if has sweep; then
   sweep() {
     local name=$1; shift
     run "sweep_$name" 2 "$@" -- tools/bench/grad_sync_bench.py --models resnet50 \
-      --methods hora,hora_g1,flat_hora --steps 8 --warmup 2 --rounds 4 --probe \
+      --methods hora,hora_g1,flat_hora --steps 8 --warmup 2 --probe \
       --label "$name" --json "$OUT/sweep_$name.json"
   }
   sweep default
@@ -199,8 +204,9 @@ def grad_table(res):
               ", ".join("%.1f" % (x / 2**20) for x in sizes[:5])))
         w("")
 
-for name, title in (("grad_sync_np2", "Gradient synchronization, 2 ranks"),
-                    ("grad_sync_np4", "Gradient synchronization, 4 ranks (2 cores: oversubscribed)")):
+for name, title in (("grad_sync_np2_resnet50", "Gradient synchronization, ResNet-50, 2 ranks"),
+                    ("grad_sync_np2_bert", "Gradient synchronization, BERT-base, 2 ranks"),
+                    ("grad_sync_np4", "Gradient synchronization, ResNet-50, 4 ranks (2 cores: oversubscribed)")):
     data = load(name + ".json")
     if not data:
         continue
