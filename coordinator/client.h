@@ -41,6 +41,10 @@ struct ClientConfig {
   std::chrono::milliseconds heartbeat_timeout{std::chrono::seconds(30)};
   int max_message_bytes = 16 << 20;
   TlsFiles tls;
+  // Set when the coordinator runs in this process (rank 0): the session then runs by function
+  // calls instead of a stream (Join and the store still go through gRPC). Not owned; must
+  // outlive the client.
+  LocalSessionHost* local_host = nullptr;
 };
 
 struct SessionCallbacks {

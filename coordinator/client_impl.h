@@ -14,6 +14,7 @@
 #include <thread>
 
 #include "coordinator/client.h"
+#include "coordinator/local_session.h"
 #include "coordinator/planner.h"
 #include "proto/coordinator.grpc.pb.h"
 
@@ -82,6 +83,7 @@ class ClientImpl final : public CoordinatorClient {
   bool acked_ = false;           // guarded by mu_: the coordinator answered Hello
   grpc::Status final_status_;    // guarded by mu_: the call's status once reader_done_
   std::atomic<bool> acked_fast_{false};  // acked_, readable without mu_
+  bool local_ = false;  // the session runs through config_.local_host; set by StartSession
 };
 
 }  // namespace hora

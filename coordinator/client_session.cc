@@ -54,8 +54,13 @@ std::string ClientImpl::LostCoordinator(const std::string& why) const {
 Status ClientImpl::StartSession(SessionCallbacks callbacks) {
   std::lock_guard<std::mutex> close_lock(close_mu_);
   if (closed_) return FailedPrecondition("StartSession after Close");
-  if (stream_) return FailedPrecondition("the session was already started");
+  if (stream_ || local_) return FailedPrecondition("the session was already started");
   callbacks_ = std::move(callbacks);
+  if (config_.local_host != nullptr) {
+    local_ = true;
+    return config_.local_host->OpenLocalSession(
+        config_.rank, [this](const proto::CoordinatorMessage& m) { Dispatch(m); });
+  }
   session_ctx_ = std::make_unique<grpc::ClientContext>();
   AddToken(session_ctx_.get());
   last_recv_.store(Clock::now().time_since_epoch().count());
@@ -96,6 +101,11 @@ Status ClientImpl::AwaitSessionOpen() {
 }
 
 bool ClientImpl::Write(const proto::WorkerMessage& message) {
+  if (local_) {
+    if (closing_.load()) return false;
+    config_.local_host->LocalMessage(config_.rank, message);
+    return true;
+  }
   std::lock_guard<std::timed_mutex> lock(write_mu_);
   if (!stream_ || writes_done_) return false;
   return stream_->Write(message);
@@ -162,7 +172,7 @@ void ClientImpl::Dispatch(const proto::CoordinatorMessage& message) {
       if (!s.ok()) {
         FireAbort(Internal("malformed plan from the coordinator at " + config_.address + ": " +
                            s.message()));
-        session_ctx_->TryCancel();
+        if (session_ctx_) session_ctx_->TryCancel();
         return;
       }
       if (callbacks_.on_plan) callbacks_.on_plan(std::move(plan));
@@ -223,6 +233,13 @@ void ClientImpl::Close() {
   std::lock_guard<std::mutex> close_lock(close_mu_);
   if (closed_) return;
   closed_ = true;
+  if (local_) {
+    proto::WorkerMessage bye;
+    bye.mutable_goodbye();
+    config_.local_host->LocalMessage(config_.rank, bye);
+    closing_.store(true);
+    return;
+  }
   closing_.store(true);
   if (!stream_ || !reader_.joinable()) return;  // no session, or it failed to open
   // Goodbye, then half-close; the coordinator ends the call, which ends the reader.

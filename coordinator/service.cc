@@ -119,10 +119,12 @@ void CoordinatorServiceImpl::Shutdown(const std::string& reason, milliseconds dr
   shut_down_ = true;
   {
     std::unique_lock<std::mutex> lock(mu_);
+    // Drain: ranks still working (or still opening their session after a join that just
+    // completed) may finish and say Goodbye; new sessions are still accepted meanwhile.
+    sessions_cv_.wait_until(lock, Clock::now() + drain, [this] { return DrainedLocked(); });
     shutting_down_ = true;
     join_cv_.notify_all();
-    sessions_cv_.wait_until(lock, Clock::now() + drain, [this] { return NoSessionsLocked(); });
-    if (!NoSessionsLocked()) AbortLocked(Code::kAborted, reason, -1);
+    if (!DrainedLocked()) AbortLocked(Code::kAborted, reason, -1);
     // Let the sender thread deliver the aborts before the calls are cancelled (bounded).
     sender_cv_.wait_until(lock, Clock::now() + milliseconds(500),
                           [this] { return flush_queue_.empty() && !sender_busy_; });
@@ -146,9 +148,10 @@ void CoordinatorServiceImpl::Shutdown(const std::string& reason, milliseconds dr
   HORA_LOG_INFO("coordinator: shut down ({})", reason);
 }
 
-bool CoordinatorServiceImpl::NoSessionsLocked() const {
+bool CoordinatorServiceImpl::DrainedLocked() const {
   for (const RankState& r : ranks_) {
     if (r.session) return false;
+    if (topology_ready_ && r.joined && !r.had_session && !r.lost && !aborted_) return false;
   }
   return true;
 }

@@ -23,6 +23,8 @@
 
 namespace hora {
 
+class LocalSessionHost;  // coordinator/local_session.h
+
 struct TlsFiles {
   std::string cert_file;  // PEM; all three empty = no TLS
   std::string key_file;
@@ -52,6 +54,10 @@ class CoordinatorService {
 
   // The port actually bound (useful with port 0).
   virtual int port() const = 0;
+
+  // For the client of the rank in this process (ClientConfig::local_host). Valid until the
+  // service is destroyed.
+  virtual LocalSessionHost* local_host() = 0;
 
   // Ends the service. First waits up to `drain` for every rank still connected to say
   // Goodbye (a normal, collective shutdown); ranks still connected after that receive

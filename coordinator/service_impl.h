@@ -25,6 +25,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "coordinator/local_session.h"
 #include "coordinator/messages.h"
 #include "coordinator/planner.h"
 #include "coordinator/service.h"
@@ -46,6 +47,7 @@ std::string DescribeDigestDifference(const std::string& coordinator, const std::
                                      int rank);
 
 class CoordinatorServiceImpl final : public CoordinatorService,
+                                     public LocalSessionHost,
                                      public proto::Coordinator::Service {
  public:
   explicit CoordinatorServiceImpl(const CoordinatorConfig& config);
@@ -55,6 +57,11 @@ class CoordinatorServiceImpl final : public CoordinatorService,
   Status Init();
 
   int port() const override { return port_; }
+  LocalSessionHost* local_host() override { return this; }
+
+  // session_local.cc
+  Status OpenLocalSession(int rank, Sink sink) override;
+  void LocalMessage(int rank, const proto::WorkerMessage& message) override;
   void Shutdown(const std::string& reason, std::chrono::milliseconds drain) override;
 
   grpc::Status Join(grpc::ServerContext* ctx, const proto::JoinRequest* request,
@@ -119,7 +126,8 @@ class CoordinatorServiceImpl final : public CoordinatorService,
   // Aborts the job: every session but `except_rank` receives Abort(code, message).
   void AbortLocked(Code code, const std::string& message, int except_rank);
   void ScheduleFlushLocked(const std::shared_ptr<SessionStream>& session);
-  bool NoSessionsLocked() const;
+  // No session open and none still expected (every joined rank had one, or was lost).
+  bool DrainedLocked() const;
 
   // Constant after construction.
   const CoordinatorConfig config_;

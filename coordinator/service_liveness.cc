@@ -55,7 +55,7 @@ TimePoint CoordinatorServiceImpl::NextWakeLocked() const {
       if (r.joined && !r.had_session) {
         wake = std::min(wake, topology_time_ + config_.start_timeout);
       }
-      if (r.session && !r.lost) {
+      if (r.session && !r.lost && !r.session->local()) {
         wake = std::min(wake, r.session->last_recv() + config_.heartbeat_timeout);
       }
     }
@@ -103,7 +103,7 @@ void CoordinatorServiceImpl::CheckLivenessLocked(TimePoint now) {
                             FormatSeconds(config_.start_timeout) + " after all ranks joined");
       continue;
     }
-    if (!r.session) continue;
+    if (!r.session || r.session->local()) continue;  // a local session lives as long as we do
     const auto silent = now - r.session->last_recv();
     if (silent >= config_.heartbeat_timeout) {
       RankLostLocked(i, "missed heartbeats for " +

@@ -8,6 +8,13 @@ SessionStream::SessionStream(int rank, grpc::ServerContext* ctx, SessionServerSt
                              TimePoint now)
     : rank_(rank), ctx_(ctx), stream_(stream), last_recv_(now.time_since_epoch().count()) {}
 
+SessionStream::SessionStream(int rank, Sink sink, TimePoint now)
+    : rank_(rank),
+      ctx_(nullptr),
+      stream_(nullptr),
+      sink_(std::move(sink)),
+      last_recv_(now.time_since_epoch().count()) {}
+
 void SessionStream::Push(proto::CoordinatorMessage message) {
   std::lock_guard<std::mutex> lock(mu_);
   if (!closed_) outbox_.push_back(std::move(message));
@@ -22,7 +29,12 @@ void SessionStream::Flush() {
     outbox_.pop_front();
     write_started_ = Clock::now();
     lock.unlock();
-    const bool ok = stream_->Write(message);
+    bool ok = true;
+    if (sink_) {
+      sink_(message);
+    } else {
+      ok = stream_->Write(message);
+    }
     lock.lock();
     write_started_ = TimePoint::max();
     if (!ok) {  // the call is over; the handler's Read sees it too
@@ -41,7 +53,7 @@ TimePoint SessionStream::write_started() const {
 
 void SessionStream::Cancel() {
   std::lock_guard<std::mutex> lock(mu_);
-  if (!finished_) ctx_->TryCancel();
+  if (!finished_ && ctx_ != nullptr) ctx_->TryCancel();
 }
 
 void SessionStream::Close(std::chrono::milliseconds grace) {
@@ -49,7 +61,7 @@ void SessionStream::Close(std::chrono::milliseconds grace) {
   closed_ = true;
   outbox_.clear();
   if (!idle_cv_.wait_for(lock, grace, [this] { return !flushing_; })) {
-    ctx_->TryCancel();  // a write is stuck: cancelling the call makes it return
+    if (ctx_ != nullptr) ctx_->TryCancel();  // a write is stuck: cancelling the call makes it return
     idle_cv_.wait(lock, [this] { return !flushing_; });
   }
   finished_ = true;

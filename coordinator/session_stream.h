@@ -20,6 +20,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <deque>
+#include <functional>
 #include <mutex>
 
 #include "coordinator/planner.h"
@@ -33,6 +34,11 @@ using SessionServerStream =
 class SessionStream {
  public:
   SessionStream(int rank, grpc::ServerContext* ctx, SessionServerStream* stream, TimePoint now);
+  // A local session (rank 0's client in the coordinator's own process): Flush hands each
+  // message to `sink` instead of writing it to a stream. Local sessions have no heartbeats.
+  using Sink = std::function<void(const proto::CoordinatorMessage&)>;
+  SessionStream(int rank, Sink sink, TimePoint now);
+  bool local() const { return static_cast<bool>(sink_); }
   SessionStream(const SessionStream&) = delete;
   SessionStream& operator=(const SessionStream&) = delete;
 
@@ -59,6 +65,7 @@ class SessionStream {
   const int rank_;
   grpc::ServerContext* const ctx_;
   SessionServerStream* const stream_;
+  const Sink sink_;
   std::atomic<Clock::rep> last_recv_;
 
   mutable std::mutex mu_;

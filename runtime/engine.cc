@@ -123,6 +123,7 @@ Status Engine::Init() {
   cl.heartbeat_timeout = Ms(options_.heartbeat_timeout_s);
   cl.max_message_bytes = static_cast<int>(options_.max_message_bytes);
   cl.tls = tls;
+  if (service_) cl.local_host = service_->local_host();  // rank 0: session by function calls
   auto client = CoordinatorClient::Connect(cl);
   if (!client.ok()) return client.status();
   client_ = std::move(client).value();

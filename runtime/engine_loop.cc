@@ -49,8 +49,8 @@ std::string Engine::NameOf(int32_t id) {
 }
 
 void Engine::AnnounceFresh() {
-  std::lock_guard<std::mutex> lock(announce_mu_);
   std::vector<ReadyNotice> notices;
+  std::unique_lock<std::mutex> lock(announce_mu_);
   for (const Request* r : queue_.PopFresh()) {
     ReadyNotice n;
     auto it = ids_.find(r->spec.name);
@@ -78,6 +78,9 @@ void Engine::AnnounceFresh() {
     }
     notices.push_back(std::move(n));
   }
+  lock.unlock();
+  // Outside announce_mu_: on rank 0 the send runs the coordinator inline, which may complete
+  // operations of this rank (and look up their names) before it returns.
   if (!notices.empty()) client_->SendReady(std::move(notices));
 }
 

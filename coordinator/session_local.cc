@@ -1,0 +1,49 @@
+// Local sessions: rank 0's client in the coordinator's own process (local_session.h). The
+// same state and message handling as a stream session, with function calls for transport.
+#include "common/logging.h"
+#include "coordinator/service_impl.h"
+
+namespace hora {
+
+Status CoordinatorServiceImpl::OpenLocalSession(int rank, Sink sink) {
+  if (rank < 0 || rank >= config_.size) {
+    return InvalidArgument("local session for rank " + std::to_string(rank) + ", out of range");
+  }
+  std::unique_lock<std::mutex> lock(mu_);
+  if (aborted_) {  // tell the rank why, as a stream session would
+    proto::CoordinatorMessage abort;
+    abort.mutable_abort()->set_code(static_cast<int32_t>(abort_code_));
+    abort.mutable_abort()->set_message(abort_message_);
+    lock.unlock();
+    sink(abort);
+    return Status::Ok();
+  }
+  if (shutting_down_) return Unavailable("the coordinator is shutting down");
+  RankState& state = ranks_[rank];
+  if (!state.joined) return FailedPrecondition("rank " + std::to_string(rank) + " opened a session before Join");
+  if (state.had_session) {
+    return Status(Code::kAlreadyExists, DescribeRank(rank) + " already had a session");
+  }
+  state.had_session = true;
+  state.session = std::make_shared<SessionStream>(rank, std::move(sink), Clock::now());
+  HORA_LOG_DEBUG("coordinator: local session opened by {}", DescribeRank(rank));
+  return Status::Ok();
+}
+
+void CoordinatorServiceImpl::LocalMessage(int rank, const proto::WorkerMessage& message) {
+  std::shared_ptr<SessionStream> session;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (rank < 0 || rank >= config_.size) return;
+    session = ranks_[rank].session;
+  }
+  if (!session || !session->local()) return;
+  session->Touch(Clock::now());
+  bool goodbye = false;
+  Touched touched;
+  HandleMessage(rank, message, &touched, &goodbye);
+  for (const auto& s : touched) s->Flush();
+  if (goodbye) EndSession(rank, session, true);
+}
+
+}  // namespace hora
