@@ -395,10 +395,12 @@ def main():
                     runner = Runner(m, shapes, "%s.r%d" % (model_name, r if not keep else 0))
                     if keep:
                         runners[m] = runner
-                if fresh:
-                    # a model rebuilt for a later round needs one warm-up step only
-                    for _ in range(args.warmup if r == 0 else min(1, args.warmup)):
-                        runner.step()
+                # Warm-up: a fresh model gets --warmup steps; a kept one gets one untimed
+                # step per round, so that no timed step directly follows another method's
+                # (the first step after a switch pays for what the previous method left
+                # behind: DDP right after Hora's methods measured up to 7x slower).
+                for _ in range(args.warmup if fresh and r == 0 else min(1, args.warmup)):
+                    runner.step()
                 runner.backward_s = []
                 local = [runner.step() for _ in range(n)]
                 samples[m] += slowest_rank(local)

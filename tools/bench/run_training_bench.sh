@@ -13,7 +13,8 @@
 #   PARTS=sweep tools/bench/run_training_bench.sh     # only the knob sweep (~5 min); the
 #                                                     # report keeps the other parts' results
 #
-# Environment: PARTS (default "np2 train np4"; any of np2 train np4 sweep), OUT (results
+# Environment: PARTS (default "np2 train np4"; any of np2 (= resnet bert) resnet bert train
+# np4 sweep), OUT (results
 # folder, default /tmp/hora-training-bench; a part's old results there are replaced, the
 # others' kept for the report), REPORT (default docs/benchmarks-training.md; REPORT= to skip),
 # GS_STEPS (12), BERT_STEPS (6), TS_STEPS (30), PYTHON (/usr/bin/python3),
@@ -32,6 +33,8 @@ PARTS=" ${PARTS:-np2 train np4} "
 mkdir -p "$OUT"
 has() { [[ "$PARTS" == *" $1 "* ]]; }
 has np2 && rm -f "$OUT"/grad_sync_np2*
+has resnet && rm -f "$OUT"/grad_sync_np2_resnet50.*
+has bert && rm -f "$OUT"/grad_sync_np2_bert.*
 has train && rm -f "$OUT"/train_step_np2.*
 has np4 && rm -f "$OUT"/grad_sync_np4.*
 has sweep && rm -f "$OUT"/sweep_*
@@ -80,11 +83,14 @@ for x in ${HORA_BENCH_EXTRA_X:-}; do EXTRA+=(-x "$x"); done
 
 ALL=backward,hora,hora_g1,hora_bucket,hora_bucket64,ddp,ddp_view,flat_gloo,flat_hora
 FEW=backward,hora,hora_bucket64,ddp,ddp_view,flat_gloo,flat_hora
-if has np2; then
-  # ResNet-50: every model stays alive, methods interleaved step by step.
+if has np2 || has resnet; then
+  # ResNet-50: every model stays alive; 3 rounds over the methods, each round starting a
+  # method with one untimed step.
   run grad_sync_np2_resnet50 2 "${EXTRA[@]}" -- tools/bench/grad_sync_bench.py \
-    --models resnet50 --methods "$ALL" --steps "$GS_STEPS" --warmup 2 --probe \
+    --models resnet50 --methods "$ALL" --steps "$GS_STEPS" --rounds 3 --warmup 2 --probe \
     --json "$OUT/grad_sync_np2_resnet50.json"
+fi
+if has np2 || has bert; then
   # BERT-base: 418 MiB models are rebuilt per round (2 rounds); fewer methods, no probe.
   run grad_sync_np2_bert 2 "${EXTRA[@]}" -- tools/bench/grad_sync_bench.py \
     --models bert-base --methods "$FEW" --bert-steps "$BERT_STEPS" --bert-rounds 2 \
@@ -96,13 +102,13 @@ if has train; then
 fi
 if has np4; then
   run grad_sync_np4 4 "${EXTRA[@]}" -- tools/bench/grad_sync_bench.py --models resnet50 \
-    --methods "$FEW" --steps 10 --warmup 2 --json "$OUT/grad_sync_np4.json"
+    --methods "$FEW" --steps 10 --rounds 2 --warmup 2 --json "$OUT/grad_sync_np4.json"
 fi
 if has sweep; then
   sweep() {
     local name=$1; shift
     run "sweep_$name" 2 "$@" -- tools/bench/grad_sync_bench.py --models resnet50 \
-      --methods hora,hora_g1,flat_hora --steps 8 --warmup 2 --probe \
+      --methods hora,hora_g1,flat_hora --steps 8 --rounds 2 --warmup 2 --probe \
       --label "$name" --json "$OUT/sweep_$name.json"
   }
   sweep default
@@ -217,7 +223,8 @@ for name, title in (("grad_sync_np2_resnet50", "Gradient synchronization, ResNet
     w("```")
     w("")
     w("%d ranks, %d torch thread(s) each. A step: barrier (not timed), then backward (+ "
-      "synchronize for Hora); the slowest rank's time counts; methods interleaved in rounds."
+      "synchronize for Hora); the slowest rank's time counts; methods interleaved in rounds, "
+      "each round starting a method with one untimed step."
       % (data["size"], data["threads"]))
     w("")
     for model, res in data["models"].items():
