@@ -342,7 +342,7 @@ def main():
     ap.add_argument("--steps", type=int, default=12, help="timed steps per method (ResNet)")
     ap.add_argument("--bert-steps", type=int, default=10, help="timed steps per method (BERT)")
     ap.add_argument("--warmup", type=int, default=3)
-    ap.add_argument("--rounds", type=int, default=0,
+    ap.add_argument("--rounds", type=int, default=3,
                     help="the timed steps are split into this many rounds over all methods "
                          "(interleaving spreads machine-load drift over every method); "
                          "0: one round per step")

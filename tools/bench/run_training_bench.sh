@@ -9,7 +9,7 @@
 #   4. with SWEEP=1, Hora's knobs (fusion threshold, cycle time, inline threshold) on the
 #      ResNet-50 list, one job per setting.
 #
-#   tools/bench/run_training_bench.sh                 # ~8-10 min on 2 cores
+#   tools/bench/run_training_bench.sh                 # ~6 min on 2 cores
 #   PARTS=sweep tools/bench/run_training_bench.sh     # only the knob sweep (~5 min); the
 #                                                     # report keeps the other parts' results
 #
@@ -243,7 +243,7 @@ if ts:
     w("")
     w("Model: %d tensors, %.3f M parameters (the example's defaults); AdamW; the same "
       "batches and initial state for every method; a step is zero_grad + forward + backward + "
-      "step; steps interleaved across methods." % (ts["tensors"], ts["params"] / 1e6))
+      "step; methods interleaved in 3 blocks, each starting with one untimed step." % (ts["tensors"], ts["params"] / 1e6))
     w("")
     w("| method | median ms/step | p90 ms | steps |")
     w("|---|---|---|---|")
