@@ -4,7 +4,9 @@ Each rank trains on its shard; the reference is computed in this same process by
 simulating every rank's shard (the averaged gradient of N shards = the full-batch gradient
 when shards have equal size)."""
 
+import contextlib
 import copy
+import os
 import sys
 import warnings
 
@@ -41,7 +43,7 @@ def loss_fn(model, x, y, use_extra=True):
 
 
 def compare(make_opt, steps=4, bpps=1, op=hvd.Average, uses_extra=lambda r: True,
-            atol=1e-5, **dist_kwargs):
+            atol=1e-5, set_to_none=False, **dist_kwargs):
     torch.manual_seed(7)
     model = Net()
     ref = copy.deepcopy(model)
@@ -51,7 +53,7 @@ def compare(make_opt, steps=4, bpps=1, op=hvd.Average, uses_extra=lambda r: True
     ref_opt = make_opt(ref.parameters())
     n, r = hvd.size(), hvd.rank()
     for step in range(steps):
-        opt.zero_grad()
+        opt.zero_grad(set_to_none=set_to_none)
         for k in range(bpps):
             x, y = data(step, k, r)
             loss_fn(model, x, y, uses_extra(r)).backward()
@@ -249,6 +251,142 @@ def broadcast_optimizer_state_adam_fresh():
     hvd.broadcast_optimizer_state(opt, root_rank=hvd.size() - 1)
     check(abs(opt.param_groups[0]["lr"] - 0.001 * hvd.size()) < 1e-12)
     check(len(opt.state) == len(list(model.parameters())), "state created")
+
+
+@contextlib.contextmanager
+def bucket_cap(mb):
+    """HORA_BUCKET_CAP_MB while DistributedOptimizers are made (it is read there)."""
+    old = os.environ.get("HORA_BUCKET_CAP_MB")
+    os.environ["HORA_BUCKET_CAP_MB"] = str(mb)
+    try:
+        yield
+    finally:
+        if old is None:
+            del os.environ["HORA_BUCKET_CAP_MB"]
+        else:
+            os.environ["HORA_BUCKET_CAP_MB"] = old
+
+
+TINY_MB = 0.0001  # 104 bytes: Net's 6 parameters land in 4 buckets
+
+
+def n_buckets(opt):
+    return len(opt._reducer.buckets) if opt._reducer is not None else 0
+
+
+@case
+def bucket_path_is_default():
+    _, opt = compare(sgd, steps=1)
+    check(n_buckets(opt) == 1, "one bucket by default, got %d" % n_buckets(opt))
+    _, opt = compare(sgd, steps=1, compression=hvd.Compression.fp16, atol=2e-3)
+    check(opt._reducer is None, "fp16 compression takes the per-tensor path")
+    _, opt = compare(sgd, steps=1, groups=2)
+    check(opt._reducer is None, "explicit groups take the per-tensor path")
+    with bucket_cap(0):
+        _, opt = compare(sgd, steps=1)
+    check(opt._reducer is None, "HORA_BUCKET_CAP_MB=0 takes the per-tensor path")
+    with bucket_cap("lots"):
+        raises(ValueError, hvd.DistributedOptimizer, sgd(Net().parameters()),
+               contains="HORA_BUCKET_CAP_MB")
+
+
+@case
+def per_tensor_path():
+    with bucket_cap(0):
+        compare(sgd)
+        compare(sgd, bpps=2)
+        compare(sgd, uses_extra=lambda r: r != 0)
+        compare(sgd, set_to_none=True)
+        compare(lambda p: torch.optim.SGD(p, lr=0.02), op=hvd.Sum)
+
+
+@case
+def buckets_several():
+    with bucket_cap(TINY_MB):
+        model, opt = compare(sgd)
+        check(n_buckets(opt) >= 4, "expected several buckets, got %d" % n_buckets(opt))
+        # reverse registration order: the last parameter opens bucket 0
+        last = list(model.parameters())[-1]
+        check(opt._reducer.buckets[0].params[0] is last, "bucket 0 starts with the last param")
+        for p in model.parameters():
+            view = opt._reducer.view_of[p]
+            check(p.grad.data_ptr() == view.data_ptr(), "p.grad is its bucket slot")
+        compare(adam, atol=2e-5)
+        compare(lambda p: torch.optim.SGD(p, lr=0.02), op=hvd.Sum)
+        compare(sgd, gradient_predivide_factor=2.0)
+
+
+@case
+def buckets_unused_parameters():
+    with bucket_cap(TINY_MB):
+        compare(sgd, uses_extra=lambda r: r != 0)
+    compare(sgd, uses_extra=lambda r: r == hvd.size() - 1)
+    # no rank uses `extra`: it still gets a (zero) gradient, as in Horovod
+    with bucket_cap(TINY_MB):
+        model, opt = compare(sgd, steps=2, uses_extra=lambda r: False)
+    for p in model.extra.parameters():
+        check(p.grad is not None and float(p.grad.abs().sum()) == 0.0, "zero grad for unused")
+
+
+@case
+def buckets_backward_passes_per_step_2():
+    with bucket_cap(TINY_MB):
+        compare(sgd, bpps=2)
+        compare(sgd, bpps=2, set_to_none=True, uses_extra=lambda r: r != 0)
+    compare(sgd, bpps=3, steps=3)
+
+
+@case
+def buckets_set_to_none():
+    compare(sgd, set_to_none=True)
+    with bucket_cap(TINY_MB):
+        model, opt = compare(adam, set_to_none=True, atol=2e-5)
+    for p in model.parameters():
+        check(p.grad.data_ptr() == opt._reducer.view_of[p].data_ptr(), "re-pointed to slot")
+
+
+@case
+def buckets_full_batch_equals_shards():
+    # plain SGD: one process on the whole batch == N ranks on 1/N of it each
+    n, r = hvd.size(), hvd.rank()
+    g = torch.Generator().manual_seed(99)
+    x, y = torch.randn(n * PER_RANK, 6, generator=g), torch.randn(n * PER_RANK, 3, generator=g)
+    torch.manual_seed(17)
+    model = Net()
+    ref = copy.deepcopy(model)
+    with bucket_cap(TINY_MB):
+        opt = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1),
+                                       named_parameters=model.named_parameters())
+    check(n_buckets(opt) >= 4, "bucket path with several buckets")
+    ref_opt = torch.optim.SGD(ref.parameters(), lr=0.1)
+    for _ in range(3):
+        opt.zero_grad()
+        loss_fn(model, x[r * PER_RANK:(r + 1) * PER_RANK], y[r * PER_RANK:(r + 1) * PER_RANK]
+                ).backward()
+        opt.step()
+        ref_opt.zero_grad()
+        loss_fn(ref, x, y).backward()
+        ref_opt.step()
+    for (name, p), q in zip(model.named_parameters(), ref.parameters()):
+        close(p.detach(), q.detach(), msg=name)
+
+
+@case
+def buckets_zero_grad_in_flight():
+    with bucket_cap(TINY_MB):
+        model = Net()
+        opt = hvd.DistributedOptimizer(sgd(model.parameters()),
+                                       named_parameters=model.named_parameters())
+    x, y = data(0, 0, hvd.rank())
+    loss_fn(model, x, y).backward()
+    raises(AssertionError, opt.zero_grad, contains="zero_grad() was called after")
+    opt.step()
+    opt.zero_grad()
+    loss_fn(model, x, y).backward()
+    raises(Exception, lambda: loss_fn(model, x, y).backward(),
+           contains="backward_passes_per_step")
+    opt.synchronize()
+    opt.zero_grad()
 
 
 if __name__ == "__main__":

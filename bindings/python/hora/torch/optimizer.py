@@ -1,7 +1,10 @@
 """DistributedOptimizer: wraps a torch optimizer so that gradients are averaged over ranks.
 
-A hook on each parameter's gradient accumulator starts that gradient's allreduce as soon
-as backward has produced it, so communication overlaps the rest of backward. step() first
+By default the gradients live in flat buckets (buckets.py, as torch DDP does it): a hook on
+each parameter's gradient accumulator marks the gradient ready, and the last ready gradient
+of a bucket starts one allreduce of the whole bucket, so communication overlaps the rest of
+backward. With compression, explicit groups, parameters on several devices or
+HORA_BUCKET_CAP_MB=0, each gradient (or group) gets its own allreduce instead. step() first
 waits for every reduction (synchronize()), then runs the wrapped optimizer's step.
 Every rank submits every parameter each step, zeros for parameters a rank did not use,
 so that all ranks submit the same names.
@@ -13,6 +16,7 @@ import warnings
 
 import torch
 
+from . import buckets as _buckets
 from .compression import Compression
 from .mpi_ops import (Adasum, Average, _check_process_set, _resolve_op, allreduce_async_,
                       global_process_set, synchronize as _synchronize_handle)
@@ -70,6 +74,11 @@ class _DistributedMixin(object):
                            for pi, p in enumerate(g["params"])}
 
         params = [p for g in self.param_groups for p in g["params"] if p.requires_grad]
+        cap = _buckets.cap_bytes()
+        self._reducer = None
+        if _buckets.applicable(params, compression, groups, cap):
+            self._reducer = _buckets.BucketReducer(params, cap, sparse_as_dense)
+            groups = None
         self._units = self._make_units(params, groups)
         self._unit_of = {p: u for u, members in enumerate(self._units) for p in members}
         self._lock = threading.Lock()
@@ -127,6 +136,9 @@ class _DistributedMixin(object):
                 self._grad_accs.append(grad_acc)
 
     def _make_hook(self, p):
+        if self._reducer is not None:
+            return self._make_bucket_hook(p)
+
         def hook(*unused):
             with self._lock:
                 unit = self._unit_of[p]
@@ -139,6 +151,19 @@ class _DistributedMixin(object):
                     ready.add(p)
                     if len(ready) == len(self._units[unit]):
                         self._launch(unit)
+        return hook
+
+    def _make_bucket_hook(self, p):
+        reducer = self._reducer
+
+        def hook(*unused):
+            with self._lock:
+                if reducer.launched(p) or self._delay[p] <= 0:
+                    raise AssertionError(_TOO_MANY_PASSES_MSG)
+                self._touched.add(p)
+                self._delay[p] -= 1
+                if self._delay[p] == 0:
+                    reducer.grad_ready(p, self._scale_factors() + (self.op,))
         return hook
 
     def _scale_factors(self):
@@ -157,9 +182,7 @@ class _DistributedMixin(object):
                 grad = p.grad
                 if grad.is_sparse:
                     if not self.sparse_as_dense:
-                        raise NotImplementedError(
-                            "hora reduces sparse gradients as dense ones only: pass "
-                            "sparse_as_dense=True to DistributedOptimizer")
+                        raise NotImplementedError(_buckets.SPARSE_MSG)
                     grad = grad.to_dense()
                 compressed, ctx = self._compression.compress(grad)
                 handle = allreduce_async_(compressed, name=self._names[p], op=self.op,
@@ -171,6 +194,8 @@ class _DistributedMixin(object):
     def synchronize(self):
         """Waits for every gradient's allreduce (starting those not started yet) and writes
         the averaged gradients into p.grad."""
+        if self._reducer is not None:
+            return self._synchronize_buckets()
         with self._lock:
             for unit in range(len(self._units)):
                 if unit not in self._launched:
@@ -195,6 +220,17 @@ class _DistributedMixin(object):
                     p.grad.copy_(out)
         if first_error is not None:
             raise first_error
+        self._synchronized = True
+
+    def _synchronize_buckets(self):
+        with self._lock:
+            try:
+                started = self._reducer.launch_rest(self._scale_factors() + (self.op,))
+            finally:
+                self._touched.clear()
+                for p in self._delay:
+                    self._delay[p] = self.backward_passes_per_step
+        self._reducer.wait(started)
         self._synchronized = True
 
     @contextlib.contextmanager
@@ -231,7 +267,8 @@ class _DistributedMixin(object):
         return super().step(closure)
 
     def zero_grad(self, *args, **kwargs):
-        if self._launched or self._touched:
+        if self._launched or self._touched or (
+                self._reducer is not None and self._reducer.in_flight()):
             raise AssertionError(_ZERO_GRAD_MSG)
         return super().zero_grad(*args, **kwargs)
 
