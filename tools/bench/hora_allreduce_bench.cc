@@ -13,7 +13,7 @@
 // --lat-iters iterations), with the time spent in the enqueue call itself.
 //
 // Flags: --min-bytes N (4) --max-bytes N (256 MiB) --step-factor F (4) --target-seconds S
-// (0.6) --max-iters N (100000) --lat-iters N (2000) --lat-mode wait|poll|both (wait)
+// (0.6) --max-iters N (100000) --lat-iters N (2000) --lat-mode wait|poll|both (wait) --debug
 // --no-latency --no-bandwidth --csv. Sizes accept K, M, G suffixes (powers of 1024).
 #include <sched.h>
 
@@ -83,6 +83,9 @@ int64_t ParseBytes(const char* flag, const char* v) {
   return static_cast<int64_t>(x * mult);
 }
 
+// --debug: print every rank's contribution to MaxOverRanks.
+bool g_debug = false;
+
 Flags ParseFlags(int argc, char** argv) {
   Flags f;
   for (int i = 1; i < argc; ++i) {
@@ -105,6 +108,7 @@ Flags ParseFlags(int argc, char** argv) {
     else if (a == "--min-iters") f.min_iters = std::atoll(value());
     else if (a == "--lat-iters") f.lat_iters = std::atoll(value());
     else if (a == "--lat-mode") f.lat_mode = value();
+    else if (a == "--debug") g_debug = true;
     else {
       std::fprintf(stderr, "unknown flag %s\n", a.c_str());
       std::exit(2);
@@ -147,8 +151,6 @@ void Allreduce(const char* name, void* buf, int64_t count, hora_reduce_op_t op, 
 }
 
 // The largest value of x over the ranks (every rank gets it).
-bool g_debug = std::getenv("HORA_BENCH_DEBUG") != nullptr;
-
 double MaxOverRanks(double x) {
   double v = x;
   Allreduce("bench.max", &v, 1, HORA_MAX, false, HORA_FLOAT64);
