@@ -27,9 +27,6 @@ class BucketExecutor {
   Status Run(const BucketPlan& plan, const std::vector<const Request*>& requests,
              std::vector<OpResult>* results);
 
-  // Bytes currently held by the fusion buffer.
-  size_t fusion_capacity() const { return fusion_.size(); }
-
  private:
   Status RunAllreduce(const BucketPlan& plan, const std::vector<const Request*>& requests);
   Status RunBroadcast(const BucketPlan& plan, const std::vector<const Request*>& requests);

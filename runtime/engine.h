@@ -5,9 +5,11 @@
 // when this is rank 0, joins the job (blocking until every rank joined or the start timeout),
 // bootstraps the data plane through the coordinator's store and starts the background thread.
 //
-// The background thread wakes on events only (a new request, a message from the coordinator,
-// shutdown): it announces new requests to the coordinator, runs the buckets the coordinator
-// plans, in plan order, and completes handles. Errors of the job (a dead rank, a lost
+// Enqueuing threads announce their requests to the coordinator themselves. Plans arrive on
+// the coordinator client's reader thread, which completes at once what needs no collective
+// (errors, inline-reduced small allreduces) and hands data-plane buckets to the background
+// thread. That thread wakes on events only (a plan, a join result, an error, shutdown) and runs
+// the buckets in plan order, completing their handles. Errors of the job (a dead rank, a lost
 // coordinator, a failed collective) are sticky: every pending and later operation fails with
 // the first such cause.
 //
@@ -44,7 +46,9 @@ class Engine {
   Engine& operator=(const Engine&) = delete;
 
   // Validates the request (shape, dtype, op, root, splits, buffers) and queues it; returns the
-  // handle. Never blocks on the network. `output` is ignored by collectives whose result the
+  // handle. The calling thread writes the ready notice to the coordinator itself (one short
+  // stream write; on rank 0 a call into the in-process coordinator), so it never waits for
+  // other ranks, but it can wait for a slow stream. `output` is ignored by collectives whose result the
   // runtime holds (allgather, reducescatter, alltoall).
   StatusOr<int64_t> Enqueue(TensorSpec spec, const void* input, void* output);
   StatusOr<int64_t> EnqueueBarrier();

@@ -27,7 +27,8 @@
  *             fails that operation on every rank with HORA_ERR_MISMATCH naming the field and
  *             the ranks; other operations go on.
  * Threads.    All functions are thread-safe, except that hora_init and hora_shutdown must not
- *             race with each other or with other calls. Enqueues never block on the network.
+ *             race with each other or with other calls. Enqueues never wait for other ranks
+ *             (they write one ready notice to the coordinator before returning).
  * Blocking.   Only hora_init (bounded by the start timeout), hora_wait (bounded by its
  *             timeout argument and by the runtime's failure detection) and hora_shutdown block.
  * Env.        hora_init reads HORA_* environment variables (see README, "Options"); fields set
@@ -131,7 +132,7 @@ HORA_API hora_status_t hora_local_size(int32_t* out);
 HORA_API hora_status_t hora_cross_rank(int32_t* out);
 HORA_API hora_status_t hora_cross_size(int32_t* out);
 
-/* ---- Collectives: enqueue, never block (collective) ---- */
+/* ---- Collectives: enqueue, never wait for other ranks (collective) ---- */
 
 /* output has input's shape and dtype; output == input.data is in place. prescale multiplies
  * each input before the reduction, postscale each result after (average = sum with
