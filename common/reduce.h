@@ -15,6 +15,13 @@
 
 namespace hora {
 
+// The op a reduction actually runs: Average reduces as a sum...
+inline ReduceOp ReductionOp(ReduceOp op) { return op == ReduceOp::kAverage ? ReduceOp::kSum : op; }
+// ...and the division by the number of ranks is folded into the postscale.
+inline double FinalPostscale(ReduceOp op, double postscale, int size) {
+  return op == ReduceOp::kAverage ? postscale / size : postscale;
+}
+
 // dst[i] = op(dst[i], src[i]) for i in [0, count). dst and src may not overlap partially.
 void ReduceInto(void* dst, const void* src, size_t count, DataType dtype, ReduceOp op);
 

@@ -14,7 +14,7 @@ namespace hora {
 std::vector<std::string> CoordinatorServiceImpl::InlineReduceLocked(
     const PlannedBucket& bucket) const {
   if (bucket.collective != CollectiveType::kAllreduce) return {};
-  const ReduceOp op = bucket.op == ReduceOp::kAverage ? ReduceOp::kSum : bucket.op;
+  const ReduceOp op = ReductionOp(bucket.op);
   const size_t esize = DataTypeSize(bucket.dtype);
   std::vector<std::string> results;
   results.reserve(bucket.entries.size());

@@ -7,13 +7,6 @@
 namespace hora {
 namespace {
 
-// The op a backend runs, and the postscale that goes with it.
-ReduceOp BackendOp(ReduceOp op) { return op == ReduceOp::kAverage ? ReduceOp::kSum : op; }
-
-double EffectivePostscale(const BucketPlan& plan, int size) {
-  return plan.op == ReduceOp::kAverage ? plan.postscale / size : plan.postscale;
-}
-
 std::vector<int64_t> WithFirstDim(const TensorSpec& spec, int64_t first) {
   std::vector<int64_t> shape = spec.shape;
   if (shape.empty()) shape.push_back(first);
@@ -61,8 +54,8 @@ Status BucketExecutor::Run(const BucketPlan& plan, const std::vector<const Reque
 Status BucketExecutor::RunAllreduce(const BucketPlan& plan,
                                     const std::vector<const Request*>& requests) {
   const size_t esize = DataTypeSize(plan.dtype);
-  const double post = EffectivePostscale(plan, comm_->size());
-  const ReduceOp op = BackendOp(plan.op);
+  const double post = FinalPostscale(plan.op, plan.postscale, comm_->size());
+  const ReduceOp op = ReductionOp(plan.op);
   if (plan.entries.size() == 1 && requests[0] != nullptr) {
     const Request& r = *requests[0];
     size_t n = static_cast<size_t>(plan.entries[0].num_elements);
@@ -162,8 +155,8 @@ Status BucketExecutor::RunReducescatter(const BucketPlan& plan, const Request& r
   result->data.resize(mine * esize);
   result->shape = WithFirstDim(r.spec, d0 / size + (comm_->rank() < d0 % size ? 1 : 0));
   HORA_RETURN_IF_ERROR(comm_->Reducescatter(in, result->data.data(), counts, r.spec.dtype,
-                                            BackendOp(plan.op)));
-  ScaleInPlace(result->data.data(), mine, r.spec.dtype, EffectivePostscale(plan, size));
+                                            ReductionOp(plan.op)));
+  ScaleInPlace(result->data.data(), mine, r.spec.dtype, FinalPostscale(plan.op, plan.postscale, size));
   return Status::Ok();
 }
 

@@ -108,8 +108,7 @@ void Engine::OnPlan(PlanMessage plan) {
 }
 
 void Engine::CompleteInline(const BucketPlan& bucket) {
-  const double post = bucket.op == ReduceOp::kAverage ? bucket.postscale / options_.size
-                                                      : bucket.postscale;
+  const double post = FinalPostscale(bucket.op, bucket.postscale, options_.size);
   Status error = AsyncError();
   for (const BucketPlan::Entry& e : bucket.entries) {
     if (e.id < 0) continue;  // this rank joined
