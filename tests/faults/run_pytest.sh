@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Runs pytest files of tests/faults under /usr/bin/python3, as a Bazel sh_test or by hand from
-# the repository root, and ends with the "N passed, N failed" line that .ci/test_summary.sh
-# reads. Usage: tests/faults/run_pytest.sh tests/faults/test_kill.py [pytest options]
+# the repository root, and ends with the "N passed, N failed, N skipped" line (pytest test
+# items) that .ci/test_summary.sh reads (convention: docs/testing.md).
+# Usage: tests/faults/run_pytest.sh tests/faults/test_kill.py [pytest options]
 set -uo pipefail
 
 if [ -n "${TEST_SRCDIR:-}" ]; then
@@ -11,19 +12,30 @@ else
 fi
 export PYTHONDONTWRITEBYTECODE=1
 export PYTHONPATH="$PWD/tests/faults${PYTHONPATH:+:$PYTHONPATH}"
-extra=()
-[ -n "${XML_OUTPUT_FILE:-}" ] && extra+=("--junitxml=$XML_OUTPUT_FILE")
+# --- the same block in tests/{faults,launcher,python}/run_pytest.sh ---
+# Cases come from the JUnit XML (Bazel's $XML_OUTPUT_FILE, else a temporary file): errors
+# count as failed, skips (and xfails) as skipped; a crash or nothing collected is 1 failed.
+xml="${XML_OUTPUT_FILE:-${TEST_TMPDIR:-${TMPDIR:-/tmp}}/pytest-junit.$$.xml}"
+rm -f "$xml"
+run_pytest() {
+  /usr/bin/python3 -m pytest -q -rs -p no:cacheprovider "--junitxml=$xml" "$@"
+  rc=$?
+  read -r passed failed skipped < <(/usr/bin/python3 - "$xml" <<'PY' 2>/dev/null || echo "0 0 0"
+import sys, xml.etree.ElementTree as ET
+root = ET.parse(sys.argv[1]).getroot()
+suites = [root] if root.tag == "testsuite" else root.findall("testsuite")
+n = {k: sum(int(s.get(k, 0)) for s in suites) for k in ("tests", "failures", "errors", "skipped")}
+bad = n["failures"] + n["errors"]
+print(n["tests"] - bad - n["skipped"], bad, n["skipped"])
+PY
+)
+  if [ "$rc" -ne 0 ] && [ "$failed" -eq 0 ]; then failed=1; fi
+  if [ "$rc" -eq 0 ] && [ $((passed + failed + skipped)) -eq 0 ]; then failed=1; rc=1; fi
+  [ -z "${XML_OUTPUT_FILE:-}" ] && rm -f "$xml"
+  echo "$passed passed, $failed failed, $skipped skipped"
+  return "$rc"
+}
+# --- end of the shared block ---
 
-log="$(mktemp "${TEST_TMPDIR:-${TMPDIR:-/tmp}}/pytest.XXXXXX")"
-/usr/bin/python3 -m pytest -q -s -p no:cacheprovider "${extra[@]}" "$@" 2>&1 | tee "$log"
-rc=${PIPESTATUS[0]}
-
-# pytest -q ends with e.g. "2 failed, 27 passed, 1 error in 3.1s": errors count as failed.
-summary="$(grep -E '[0-9]+ (passed|failed|errors?|skipped)' "$log" | tail -n 1)"
-count() { grep -oE "[0-9]+ $1" <<<"$summary" | awk '{s+=$1} END {print s+0}'; }
-passed=$(count passed)
-failed=$(( $(count failed) + $(count 'errors?') ))
-if [ "$rc" -ne 0 ] && [ "$failed" -eq 0 ]; then failed=1; fi  # crashed, or nothing collected
-rm -f "$log"
-echo "$passed passed, $failed failed"
-exit "$rc"
+# -s: the fault tests print their measured detection times.
+run_pytest -s "$@"

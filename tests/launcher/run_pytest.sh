@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Runs pytest files under /usr/bin/python3 as a Bazel sh_test (or by hand from the repo root)
-# and ends with the "N passed, N failed" line that .ci/test_summary.sh reads.
+# and ends with the "N passed, N failed, N skipped" line (pytest test items, from pytest's JUnit
+# XML) that .ci/test_summary.sh reads (convention: docs/testing.md).
 # Usage: run_pytest.sh FILE.py... [pytest options]   (paths relative to the workspace root)
 set -uo pipefail
 
@@ -10,19 +11,30 @@ else
   cd "$(dirname "$0")/../.."
 fi
 export PYTHONDONTWRITEBYTECODE=1
-extra=()
-[ -n "${XML_OUTPUT_FILE:-}" ] && extra+=("--junitxml=$XML_OUTPUT_FILE")
 
-log="$(mktemp "${TEST_TMPDIR:-${TMPDIR:-/tmp}}/pytest.XXXXXX")"
-/usr/bin/python3 -m pytest -q -p no:cacheprovider "${extra[@]}" "$@" 2>&1 | tee "$log"
-rc=${PIPESTATUS[0]}
+# --- the same block in tests/{faults,launcher,python}/run_pytest.sh ---
+# Cases come from the JUnit XML (Bazel's $XML_OUTPUT_FILE, else a temporary file): errors
+# count as failed, skips (and xfails) as skipped; a crash or nothing collected is 1 failed.
+xml="${XML_OUTPUT_FILE:-${TEST_TMPDIR:-${TMPDIR:-/tmp}}/pytest-junit.$$.xml}"
+rm -f "$xml"
+run_pytest() {
+  /usr/bin/python3 -m pytest -q -rs -p no:cacheprovider "--junitxml=$xml" "$@"
+  rc=$?
+  read -r passed failed skipped < <(/usr/bin/python3 - "$xml" <<'PY' 2>/dev/null || echo "0 0 0"
+import sys, xml.etree.ElementTree as ET
+root = ET.parse(sys.argv[1]).getroot()
+suites = [root] if root.tag == "testsuite" else root.findall("testsuite")
+n = {k: sum(int(s.get(k, 0)) for s in suites) for k in ("tests", "failures", "errors", "skipped")}
+bad = n["failures"] + n["errors"]
+print(n["tests"] - bad - n["skipped"], bad, n["skipped"])
+PY
+)
+  if [ "$rc" -ne 0 ] && [ "$failed" -eq 0 ]; then failed=1; fi
+  if [ "$rc" -eq 0 ] && [ $((passed + failed + skipped)) -eq 0 ]; then failed=1; rc=1; fi
+  [ -z "${XML_OUTPUT_FILE:-}" ] && rm -f "$xml"
+  echo "$passed passed, $failed failed, $skipped skipped"
+  return "$rc"
+}
+# --- end of the shared block ---
 
-# pytest -q ends with e.g. "2 failed, 27 passed, 1 error in 3.1s": errors count as failed.
-summary="$(grep -E '[0-9]+ (passed|failed|errors?)' "$log" | tail -n 1)"
-count() { grep -oE "[0-9]+ $1" <<<"$summary" | awk '{s+=$1} END {print s+0}'; }
-passed=$(count passed)
-failed=$(( $(count failed) + $(count 'errors?') ))
-if [ "$rc" -ne 0 ] && [ "$failed" -eq 0 ]; then failed=1; fi  # crashed, or no tests collected
-rm -f "$log"
-echo "$passed passed, $failed failed"
-exit "$rc"
+run_pytest "$@"
