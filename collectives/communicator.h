@@ -1,22 +1,33 @@
-// The data plane: collectives over contiguous buffers among the ranks of one job.
+// The data plane: collectives over contiguous buffers among the ranks of one process set.
 //
 // A Communicator knows nothing of tensor names or negotiation: the runtime hands it one fused
-// buffer at a time, in the same global order on every rank. Backends live in subfolders
-// (gloo/, later mpi/, nccl/, shm/); a hierarchical backend is a Communicator built from two
-// others (intra-host and inter-host), which is why every method takes plain buffers and sizes.
+// buffer at a time, in the same order on every member of its set (the coordinator's order).
+// Backends live in subfolders (gloo/, loopback/, later mpi/, nccl/, shm/) and register with
+// collectives/registry.h; a hierarchical backend is a Communicator built from two others
+// (intra-host and inter-host), which is why every method takes plain buffers and sizes.
+// Ranks here are ranks within the set: 0 .. size()-1.
 //
-// Contract for every method:
-//   - Collective: every rank calls it, in the same order, with matching sizes.
-//   - Not thread-safe: one thread (the runtime's background thread) drives a communicator.
-//   - Blocking, but bounded: a peer that dies or stops ends the call with PEER_FAILURE or
-//     DEADLINE_EXCEEDED within the timeout the backend was created with. Never hangs.
+// Contract for every collective method:
+//   - Collective: every member calls it, in the same order, with matching sizes. Send and
+//     Recv involve two members, matched in call order per (peer, tag).
+//   - Not thread-safe: one thread (the set's executor) drives a communicator; only Abort()
+//     may be called from another thread.
+//   - Bounded: a peer that dies or stops ends the call with PEER_FAILURE or DEADLINE_EXCEEDED
+//     within the timeout the backend was created with, or at once after Abort(). Never hangs.
 //   - Average is not a backend op: the runtime reduces with Sum and applies 1/size as postscale.
 //   - Zero-sized buffers are allowed and complete without traffic where the backend permits.
+//
+// Completion. A CPU backend finishes the work inside each call; its Fence() returns nullptr.
+// An asynchronous backend (a device stream, a progress thread) only enqueues the work: calls
+// return once it is queued, the buffers must stay untouched until the Work that Fence()
+// returns is done, and the runtime polls that Work on its completion thread. Work enqueued
+// before a Fence() is covered by it.
 #ifndef HORA_COLLECTIVES_COMMUNICATOR_H_
 #define HORA_COLLECTIVES_COMMUNICATOR_H_
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "common/status.h"
@@ -24,13 +35,21 @@
 
 namespace hora {
 
+// Work in progress on an asynchronous communicator. Thread-safe.
+class Work {
+ public:
+  virtual ~Work() = default;
+  // Non-blocking. True once the work has finished; then *status holds its outcome.
+  virtual bool Test(Status* status) = 0;
+};
+
 class Communicator {
  public:
   virtual ~Communicator() = default;
 
   virtual int rank() const = 0;
   virtual int size() const = 0;
-  virtual const char* name() const = 0;  // "gloo", ...
+  virtual const char* name() const = 0;  // the registry name: "gloo", "loopback", ...
 
   // In place: buf holds count elements of dtype; afterwards every rank holds op over all ranks.
   // op is kSum, kMin, kMax or kProduct.
@@ -54,6 +73,19 @@ class Communicator {
                                DataType dtype, ReduceOp op) = 0;
 
   virtual Status Barrier() = 0;
+
+  // Point-to-point: `bytes` bytes to / from rank `peer` (!= rank()). The n-th Send to a peer
+  // with a tag matches that peer's n-th Recv from this rank with the same tag; both sides
+  // give the same size (the runtime negotiates it).
+  virtual Status Send(const void* buf, size_t bytes, int peer, uint32_t tag) = 0;
+  virtual Status Recv(void* buf, size_t bytes, int peer, uint32_t tag) = 0;
+
+  // See "Completion" above. Default: a synchronous backend.
+  virtual std::unique_ptr<Work> Fence() { return nullptr; }
+
+  // Ends every call in progress and every later call with `reason` (the job is broken: a
+  // peer died, the coordinator is lost). Thread-safe, idempotent; the first reason sticks.
+  virtual void Abort(const Status& reason) = 0;
 };
 
 }  // namespace hora

@@ -1,5 +1,5 @@
 // A key-value store with deadlines: how data-plane backends bootstrap (Gloo exchanges its
-// addresses through it). The coordinator client implements it over gRPC; tests use an
+// addresses through it; the loopback test backend moves its data through it). The coordinator client implements it over gRPC; tests use an
 // in-memory one (tests/harness/memory_store.h).
 #ifndef HORA_COMMON_KV_STORE_H_
 #define HORA_COMMON_KV_STORE_H_
@@ -18,6 +18,8 @@ class KvStore {
   virtual Status Set(const std::string& key, const std::string& value) = 0;
   // Blocks until the key is set or the timeout passes (DEADLINE_EXCEEDED naming the key).
   virtual StatusOr<std::string> Get(const std::string& key, std::chrono::milliseconds timeout) = 0;
+  // Thread-safe. Removes the key if it is set (no error when it is not).
+  virtual Status Delete(const std::string& key) = 0;
 };
 
 }  // namespace hora

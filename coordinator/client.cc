@@ -144,6 +144,18 @@ Status ClientImpl::Set(const std::string& key, const std::string& value) {
   return FromGrpcStatus(st, "store set '" + key + "' at the coordinator " + config_.address);
 }
 
+Status ClientImpl::Delete(const std::string& key) {
+  grpc::ClientContext ctx;
+  AddToken(&ctx);
+  ctx.set_deadline(std::chrono::system_clock::now() + milliseconds(10000));
+  proto::StoreSetRequest request;
+  request.set_key(key);
+  request.set_erase(true);
+  proto::StoreSetResponse response;
+  grpc::Status st = stub_->StoreSet(&ctx, request, &response);
+  return FromGrpcStatus(st, "store delete '" + key + "' at the coordinator " + config_.address);
+}
+
 StatusOr<std::string> ClientImpl::Get(const std::string& key, milliseconds timeout) {
   grpc::ClientContext ctx;
   AddToken(&ctx);

@@ -31,6 +31,7 @@ class ClientImpl final : public CoordinatorClient {
   const Topology& topology() const override { return topology_; }
   Status Set(const std::string& key, const std::string& value) override;
   StatusOr<std::string> Get(const std::string& key, std::chrono::milliseconds timeout) override;
+  Status Delete(const std::string& key) override;
 
   Status StartSession(SessionCallbacks callbacks) override;
   void SendReady(std::vector<ReadyNotice> notices) override;

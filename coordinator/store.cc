@@ -23,6 +23,10 @@ grpc::Status CoordinatorServiceImpl::StoreSet(grpc::ServerContext* ctx,
   if (store_closed_) {
     return grpc::Status(grpc::StatusCode::UNAVAILABLE, "the coordinator is shutting down");
   }
+  if (request->erase()) {
+    store_.erase(request->key());
+    return grpc::Status::OK;
+  }
   store_[request->key()] = request->value();
   store_cv_.notify_all();
   return grpc::Status::OK;

@@ -11,8 +11,10 @@
 #include <gloo/transport/unbound_buffer.h>
 #include <gloo/types.h>
 
+#include <algorithm>
 #include <cstring>
 #include <exception>
+#include <mutex>
 #include <numeric>
 #include <string>
 #include <utility>
@@ -82,6 +84,9 @@ class GlooCommunicator : public Communicator {
   Status Reducescatter(const void* in, void* out, const std::vector<size_t>& counts, DataType dtype,
                        ReduceOp op) override;
   Status Barrier() override;
+  Status Send(const void* buf, size_t bytes, int peer, uint32_t tag) override;
+  Status Recv(void* buf, size_t bytes, int peer, uint32_t tag) override;
+  void Abort(const Status& reason) override;
 
  private:
   // Runs fn (which calls into Gloo) and turns any exception into a Status. The first
@@ -91,6 +96,20 @@ class GlooCommunicator : public Communicator {
   template <typename Fn>
   Status Run(const char* what, size_t bytes, Fn&& fn);
   Status Fail(Status s);
+  Status Error() const;
+  // Registers an UnboundBuffer for Abort() while this object lives (nullptr: nothing).
+  class Waiting {
+   public:
+    Waiting(GlooCommunicator* c, gloo::transport::UnboundBuffer* b);
+    ~Waiting();
+
+   private:
+    GlooCommunicator* comm_;
+    gloo::transport::UnboundBuffer* buf_;
+  };
+  // waitSend/waitRecv return false when aborted: then throw like Gloo, with the reason.
+  void ThrowIfAborted(bool completed);
+  Status CheckPeer(int peer, const char* what) const;
 
   // Pairwise exchange on the raw transport: posts every non-empty send and receive, then
   // waits for all of them. Zero-byte pairs exchange nothing (both sides know the size), so
@@ -101,13 +120,20 @@ class GlooCommunicator : public Communicator {
   // Constant after construction.
   const std::shared_ptr<gloo::rendezvous::Context> context_;
   const std::chrono::milliseconds timeout_;
-  // The first failure; OK while the communicator is healthy.
-  Status error_;
+  // The first failure (or the Abort reason); OK while the communicator is healthy.
+  mutable std::mutex mu_;
+  Status error_;  // guarded by mu_
+  std::vector<gloo::transport::UnboundBuffer*> waiting_;  // guarded by mu_
 };
+
+Status GlooCommunicator::Error() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return error_;
+}
 
 template <typename Fn>
 Status GlooCommunicator::Run(const char* what, size_t bytes, Fn&& fn) {
-  if (!error_.ok()) return error_;
+  if (Status e = Error(); !e.ok()) return e;
   const std::string op = std::string("gloo ") + what + " of " + std::to_string(bytes) + " bytes";
   try {
     fn();
@@ -130,7 +156,11 @@ Status GlooCommunicator::Run(const char* what, size_t bytes, Fn&& fn) {
 }
 
 Status GlooCommunicator::Fail(Status s) {
-  error_ = s;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!error_.ok()) return error_;  // aborted meanwhile: the abort's reason is the cause
+    error_ = s;
+  }
   HORA_LOG_ERROR("gloo communicator rank {} is broken: {}", context_->rank, s.ToString());
   try {
     context_->closeConnections();
@@ -147,7 +177,7 @@ Status GlooCommunicator::Allreduce(void* buf, size_t count, DataType dtype, Redu
     return InvalidArgument(std::string("gloo allreduce does not support op ") + ReduceOpName(op) +
                            " (average is a sum with a postscale)");
   }
-  if (!error_.ok()) return error_;
+  if (Status e = Error(); !e.ok()) return e;
   // Every rank has the same count, so all skip together.
   if (count == 0 || size() == 1) return Status::Ok();
   const size_t elem = DataTypeSize(dtype);
@@ -177,7 +207,7 @@ Status GlooCommunicator::Broadcast(void* buf, size_t bytes, int root) {
     return InvalidArgument("broadcast root " + std::to_string(root) + " is out of range [0, " +
                            std::to_string(size()) + ")");
   }
-  if (!error_.ok()) return error_;
+  if (Status e = Error(); !e.ok()) return e;
   if (bytes == 0 || size() == 1) return Status::Ok();
   return Run("broadcast", bytes, [&] {
     gloo::BroadcastOptions opts(context_);
@@ -195,7 +225,7 @@ Status GlooCommunicator::Allgatherv(const void* in, void* out,
                            std::to_string(bytes_per_rank.size()) + ", size is " +
                            std::to_string(size()));
   }
-  if (!error_.ok()) return error_;
+  if (Status e = Error(); !e.ok()) return e;
   const size_t total = Sum(bytes_per_rank);
   if (total == 0) return Status::Ok();  // every rank knows the same counts
   const size_t mine = bytes_per_rank[rank()];
@@ -246,8 +276,10 @@ void GlooCommunicator::ExchangeAlltoallv(const void* in, const std::vector<size_
       ++sends;
     }
   }
-  for (int i = 0; i < sends; ++i) sbuf->waitSend(timeout_);
-  for (int i = 0; i < recvs; ++i) rbuf->waitRecv(timeout_);
+  Waiting ws(this, sbuf.get()), wr(this, rbuf.get());
+  if (!Error().ok()) ThrowIfAborted(false);
+  for (int i = 0; i < sends; ++i) ThrowIfAborted(sbuf->waitSend(timeout_));
+  for (int i = 0; i < recvs; ++i) ThrowIfAborted(rbuf->waitRecv(timeout_));
 }
 
 Status GlooCommunicator::Alltoallv(const void* in, const std::vector<size_t>& send_bytes, void* out,
@@ -261,7 +293,7 @@ Status GlooCommunicator::Alltoallv(const void* in, const std::vector<size_t>& se
                            std::to_string(send_bytes[rank()]) + " bytes but expects " +
                            std::to_string(recv_bytes[rank()]));
   }
-  if (!error_.ok()) return error_;
+  if (Status e = Error(); !e.ok()) return e;
   const size_t total = Sum(send_bytes) + Sum(recv_bytes);
   if (total == 0) return Status::Ok();
   if (size() == 1) {
@@ -285,7 +317,7 @@ Status GlooCommunicator::Reducescatter(const void* in, void* out, const std::vec
   if (counts.size() != static_cast<size_t>(size())) {
     return InvalidArgument("reducescatter needs one element count per rank");
   }
-  if (!error_.ok()) return error_;
+  if (Status e = Error(); !e.ok()) return e;
   const size_t elem = DataTypeSize(dtype);
   const size_t mine = counts[rank()] * elem;
   const int n = size();
@@ -310,13 +342,84 @@ Status GlooCommunicator::Reducescatter(const void* in, void* out, const std::vec
 }
 
 Status GlooCommunicator::Barrier() {
-  if (!error_.ok()) return error_;
+  if (Status e = Error(); !e.ok()) return e;
   if (size() == 1) return Status::Ok();
   return Run("barrier", 0, [&] {
     gloo::BarrierOptions opts(context_);
     opts.setTimeout(timeout_);
     gloo::barrier(opts);
   });
+}
+
+Status GlooCommunicator::CheckPeer(int peer, const char* what) const {
+  if (peer < 0 || peer >= size() || peer == rank()) {
+    return InvalidArgument(std::string("gloo ") + what + ": peer " + std::to_string(peer) +
+                           " is out of range [0, " + std::to_string(size()) + ") or this rank");
+  }
+  return Error();
+}
+
+// Point-to-point on the raw transport, in a slot space of its own (kP2pSlotPrefix) so that
+// it never matches a collective's traffic; Gloo matches sends and receives per (peer, slot)
+// in order, which is the contract. A zero-byte message moves nothing: both sides know the
+// size from the negotiated plan.
+constexpr uint8_t kP2pSlotPrefix = 0x7e;
+
+Status GlooCommunicator::Send(const void* buf, size_t bytes, int peer, uint32_t tag) {
+  HORA_RETURN_IF_ERROR(CheckPeer(peer, "send"));
+  if (bytes == 0) return Status::Ok();
+  return Run("send", bytes, [&] {
+    auto ub = context_->createUnboundBuffer(const_cast<void*>(buf), bytes);
+    Waiting waiting(this, ub.get());
+    if (!Error().ok()) ThrowIfAborted(false);
+    ub->send(peer, gloo::Slot::build(kP2pSlotPrefix, tag));
+    ThrowIfAborted(ub->waitSend(timeout_));
+  });
+}
+
+Status GlooCommunicator::Recv(void* buf, size_t bytes, int peer, uint32_t tag) {
+  HORA_RETURN_IF_ERROR(CheckPeer(peer, "recv"));
+  if (bytes == 0) return Status::Ok();
+  return Run("recv", bytes, [&] {
+    auto ub = context_->createUnboundBuffer(buf, bytes);
+    Waiting waiting(this, ub.get());
+    if (!Error().ok()) ThrowIfAborted(false);
+    ub->recv(peer, gloo::Slot::build(kP2pSlotPrefix, tag));
+    ThrowIfAborted(ub->waitRecv(timeout_));
+  });
+}
+
+// Debian's libgloo does not install the tcp pair's header, so a pair cannot be signalled
+// from here: the operations Gloo runs itself (allreduce, broadcast, allgatherv, barrier) end
+// when a peer's connection breaks or at the timeout. The buffers of Hora's own exchanges
+// (send, recv, alltoallv, reducescatter) are registered while they wait and are woken now.
+void GlooCommunicator::Abort(const Status& reason) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!error_.ok()) return;
+  error_ = reason.ok() ? Aborted("the communicator was aborted") : reason;
+  for (gloo::transport::UnboundBuffer* b : waiting_) {
+    b->abortWaitSend();
+    b->abortWaitRecv();
+  }
+}
+
+GlooCommunicator::Waiting::Waiting(GlooCommunicator* c, gloo::transport::UnboundBuffer* b)
+    : comm_(c), buf_(b) {
+  if (buf_ == nullptr) return;
+  std::lock_guard<std::mutex> lock(comm_->mu_);
+  comm_->waiting_.push_back(buf_);
+}
+
+GlooCommunicator::Waiting::~Waiting() {
+  if (buf_ == nullptr) return;
+  std::lock_guard<std::mutex> lock(comm_->mu_);
+  auto& w = comm_->waiting_;
+  w.erase(std::remove(w.begin(), w.end(), buf_), w.end());
+}
+
+void GlooCommunicator::ThrowIfAborted(bool completed) {
+  if (completed) return;
+  throw gloo::IoException(GLOO_ERROR_MSG("aborted: ", Error().message()));
 }
 
 Status ValidateConfig(const GlooConfig& c) {

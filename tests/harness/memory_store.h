@@ -29,6 +29,17 @@ class MemoryStore : public KvStore {
     return data_[key];
   }
 
+  Status Delete(const std::string& key) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    data_.erase(key);
+    return Status::Ok();
+  }
+
+  size_t size() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return data_.size();
+  }
+
  private:
   std::mutex mu_;
   std::condition_variable cv_;

@@ -1,0 +1,126 @@
+#include "collectives/registry.h"
+
+#include <algorithm>
+#include <mutex>
+
+#include "common/logging.h"
+
+namespace hora {
+namespace {
+
+const char* DeviceName(Device d) { return d == Device::kCuda ? "cuda" : "cpu"; }
+
+// Function-local so that registration from other translation units' static initializers
+// never sees an unconstructed vector.
+std::vector<BackendInfo>& Backends() {
+  static std::vector<BackendInfo> backends;
+  return backends;
+}
+
+const BackendInfo* Find(const std::string& name) {
+  for (const BackendInfo& b : Backends()) {
+    if (b.name == name) return &b;
+  }
+  return nullptr;
+}
+
+std::string Members(const BackendConfig& c) {
+  std::string s;
+  for (size_t i = 0; i < c.global_ranks.size(); ++i) {
+    if (i) s += ",";
+    s += std::to_string(c.global_ranks[i]);
+  }
+  return "process set " + std::to_string(c.process_set) + " (ranks " + s + ")";
+}
+
+}  // namespace
+
+bool BackendConfig::SingleHost() const {
+  for (const std::string& h : hostnames) {
+    if (h != hostnames.front()) return false;
+  }
+  return true;
+}
+
+bool RegisterBackend(BackendInfo info) {
+  HORA_CHECK(Find(info.name) == nullptr && "a backend registered twice");
+  Backends().push_back(std::move(info));
+  return true;
+}
+
+std::vector<std::string> BuiltBackends() {
+  std::vector<std::string> names;
+  for (const BackendInfo& b : Backends()) names.push_back(b.name);
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
+bool IsBackendBuilt(const std::string& name) { return Find(name) != nullptr; }
+
+std::string BuiltBackendsString() {
+  std::string s;
+  for (const std::string& n : BuiltBackends()) s += (s.empty() ? "" : ", ") + n;
+  return s.empty() ? "none" : s;
+}
+
+Status CheckSelection(const std::string& selection, Device device, const std::string& option) {
+  if (selection == "auto") return Status::Ok();
+  const BackendInfo* b = Find(selection);
+  if (b == nullptr) {
+    return InvalidArgument(option + "=" + selection + ": no backend '" + selection +
+                           "' is built into this libhora (built: " + BuiltBackendsString() + ")");
+  }
+  if (b->device != device) {
+    return InvalidArgument(option + "=" + selection + ": backend '" + selection + "' serves " +
+                           DeviceName(b->device) + " tensors, not " + DeviceName(device));
+  }
+  return Status::Ok();
+}
+
+StatusOr<std::unique_ptr<Communicator>> CreateCommunicator(const std::string& selection,
+                                                           const std::string& option,
+                                                           const BackendConfig& config) {
+  HORA_RETURN_IF_ERROR(CheckSelection(selection, config.device, option));
+  if (config.rank < 0 || config.rank >= config.size() ||
+      config.hostnames.size() != config.global_ranks.size()) {
+    return InvalidArgument("backend config for " + Members(config) + ": rank " +
+                           std::to_string(config.rank) + " or hostnames do not fit the members");
+  }
+  const BackendInfo* chosen = nullptr;
+  std::string refusals;
+  if (selection == "auto") {
+    for (const BackendInfo& b : Backends()) {
+      if (b.device != config.device || b.auto_priority <= 0) continue;
+      Status s = b.can_serve ? b.can_serve(config) : Status::Ok();
+      if (!s.ok()) {
+        refusals += "; " + b.name + ": " + s.message();
+        continue;
+      }
+      if (chosen == nullptr || b.auto_priority > chosen->auto_priority) chosen = &b;
+    }
+    if (chosen == nullptr) {
+      return Unavailable(option + "=auto: no built backend can serve " + DeviceName(config.device) +
+                         " tensors of " + Members(config) + " (built: " + BuiltBackendsString() +
+                         refusals + ")");
+    }
+  } else {
+    chosen = Find(selection);
+    Status s = chosen->can_serve ? chosen->can_serve(config) : Status::Ok();
+    if (!s.ok()) {
+      return Status(s.code(), option + "=" + selection + ": backend '" + selection +
+                                  "' cannot serve " + Members(config) + ": " + s.message());
+    }
+  }
+  if (config.rank == 0) {
+    HORA_LOG_INFO("{}: {} operations by {} ({}={})", Members(config), DeviceName(config.device),
+                  chosen->name, option, selection);
+  }
+  auto comm = chosen->create(config);
+  if (!comm.ok()) {
+    const Status& s = comm.status();
+    return Status(s.code(), Members(config) + ", backend " + chosen->name + ": " + s.message());
+  }
+  return comm;
+}
+
+}  // namespace hora

@@ -1,0 +1,95 @@
+// The backend registry: which data-plane backends this build has, and the factory that builds
+// a process set's communicator for a device kind.
+//
+// A backend is a folder under collectives/ with one registration (HORA_REGISTER_BACKEND in a
+// .cc of its cc_library, which is alwayslink) and one line in collectives/BUILD.bazel's
+// `backends` target. Nothing above collectives/ names a backend: the runtime asks
+// CreateCommunicator for "the communicator that HORA_CPU_OPERATIONS selects for this set".
+//
+// Selection. `selection` is a backend name or "auto". "auto" takes, among the backends for
+// the device that can serve the set, the one with the highest auto_priority (> 0); a backend
+// with auto_priority 0 (test backends) is only used when named. A name that is not built,
+// serves another device, or cannot serve this set (CanServe says why) is an error naming the
+// option and its value. The choice is logged once per set and device.
+//
+// Thread safety: registration happens during static initialization; everything else is
+// read-only afterwards and thread-safe.
+#ifndef HORA_COLLECTIVES_REGISTRY_H_
+#define HORA_COLLECTIVES_REGISTRY_H_
+
+#include <chrono>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "collectives/communicator.h"
+#include "common/kv_store.h"
+#include "common/status.h"
+#include "common/types.h"
+
+namespace hora {
+
+// Everything a backend may use to build one process set's communicator.
+struct BackendConfig {
+  int process_set = 0;                 // the set's id (0 = every rank)
+  int rank = 0;                        // this process's rank within the set
+  std::vector<int> global_ranks;       // the members' ranks in the job, sorted
+  std::vector<std::string> hostnames;  // per member: decides intra- and inter-host
+  Device device = Device::kCpu;
+  int device_index = 0;
+  KvStore* store = nullptr;            // bootstrap; not owned, used only during creation
+  std::string key_prefix;              // unique per set and device; same on every member
+  // Network: the address to bind (empty = automatic: loopback when every member is on
+  // this host, else the local address toward coordinator_host).
+  std::string bind_address;
+  std::string coordinator_host;
+  std::chrono::milliseconds timeout{30000};  // bounds every wait; > 0
+  int64_t max_message_bytes = 64 << 20;      // the control plane's limit (store values)
+
+  int size() const { return static_cast<int>(global_ranks.size()); }
+  bool SingleHost() const;
+};
+
+using BackendFactory =
+    std::function<StatusOr<std::unique_ptr<Communicator>>(const BackendConfig& config)>;
+
+struct BackendInfo {
+  std::string name;
+  Device device = Device::kCpu;
+  int auto_priority = 0;  // higher wins for "auto"; 0 = only when named
+  // OK when the backend can serve this set (e.g. every member on one host); else why not.
+  std::function<Status(const BackendConfig&)> can_serve;
+  BackendFactory create;
+};
+
+// Called by HORA_REGISTER_BACKEND. Returns true (for a static initializer).
+bool RegisterBackend(BackendInfo info);
+
+// The names of every built backend, sorted. The one list that hora_built(),
+// hvd.*_built() and horarun --check-build read.
+std::vector<std::string> BuiltBackends();
+bool IsBackendBuilt(const std::string& name);
+// "gloo, loopback".
+std::string BuiltBackendsString();
+
+// Validates a selection without building anything: "auto" or a built backend of `device`.
+// `option` names the knob in the message ("HORA_CPU_OPERATIONS").
+Status CheckSelection(const std::string& selection, Device device, const std::string& option);
+
+// Collective over the set's members (every member calls it with the same selection and
+// config apart from `rank`): builds the communicator, bounded by config.timeout.
+StatusOr<std::unique_ptr<Communicator>> CreateCommunicator(const std::string& selection,
+                                                           const std::string& option,
+                                                           const BackendConfig& config);
+
+}  // namespace hora
+
+#define HORA_BACKEND_CONCAT_(a, b) a##b
+#define HORA_BACKEND_CONCAT(a, b) HORA_BACKEND_CONCAT_(a, b)
+// At namespace scope in one .cc of the backend: HORA_REGISTER_BACKEND(MakeGlooInfo());
+#define HORA_REGISTER_BACKEND(info_expr)                                               \
+  static const bool HORA_BACKEND_CONCAT(hora_backend_registered_, __LINE__) \
+      [[maybe_unused]] = ::hora::RegisterBackend(info_expr)
+
+#endif  // HORA_COLLECTIVES_REGISTRY_H_
