@@ -9,7 +9,7 @@ PACKAGES=(
   libspdlog-dev libfmt-dev catch2
   libopenmpi-dev openmpi-bin libgloo-dev
   python3-torch python3-numpy python3-pytest
-  openssh-server openssh-client iproute2 procps
+  openssh-server openssh-client iproute2 procps openssl
 )
 
 missing=()
