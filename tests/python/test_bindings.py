@@ -36,9 +36,9 @@ def test_every_c_function_declared():
 
 
 def test_library_loads_and_answers():
+    # The Bazel target depends on libhora.so and run_pytest.sh points HORA_LIBRARY at it: a
+    # library that is not found is a failure here, not a reason to skip.
     rc, out = run_py("import hora; print(hora.version()); print(hora.is_initialized())")
-    if rc != 0 and "libhora.so not found" in out:
-        pytest.skip("libhora.so not built")
     assert rc == 0 and out.split()[-1] == "False", out
 
 

@@ -70,6 +70,66 @@ def allreduce_dtypes():
     raises(TypeError, hvd.allreduce, torch.zeros(3, dtype=torch.int16), contains="int16")
 
 
+_NUMERIC = (torch.uint8, torch.int8, torch.int32, torch.int64, torch.float16, torch.bfloat16,
+            torch.float32, torch.float64)
+
+
+def _reference(xs, op, dt):
+    """op over the ranks' inputs, computed in float64 (every value here is a small integer, so
+    exact in every dtype), then rounded as Hora documents: floats to nearest, integers toward
+    zero unless the quotient is an integer."""
+    st = torch.stack([x.double() for x in xs])
+    if op == hvd.Sum:
+        return st.sum(0)
+    if op == hvd.Product:
+        return st.prod(0)
+    if op == hvd.Min:
+        return st.min(0)[0]
+    if op == hvd.Max:
+        return st.max(0)[0]
+    avg = st.sum(0) / N()
+    return avg if dt.is_floating_point else torch.trunc(avg)
+
+
+@case
+def allreduce_every_dtype_and_op():
+    """Every dtype x every op, 4 elements (inline: reduced by the coordinator) and 20000
+    elements (past HORA_INLINE_THRESHOLD: the data plane)."""
+    ops = {"sum": hvd.Sum, "average": hvd.Average, "min": hvd.Min, "max": hvd.Max,
+           "product": hvd.Product}
+    problems = []
+    for n in (4, 20000):
+        base = torch.arange(n, dtype=torch.float64) % 4
+        xs = [base + r + 1 for r in range(N())]     # products <= 4*5*6 = 120 fit int8
+        xs[0][1 % n] = 0                              # a zero: min and product see it
+        for dt in _NUMERIC:
+            for opname, op in ops.items():
+                y = hvd.allreduce(xs[R()].to(dt), op=op, name="all.%d.%s.%s" % (n, dt, opname))
+                ref = _reference(xs, op, dt).to(dt)
+                if y.dtype != dt:
+                    problems.append("%s %s n=%d: dtype %s" % (dt, opname, n, y.dtype))
+                elif opname == "average" and dt.is_floating_point:
+                    # Average is the sum times 1/N (a rounded factor, like Horovod's
+                    # postscale), not a correctly rounded division: allow 2 ulp.
+                    tol = 2 * torch.finfo(dt).eps
+                    if not torch.allclose(y.double(), ref.double(), rtol=tol, atol=0):
+                        problems.append("%s %s n=%d: %s != %s" % (dt, opname, n, y[:4].tolist(),
+                                                                  ref[:4].tolist()))
+                elif not torch.equal(y, ref):
+                    bad = (y != ref).nonzero()[:1].flatten().tolist()
+                    problems.append("%s %s n=%d: at %s got %s want %s" % (
+                        dt, opname, n, bad, y[bad].tolist(), ref[bad].tolist()))
+        bools = [((torch.arange(n) + r) % 3 == 0) for r in range(N())]
+        st = torch.stack(bools)
+        for opname, op in ops.items():
+            y = hvd.allreduce(bools[R()], op=op, name="all.%d.bool.%s" % (n, opname))
+            want = st.any(0) if opname in ("sum", "average", "max") else st.all(0)
+            if y.dtype != torch.bool or not torch.equal(y, want):
+                problems.append("bool %s n=%d: %s != %s" % (opname, n, y[:4].tolist(),
+                                                            want[:4].tolist()))
+    check(not problems, "; ".join(problems[:10]))
+
+
 @case
 def allreduce_scale_factors():
     xs = _inputs((5,))
@@ -230,15 +290,50 @@ def reducescatter():
           total[start:start + counts[r]])
 
 
+def _shared_dir(tag):
+    """A directory every rank of this job (one host) sees: named by the job's token."""
+    import tempfile
+    token = os.environ.get("HORA_JOB_TOKEN") or os.environ.get("HORA_COORDINATOR_ADDR", "job")
+    d = os.path.join(tempfile.gettempdir(), "hora-test-%s-%s" % (tag, token.replace(":", "_")))
+    os.makedirs(d, exist_ok=True)
+    return d
+
+
 @case
-def barrier_poll_join():
-    hvd.barrier()
+def barrier_waits_for_every_rank():
+    """Each round one rank arrives late (it sleeps before announcing itself in a file); after
+    the barrier every rank must see every announcement. A barrier that returned at once
+    would let the early ranks look before the late one wrote."""
+    import time
+    d = _shared_dir("barrier")
+    for late in range(N()):
+        if R() == late:
+            time.sleep(0.3)
+        open(os.path.join(d, "round%d.rank%d" % (late, R())), "w").close()
+        hvd.barrier()
+        missing = [s for s in range(N())
+                   if not os.path.exists(os.path.join(d, "round%d.rank%d" % (late, s)))]
+        check(not missing, "round %d (rank %d late): after the barrier rank %d does not see "
+              "ranks %s" % (late, late, R(), missing))
     hvd.barrier(process_set=hvd.global_process_set)
-    # uneven work: rank 0 reduces once more while the others have joined (they add zeros)
+    if R() == 0:
+        import shutil
+        shutil.rmtree(d, ignore_errors=True)
+
+
+@case
+def poll_and_join():
+    h = hvd.allreduce_async(torch.ones(2), op=hvd.Sum, name="poll.me")
+    while not hvd.poll(h):
+        pass
+    check(hvd.poll(h), "poll stays true")
+    close(hvd.synchronize(h), torch.full((2,), float(N())))
+    # uneven work: rank 0 reduces once more while the others have joined (they add zeros).
+    # Its allreduce can only finish once every other rank has joined, so rank 0 joins last.
     if R() == 0:
         close(hvd.allreduce(torch.ones(3), op=hvd.Sum, name="after.join"), torch.ones(3))
     last = hvd.join()
-    check(0 <= last < N(), "last joined rank %r" % last)
+    check(last == 0, "join returned %r; rank 0 joined last" % (last,))
 
 
 @case
@@ -253,13 +348,27 @@ def objects():
 
 @case
 def fp16_compression():
+    # 1 + 2^-12 is not a float16: compressed, every rank sends exactly 1.0 and the sum is N;
+    # uncompressed it is N * (1 + 2^-12). So a compression that did nothing fails here.
+    x = torch.full((16,), 1 + 2.0 ** -12) * (torch.arange(16) % 2 + 1)
+    y = hvd.allreduce(x, op=hvd.Sum, compression=hvd.Compression.fp16, name="fp16.c")
+    check(y.dtype == torch.float32, "decompressed dtype %s" % y.dtype)
+    want = (x.half().double() * N()).float()
+    check(torch.equal(y, want), "compressed sum %s, want %s" % (y[:2].tolist(), want[:2].tolist()))
+    plain = hvd.allreduce(x, op=hvd.Sum, name="fp16.none")
+    check(not torch.equal(plain, want), "the uncompressed sum must keep the 2^-12")
+    close(plain, x.double() * N(), atol=0, rtol=1e-7)
+    # float64 goes through float16 too and comes back as float64
+    y64 = hvd.allreduce(x.double(), op=hvd.Sum, compression=hvd.Compression.fp16, name="fp16.d")
+    check(y64.dtype == torch.float64 and torch.equal(y64, want.double()), str(y64[:2]))
     xs = _inputs((16,))
-    y = hvd.allreduce(xs[R()] / 7, op=hvd.Sum, compression=hvd.Compression.fp16)
-    check(y.dtype == torch.float32, "decompressed dtype")
-    close(y, sum(xs) / 7, atol=1e-2, rtol=1e-3)
+    close(hvd.allreduce(xs[R()] / 7, op=hvd.Sum, compression=hvd.Compression.fp16),
+          sum(xs) / 7, atol=1e-2, rtol=1e-3)
     x = torch.tensor([1, 2], dtype=torch.int32)
     c, ctx = hvd.Compression.fp16.compress(x)
     check(c.dtype == torch.int32 and ctx is None, "ints are not compressed")
+    c, ctx = hvd.Compression.fp16.compress(torch.ones(2))
+    check(c.dtype == torch.float16, "floats are compressed to float16")
 
 
 @case
