@@ -3,8 +3,6 @@
 import os
 import subprocess
 
-import pytest
-
 import harness
 
 
