@@ -1,28 +1,45 @@
-"""horarun: command line, host list and per-rank environment.
+"""horarun: command line, launch plan and per-rank environment.
 
-`horarun -np N [options] command args...` starts N ranks of `command` on this host. This
-module turns the command line into a plan (which hosts, how many ranks, the environment of
-each rank); horarun_job.py starts, watches and stops the ranks. Standard library only, so
-the launcher runs under any python3 >= 3.8.
+`horarun -np N [-H host:slots,...] [options] command args...` starts N ranks of `command`:
+those of this host directly, those of other hosts over ssh, or all of them through mpirun
+(--mpi). This module turns the command line into a plan (where each rank runs, its
+environment, which launcher starts it); horarun_job.py watches and stops the parts the
+launchers started. Standard library only, so the launcher runs under any python3 >= 3.8.
 """
 
 import argparse
 import os
+import re
 import secrets
 import socket
 import sys
 
+import horarun_agent as agent
+import horarun_hosts as hosts_mod
 import horarun_job
+from horarun_launchers import LocalLauncher, RankSpec
+from horarun_mpi import MpiLauncher
+from horarun_ssh import SshError, SshLauncher, SshOptions, probe_hosts
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
 
 LOG_LEVELS = ("trace", "debug", "info", "warning", "warn", "error", "fatal", "critical", "off")
-LOCAL_NAMES = ("localhost", "127.0.0.1")
+CPU_BACKEND_VAR = "HORA_CPU_BACKEND"     # runtime/options.h kEnvCpuBackend
+START_TIMEOUT_VAR = "HORA_START_TIMEOUT_SECONDS"
+DEFAULT_START_TIMEOUT_S = 120.0          # runtime/options.h's default for the same variable
 
-USAGE = "horarun -np N [-H host:slots,...] [options] command [args...]"
+# Variables of horarun's environment that describe this host or this login session, not
+# the job: not given to ranks on other hosts (unless named with -x).
+NOT_FORWARDED = re.compile(
+    r"^(HOSTNAME|HOST|PWD|OLDPWD|SHLVL|_|HOME|USER|LOGNAME|MAIL|SHELL|TERM|TERMCAP|DISPLAY"
+    r"|XAUTHORITY|STY|WINDOW|DBUS_SESSION_BUS_ADDRESS|SSH_.*|XDG_.*|TMUX.*|BASH_FUNC_.*"
+    r"|OMPI_.*|PMIX_.*|PMI_.*|SLURM_.*)$")
+
+USAGE = "horarun -np N [-H host:slots,... | --hostfile FILE] [options] command [args...]"
 
 DESCRIPTION = """\
-Launch a Hora job: start N ranks of COMMAND, give each its HORA_* variables, prefix every
+Launch a Hora job: start N ranks of COMMAND (on this host directly, on other hosts over
+ssh, or all through mpirun with --mpi), give each its HORA_* variables, prefix every
 output line with the rank, and stop the whole job when one rank fails."""
 
 EPILOG = """\
@@ -30,13 +47,25 @@ Each rank gets HORA_RANK, HORA_SIZE, HORA_LOCAL_RANK, HORA_LOCAL_SIZE, HORA_CROS
 HORA_CROSS_SIZE, HORA_COORDINATOR_ADDR, HORA_JOB_TOKEN and HORA_HOSTNAME, plus the options
 above. Exit status: 0 when every rank exits 0; otherwise the code of the first rank that
 failed (128+N for a rank killed by signal N), 130/143 when horarun itself is interrupted,
-2 for a bad command line, 127 when the command cannot be found.
+2 for a bad command line, 127 when the command cannot be found, 255 when a host cannot be
+reached.
 
-Example: horarun -np 2 --log-level info /usr/bin/python3 train.py"""
+Examples:
+  horarun -np 2 --log-level info /usr/bin/python3 train.py
+  horarun -np 4 -H a:2,b:2 --ssh-config-file ~/.ssh/cluster /usr/bin/python3 train.py
+  horarun -np 4 --hostfile hosts --mpi /usr/bin/python3 train.py"""
 
 
 class UsageError(Exception):
     """A bad command line; the message is printed as `horarun: error: ...`."""
+
+
+class LaunchError(Exception):
+    """The job cannot start (a host cannot be reached, ...); horarun exits with `code`."""
+
+    def __init__(self, message, code=255):
+        Exception.__init__(self, message)
+        self.code = code
 
 
 def _positive_int(text):
@@ -71,6 +100,13 @@ def _log_level(text):
     return text.lower()
 
 
+def _nics(text):
+    nics = [n.strip() for n in text.split(",")]
+    if not all(nics):
+        raise argparse.ArgumentTypeError("%r: empty interface name" % text)
+    return nics
+
+
 def _format_number(value):
     """120.0 -> '120', 2.5 -> '2.5': what strtod and strtoll on the C++ side accept."""
     if float(value).is_integer():
@@ -84,14 +120,40 @@ def build_parser():
         formatter_class=argparse.RawDescriptionHelpFormatter, allow_abbrev=False)
     p.add_argument("-np", "--num-proc", dest="np", type=_positive_int, metavar="N",
                    help="number of ranks to start (required)")
-    p.add_argument("-H", "--hosts", dest="hosts", metavar="HOST:SLOTS,...",
-                   help="hosts and their slots; only this host for now "
-                        "(localhost, 127.0.0.1 or its hostname)")
+    where = p.add_mutually_exclusive_group()
+    where.add_argument("-H", "--hosts", dest="hosts", metavar="HOST:SLOTS,...",
+                       help="hosts and their slots (default: this host, N slots); ranks "
+                            "fill them in order")
+    where.add_argument("-hostfile", "--hostfile", dest="hostfile", metavar="FILE",
+                       help="hosts from a file: `host slots=N` (Open MPI) or `host:N` lines")
+    p.add_argument("-p", "--ssh-port", type=_positive_int, metavar="PORT",
+                   help="ssh port of the other hosts")
+    p.add_argument("-i", "--ssh-identity-file", metavar="FILE", help="ssh's -i")
+    p.add_argument("--ssh-config-file", metavar="FILE", help="ssh's -F")
+    p.add_argument("--network-interface", dest="nics", type=_nics, metavar="NIC[,NIC]",
+                   help="interfaces for the coordinator and the data plane (the first one "
+                        "a host has)")
+    p.add_argument("--output-filename", metavar="DIR",
+                   help="also write each rank's output to DIR/rank.R/stdout and stderr")
+    how = p.add_mutually_exclusive_group()
+    how.add_argument("--mpi", action="store_true",
+                     help="run the whole job through Open MPI's mpirun")
+    how.add_argument("--gloo", action="store_true",
+                     help="start ranks with horarun itself (local and ssh) and use Gloo "
+                          "for CPU tensors (%s=gloo)" % CPU_BACKEND_VAR)
+    p.add_argument("--mpi-args", default="", metavar="ARGS",
+                   help="extra mpirun arguments, with --mpi (one string)")
+    p.add_argument("--disable-cache", action="store_true",
+                   help="accepted for horovodrun compatibility; Hora has no response-cache "
+                        "knob yet, so it changes nothing")
+    p.add_argument("--check-build", action="store_true",
+                   help="print the backends, CUDA and NCCL this build has, and exit")
     p.add_argument("-x", dest="env", action="append", default=[], metavar="NAME[=VALUE]",
                    help="set NAME=VALUE, or pass NAME from this environment, in every rank "
                         "(repeatable)")
     p.add_argument("--start-timeout", type=_number(0, True), metavar="SECONDS",
-                   help="HORA_START_TIMEOUT_SECONDS: how long ranks wait for each other at init")
+                   help="%s: how long ranks wait for each other at init; also the bound "
+                        "for reaching the other hosts" % START_TIMEOUT_VAR)
     p.add_argument("--log-level", type=_log_level, metavar="LEVEL",
                    help="HORA_LOG_LEVEL: " + ", ".join(LOG_LEVELS))
     p.add_argument("--fusion-threshold-mb", type=_number(0, False), metavar="MB",
@@ -111,41 +173,6 @@ def build_parser():
     p.add_argument("command", nargs=argparse.REMAINDER, metavar="command [args...]",
                    help="the program every rank runs")
     return p
-
-
-def local_names():
-    names = set(LOCAL_NAMES)
-    for getter in (socket.gethostname, socket.getfqdn):
-        try:
-            name = getter()
-        except OSError:
-            continue
-        if name:
-            names.add(name)
-            names.add(name.split(".")[0])
-    return names
-
-
-def parse_hosts(text):
-    """'a:2,b' -> [('a', 2), ('b', 1)]. Raises UsageError on a malformed entry."""
-    hosts = []
-    for entry in text.split(","):
-        entry = entry.strip()
-        if not entry:
-            raise UsageError("-H %r: empty host entry" % text)
-        name, sep, slots = entry.rpartition(":")
-        if not sep:
-            name, slots = entry, "1"
-        if not name:
-            raise UsageError("-H %r: missing host name in %r" % (text, entry))
-        try:
-            count = int(slots, 10)
-        except ValueError:
-            raise UsageError("-H %r: slots %r of host %s is not an integer" % (text, slots, name))
-        if count < 1:
-            raise UsageError("-H %r: host %s must have at least 1 slot" % (text, name))
-        hosts.append((name, count))
-    return hosts
 
 
 def parse_env_pairs(items, environ):
@@ -168,44 +195,44 @@ def parse_env_pairs(items, environ):
 
 def parse_args(argv):
     """Returns the argparse namespace; raises UsageError for what argparse cannot check."""
-    parser = build_parser()
-    args = parser.parse_args(argv)
+    args = build_parser().parse_args(argv)
+    if args.check_build:
+        return args
     if args.np is None:
         raise UsageError("the number of ranks is required: -np N")
     if args.command and args.command[0] == "--":
         args.command = args.command[1:]
     if not args.command:
         raise UsageError("missing the command to run: horarun -np N command [args...]")
-    args.host_list = [("localhost", args.np)]
-    if args.hosts is not None:
-        hosts = parse_hosts(args.hosts)
-        names = local_names()
-        for name, _ in hosts:
-            if name not in names:
-                raise UsageError("remote hosts are not supported yet: %s" % name)
-        total = sum(slots for _, slots in hosts)
-        if total < args.np:
-            raise UsageError("-np %d needs %d slots, but -H %s has only %d"
-                             % (args.np, args.np, args.hosts, total))
-        args.host_list = hosts
-    return args
-
-
-def free_port(host="127.0.0.1"):
-    """A port that was free a moment ago (bind port 0, read it back, close)."""
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    if args.mpi_args and not args.mpi:
+        raise UsageError("--mpi-args needs --mpi")
+    for flag, path in (("--ssh-config-file", args.ssh_config_file),
+                       ("--ssh-identity-file", args.ssh_identity_file),
+                       ("--hostfile", args.hostfile)):
+        if path is not None and not os.path.isfile(path):
+            raise UsageError("%s %s: no such file" % (flag, path))
     try:
-        sock.bind((host, 0))
-        return sock.getsockname()[1]
-    finally:
-        sock.close()
+        if args.hostfile is not None:
+            args.host_list, source = hosts_mod.parse_hostfile(args.hostfile), args.hostfile
+            source = "--hostfile " + source
+        elif args.hosts is not None:
+            args.host_list, source = hosts_mod.parse_hosts(args.hosts), "-H " + args.hosts
+        else:
+            args.host_list, source = [("localhost", args.np)], None
+    except hosts_mod.HostError as e:
+        raise UsageError(str(e))
+    total = sum(slots for _, slots in args.host_list)
+    if total < args.np:
+        raise UsageError("-np %d needs %d slots, but %s has only %d"
+                         % (args.np, args.np, source, total))
+    return args
 
 
 def option_env(args):
     """The HORA_* variables that come from command-line options."""
     env = {}
     if args.start_timeout is not None:
-        env["HORA_START_TIMEOUT_SECONDS"] = _format_number(args.start_timeout)
+        env[START_TIMEOUT_VAR] = _format_number(args.start_timeout)
     if args.log_level is not None:
         env["HORA_LOG_LEVEL"] = args.log_level
     if args.fusion_threshold_mb is not None:
@@ -214,57 +241,179 @@ def option_env(args):
         env["HORA_CYCLE_TIME_MS"] = _format_number(args.cycle_time_ms)
     if args.heartbeat_timeout is not None:
         env["HORA_HEARTBEAT_TIMEOUT_SECONDS"] = _format_number(args.heartbeat_timeout)
+    if args.gloo:
+        env[CPU_BACKEND_VAR] = "gloo"
     return env
 
 
-def rank_environments(args, environ, coordinator_addr, token, hostname):
-    """One environment per rank, in rank order.
+def start_timeout(args, environ):
+    """The bound for reaching the other hosts: --start-timeout, else the variable."""
+    if args.start_timeout is not None:
+        return args.start_timeout
+    try:
+        value = float(environ.get(START_TIMEOUT_VAR, ""))
+        if value > 0:
+            return value
+    except ValueError:
+        pass
+    return DEFAULT_START_TIMEOUT_S
 
-    Precedence, lowest first: horarun's own environment, -x, the options above, and the
-    identity variables (HORA_RANK ...), which nothing overrides. All ranks are on this host
-    for now, so local rank = rank and cross rank = 0.
-    """
-    base = dict(environ)
-    base.update(parse_env_pairs(args.env, environ))
-    base.update(option_env(args))
-    envs = []
-    for rank in range(args.np):
-        env = dict(base)
+
+class Plan:
+    """Where every rank runs and with which environment. Built by make_plan."""
+
+    def __init__(self):
+        self.specs = []          # RankSpec per rank
+        self.hosts = []          # [(host, ranks on it)] in placement order
+        self.local = {}          # host -> is this host
+        self.coordinator = None  # "addr:port"
+        self.token = None
+        self.forwarded = set()   # names given to ranks on other hosts
+        self.common = {}         # -x and option variables, for every rank
+        self.ssh = None          # SshOptions
+
+
+def make_plan(args, environ, cwd):
+    """Probes the other hosts and builds the Plan; raises LaunchError."""
+    placement = hosts_mod.assign(args.np, args.host_list)
+    used = []
+    for index in placement:
+        name = args.host_list[index][0]
+        if not used or used[-1][0] != name:
+            used.append((name, 0))
+        used[-1] = (name, used[-1][1] + 1)
+    names = hosts_mod.local_names()
+    local = {name: hosts_mod.is_local(name, names) for name, _ in used}
+    remote = [name for name, _ in used if not local[name]]
+    first = used[0][0]
+    ssh = SshOptions(args.ssh_port, args.ssh_identity_file, args.ssh_config_file)
+    nics = args.nics or []
+    probes = {}
+    if remote:
+        try:
+            probes = probe_hosts(remote, ssh, cwd, nics, None if local[first] else first,
+                                 start_timeout(args, environ))
+        except SshError as e:
+            raise LaunchError(str(e))
+    this_host = socket.gethostname()
+    mine = agent.first_nic_address(nics) if nics else None
+    if nics and any(local.values()) and mine is None:
+        raise LaunchError("this host (%s) has none of the network interfaces %s"
+                          % (this_host, ",".join(nics)), 2)
+
+    if local[first]:
+        if mine:
+            addr = mine[1]
+        elif remote:
+            addr = probes[remote[0]].get("client_addr")
+            if not addr:
+                raise LaunchError("host %s did not say which address of this host it reached "
+                                  "(no SSH_CONNECTION); use --network-interface" % remote[0])
+        else:
+            addr = "127.0.0.1"
+        port = agent.free_port(addr)
+    else:
+        addr, port = probes[first]["coordinator"]
+    plan = Plan()
+    plan.hosts, plan.local = used, local
+    plan.coordinator = "%s:%d" % (addr, port)
+    plan.token = secrets.token_hex(16)
+
+    common = parse_env_pairs(args.env, environ)
+    common.update(option_env(args))
+    local_base = dict(environ)
+    local_base.update(common)
+    remote_base = {k: v for k, v in environ.items() if not NOT_FORWARDED.match(k)}
+    remote_base.update(common)
+    plan.forwarded = set(remote_base)
+    plan.common = common
+
+    hostnames = []
+    for index in placement:
+        name = args.host_list[index][0]
+        hostnames.append(this_host if local[name] else probes[name]["hostname"])
+    for rank, (lr, ls, cr, cs) in enumerate(hosts_mod.topology(hostnames)):
+        name = args.host_list[placement[rank]][0]
+        env = dict(local_base if local[name] else remote_base)
+        if nics:
+            env["HORA_GLOO_IFACE"] = mine[1] if local[name] else probes[name]["nic"][1]
         env.update({
-            "HORA_RANK": str(rank),
-            "HORA_SIZE": str(args.np),
-            "HORA_LOCAL_RANK": str(rank),
-            "HORA_LOCAL_SIZE": str(args.np),
-            "HORA_CROSS_RANK": "0",
-            "HORA_CROSS_SIZE": "1",
-            "HORA_COORDINATOR_ADDR": coordinator_addr,
-            "HORA_JOB_TOKEN": token,
-            "HORA_HOSTNAME": hostname,
+            "HORA_RANK": str(rank), "HORA_SIZE": str(args.np),
+            "HORA_LOCAL_RANK": str(lr), "HORA_LOCAL_SIZE": str(ls),
+            "HORA_CROSS_RANK": str(cr), "HORA_CROSS_SIZE": str(cs),
+            "HORA_COORDINATOR_ADDR": plan.coordinator, "HORA_JOB_TOKEN": plan.token,
+            "HORA_HOSTNAME": hostnames[rank],
         })
-        envs.append(env)
-    return envs
+        plan.specs.append(RankSpec(rank, name, local[name], hostnames[rank], env))
+    plan.ssh = ssh
+    return plan
+
+
+def make_launchers(args, plan, environ, cwd):
+    """The launchers of the job: one interface, picked here once."""
+    if args.mpi:
+        env = dict(environ)
+        env.update(plan.common)
+        env.update({"HORA_COORDINATOR_ADDR": plan.coordinator, "HORA_JOB_TOKEN": plan.token,
+                    "HORA_CROSS_SIZE": plan.specs[0].env["HORA_CROSS_SIZE"],
+                    "HORARUN_CROSS_RANKS": " ".join(s.env["HORA_CROSS_RANK"]
+                                                    for s in plan.specs)})
+        passed = plan.forwarded | {"HORA_COORDINATOR_ADDR", "HORA_JOB_TOKEN",
+                                   "HORA_CROSS_SIZE", "HORARUN_CROSS_RANKS"}
+        remote = not all(plan.local.values())
+        return [MpiLauncher(args.command, plan.hosts, args.np, env, passed,
+                            ssh=plan.ssh if remote else None, nics=args.nics or (),
+                            mpi_args=args.mpi_args)]
+    launchers = []
+    local_specs = [s for s in plan.specs if s.local]
+    if local_specs:
+        launchers.append(LocalLauncher(args.command, local_specs))
+    for host, _ in plan.hosts:
+        specs = [s for s in plan.specs if s.host == host and not s.local]
+        if specs:
+            launchers.append(SshLauncher(host, plan.ssh, args.command, specs, cwd, args.grace))
+    return launchers
+
+
+def _describe(args, plan):
+    how = "mpirun" if args.mpi else "horarun"
+    horarun_job.say("%d rank(s) through %s, coordinator %s, token %s..., command: %s"
+                    % (args.np, how, plan.coordinator, plan.token[:4], " ".join(args.command)))
+    for s in plan.specs:
+        e = s.env
+        horarun_job.say("rank %d: host %s (%s, %s), local %s/%s, cross %s/%s"
+                        % (s.rank, s.host, s.hostname, "this host" if s.local else "ssh",
+                           e["HORA_LOCAL_RANK"], e["HORA_LOCAL_SIZE"], e["HORA_CROSS_RANK"],
+                           e["HORA_CROSS_SIZE"]))
+    extra = option_env(args)
+    if extra:
+        horarun_job.say("options: %s" % " ".join("%s=%s" % kv for kv in sorted(extra.items())))
+
+
+def _usage_error(message):
+    sys.stderr.write("usage: %s\n" % USAGE)
+    sys.stderr.write("horarun: error: %s (see horarun --help)\n" % message)
+    return 2
 
 
 def main(argv=None):
     argv = sys.argv[1:] if argv is None else argv
     try:
         args = parse_args(argv)
-        coordinator_addr = "127.0.0.1:%d" % free_port()
-        token = secrets.token_hex(16)
-        envs = rank_environments(args, os.environ, coordinator_addr, token,
-                                 socket.gethostname())
+        if args.check_build:
+            import horarun_check
+            return horarun_check.main()
+        cwd = os.getcwd()
+        plan = make_plan(args, os.environ, cwd)
+        launchers = make_launchers(args, plan, os.environ, cwd)
     except UsageError as e:
-        sys.stderr.write("usage: %s\n" % USAGE)
-        sys.stderr.write("horarun: error: %s (see horarun --help)\n" % e)
-        return 2
+        return _usage_error(e)
+    except LaunchError as e:
+        horarun_job.say("error: %s" % e)
+        return e.code
     if args.verbose:
-        sys.stderr.write("horarun: %d rank(s) on %s, coordinator %s, token %s..., command: %s\n"
-                         % (args.np, socket.gethostname(), coordinator_addr, token[:4],
-                            " ".join(args.command)))
-        extra = option_env(args)
-        if extra:
-            sys.stderr.write("horarun: options: %s\n"
-                             % " ".join("%s=%s" % kv for kv in sorted(extra.items())))
-    job = horarun_job.Job(args.command, envs, grace=args.grace, verbose=args.verbose,
+        _describe(args, plan)
+    output = horarun_job.Output(args.output_filename)
+    job = horarun_job.Job(launchers, output, grace=args.grace, verbose=args.verbose,
                           keep_going=args.keep_going)
     return job.run()

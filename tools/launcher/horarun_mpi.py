@@ -1,0 +1,135 @@
+"""horarun --mpi: the whole job through Open MPI's mpirun.
+
+One mpirun starts every rank on every host (`-H` with the slots each host uses, ranks
+filled in host order by `--map-by slot`, exactly horarun's own placement). The job's
+environment reaches the ranks through `-x NAME` (names only: the values, the job token
+among them, travel in mpirun's environment, never on a command line). Each rank runs
+through a small shell shim that sets HORA_RANK/SIZE/LOCAL_RANK/LOCAL_SIZE from Open MPI's
+OMPI_COMM_WORLD_* and HORA_CROSS_RANK from horarun's placement table, then execs the
+command. mpirun's `--tag-output` prefixes ("[1,3]<stdout>:") are rewritten to horarun's
+("[3]<stdout>: ").
+
+Stopping: SIGINT/SIGTERM go to mpirun, which stops the ranks on every host; SIGKILL goes to
+every process of mpirun's session on this host (mpirun gives each local rank its own
+process group, but they stay in its session); the remote orteds end their ranks when they
+lose mpirun.
+"""
+
+import os
+import re
+import shlex
+import signal
+
+import horarun_agent as agent
+from horarun_job import StartError, pump
+from horarun_launchers import Launcher, PopenPart
+
+TAG = re.compile(rb"\[\d+,(\d+)\]<(stdout|stderr)>:")
+
+SHIM = """export HORA_RANK="$OMPI_COMM_WORLD_RANK" HORA_SIZE="$OMPI_COMM_WORLD_SIZE"
+export HORA_LOCAL_RANK="$OMPI_COMM_WORLD_LOCAL_RANK" HORA_LOCAL_SIZE="$OMPI_COMM_WORLD_LOCAL_SIZE"
+i=0
+for c in $HORARUN_CROSS_RANKS; do
+  [ "$i" = "$HORA_RANK" ] && HORA_CROSS_RANK=$c
+  i=$((i + 1))
+done
+export HORA_CROSS_RANK
+unset HORARUN_CROSS_RANKS
+exec "$@"
+"""
+
+# Variables never passed with -x: those of an outer launcher, and those the shim sets.
+NOT_PASSED = re.compile(r"^(OMPI_|PMIX_|PMI_|HORA_RANK$|HORA_SIZE$|HORA_LOCAL_|HORA_HOSTNAME$"
+                        r"|HORA_CROSS_RANK$)")
+
+
+def split_tagged(line):
+    """mpirun --tag-output line -> [(rank or None, stream or None, text)]; text before the
+    first tag is mpirun's own. Partial lines of several ranks may share one line."""
+    pieces = TAG.split(line)
+    result = []
+    if pieces[0].strip():
+        result.append((None, None, pieces[0]))
+    for i in range(1, len(pieces) - 2, 3):
+        text = pieces[i + 2]
+        if not text.endswith(b"\n"):
+            text += b"\n"
+        result.append((int(pieces[i]), pieces[i + 1].decode(), text))
+    return result
+
+
+class MpiJob(PopenPart):
+    def __init__(self, proc, output):
+        PopenPart.__init__(self, proc)
+        for stream, name in ((proc.stdout, "stdout"), (proc.stderr, "stderr")):
+            self.threads.append(pump(
+                stream, lambda line, n=name: self._line(output, n, line),
+                "horarun-mpirun-%s" % name))
+
+    @staticmethod
+    def _line(output, stream, line):
+        for rank, tagged_stream, text in split_tagged(line):
+            if rank is None:
+                output.plain_line(stream, text)
+            else:
+                output.rank_line(rank, tagged_stream, text)
+
+    def label(self):
+        return "mpirun (pid %d)" % self.proc.pid
+
+    def send(self, sig):
+        if sig != signal.SIGKILL:
+            agent.signal_group(self.pgid, sig)
+            return
+        for pid in agent.session_members(self.pgid):
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except OSError:
+                pass
+
+    def busy(self):
+        return bool(agent.session_members(self.pgid))
+
+    def force_kill(self):
+        self.send(signal.SIGKILL)
+
+
+class MpiLauncher(Launcher):
+    """Every rank of the job through one mpirun."""
+
+    def __init__(self, command, hosts, np, env, passed, ssh=None, nics=(), mpi_args=""):
+        """hosts: [(name, ranks on it)] in placement order; env: mpirun's environment
+        (the job's, with HORA_COORDINATOR_ADDR, HORA_JOB_TOKEN, HORARUN_CROSS_RANKS);
+        passed: the names of env that reach the ranks (-x NAME)."""
+        self.command = list(command)
+        self.hosts = hosts
+        self.np = np
+        self.env = env
+        self.passed = passed
+        self.ssh = ssh
+        self.nics = list(nics)
+        self.mpi_args = mpi_args
+
+    def argv(self):
+        argv = ["mpirun"]
+        if os.geteuid() == 0:
+            argv.append("--allow-run-as-root")
+        argv += ["--tag-output", "-np", str(self.np),
+                 "-H", ",".join("%s:%d" % h for h in self.hosts),
+                 "--bind-to", "none", "--map-by", "slot"]
+        if self.ssh is not None:
+            argv += ["--mca", "plm_rsh_agent", " ".join(["ssh"] + self.ssh.options())]
+        if self.nics:
+            argv += ["--mca", "btl_tcp_if_include", ",".join(self.nics),
+                     "--mca", "oob_tcp_if_include", ",".join(self.nics)]
+        for name in sorted(self.passed):
+            if not NOT_PASSED.match(name):
+                argv += ["-x", name]
+        argv += shlex.split(self.mpi_args or "")
+        return argv + ["/bin/sh", "-c", SHIM, "horarun-rank"] + self.command
+
+    def start(self, output):
+        proc, error = agent.start_command(self.argv(), self.env)
+        if error:
+            raise StartError("cannot start %s" % error[1], error[0])
+        return [MpiJob(proc, output)]
