@@ -18,6 +18,20 @@ def rank0(job):
     return "\n".join(job.lines.get(0, []))
 
 
+def check_trained_and_identical(job):
+    """Every rank's loss on its fixed validation batch fell, and every rank printed the same
+    parameter digest (read here from each rank's own output, apart from the job's check)."""
+    digests = {}
+    for r in range(job.np):
+        lines = job.lines.get(r, [])
+        assert any("validation loss of this rank's batch" in l and "it fell" in l
+                   for l in lines), "rank %d: loss did not fall\n%s" % (r, job.tail())
+        d = [l.split()[-1] for l in lines if l.startswith("parameters sha256 ")]
+        assert len(d) == 1, "rank %d: %d digest lines\n%s" % (r, len(d), job.tail())
+        digests[r] = d[0]
+    assert len(set(digests.values())) == 1, "parameters differ across ranks: %s" % digests
+
+
 @pytest.mark.parametrize("np", [2, 3])
 def test_gpt_char_lm(np):
     job = run_example(np, "gpt_char_lm.py", ["--steps", "6", "--log-every", "3",
@@ -27,6 +41,7 @@ def test_gpt_char_lm(np):
     assert "step    6/6  loss" in out and "samples/s" in out, out
     assert "---- sample ----" in out, out
     assert "PASS: every rank holds identical parameters" in out, out
+    check_trained_and_identical(job)
 
 
 def test_gpt_char_lm_fp16_and_accumulation():
@@ -35,6 +50,7 @@ def test_gpt_char_lm_fp16_and_accumulation():
                                             "--fp16-allreduce", "--backward-passes-per-step",
                                             "2"])
     assert job.rc == 0 and "PASS: every rank" in rank0(job), job.tail()
+    check_trained_and_identical(job)
 
 
 def test_synthetic_benchmark():
