@@ -234,7 +234,12 @@ def test_signal_to_horarun_stops_every_rank(tmp_path, sig, code):
     (["-np", "3", "-H", "localhost:2", "true"], "needs 3 slots"),
     (["-np", "1", "-H", "localhost:0", "true"], "at least 1 slot"),
     (["-np", "1", "-H", "localhost:x", "true"], "not an integer"),
-    (["-np", "1", "-H", "gpu-node-7:4", "true"], "remote hosts are not supported yet: gpu-node-7"),
+    (["-np", "1", "-H", "a:1", "--hostfile", "/etc/hostname", "true"], "not allowed with"),
+    (["-np", "1", "--mpi", "--gloo", "true"], "not allowed with"),
+    (["-np", "1", "--mpi-args=-v", "true"], "--mpi-args needs --mpi"),
+    (["-np", "1", "--ssh-config-file", "/nonexistent/cfg", "true"], "no such file"),
+    (["-np", "1", "--hostfile", "/nonexistent/hosts", "true"], "no such file"),
+    (["-np", "1", "--network-interface", "eth0,", "true"], "empty interface name"),
     (["-np", "1", "--fusion-threshold-mb", "lots", "true"], "is not a number"),
     (["-np", "1", "--start-timeout", "0", "true"], "greater than 0"),
     (["-np", "1", "--grace", "-1", "true"], "at least 0"),
@@ -276,3 +281,112 @@ def test_keep_going_lets_the_others_finish(tmp_path):
     assert rc == 4, err
     assert "rank 1 (pid" in err and "--keep-going" in err
     assert sorted(os.listdir(str(tmp_path))) == ["done.0", "done.2"]
+
+
+def test_hostfile_gloo_and_disable_cache(tmp_path):
+    hostfile = tmp_path / "hosts"
+    hostfile.write_text("localhost slots=2\n127.0.0.1:1\n")
+    envs = run_env_job("-hostfile", str(hostfile), "--gloo", "--disable-cache", np=3)
+    for rank, e in envs.items():
+        assert e["HORA_CPU_BACKEND"] == "gloo"
+        assert (e["HORA_CROSS_SIZE"], e["HORA_LOCAL_SIZE"]) == ("1", "3")  # one host
+
+
+def test_network_interface_on_this_host():
+    envs = run_env_job("--network-interface", "nosuch0,lo", np=2)
+    for e in envs.values():
+        assert e["HORA_GLOO_IFACE"] == "127.0.0.1"
+        assert e["HORA_COORDINATOR_ADDR"].startswith("127.0.0.1:")
+    rc, out, err, _ = horarun("-np", "1", "--network-interface", "nosuch0", PY, "-c", "pass")
+    assert rc == 255 and "none of the network interfaces nosuch0" in err, err
+
+
+def test_output_filename_writes_each_rank(tmp_path):
+    code = "import os,sys; print('out', os.environ['HORA_RANK']); sys.stderr.write('e\\n')"
+    rc, out, err, _ = horarun("-np", "2", "--output-filename", str(tmp_path / "logs"),
+                              PY, "-c", code)
+    assert rc == 0, err
+    for r in (0, 1):
+        d = tmp_path / "logs" / ("rank.%d" % r)
+        assert (d / "stdout").read_text() == "out %d\n" % r
+        assert (d / "stderr").read_text() == "e\n"
+    assert rank_lines(out) == {0: ["out 0"], 1: ["out 1"]}  # and still on the console
+
+
+def mpirun_or_skip():
+    import shutil
+    if shutil.which("mpirun") is None:
+        print("\nSKIP: mpirun is not installed")
+        pytest.skip("mpirun is not installed")
+
+
+def test_mpi_on_this_host_sets_identity_and_rewrites_tags():
+    mpirun_or_skip()
+    envs = run_env_job("--mpi", "--mpi-args", "--mca btl self,vader,tcp", np=3)
+    token = {e["HORA_JOB_TOKEN"] for e in envs.values()}
+    assert len(token) == 1
+    for rank, e in envs.items():
+        assert (e["HORA_RANK"], e["HORA_SIZE"]) == (str(rank), "3")
+        assert (e["HORA_LOCAL_RANK"], e["HORA_LOCAL_SIZE"]) == (str(rank), "3")
+        assert (e["HORA_CROSS_RANK"], e["HORA_CROSS_SIZE"]) == ("0", "1")
+        assert "HORA_HOSTNAME" not in e  # the runtime's gethostname() decides under mpirun
+
+
+def test_mpi_failing_rank_exit_code():
+    mpirun_or_skip()
+    code = "import os,sys,time; r=os.environ['HORA_RANK']; sys.exit(7) if r=='1' else time.sleep(60)"
+    rc, out, err, _ = horarun("-np", "2", "--mpi", PY, "-c", code)
+    assert rc == 7, err
+    assert "mpirun (pid" in err and "exited with code 7" in err
+
+
+def check_build(env):
+    p = subprocess.run([HORARUN, "--check-build"], capture_output=True, timeout=TIMEOUT, env=env)
+    return p.returncode, p.stdout.decode()
+
+
+def test_check_build_prefers_the_python_package(tmp_path):
+    pkg = tmp_path / "hora"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text(
+        "def built_backends():\n    return ['gloo', 'loopback']\n")
+    env = dict(os.environ, PYTHONPATH=str(tmp_path), HORA_LIBRARY="/nonexistent/libhora.so")
+    rc, out = check_build(env)
+    assert "gloo, loopback    (from hora.built_backends())" in out, out
+    assert "[X] loopback" in out and "[ ] nccl" in out, out
+
+
+def fake_library(tmp_path, backends):
+    import shutil
+    if shutil.which("cc") is None:
+        pytest.skip("no C compiler")
+    src = tmp_path / "fake.c"
+    lines = ['#include <string.h>',
+             'const char* hora_version(void) { return "9.9.9"; }',
+             'int hora_built(const char* b) { return strcmp(b, "gloo") == 0; }']
+    if backends is not None:
+        lines.append('const char* hora_built_backends(void) { return "%s"; }' % backends)
+    src.write_text("\n".join(lines) + "\n")
+    lib = tmp_path / "libfake.so"
+    subprocess.run(["cc", "-shared", "-fPIC", "-o", str(lib), str(src)], check=True)
+    return str(lib)
+
+
+def test_check_build_falls_back_to_the_c_function(tmp_path):
+    lib = fake_library(tmp_path, "gloo,loopback,mpi")
+    env = dict(os.environ, PYTHONPATH=str(tmp_path / "none"), HORA_LIBRARY=lib)
+    rc, out = check_build(env)
+    assert rc == 0, out
+    assert "Hora 9.9.9" in out and "gloo, loopback, mpi    (from hora_built_backends())" in out
+    assert "CUDA: no" in out and "NCCL: no" in out
+
+
+def test_check_build_without_the_list_reports_it_unavailable(tmp_path):
+    lib = fake_library(tmp_path, None)
+    rc, out = check_build(dict(os.environ, HORA_LIBRARY=lib))
+    assert rc == 0, out
+    assert "the list of backends is unavailable" in out and "[X] gloo" in out, out
+    rc, out = check_build(dict(os.environ, HORA_LIBRARY="/nonexistent/libhora.so",
+                               PYTHONPATH=str(tmp_path / "none")))
+    if "Hora: build information unavailable" in out:
+        assert rc == 1

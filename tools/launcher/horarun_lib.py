@@ -209,7 +209,7 @@ def parse_args(argv):
     for flag, path in (("--ssh-config-file", args.ssh_config_file),
                        ("--ssh-identity-file", args.ssh_identity_file),
                        ("--hostfile", args.hostfile)):
-        if path is not None and not os.path.isfile(path):
+        if path is not None and not os.path.exists(path):
             raise UsageError("%s %s: no such file" % (flag, path))
     try:
         if args.hostfile is not None:
@@ -299,7 +299,7 @@ def make_plan(args, environ, cwd):
     mine = agent.first_nic_address(nics) if nics else None
     if nics and any(local.values()) and mine is None:
         raise LaunchError("this host (%s) has none of the network interfaces %s"
-                          % (this_host, ",".join(nics)), 2)
+                          % (this_host, ",".join(nics)))
 
     if local[first]:
         if mine:

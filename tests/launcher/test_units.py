@@ -1,0 +1,71 @@
+"""Pure parts of tools/launcher: host lists and host files, rank placement, the topology
+rule, mpirun's tagged output, the NIC lookup."""
+
+import os
+import sys
+
+import pytest
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..",
+                                "tools", "launcher"))
+
+import horarun_agent as agent  # noqa: E402
+import horarun_hosts as hosts  # noqa: E402
+import horarun_mpi as mpi  # noqa: E402
+
+
+def test_parse_hosts_merges_repeats_in_order():
+    assert hosts.parse_hosts("a:2,b,a:1") == [("a", 3), ("b", 1)]
+
+
+@pytest.mark.parametrize("text,message", [("a:0", "at least 1 slot"), ("a:x", "not an integer"),
+                                          ("a,,b", "empty host entry"), (":2", "missing host")])
+def test_parse_hosts_errors(text, message):
+    with pytest.raises(hosts.HostError, match=message):
+        hosts.parse_hosts(text)
+
+
+def test_hostfile_open_mpi_and_colon_forms(tmp_path):
+    f = tmp_path / "hosts"
+    f.write_text("# cluster\n\nnode1 slots=4 max_slots=8\nnode2:2  # two\nnode3\nnode1 slots=1\n")
+    assert hosts.parse_hostfile(str(f)) == [("node1", 5), ("node2", 2), ("node3", 1)]
+
+
+@pytest.mark.parametrize("text,message", [("a slots=0\n", "at least 1 slot"),
+                                          ("a colour=red\n", "unknown field"),
+                                          ("# nothing\n", "no hosts")])
+def test_hostfile_errors(tmp_path, text, message):
+    f = tmp_path / "hosts"
+    f.write_text(text)
+    with pytest.raises(hosts.HostError, match=message):
+        hosts.parse_hostfile(str(f))
+
+
+def test_assign_fills_hosts_in_order():
+    assert hosts.assign(5, [("a", 2), ("b", 2), ("c", 2)]) == [0, 0, 1, 1, 2]
+    assert hosts.assign(1, [("a", 2), ("b", 2)]) == [0]
+
+
+def test_topology_follows_the_coordinators_rule():
+    # hosts ordered by their lowest rank; local rank in rank order
+    assert hosts.topology(["a", "b", "a", "c"]) == [
+        (0, 2, 0, 3), (0, 1, 1, 3), (1, 2, 0, 3), (0, 1, 2, 3)]
+
+
+def test_local_host_detection():
+    assert hosts.is_local("localhost") and hosts.is_local("127.0.0.1")
+    assert not hosts.is_local("192.0.2.1")           # TEST-NET: never this host
+    assert not hosts.is_local("no-such-host.invalid")
+
+
+def test_split_tagged_output():
+    line = b"[1,0]<stdout>:partial[1,12]<stdout>:hi\n"
+    assert mpi.split_tagged(line) == [(0, "stdout", b"partial\n"), (12, "stdout", b"hi\n")]
+    assert mpi.split_tagged(b"mpirun noticed something\n") == [
+        (None, None, b"mpirun noticed something\n")]
+
+
+def test_nic_address():
+    assert agent.nic_address("lo") == "127.0.0.1"
+    assert agent.nic_address("nosuch0") is None
+    assert agent.first_nic_address(["nosuch0", "lo"]) == ("lo", "127.0.0.1")
