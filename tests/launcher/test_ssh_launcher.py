@@ -58,9 +58,9 @@ def test_remote_ranks_get_env_cwd_and_token_through_stdin(fake, tmp_path):
     env["HOME"] = "/launcher-home"  # a login variable: not forwarded to other hosts
     key = tmp_path / "id"
     key.write_text("not a key")
-    rc, out, err = run(["-np", "3", "-H", "localhost:1,fake-a:2", "-p", "2200", "-i", str(key),
-                        "--ssh-config-file", "/dev/null", "-x", "TEST_X=1", PY, "-c", ENV_JOB],
-                       env)
+    rc, out, err = run(["-np", "3", "-H", "localhost:1,fake-a:2", "-p", "2200", "-i",
+                        str(key), "--ssh-config-file", "/dev/null", "-x", "TEST_X=1", PY, "-c",
+                        ENV_JOB], env)
     assert rc == 0, err
     info = {r: json.loads(l[0]) for r, l in rank_lines(out).items()}
     assert sorted(info) == [0, 1, 2]
@@ -84,7 +84,8 @@ def test_remote_ranks_get_env_cwd_and_token_through_stdin(fake, tmp_path):
 def test_remote_rank_failure_stops_the_job(fake, tmp_path):
     env, _ = fake
     code = ("import os,sys,time\n"
-            "r=os.environ['HORA_RANK']; open(os.path.join(sys.argv[1], r), 'w').write(str(os.getpid()))\n"
+            "r=os.environ['HORA_RANK']\n"
+            "open(os.path.join(sys.argv[1], r), 'w').write(str(os.getpid()))\n"
             "if r=='2':\n"
             "    while len(os.listdir(sys.argv[1])) < 3: time.sleep(0.02)\n"
             "    sys.exit(5)\n"

@@ -35,9 +35,9 @@ def _import_hora():
 
 
 def _library_paths():
-    paths = []
     if os.environ.get("HORA_LIBRARY"):
-        paths.append(os.environ["HORA_LIBRARY"])
+        return [os.environ["HORA_LIBRARY"]]  # as the package does: only that one
+    paths = []
     paths.append(os.path.join(TREE, "bazel-bin", "bindings", "c", "libhora.so"))
     paths.append(os.path.normpath(os.path.join(HERE, "..", "..", "libhora.so")))  # PREFIX/lib
     found = ctypes.util.find_library("hora")
@@ -140,14 +140,18 @@ def main():
         w("    the list of backends is unavailable (this build has neither "
           "hora.built_backends() nor hora_built_backends())\n")
     built = f["built"]
-    for name in sorted(set(KNOWN) | set(f["backends"] or ())):
-        value = built.get(name)
-        if value is None and f["backends"] is not None:
-            value = name in f["backends"]
-        w("    %s %s\n" % (_mark(value), name))
-    w("\nCUDA: %s\nNCCL: %s\n" % (
-        {True: "yes", False: "no", None: "unknown"}[built.get("cuda")],
-        {True: "yes", False: "no", None: "unknown"}[built.get("nccl")]))
+    listed = f["backends"]
+
+    def has(name):
+        """The list decides where there is one; else hora_built(name)."""
+        return (name in listed) if listed is not None else built.get(name)
+
+    for name in sorted(set(KNOWN) | set(listed or ())):
+        w("    %s %s\n" % (_mark(has(name)), name))
+    words = {True: "yes", False: "no", None: "unknown"}
+    cuda, nccl = built.get("cuda"), built.get("nccl")  # hora_built() first: it knows CUDA
+    w("\nCUDA: %s\nNCCL: %s\n" % (words[has("cuda") if cuda is None else cuda],
+                                   words[has("nccl") if nccl is None else nccl]))
     mpirun = _mpirun_version()
     w("\nLaunchers on this host:\n")
     w("    [X] local\n")

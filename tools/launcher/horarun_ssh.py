@@ -16,7 +16,6 @@ coordinator's address and a free port there.
 """
 
 import json
-import os
 import secrets
 import shlex
 import signal
