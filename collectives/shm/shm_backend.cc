@@ -1,0 +1,43 @@
+// Registers the shm backend: CPU tensors, the members of one process set on one host.
+// auto_priority 0 for now: "auto" keeps Gloo until the whole suite has run on shm; it is used
+// when named (HORA_CPU_OPERATIONS=shm).
+#include <set>
+
+#include "collectives/registry.h"
+#include "collectives/shm/shm_communicator.h"
+
+namespace hora {
+namespace {
+
+Status CanServe(const BackendConfig& c) {
+  if (c.SingleHost()) return Status::Ok();
+  std::set<std::string> hosts(c.hostnames.begin(), c.hostnames.end());
+  std::string list;
+  for (const std::string& h : hosts) list += (list.empty() ? "" : ", ") + h;
+  return Unavailable("shared memory serves the members of one host, and this set spans " +
+                     std::to_string(hosts.size()) + " hosts (" + list + ")");
+}
+
+BackendInfo ShmInfo() {
+  BackendInfo info;
+  info.name = "shm";
+  info.device = Device::kCpu;
+  info.auto_priority = 0;
+  info.can_serve = CanServe;
+  info.create = [](const BackendConfig& c) {
+    ShmConfig sc;
+    sc.rank = c.rank;
+    sc.size = c.size();
+    sc.store = c.store;
+    sc.key_prefix = c.key_prefix;
+    sc.timeout = c.timeout;
+    return CreateShmCommunicator(sc);
+  };
+  return info;
+}
+
+}  // namespace
+
+HORA_REGISTER_BACKEND(ShmInfo());
+
+}  // namespace hora

@@ -1,0 +1,226 @@
+// Internal: the shm communicator's class, shared by its .cc files (shm_communicator.cc: the
+// step protocol, waits, failures, creation; shm_collectives.cc: the collectives; shm_p2p.cc:
+// send and receive). Not for use outside collectives/shm/.
+#ifndef HORA_COLLECTIVES_SHM_SHM_IMPL_H_
+#define HORA_COLLECTIVES_SHM_SHM_IMPL_H_
+
+#include <signal.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <chrono>
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "collectives/communicator.h"
+#include "collectives/shm/shm_communicator.h"
+#include "collectives/shm/shm_segment.h"
+#include "common/status.h"
+
+namespace hora {
+namespace shm {
+
+// The sizes a communicator runs with, resolved from ShmConfig's automatic values.
+struct Tuning {
+  size_t half_bytes = 0;
+  size_t small_bytes = 0;
+  size_t ring_bytes = 0;
+  int64_t spin_ns = 0;
+  static Tuning Resolve(const ShmConfig& c);
+};
+
+class ShmCommunicator : public Communicator {
+ public:
+  ShmCommunicator(const ShmConfig& config, const Tuning& tuning, std::unique_ptr<Segment> segment);
+  ~ShmCommunicator() override;
+
+  int rank() const override { return me_; }
+  int size() const override { return n_; }
+  const char* name() const override { return "shm"; }
+
+  Status Allreduce(void* buf, size_t count, DataType dtype, ReduceOp op) override;
+  Status Broadcast(void* buf, size_t bytes, int root) override;
+  Status Allgatherv(const void* in, void* out, const std::vector<size_t>& bytes_per_rank) override;
+  Status Alltoallv(const void* in, const std::vector<size_t>& send_bytes, void* out,
+                   const std::vector<size_t>& recv_bytes) override;
+  Status Reducescatter(const void* in, void* out, const std::vector<size_t>& counts,
+                       DataType dtype, ReduceOp op) override;
+  Status Barrier() override;
+  Status Send(const void* buf, size_t bytes, int peer, uint32_t tag) override;
+  Status Recv(void* buf, size_t bytes, int peer, uint32_t tag) override;
+  void Abort(const Status& reason) override;
+
+  // Creation: records this member in the segment, then waits until every member has.
+  Status Attach();
+
+ private:
+  // --- The step protocol (shm_communicator.cc) ---
+  // Member r's staging half for step s.
+  uint8_t* Half(int r, uint64_t s) const { return segment_->region(r, static_cast<int>(s & 1)); }
+  // Before writing this member's half for step s: waits until every peer finished reading
+  // it at step s - 2 (a peer publishes s - 1 only after it finished step s - 2).
+  Status Claim(uint64_t s, const char* what) { return s >= 2 ? WaitAll(s - 1, what) : Status::Ok(); }
+  // This member's contribution to step s is written (and it finished every step before).
+  void Publish(uint64_t s);
+  Status WaitPeer(int peer, uint64_t s, const char* what);
+  Status WaitAll(uint64_t s, const char* what);
+
+  // --- Waiting and failing ---
+  // Waits until cond() holds. `peer` is the member waited for (-1: several), `detail`
+  // describes what is awaited, for the DEADLINE_EXCEEDED message.
+  template <typename Cond, typename Detail>
+  Status WaitUntil(const Cond& cond, int peer, const char* what, const Detail& detail);
+  // Non-OK when the wait for `peer` can never end: this member failed or was aborted, some
+  // member marked the segment broken, or `peer` left or is gone (and cond() still false).
+  template <typename Cond>
+  Status Health(const Cond& cond, int peer, bool check_process);
+  std::string Who(int peer) const;  // "rank 2 (pid 1234)"
+  void Ring(int r);                 // wakes member r if it sleeps
+  void RingAll();                   // wakes every member
+  // Records the first failure (sticky), marks the segment broken so every member fails too,
+  // and wakes everyone. Returns the communicator's error (the first one).
+  Status Fail(Status s);
+  Status Error() const;
+  // Error(), or the failure another member recorded in the segment (which becomes this
+  // member's error). Every operation starts with it.
+  Status Healthy();
+  bool failed() const { return failed_.load(std::memory_order_acquire); }
+  Status CheckOp(DataType dtype, ReduceOp op, const char* what);
+
+  // --- Reduction helpers (shm_collectives.cc) ---
+  Status AllreduceSmall(uint8_t* buf, size_t count, DataType dtype, ReduceOp op);
+  Status AllreduceLarge(uint8_t* buf, size_t count, DataType dtype, ReduceOp op);
+  Status ReducescatterSteps(const uint8_t* in, uint8_t* out, const std::vector<size_t>& counts,
+                            DataType dtype, ReduceOp op);
+
+  // --- Point to point (shm_p2p.cc) ---
+  struct Pending {  // a message that arrived before its Recv
+    std::vector<uint8_t> data;
+    bool complete = false;
+  };
+  struct Incoming {  // the stream from one peer to this member
+    uint64_t tail = 0;  // bytes consumed (mirrors the channel's tail)
+    uint8_t header[16];
+    size_t header_got = 0;
+    bool in_message = false;  // inside a message's payload
+    uint32_t tag = 0;
+    uint64_t bytes = 0, got = 0;
+    uint8_t* dst = nullptr;      // where the payload goes
+    Pending* pending = nullptr;  // non-null: it goes to the heap
+    // The Recv in progress, if any: the next message with want_tag lands in want_buf.
+    bool want = false, want_done = false;
+    uint32_t want_tag = 0;
+    uint8_t* want_buf = nullptr;
+    uint64_t want_bytes = 0;
+    std::map<uint32_t, std::deque<Pending>> unexpected;  // by tag, in arrival order
+  };
+  Status Drain(int peer);  // consumes whatever peer -> this member holds
+  Status DrainAll();
+  Status CheckPeer(int peer, const char* what);
+
+  // Constant after construction.
+  const ShmConfig config_;
+  const Tuning tuning_;
+  const std::unique_ptr<Segment> segment_;
+  const int me_;
+  const int n_;
+  RankControl* const self_;
+
+  // Used by the driving thread only.
+  uint64_t step_ = 0;                 // the last step this member published
+  std::vector<uint64_t> seen_;        // per peer: the highest ready step observed
+  std::vector<Incoming> incoming_;    // per peer
+  std::vector<uint64_t> out_head_;    // per peer: bytes written into this member -> peer
+  // Per peer: its pid is visible from here (not another pid namespace), so "gone" is real.
+  std::vector<bool> pid_visible_;
+
+  // The first failure; OK while healthy. failed_ mirrors !error_.ok() for lock-free checks.
+  mutable std::mutex mu_;
+  Status error_;  // guarded by mu_
+  std::atomic<bool> failed_{false};
+};
+
+
+// Process-shared futex on a word of the segment (no FUTEX_PRIVATE_FLAG: the word is mapped
+// by several processes). FutexWait returns at once if *word != expected.
+void FutexWait(std::atomic<uint32_t>* word, uint32_t expected, std::chrono::nanoseconds timeout);
+void FutexWake(std::atomic<uint32_t>* word);
+inline void CpuRelax() {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#elif defined(__aarch64__)
+  asm volatile("yield");
+#endif
+}
+
+// True when process `pid` has exited (a zombie counts: its parent has not reaped it yet).
+bool ProcessGone(int pid);
+
+template <typename Cond>
+Status ShmCommunicator::Health(const Cond& cond, int peer, bool check_process) {
+  HORA_RETURN_IF_ERROR(Healthy());
+  if (peer < 0) return Status::Ok();
+  const RankControl* p = segment_->rank(peer);
+  if (p->left.load(std::memory_order_acquire) != 0) {
+    if (cond()) return Status::Ok();  // it published everything before it left
+    return Fail(PeerFailure("shm: " + Who(peer) +
+                            " destroyed its communicator while this rank waited for it"));
+  }
+  if (check_process && pid_visible_[peer]) {
+    if (ProcessGone(p->pid.load(std::memory_order_acquire))) {
+      if (cond()) return Status::Ok();
+      return Fail(PeerFailure("shm: " + Who(peer) + " is gone (its process exited or was killed)"));
+    }
+  }
+  return Status::Ok();
+}
+
+template <typename Cond, typename Detail>
+Status ShmCommunicator::WaitUntil(const Cond& cond, int peer, const char* what,
+                                  const Detail& detail) {
+  using Clock = std::chrono::steady_clock;
+  if (cond()) return Status::Ok();
+  if (failed()) return Error();
+  const auto start = Clock::now();
+  if (tuning_.spin_ns > 0) {
+    const auto spin_end = start + std::chrono::nanoseconds(tuning_.spin_ns);
+    for (uint32_t i = 1;; ++i) {
+      CpuRelax();
+      if (cond()) return Status::Ok();
+      if ((i & 63) == 0 && (failed() || Clock::now() >= spin_end)) break;
+    }
+  }
+  const auto deadline = start + config_.timeout;
+  bool check_process = true;
+  for (;;) {
+    const uint32_t bell = self_->bell.load(std::memory_order_acquire);
+    self_->sleepers.fetch_add(1, std::memory_order_seq_cst);
+    Status s = cond() ? Status::Ok() : Health(cond, peer, check_process);
+    const bool done = !s.ok() || cond();
+    const auto now = Clock::now();
+    if (done || now >= deadline) {
+      self_->sleepers.fetch_sub(1, std::memory_order_seq_cst);
+      if (done) return s;
+      return Fail(DeadlineExceeded(
+          std::string("shm ") + what + ": rank " + std::to_string(me_) + " waited " +
+          std::to_string(config_.timeout.count()) + " ms for " +
+          (peer >= 0 ? Who(peer) : std::string("its peers")) + " " + detail() +
+          "; it may have died or stopped, or called another collective"));
+    }
+    const auto slice = std::min<Clock::duration>(deadline - now, std::chrono::milliseconds(100));
+    FutexWait(&self_->bell, bell, slice);
+    self_->sleepers.fetch_sub(1, std::memory_order_seq_cst);
+    check_process = Clock::now() - now >= slice;  // a whole slice without news
+  }
+}
+
+}  // namespace shm
+}  // namespace hora
+
+#endif  // HORA_COLLECTIVES_SHM_SHM_IMPL_H_

@@ -1,0 +1,413 @@
+// Tests of the shm communicator: members as threads of one process (each maps the segment
+// itself), parameterized over world size (1, 2, 3, 4, 7), element count (0, 1, odd, large),
+// every dtype and op, with the default sizes and with tiny chunks and rings (so every chunked,
+// pipelined and ring-wrapping path runs on small data). Values are small integers so every
+// reduction is exact and the expectations are byte-for-byte. The value helpers follow
+// gloo_test.cc's.
+#include <atomic>
+#include <catch2/catch.hpp>
+#include <chrono>
+#include <cstdint>
+#include <cstring>
+#include <thread>
+#include <vector>
+
+#include "collectives/shm/shm_communicator.h"
+#include "common/reduce.h"
+#include "common/types.h"
+#include "tests/collectives/shm_test_util.h"
+
+using namespace hora;
+using hora::testing::CompareBytes;
+using hora::testing::JoinFailures;
+using hora::testing::RunShmRanks;
+using hora::testing::ShmRun;
+using hora::testing::ShmTweak;
+using hora::testing::TinyChunks;
+
+namespace {
+
+const DataType kAllTypes[] = {DataType::kUint8,   DataType::kInt8,    DataType::kInt32,
+                              DataType::kInt64,   DataType::kFloat16, DataType::kBfloat16,
+                              DataType::kFloat32, DataType::kFloat64, DataType::kBool};
+const ReduceOp kAllOps[] = {ReduceOp::kSum, ReduceOp::kMin, ReduceOp::kMax, ReduceOp::kProduct};
+
+bool IsUnsigned(DataType t) { return t == DataType::kUint8 || t == DataType::kBool; }
+
+// The value rank r contributes at index i: small integers chosen per op so that the
+// reduction over up to 7 ranks is exact in every dtype (sums within [-21, 28], products
+// within [-8, 8], bool 0/1).
+double Value(DataType t, ReduceOp op, size_t i, int r) {
+  const size_t k = i + static_cast<size_t>(r) * 5;
+  if (t == DataType::kBool) return (k % 3) == 0 ? 1 : ((i % 4 == 0) ? 1 : 0);
+  switch (op) {
+    case ReduceOp::kProduct:
+      if (k % 3 == 0) return 2;
+      return (k % 3 == 1 || IsUnsigned(t)) ? 1 : -1;
+    case ReduceOp::kMin:
+    case ReduceOp::kMax:
+      return IsUnsigned(t) ? static_cast<double>((i * 7 + r * 13) % 11)
+                           : static_cast<double>((i * 7 + r * 13) % 11) - 5;
+    default:
+      return IsUnsigned(t) ? static_cast<double>(k % 5) : static_cast<double>(k % 7) - 3;
+  }
+}
+
+double Fold(DataType t, ReduceOp op, double a, double b) {
+  if (t == DataType::kBool) {
+    bool x = a != 0, y = b != 0;
+    return (op == ReduceOp::kSum || op == ReduceOp::kMax) ? (x || y) : (x && y);
+  }
+  switch (op) {
+    case ReduceOp::kMin:
+      return a < b ? a : b;
+    case ReduceOp::kMax:
+      return a > b ? a : b;
+    case ReduceOp::kProduct:
+      return a * b;
+    default:
+      return a + b;
+  }
+}
+
+void Put(DataType t, void* buf, size_t i, double v) {
+  switch (t) {
+    case DataType::kUint8:
+      static_cast<uint8_t*>(buf)[i] = static_cast<uint8_t>(v);
+      break;
+    case DataType::kInt8:
+      static_cast<int8_t*>(buf)[i] = static_cast<int8_t>(v);
+      break;
+    case DataType::kInt32:
+      static_cast<int32_t*>(buf)[i] = static_cast<int32_t>(v);
+      break;
+    case DataType::kInt64:
+      static_cast<int64_t*>(buf)[i] = static_cast<int64_t>(v);
+      break;
+    case DataType::kFloat16:
+      static_cast<uint16_t*>(buf)[i] = FloatToHalf(float(v));
+      break;
+    case DataType::kBfloat16:
+      static_cast<uint16_t*>(buf)[i] = FloatToBfloat16(float(v));
+      break;
+    case DataType::kFloat32:
+      static_cast<float*>(buf)[i] = static_cast<float>(v);
+      break;
+    case DataType::kFloat64:
+      static_cast<double*>(buf)[i] = v;
+      break;
+    case DataType::kBool:
+      static_cast<uint8_t*>(buf)[i] = v != 0 ? 1 : 0;
+      break;
+  }
+}
+
+// Fills buf with rank r's contribution; `offset` shifts the index (for reducescatter slices).
+void FillInput(DataType t, ReduceOp op, int r, void* buf, size_t count, size_t offset = 0) {
+  for (size_t i = 0; i < count; ++i) Put(t, buf, i, Value(t, op, i + offset, r));
+}
+
+void FillExpected(DataType t, ReduceOp op, int size, void* buf, size_t count, size_t offset = 0) {
+  for (size_t i = 0; i < count; ++i) {
+    double acc = Value(t, op, i + offset, 0);
+    for (int r = 1; r < size; ++r) acc = Fold(t, op, acc, Value(t, op, i + offset, r));
+    Put(t, buf, i, acc);
+  }
+}
+
+std::string Label(const char* what, DataType t, ReduceOp op, size_t count) {
+  return std::string(what) + " " + DataTypeName(t) + " " + ReduceOpName(op) + " x" +
+         std::to_string(count);
+}
+
+
+// The configurations every correctness test runs under: the defaults, and tiny chunks.
+ShmTweak Tweak(int which) { return which == 0 ? ShmTweak() : ShmTweak(TinyChunks); }
+
+std::string Check(const ShmRun& run) {
+  std::string f = JoinFailures(run.failures);
+  for (const auto& e : run.left_in_dev_shm) f += "left in /dev/shm: " + e + "\n";
+  return f;
+}
+
+}  // namespace
+
+TEST_CASE("shm allreduce: every dtype and op, exact results", "[shm]") {
+  const int size = GENERATE(1, 2, 3, 4, 7);
+  const int tweak = GENERATE(0, 1);
+  CAPTURE(size, tweak);
+  auto run = RunShmRanks(size, [&](Communicator& comm) -> std::string {
+    for (size_t count : {size_t{0}, size_t{1}, size_t{1001}, size_t{70001}}) {
+      for (DataType t : kAllTypes) {
+        for (ReduceOp op : kAllOps) {
+          const size_t bytes = count * DataTypeSize(t);
+          std::vector<uint8_t> buf(bytes + 1), want(bytes + 1);
+          FillInput(t, op, comm.rank(), buf.data(), count);
+          FillExpected(t, op, comm.size(), want.data(), count);
+          buf[bytes] = want[bytes] = 0xA5;  // guard byte: nothing written past the end
+          RANK_OK(comm.Allreduce(count ? buf.data() : nullptr, count, t, op));
+          RANK_EXPECT(
+              CompareBytes(buf.data(), want.data(), bytes + 1, Label("allreduce", t, op, count)));
+        }
+      }
+    }
+    return "";
+  }, Tweak(tweak));
+  REQUIRE(Check(run) == "");
+}
+
+TEST_CASE("shm allreduce: 4M floats and doubles, sum, several chunks", "[shm]") {
+  const int size = GENERATE(2, 3, 4, 7);
+  CAPTURE(size);
+  auto run = RunShmRanks(size, [&](Communicator& comm) -> std::string {
+    const size_t count = (size_t{4} << 20) + 3;
+    for (DataType t : {DataType::kFloat32, DataType::kFloat64}) {
+      const size_t bytes = count * DataTypeSize(t);
+      std::vector<uint8_t> buf(bytes), want(bytes);
+      FillInput(t, ReduceOp::kSum, comm.rank(), buf.data(), count);
+      FillExpected(t, ReduceOp::kSum, comm.size(), want.data(), count);
+      for (int round = 0; round < 2; ++round) {  // the second reuses the warm segment
+        std::vector<uint8_t> b = buf;
+        RANK_OK(comm.Allreduce(b.data(), count, t, ReduceOp::kSum));
+        RANK_EXPECT(CompareBytes(b.data(), want.data(), bytes, Label("allreduce", t, ReduceOp::kSum, count)));
+      }
+    }
+    return "";
+  });
+  REQUIRE(Check(run) == "");
+}
+
+TEST_CASE("shm allreduce: rejects average and bad dtypes, not sticky", "[shm]") {
+  auto run = RunShmRanks(2, [](Communicator& comm) -> std::string {
+    float x = 1;
+    if (comm.Allreduce(&x, 1, DataType::kFloat32, ReduceOp::kAverage).code() !=
+        Code::kInvalidArgument) {
+      return "average was accepted";
+    }
+    if (comm.Allreduce(&x, 1, static_cast<DataType>(42), ReduceOp::kSum).code() !=
+        Code::kInvalidArgument) {
+      return "dtype 42 was accepted";
+    }
+    RANK_OK(comm.Allreduce(&x, 1, DataType::kFloat32, ReduceOp::kSum));
+    if (x != 2) return "1 + 1 = " + std::to_string(x);
+    if (std::string(comm.name()) != "shm") return std::string("name is not shm");
+    return "";
+  });
+  REQUIRE(Check(run) == "");
+}
+
+TEST_CASE("shm broadcast from every root", "[shm]") {
+  const int size = GENERATE(1, 2, 3, 4, 7);
+  const int tweak = GENERATE(0, 1);
+  CAPTURE(size, tweak);
+  auto run = RunShmRanks(size, [&](Communicator& comm) -> std::string {
+    for (size_t bytes : {size_t{0}, size_t{1}, size_t{1001}, size_t{3 << 20} + 7}) {
+      for (int root = 0; root < comm.size(); ++root) {
+        std::vector<uint8_t> buf(bytes, 0xEE), want(bytes);
+        for (size_t i = 0; i < bytes; ++i) want[i] = static_cast<uint8_t>(i * 31 + root);
+        if (comm.rank() == root) buf = want;
+        RANK_OK(comm.Broadcast(buf.data(), bytes, root));
+        RANK_EXPECT(
+            CompareBytes(buf.data(), want.data(), bytes, "broadcast root " + std::to_string(root)));
+      }
+    }
+    if (comm.Broadcast(nullptr, 0, comm.size()).code() != Code::kInvalidArgument) {
+      return std::string("root out of range was accepted");
+    }
+    return "";
+  }, Tweak(tweak));
+  REQUIRE(Check(run) == "");
+}
+
+TEST_CASE("shm allgatherv with uneven and zero contributions", "[shm]") {
+  const int size = GENERATE(1, 2, 3, 4, 7);
+  const int tweak = GENERATE(0, 1);
+  CAPTURE(size, tweak);
+  auto run = RunShmRanks(size, [&](Communicator& comm) -> std::string {
+    const int n = comm.size();
+    std::vector<std::vector<size_t>> layouts;
+    for (size_t c : {size_t{1}, size_t{1001}, size_t{1500000}}) {
+      std::vector<size_t> v(n);
+      for (int r = 0; r < n; ++r) v[r] = (r % 3 == 1) ? 0 : c + r;
+      layouts.push_back(v);
+    }
+    layouts.push_back(std::vector<size_t>(n, 0));  // nothing at all
+    std::vector<size_t> one(n, 0);
+    one[n - 1] = 777;  // only the last rank contributes
+    layouts.push_back(one);
+    for (const auto& counts : layouts) {
+      size_t total = 0;
+      std::vector<uint8_t> want;
+      for (int r = 0; r < n; ++r) {
+        for (size_t i = 0; i < counts[r]; ++i) want.push_back(static_cast<uint8_t>(r * 17 + i));
+        total += counts[r];
+      }
+      std::vector<uint8_t> in(counts[comm.rank()]);
+      for (size_t i = 0; i < in.size(); ++i) in[i] = static_cast<uint8_t>(comm.rank() * 17 + i);
+      std::vector<uint8_t> out(total, 0xEE);
+      RANK_OK(comm.Allgatherv(in.data(), out.data(), counts));
+      RANK_EXPECT(CompareBytes(out.data(), want.data(), total,
+                               "allgatherv total " + std::to_string(total)));
+      // In place: this rank's contribution already sits at its offset of the output.
+      size_t offset = 0;
+      for (int r = 0; r < comm.rank(); ++r) offset += counts[r];
+      std::vector<uint8_t> inplace(total, 0xEE);
+      std::memcpy(inplace.data() + offset, in.data(), in.size());
+      RANK_OK(comm.Allgatherv(inplace.data() + offset, inplace.data(), counts));
+      RANK_EXPECT(CompareBytes(inplace.data(), want.data(), total,
+                               "in-place allgatherv total " + std::to_string(total)));
+    }
+    return "";
+  }, Tweak(tweak));
+  REQUIRE(Check(run) == "");
+}
+
+namespace {
+// Bytes rank s sends to rank d in layout `k`; layout 2 leaves rank 0 out entirely.
+size_t Split(int k, int s, int d, size_t scale) {
+  if (k == 2 && (s == 0 || d == 0)) return 0;
+  return static_cast<size_t>((s * 3 + d * 5 + k) % 7) * scale;
+}
+uint8_t SplitByte(int s, int d, size_t i) { return static_cast<uint8_t>(s * 29 + d * 7 + i); }
+}  // namespace
+
+TEST_CASE("shm alltoallv with uneven splits", "[shm]") {
+  const int size = GENERATE(1, 2, 3, 4, 7);
+  const int tweak = GENERATE(0, 1);
+  CAPTURE(size, tweak);
+  auto run = RunShmRanks(size, [&](Communicator& comm) -> std::string {
+    const int n = comm.size(), me = comm.rank();
+    for (int k = 0; k < 3; ++k) {
+      for (size_t scale : {size_t{0}, size_t{1}, size_t{9973}, size_t{100003}}) {
+        std::vector<size_t> send(n), recv(n);
+        std::vector<uint8_t> in, want;
+        for (int d = 0; d < n; ++d) {
+          send[d] = Split(k, me, d, scale);
+          for (size_t i = 0; i < send[d]; ++i) in.push_back(SplitByte(me, d, i));
+        }
+        for (int s = 0; s < n; ++s) {
+          recv[s] = Split(k, s, me, scale);
+          for (size_t i = 0; i < recv[s]; ++i) want.push_back(SplitByte(s, me, i));
+        }
+        std::vector<uint8_t> out(want.size(), 0xEE);
+        RANK_OK(comm.Alltoallv(in.data(), send, out.data(), recv));
+        RANK_EXPECT(CompareBytes(
+            out.data(), want.data(), want.size(),
+            "alltoallv layout " + std::to_string(k) + " scale " + std::to_string(scale)));
+      }
+    }
+    return "";
+  }, Tweak(tweak));
+  REQUIRE(Check(run) == "");
+}
+
+TEST_CASE("shm alltoallv: sizes that do not match fail on every rank, not sticky", "[shm]") {
+  auto run = RunShmRanks(3, [&](Communicator& comm) -> std::string {
+    const int me = comm.rank();
+    std::vector<size_t> send(3, 4), recv(3, 4);
+    if (me == 2) recv[0] = 5;  // rank 0 sends 4 bytes to rank 2, which expects 5
+    std::vector<uint8_t> in(12), out(13);
+    Status s = comm.Alltoallv(in.data(), send, out.data(), recv);
+    if (s.code() != Code::kInvalidArgument ||
+        s.message().find("rank 0 sends 4 bytes to rank 2, which expects 5") == std::string::npos) {
+      return "mismatch not reported: " + s.ToString();
+    }
+    RANK_OK(comm.Barrier());
+    return "";
+  });
+  REQUIRE(Check(run) == "");
+}
+
+TEST_CASE("shm reducescatter with uneven counts, every dtype and op, in place", "[shm]") {
+  const int size = GENERATE(1, 2, 3, 4, 7);
+  const int tweak = GENERATE(0, 1);
+  CAPTURE(size, tweak);
+  auto run = RunShmRanks(size, [&](Communicator& comm) -> std::string {
+    const int n = comm.size(), me = comm.rank();
+    for (size_t c : {size_t{0}, size_t{1}, size_t{1001}, size_t{200001}}) {
+      std::vector<size_t> counts(n);
+      for (int r = 0; r < n; ++r) counts[r] = (r % 2 == 1) ? 0 : c + r;  // zeros included
+      if (n == 1) counts[0] = c;
+      size_t total = 0, offset = 0;
+      for (int r = 0; r < n; ++r) {
+        if (r < me) offset += counts[r];
+        total += counts[r];
+      }
+      for (DataType t : kAllTypes) {
+        for (ReduceOp op : kAllOps) {
+          if (c > 2000 && t != DataType::kFloat32 && op != ReduceOp::kSum) continue;
+          const size_t es = DataTypeSize(t);
+          const size_t mine = counts[me] * es;
+          std::vector<uint8_t> in(total * es), out(mine + 1), want(mine + 1);
+          FillInput(t, op, me, in.data(), total);
+          FillExpected(t, op, n, want.data(), counts[me], offset);
+          out.back() = want.back() = 0xA5;
+          RANK_OK(comm.Reducescatter(in.data(), out.data(), counts, t, op));
+          RANK_EXPECT(CompareBytes(out.data(), want.data(), out.size(),
+                                   Label("reducescatter", t, op, total)));
+          // Output at this rank's slice of the input, and at the input's start.
+          std::vector<uint8_t> a = in, b = in;
+          RANK_OK(comm.Reducescatter(a.data(), a.data() + offset * es, counts, t, op));
+          RANK_EXPECT(CompareBytes(a.data() + offset * es, want.data(), mine,
+                                   Label("reducescatter in place", t, op, total)));
+          RANK_OK(comm.Reducescatter(b.data(), b.data(), counts, t, op));
+          RANK_EXPECT(CompareBytes(b.data(), want.data(), mine,
+                                   Label("reducescatter into the input's start", t, op, total)));
+        }
+      }
+    }
+    return "";
+  }, Tweak(tweak));
+  REQUIRE(Check(run) == "");
+}
+
+TEST_CASE("shm barrier holds every rank until all arrive", "[shm]") {
+  const int size = GENERATE(1, 2, 3, 4, 7);
+  CAPTURE(size);
+  std::atomic<int> arrived{0};
+  auto run = RunShmRanks(size, [&](Communicator& comm) -> std::string {
+    for (int round = 1; round <= 5; ++round) {
+      // Stagger arrivals (past the spin, into the futex) so a barrier that does not wait
+      // would be caught.
+      if (comm.rank() == round % comm.size()) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      }
+      arrived.fetch_add(1);
+      RANK_OK(comm.Barrier());
+      const int seen = arrived.load();
+      if (seen < round * comm.size()) {
+        return "barrier round " + std::to_string(round) + " passed with only " +
+               std::to_string(seen) + " arrivals";
+      }
+      RANK_OK(comm.Barrier());  // nobody starts the next round before all have checked
+    }
+    return "";
+  });
+  REQUIRE(Check(run) == "");
+}
+
+TEST_CASE("shm collectives interleave on one communicator", "[shm]") {
+  const int size = GENERATE(2, 3, 7);
+  const int tweak = GENERATE(0, 1);
+  CAPTURE(size, tweak);
+  auto run = RunShmRanks(size, [&](Communicator& comm) -> std::string {
+    const int n = comm.size();
+    for (int i = 0; i < 200; ++i) {
+      const size_t count = static_cast<size_t>((i * 7919) % 5000);
+      std::vector<int32_t> v(count, comm.rank() + i);
+      RANK_OK(comm.Allreduce(v.data(), count, DataType::kInt32, ReduceOp::kSum));
+      const int32_t want = n * (n - 1) / 2 + n * i;
+      for (size_t k = 0; k < count; ++k) {
+        if (v[k] != want) return "round " + std::to_string(i) + ": allreduce wrong";
+      }
+      std::vector<uint8_t> b(count % 3000, comm.rank() == i % n ? 7 : 0);
+      RANK_OK(comm.Broadcast(b.data(), b.size(), i % n));
+      for (uint8_t x : b) {
+        if (x != 7) return "round " + std::to_string(i) + ": broadcast wrong";
+      }
+      if (i % 10 == 0) RANK_OK(comm.Barrier());
+    }
+    return "";
+  }, Tweak(tweak));
+  REQUIRE(Check(run) == "");
+}
