@@ -25,6 +25,7 @@
 
 #include "collectives/communicator.h"
 #include "common/kv_store.h"
+#include "common/limits.h"
 #include "common/status.h"
 #include "common/types.h"
 
@@ -45,7 +46,7 @@ struct BackendConfig {
   std::string bind_address;
   std::string coordinator_host;
   std::chrono::milliseconds timeout{30000};  // bounds every wait; > 0
-  int64_t max_message_bytes = 64 << 20;      // the control plane's limit (store values)
+  int64_t max_message_bytes = kDefaultMaxMessageBytes;  // the control plane's limit (store values)
 
   int size() const { return static_cast<int>(global_ranks.size()); }
   bool SingleHost() const;

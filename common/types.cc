@@ -59,6 +59,8 @@ const char* CollectiveName(CollectiveType c) {
     case CollectiveType::kReducescatter: return "reducescatter";
     case CollectiveType::kAlltoall: return "alltoall";
     case CollectiveType::kBarrier: return "barrier";
+    case CollectiveType::kSend: return "send";
+    case CollectiveType::kRecv: return "recv";
   }
   return "unknown";
 }
@@ -79,7 +81,19 @@ bool operator==(const TensorSpec& a, const TensorSpec& b) {
   return a.name == b.name && a.collective == b.collective && a.dtype == b.dtype && a.op == b.op &&
          a.shape == b.shape && a.device == b.device && a.device_index == b.device_index &&
          a.root == b.root && a.prescale == b.prescale && a.postscale == b.postscale &&
-         a.splits == b.splits;
+         a.splits == b.splits && a.process_set == b.process_set && a.peer == b.peer;
+}
+
+bool IsPointToPoint(CollectiveType c) {
+  return c == CollectiveType::kSend || c == CollectiveType::kRecv;
+}
+
+std::string DescribeTensor(const TensorKey& key) {
+  std::string s = "'" + key.name + "'";
+  if (key.process_set != kGlobalProcessSet) {
+    s += " (process set " + std::to_string(key.process_set) + ")";
+  }
+  return s;
 }
 
 std::string ShapeString(const std::vector<int64_t>& shape) {

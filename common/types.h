@@ -8,6 +8,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -42,8 +43,13 @@ enum class CollectiveType : int32_t {
   kReducescatter = 3,
   kAlltoall = 4,
   kBarrier = 5,
+  kSend = 6,  // point-to-point: TensorSpec::peer is the receiver
+  kRecv = 7,  // point-to-point: TensorSpec::peer is the sender
 };
-constexpr int kNumCollectiveTypes = 6;
+constexpr int kNumCollectiveTypes = 8;
+
+// The process set of every rank (Horovod's global process set).
+constexpr int32_t kGlobalProcessSet = 0;
 
 enum class Device : int32_t { kCpu = 0, kCuda = 1 };
 
@@ -70,12 +76,34 @@ struct TensorSpec {
   double postscale = 1.0;
   // alltoall only: rows of the first dimension this rank sends to each rank (empty = even).
   std::vector<int64_t> splits;
+  // The process set the operation runs in; ranks (root, peer, splits) are ranks in that set.
+  int32_t process_set = kGlobalProcessSet;
+  int32_t peer = -1;  // send / recv only: the other side
 
   int64_t NumElements() const;
   // Elements per index of the first dimension (product of shape[1:]); 1 for scalars.
   int64_t RowElements() const;
   size_t ByteSize() const { return static_cast<size_t>(NumElements()) * DataTypeSize(dtype); }
 };
+
+// A tensor's identity during negotiation: names are unique per process set.
+struct TensorKey {
+  int32_t process_set = kGlobalProcessSet;
+  std::string name;
+  bool operator==(const TensorKey& o) const {
+    return process_set == o.process_set && name == o.name;
+  }
+};
+struct TensorKeyHash {
+  size_t operator()(const TensorKey& k) const {
+    return std::hash<std::string>()(k.name) * 31u + static_cast<size_t>(k.process_set);
+  }
+};
+inline TensorKey TensorKeyOf(const TensorSpec& s) { return TensorKey{s.process_set, s.name}; }
+// "'w'" for the global set, "'w' (process set 2)" otherwise: for messages.
+std::string DescribeTensor(const TensorKey& key);
+
+bool IsPointToPoint(CollectiveType c);
 
 bool operator==(const TensorSpec& a, const TensorSpec& b);
 inline bool operator!=(const TensorSpec& a, const TensorSpec& b) { return !(a == b); }

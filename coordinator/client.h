@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "common/kv_store.h"
+#include "common/limits.h"
 #include "common/status.h"
 #include "coordinator/messages.h"
 #include "coordinator/service.h"
@@ -36,10 +37,10 @@ struct ClientConfig {
   std::string hostname;
   int64_t pid = 0;
   std::string options_digest;
-  std::chrono::milliseconds start_timeout{std::chrono::seconds(120)};
-  std::chrono::milliseconds heartbeat_interval{std::chrono::seconds(1)};
-  std::chrono::milliseconds heartbeat_timeout{std::chrono::seconds(30)};
-  int max_message_bytes = 16 << 20;
+  std::chrono::milliseconds start_timeout = kDefaultStartTimeout;
+  std::chrono::milliseconds heartbeat_interval = kDefaultHeartbeatInterval;
+  std::chrono::milliseconds heartbeat_timeout = kDefaultHeartbeatTimeout;
+  int max_message_bytes = static_cast<int>(kDefaultMaxMessageBytes);
   TlsFiles tls;
   // Set when the coordinator runs in this process (rank 0): the session then runs by function
   // calls instead of a stream (Join and the store still go through gRPC). Not owned; must
@@ -49,7 +50,8 @@ struct ClientConfig {
 
 struct SessionCallbacks {
   std::function<void(PlanMessage)> on_plan;
-  std::function<void(int last_joined_rank)> on_join_done;
+  std::function<void(int32_t process_set, int last_joined_rank)> on_join_done;
+  std::function<void(ProcessSetResult)> on_process_set;
   // Called at most once: the job is broken (another rank died, the coordinator is lost,
   // a stall timeout fired). The status names the cause.
   std::function<void(Status)> on_abort;
@@ -68,7 +70,8 @@ class CoordinatorClient : public KvStore {
   // latest when the heartbeat watchdog or Close() cancels the call. Dropped before
   // StartSession and after the stream ended.
   virtual void SendReady(std::vector<ReadyNotice> notices) = 0;
-  virtual void SendJoin() = 0;
+  virtual void SendJoin(int32_t process_set) = 0;
+  virtual void SendProcessSetOp(const ProcessSetOp& op) = 0;
   // Tell the coordinator this rank hit an unrecoverable error (it aborts the job with it).
   virtual void SendFailure(const std::string& message) = 0;
   // Goodbye, then stop and join the threads. Idempotent.

@@ -35,7 +35,8 @@ class ClientImpl final : public CoordinatorClient {
 
   Status StartSession(SessionCallbacks callbacks) override;
   void SendReady(std::vector<ReadyNotice> notices) override;
-  void SendJoin() override;
+  void SendJoin(int32_t process_set) override;
+  void SendProcessSetOp(const ProcessSetOp& op) override;
   void SendFailure(const std::string& message) override;
   void Close() override;
 

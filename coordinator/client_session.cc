@@ -119,9 +119,15 @@ void ClientImpl::SendReady(std::vector<ReadyNotice> notices) {
   Write(message);
 }
 
-void ClientImpl::SendJoin() {
+void ClientImpl::SendJoin(int32_t process_set) {
   proto::WorkerMessage message;
-  message.mutable_join_op();
+  message.mutable_join_op()->set_process_set(process_set);
+  Write(message);
+}
+
+void ClientImpl::SendProcessSetOp(const ProcessSetOp& op) {
+  proto::WorkerMessage message;
+  ToProto(op, message.mutable_process_set_op());
   Write(message);
 }
 
@@ -179,8 +185,23 @@ void ClientImpl::Dispatch(const proto::CoordinatorMessage& message) {
       return;
     }
     case proto::CoordinatorMessage::kJoinDone:
-      if (callbacks_.on_join_done) callbacks_.on_join_done(message.join_done().last_joined_rank());
+      if (callbacks_.on_join_done) {
+        callbacks_.on_join_done(message.join_done().process_set(),
+                                message.join_done().last_joined_rank());
+      }
       return;
+    case proto::CoordinatorMessage::kProcessSetResult: {
+      ProcessSetResult result;
+      Status s = FromProto(message.process_set_result(), &result);
+      if (!s.ok()) {
+        FireAbort(Internal("malformed process set result from the coordinator at " +
+                           config_.address + ": " + s.message()));
+        if (session_ctx_) session_ctx_->TryCancel();
+        return;
+      }
+      if (callbacks_.on_process_set) callbacks_.on_process_set(std::move(result));
+      return;
+    }
     case proto::CoordinatorMessage::kAbort: {
       Code code;
       if (!CodeFromWire(message.abort().code(), &code).ok() || code == Code::kOk) {

@@ -58,6 +58,8 @@ void ToProto(const TensorSpec& spec, proto::TensorSignature* out) {
   out->set_prescale(spec.prescale);
   out->set_postscale(spec.postscale);
   CopyInts(spec.splits, out->mutable_splits());
+  out->set_process_set(spec.process_set);
+  out->set_peer(spec.peer);
 }
 
 Status FromProto(const proto::TensorSignature& in, TensorSpec* out) {
@@ -88,6 +90,11 @@ Status FromProto(const proto::TensorSignature& in, TensorSpec* out) {
   out->root = in.root();
   out->prescale = in.prescale();
   out->postscale = in.postscale();
+  if (in.process_set() < 0) {
+    return InvalidArgument(what + ": invalid process set " + std::to_string(in.process_set()));
+  }
+  out->process_set = in.process_set();
+  out->peer = in.peer();
   return Status::Ok();
 }
 
@@ -125,6 +132,9 @@ void ToProto(const BucketPlan& plan, proto::Bucket* out) {
   out->set_postscale(plan.postscale);
   out->set_joined_ranks(plan.joined_ranks);
   out->set_inline_reduced(plan.inline_reduced);
+  out->set_process_set(plan.process_set);
+  out->clear_participants();
+  for (int32_t p : plan.participants) out->add_participants(p);
   out->clear_entries();
   out->mutable_entries()->Reserve(static_cast<int>(plan.entries.size()));
   for (const BucketPlan::Entry& e : plan.entries) {
@@ -149,6 +159,14 @@ Status FromProto(const proto::Bucket& in, BucketPlan* out) {
   out->postscale = in.postscale();
   out->joined_ranks = in.joined_ranks();
   out->inline_reduced = in.inline_reduced();
+  if (in.process_set() < 0) {
+    return InvalidArgument(what + ": invalid process set " + std::to_string(in.process_set()));
+  }
+  out->process_set = in.process_set();
+  out->participants.assign(in.participants().begin(), in.participants().end());
+  for (int32_t p : out->participants) {
+    if (p < 0) return InvalidArgument(what + ": invalid participant " + std::to_string(p));
+  }
   out->entries.clear();
   out->entries.reserve(in.entries_size());
   for (const proto::BucketEntry& pe : in.entries()) {
@@ -175,6 +193,46 @@ Status FromProto(const proto::Bucket& in, BucketPlan* out) {
     }
     out->entries.push_back(std::move(e));
   }
+  return Status::Ok();
+}
+
+void ToProto(const ProcessSetOp& op, proto::ProcessSetOp* out) {
+  out->set_seq(op.seq);
+  out->set_remove(op.remove);
+  out->clear_ranks();
+  for (int32_t r : op.ranks) out->add_ranks(r);
+  out->set_cpu_operations(op.cpu_operations);
+  out->set_process_set(op.process_set);
+  out->set_refused(op.refused);
+}
+
+Status FromProto(const proto::ProcessSetOp& in, ProcessSetOp* out) {
+  if (in.ranks_size() > (1 << 20)) return InvalidArgument("process set op with too many ranks");
+  out->seq = in.seq();
+  out->remove = in.remove();
+  out->ranks.assign(in.ranks().begin(), in.ranks().end());
+  out->cpu_operations = in.cpu_operations();
+  out->process_set = in.process_set();
+  out->refused = in.refused();
+  return Status::Ok();
+}
+
+void ToProto(const ProcessSetResult& r, proto::CoordinatorMessage::ProcessSetResult* out) {
+  out->set_seq(r.seq);
+  out->set_code(static_cast<int32_t>(r.status.code()));
+  out->set_message(r.status.message());
+  out->set_process_set(r.process_set);
+  out->clear_ranks();
+  for (int32_t rank : r.ranks) out->add_ranks(rank);
+}
+
+Status FromProto(const proto::CoordinatorMessage::ProcessSetResult& in, ProcessSetResult* out) {
+  Code code;
+  HORA_RETURN_IF_ERROR(CodeFromWire(in.code(), &code));
+  out->seq = in.seq();
+  out->status = code == Code::kOk ? Status::Ok() : Status(code, in.message());
+  out->process_set = in.process_set();
+  out->ranks.assign(in.ranks().begin(), in.ranks().end());
   return Status::Ok();
 }
 

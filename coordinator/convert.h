@@ -45,6 +45,12 @@ void ToProto(const RankInfo& info, proto::RankInfo* out);
 void ToProto(const Topology& topology, proto::JoinResponse* out);
 Status FromProto(const proto::JoinResponse& in, Topology* out);
 
+// ProcessSetOp <-> ProcessSetOp; ProcessSetResult <-> CoordinatorMessage.ProcessSetResult.
+void ToProto(const ProcessSetOp& op, proto::ProcessSetOp* out);
+Status FromProto(const proto::ProcessSetOp& in, ProcessSetOp* out);
+void ToProto(const ProcessSetResult& result, proto::CoordinatorMessage::ProcessSetResult* out);
+Status FromProto(const proto::CoordinatorMessage::ProcessSetResult& in, ProcessSetResult* out);
+
 // A Hora status code from the wire (Abort, TensorError); unknown values are an error.
 Status CodeFromWire(int32_t value, Code* out);
 

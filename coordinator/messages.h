@@ -13,7 +13,7 @@
 
 namespace hora {
 
-constexpr int32_t kProtocolVersion = 1;
+constexpr int32_t kProtocolVersion = 2;
 
 // Where each rank runs, as the coordinator answers Join.
 struct RankInfo {
@@ -48,7 +48,10 @@ struct BucketPlan {
     std::vector<int64_t> recv_splits;  // alltoall: rows received from each rank
     std::string inline_result;         // inline_reduced: the reduced data, before postscale
   };
-  uint64_t seq = 0;
+  uint64_t seq = 0;  // per process set
+  int32_t process_set = kGlobalProcessSet;
+  // Set ranks taking part; empty = every member. Send/recv: {sender, receiver}.
+  std::vector<int32_t> participants;
   CollectiveType collective = CollectiveType::kAllreduce;
   DataType dtype = DataType::kFloat32;
   ReduceOp op = ReduceOp::kSum;
@@ -58,6 +61,25 @@ struct BucketPlan {
   int joined_ranks = 0;
   bool inline_reduced = false;  // the coordinator reduced every entry (small allreduces)
   std::vector<Entry> entries;
+};
+
+// hora_process_set_add / _remove: the n-th request of a rank (seq = n; collective, in the
+// same order on every rank).
+struct ProcessSetOp {
+  uint64_t seq = 0;
+  bool remove = false;
+  std::vector<int32_t> ranks;   // add: the members, sorted global ranks
+  std::string cpu_operations;   // add: backend for the set's CPU tensors; "" = the job's
+  int32_t process_set = 0;      // remove: the id
+  std::string refused;          // non-empty: the rank cannot make this request, and why
+};
+
+// The coordinator's answer to the n-th ProcessSetOp, the same for every rank.
+struct ProcessSetResult {
+  uint64_t seq = 0;
+  Status status;
+  int32_t process_set = 0;
+  std::vector<int32_t> ranks;
 };
 
 struct TensorErrorNotice {

@@ -120,6 +120,7 @@ using GroupMap = std::map<BucketKey, Group>;
 struct NameState {
   std::vector<TensorSpec> specs;  // per rank, meaningful where submitted
   std::vector<bool> submitted;
+  std::vector<int> required;      // send/recv: {sender, receiver}; empty = every rank
   TimePoint first_submit;
   BucketKey fusion_key;    // of the first submission (joined = 0)
   bool counted = false;    // counted in partial[fusion_key]
@@ -171,6 +172,12 @@ struct Planner::State {
 };
 
 bool Planner::State::IsComplete(const NameState& s) const {
+  if (!s.required.empty()) {
+    for (int r : s.required) {
+      if (!s.submitted[r]) return false;
+    }
+    return true;
+  }
   for (int r = 0; r < config.size; ++r) {
     if (!s.submitted[r] && !joined[r]) return false;
   }
@@ -196,7 +203,8 @@ void Planner::State::Complete(std::unordered_map<std::string, NameState>::iterat
   NameState& s = it->second;
   Uncount(s);
   const CompleteName c{it->first, s.specs, s.submitted, joined, config.size};
-  Status status = planner_internal::CheckComplete(c);
+  Status status = s.required.empty() ? planner_internal::CheckComplete(c)
+                                     : planner_internal::CheckPointToPoint(c, s.required);
   if (!status.ok()) {
     failures.push_back({now, TensorFailure{it->first, s.submitted, std::move(status)}});
     names.erase(it);
@@ -212,6 +220,12 @@ void Planner::State::Complete(std::unordered_map<std::string, NameState>::iterat
     Enqueue(key, std::move(r));
   } else {
     PlannedBucket b = BucketOf(key);
+    if (!s.required.empty()) {
+      b.collective = CollectiveType::kSend;  // one kind for the pair; root is the sender
+      b.participants = s.required;
+      b.root = s.required[0];
+      b.joined_ranks = 0;
+    }
     b.entries.push_back(std::move(r.entry));
     ready.push_back({now, it->first, std::move(b)});
   }
@@ -303,26 +317,45 @@ Planner::~Planner() = default;
 void Planner::Submit(int rank, const TensorSpec& spec, TimePoint now) {
   State& st = *state_;
   HORA_CHECK(rank >= 0 && rank < st.config.size);
+  auto fail_rank = [&](Status status) {
+    std::vector<bool> who(st.config.size, false);
+    who[rank] = true;
+    st.failures.push_back({now, TensorFailure{spec.name, std::move(who), std::move(status)}});
+  };
+  const bool p2p = IsPointToPoint(spec.collective);
+  if (p2p && (spec.peer < 0 || spec.peer >= st.config.size || spec.peer == rank)) {
+    fail_rank(InvalidArgument(std::string(CollectiveName(spec.collective)) + " '" + spec.name +
+                              "' on rank " + std::to_string(rank) + ": peer " +
+                              std::to_string(spec.peer) + " is out of range [0, " +
+                              std::to_string(st.config.size) + ") or the rank itself"));
+    return;
+  }
   auto [it, inserted] = st.names.try_emplace(spec.name);
   NameState& s = it->second;
   if (inserted) {
     s.specs.resize(st.config.size);
     s.submitted.assign(st.config.size, false);
     s.first_submit = now;
+    if (p2p) {
+      const bool send = spec.collective == CollectiveType::kSend;
+      s.required = {send ? rank : spec.peer, send ? spec.peer : rank};
+    }
     if (Fusable(spec.collective)) {
       s.fusion_key = KeyOf(spec, 0);
       s.counted = true;
       ++st.partial[s.fusion_key];
     }
   } else if (s.in_flight || s.submitted[rank]) {
-    std::vector<bool> who(st.config.size, false);
-    who[rank] = true;
-    st.failures.push_back(
-        {now, TensorFailure{spec.name, std::move(who),
-                            Status(Code::kAlreadyExists,
-                                   "tensor '" + spec.name + "' was submitted twice by rank " +
-                                       std::to_string(rank) +
-                                       " while the first submission is still in flight")}});
+    fail_rank(Status(Code::kAlreadyExists, "tensor '" + spec.name + "' was submitted twice by rank " +
+                                               std::to_string(rank) +
+                                               " while the first submission is still in flight"));
+    return;
+  } else if (!s.required.empty() &&
+             std::find(s.required.begin(), s.required.end(), rank) == s.required.end()) {
+    fail_rank(InvalidArgument("tensor '" + spec.name + "' is a transfer between ranks " +
+                              std::to_string(s.required[0]) + " and " +
+                              std::to_string(s.required[1]) + "; rank " + std::to_string(rank) +
+                              " submitted it too"));
     return;
   }
   s.specs[rank] = spec;
@@ -341,7 +374,9 @@ void Planner::Join(int rank, TimePoint now) {
   // order of equal completion times never depend on hashing.
   std::vector<std::string> complete;
   for (const auto& [name, s] : st.names) {
-    if (!s.in_flight && !s.submitted[rank] && st.IsComplete(s)) complete.push_back(name);
+    if (!s.in_flight && !s.submitted[rank] && s.required.empty() && st.IsComplete(s)) {
+      complete.push_back(name);
+    }
   }
   std::sort(complete.begin(), complete.end());
   for (const auto& name : complete) st.Complete(st.names.find(name), now);
@@ -409,9 +444,13 @@ std::vector<StallReport> Planner::Stalled(TimePoint now,
     StallReport r;
     r.name = name;
     for (int rank = 0; rank < st.config.size; ++rank) {
+      const bool needed = s.required.empty()
+                              ? !st.joined[rank]
+                              : std::find(s.required.begin(), s.required.end(), rank) !=
+                                    s.required.end();
       if (s.submitted[rank]) {
         r.ready_ranks.push_back(rank);
-      } else if (!st.joined[rank]) {
+      } else if (needed) {
         r.missing_ranks.push_back(rank);
       }
     }

@@ -24,6 +24,11 @@
 //              soon), or when its oldest tensor has waited cycle_time. No fixed tick.
 //   Order      Buckets get consecutive seq numbers; the service sends them to every rank in
 //              that order, so all ranks run the same collectives in the same sequence.
+//   Send/recv  A send from s to d and the matching recv (the same name, chosen by the ranks
+//              from (s, d, tag, n)) are complete when both s and d submitted; the other ranks
+//              and joins play no part. Validation: one send and one recv naming each other,
+//              the same dtype, device and element count. Each pair is a bucket of its own
+//              whose participants are {s, d} and root is s.
 //   Join       A rank that joined counts as having submitted every allreduce (with zeros) until
 //              all ranks have joined; then Poll reports join_done with the last rank to join.
 //              Other collectives that need a joined rank fail with kInvalidArgument.
@@ -39,6 +44,7 @@
 #include <string>
 #include <vector>
 
+#include "common/limits.h"
 #include "common/status.h"
 #include "common/types.h"
 
@@ -49,8 +55,8 @@ using TimePoint = Clock::time_point;
 
 struct PlannerConfig {
   int size = 1;
-  int64_t fusion_threshold_bytes = 64 << 20;
-  std::chrono::microseconds cycle_time = std::chrono::milliseconds(5);
+  int64_t fusion_threshold_bytes = kDefaultFusionThresholdBytes;
+  std::chrono::microseconds cycle_time = kDefaultCycleTime;
 };
 
 // A bucket as the planner decides it, by tensor name (the service maps names to rank ids).
@@ -74,6 +80,7 @@ struct PlannedBucket {
   double prescale = 1.0;
   double postscale = 1.0;
   Device device = Device::kCpu;
+  std::vector<int> participants;  // empty = every rank; send/recv: {sender, receiver}
   int joined_ranks = 0;  // ranks joined when the entries became complete (never mixed)
   std::vector<Entry> entries;  // in (completion time, name) order
 };

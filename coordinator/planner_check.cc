@@ -214,6 +214,37 @@ Status CheckComplete(const CompleteName& c) {
   return CheckSanity(c);
 }
 
+Status CheckPointToPoint(const CompleteName& c, const std::vector<int>& pair) {
+  const int from = pair[0], to = pair[1];
+  const TensorSpec& s = c.specs[from];
+  const TensorSpec& r = c.specs[to];
+  const std::string prefix = "transfer '" + c.name + "' from rank " + std::to_string(from) +
+                             " to rank " + std::to_string(to) + ": ";
+  if (s.collective != CollectiveType::kSend || s.peer != to || r.collective != CollectiveType::kRecv ||
+      r.peer != from) {
+    return Status(Code::kMismatch, prefix + "rank " + std::to_string(from) + " submitted " +
+                                       CollectiveName(s.collective) + " with peer " +
+                                       std::to_string(s.peer) + ", rank " + std::to_string(to) +
+                                       " submitted " + CollectiveName(r.collective) +
+                                       " with peer " + std::to_string(r.peer));
+  }
+  if (s.dtype != r.dtype) {
+    return Status(Code::kMismatch, prefix + "dtype differs: " + DataTypeName(s.dtype) +
+                                       " on the sender, " + DataTypeName(r.dtype) +
+                                       " on the receiver");
+  }
+  if (s.NumElements() != r.NumElements()) {
+    return Status(Code::kMismatch, prefix + "size differs: " + std::to_string(s.NumElements()) +
+                                       " elements " + ShapeString(s.shape) + " sent, " +
+                                       std::to_string(r.NumElements()) + " elements " +
+                                       ShapeString(r.shape) + " expected");
+  }
+  if (s.device != r.device) {
+    return Status(Code::kMismatch, prefix + "device differs between sender and receiver");
+  }
+  return Status::Ok();
+}
+
 PlannedBucket::Entry MakeEntry(const CompleteName& c) {
   const TensorSpec& ref = c.specs[ReferenceRank(c)];
   PlannedBucket::Entry e;

@@ -37,7 +37,11 @@ int ReferenceRank(const CompleteName& c);
 //                     an even split that does not divide shape[0].
 Status CheckComplete(const CompleteName& c);
 
-// The bucket entry of a name that passed CheckComplete.
+// A send/recv pair: `pair` is {sender, receiver}, both submitted. kMismatch when they are not
+// one send and one recv naming each other, or their dtype, device or element count differ.
+Status CheckPointToPoint(const CompleteName& c, const std::vector<int>& pair);
+
+// The bucket entry of a name that passed CheckComplete (or CheckPointToPoint).
 PlannedBucket::Entry MakeEntry(const CompleteName& c);
 
 // "rank 1" or "ranks 0,2".

@@ -56,12 +56,6 @@ Status ValidateConfig(const CoordinatorConfig& c) {
   return Status::Ok();
 }
 
-PlannerConfig PlannerConfigFor(const CoordinatorConfig& c) {
-  PlannerConfig p = c.planner;
-  p.size = c.size;
-  return p;
-}
-
 milliseconds StallCheckInterval(const CoordinatorConfig& c) {
   milliseconds interval = c.stall_warning / 2;
   if (c.stall_timeout > milliseconds(0)) interval = std::min(interval, c.stall_timeout / 4);
@@ -83,8 +77,10 @@ CoordinatorServiceImpl::CoordinatorServiceImpl(const CoordinatorConfig& config)
       start_time_(Clock::now()),
       start_deadline_(start_time_ + config.start_timeout),
       stall_check_interval_(StallCheckInterval(config)),
-      planner_(PlannerConfigFor(config)),
       ranks_(config.size) {
+  std::vector<int> everyone(config.size);
+  for (int r = 0; r < config.size; ++r) everyone[r] = r;
+  AddSetLocked(kGlobalProcessSet, std::move(everyone), "");
   next_heartbeat_ = start_time_ + config_.heartbeat_interval;
   next_stall_check_ = start_time_ + stall_check_interval_;
 }

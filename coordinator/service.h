@@ -18,6 +18,7 @@
 #include <memory>
 #include <string>
 
+#include "common/limits.h"
 #include "common/status.h"
 #include "coordinator/planner.h"
 
@@ -38,12 +39,12 @@ struct CoordinatorConfig {
   std::string token;                  // required, non-empty
   std::string options_digest;         // ranks whose digest differs are refused, saying which
   PlannerConfig planner;
-  std::chrono::milliseconds start_timeout{std::chrono::seconds(120)};
-  std::chrono::milliseconds heartbeat_interval{std::chrono::seconds(1)};
-  std::chrono::milliseconds heartbeat_timeout{std::chrono::seconds(30)};
-  std::chrono::milliseconds stall_warning{std::chrono::seconds(60)};
+  std::chrono::milliseconds start_timeout = kDefaultStartTimeout;
+  std::chrono::milliseconds heartbeat_interval = kDefaultHeartbeatInterval;
+  std::chrono::milliseconds heartbeat_timeout = kDefaultHeartbeatTimeout;
+  std::chrono::milliseconds stall_warning = kDefaultStallWarning;
   std::chrono::milliseconds stall_timeout{0};  // 0 = off
-  int max_message_bytes = 16 << 20;
+  int max_message_bytes = static_cast<int>(kDefaultMaxMessageBytes);
   TlsFiles tls;
 };
 

@@ -3,7 +3,8 @@
 // Files: service.cc (start, shutdown), service_join.cc (Join, topology), store.cc (the
 // rendezvous store), session.cc (session streams, ready notices, plan translation),
 // service_liveness.cc (the timer and sender threads: cycle-time flushes, heartbeats, dead
-// ranks, stalls, aborts).
+// ranks, stalls, aborts), service_sets.cc (process sets: one planner per set, collective add
+// and remove).
 //
 // Threads: gRPC's handler threads (one per call in flight; a session's handler thread reads
 // that rank's stream for the whole job and runs the planner inline on each Ready), the timer
@@ -20,6 +21,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <unordered_map>
@@ -83,8 +85,27 @@ class CoordinatorServiceImpl final : public CoordinatorService,
     bool had_session = false;
     bool lost = false;
     std::unordered_map<uint32_t, TensorSpec> specs;  // this rank's ids
-    std::unordered_map<std::string, uint32_t> ids;   // name -> this rank's id
-    std::unordered_map<std::string, std::string> payloads;  // name -> pending inline data
+    std::unordered_map<TensorKey, uint32_t, TensorKeyHash> ids;  // (set, name) -> this rank's id
+    std::unordered_map<TensorKey, std::string, TensorKeyHash> payloads;  // pending inline data
+    uint64_t next_set_op = 0;  // seq of this rank's next ProcessSetOp
+  };
+
+  // One process set: its members and its own planner (planner ranks are set ranks).
+  struct SetState {
+    int32_t id = 0;
+    std::vector<int> ranks;     // global ranks, sorted
+    std::vector<int> index_of;  // global rank -> set rank, -1 for non-members
+    std::string cpu_operations;
+    std::unique_ptr<Planner> planner;
+  };
+
+  // The n-th ProcessSetOp of every rank, until every rank has sent it.
+  struct PendingSetOp {
+    TimePoint first;
+    std::vector<std::optional<ProcessSetOp>> requests;  // per rank
+    int received = 0;
+    bool resolved = false;
+    ProcessSetResult result;
   };
 
   // service_join.cc
@@ -102,15 +123,33 @@ class CoordinatorServiceImpl final : public CoordinatorService,
                      bool* goodbye);
   void HandleReadyLocked(int rank, const proto::WorkerMessage::Ready& ready, TimePoint now,
                          Touched* touched);
-  void PollLocked(TimePoint now, std::vector<PlanMessage>* extra, Touched* touched);
-  BucketPlan PlanForRankLocked(const PlannedBucket& bucket, int rank,
+  // Polls every set's planner (set == nullptr) or one set's, and sends what came out; `extra`
+  // (indexed by global rank, may be null) adds errors found while reading notices.
+  void PollLocked(TimePoint now, SetState* set, std::vector<PlanMessage>* extra,
+                  Touched* touched);
+  void SendPlannerOutputLocked(const SetState& set, PlannerOutput out,
+                               std::vector<PlanMessage>* extra, Touched* touched);
+  void SendExtraLocked(std::vector<PlanMessage>* extra, Touched* touched);
+  BucketPlan PlanForRankLocked(const SetState& set, const PlannedBucket& bucket, int rank,
                                const std::vector<std::string>& inline_results) const;
 
   // session_inline.cc: small allreduces reduced here from the data the ranks sent inline.
   // Returns one result per entry, or nothing when some rank did not send its data.
-  std::vector<std::string> InlineReduceLocked(const PlannedBucket& bucket) const;
+  std::vector<std::string> InlineReduceLocked(const SetState& set,
+                                              const PlannedBucket& bucket) const;
   // Forgets the inline data of the names that went out or failed.
-  void DropPayloadsLocked(const PlannerOutput& out);
+  void DropPayloadsLocked(const SetState& set, const PlannerOutput& out);
+
+  // service_sets.cc
+  SetState* FindSetLocked(int32_t id);
+  void AddSetLocked(int32_t id, std::vector<int> ranks, std::string cpu_operations);
+  // Why `rank` may not submit `spec` (unknown set, not a member), or OK.
+  Status CheckMembershipLocked(int rank, const TensorSpec& spec, SetState** set);
+  void HandleSetOpLocked(int rank, const ProcessSetOp& op, Touched* touched);
+  ProcessSetResult ResolveSetOpLocked(uint64_t seq, const PendingSetOp& pending);
+  void SendSetResultLocked(int rank, const ProcessSetResult& result, Touched* touched);
+  void CheckSetOpTimeoutsLocked(TimePoint now, Touched* touched);
+  TimePoint NextSetDeadlineLocked() const;
   void EndSession(int rank, const std::shared_ptr<SessionStream>& session, bool goodbye);
 
   // service_liveness.cc
@@ -119,6 +158,7 @@ class CoordinatorServiceImpl final : public CoordinatorService,
   void TimerTickLocked(TimePoint now);
   void CheckLivenessLocked(TimePoint now);
   void CheckStallsLocked(TimePoint now);
+  std::vector<StallReport> StalledLocked(TimePoint now, std::chrono::milliseconds older_than) const;
   TimePoint NextWakeLocked() const;
   void WakeTimerLocked(TimePoint at);
   void SendHeartbeatsLocked();
@@ -150,7 +190,9 @@ class CoordinatorServiceImpl final : public CoordinatorService,
   std::condition_variable sessions_cv_;  // a session ended
   std::condition_variable sender_cv_;    // work for the sender thread, or it went idle
   // All guarded by mu_.
-  Planner planner_;
+  std::map<int32_t, SetState> sets_;  // 0 = every rank
+  int32_t next_set_id_ = 1;           // ids are never reused within a job
+  std::map<uint64_t, PendingSetOp> set_ops_;
   std::vector<RankState> ranks_;
   int joined_count_ = 0;
   bool topology_ready_ = false;

@@ -18,7 +18,7 @@ std::string DescribeStalls(const std::vector<StallReport>& stalls, size_t cap) {
   for (size_t i = 0; i < stalls.size() && i < cap; ++i) {
     const StallReport& r = stalls[i];
     if (i > 0) s += "; ";
-    s += "tensor '" + r.name + "' submitted by " + (r.ready_ranks.size() == 1 ? "rank " : "ranks ") +
+    s += "tensor " + r.name + " submitted by " + (r.ready_ranks.size() == 1 ? "rank " : "ranks ") +
          JoinRanks(r.ready_ranks, 8) + " but not by " +
          (r.missing_ranks.size() == 1 ? "rank " : "ranks ") + JoinRanks(r.missing_ranks, 8) +
          " for " + FormatSeconds(std::chrono::duration_cast<std::chrono::milliseconds>(r.age));
@@ -48,7 +48,7 @@ void CoordinatorServiceImpl::WakeTimerLocked(TimePoint at) {
 }
 
 TimePoint CoordinatorServiceImpl::NextWakeLocked() const {
-  TimePoint wake = std::min({next_heartbeat_, next_stall_check_, planner_.NextDeadline()});
+  TimePoint wake = std::min({next_heartbeat_, next_stall_check_, NextSetDeadlineLocked()});
   if (!topology_ready_ && start_failure_.empty()) wake = std::min(wake, start_deadline_);
   if (topology_ready_) {
     for (const RankState& r : ranks_) {
@@ -65,9 +65,10 @@ TimePoint CoordinatorServiceImpl::NextWakeLocked() const {
 
 void CoordinatorServiceImpl::TimerTickLocked(TimePoint now) {
   if (!topology_ready_ && start_failure_.empty() && now >= start_deadline_) FailStartLocked();
-  if (!aborted_ && planner_.NextDeadline() <= now) {
+  if (!aborted_ && NextSetDeadlineLocked() <= now) {
     Touched touched;
-    PollLocked(now, nullptr, &touched);
+    PollLocked(now, nullptr, nullptr, &touched);
+    CheckSetOpTimeoutsLocked(now, &touched);
     for (const auto& s : touched) ScheduleFlushLocked(s);
   }
   if (now >= next_heartbeat_) {
@@ -118,15 +119,30 @@ void CoordinatorServiceImpl::CheckLivenessLocked(TimePoint now) {
   }
 }
 
+// Every set's stalled names, with global ranks and the set in the name.
+std::vector<StallReport> CoordinatorServiceImpl::StalledLocked(
+    TimePoint now, std::chrono::milliseconds older_than) const {
+  std::vector<StallReport> all;
+  for (const auto& [id, set] : sets_) {
+    for (StallReport r : set.planner->Stalled(now, older_than)) {
+      for (int& rank : r.ready_ranks) rank = set.ranks[rank];
+      for (int& rank : r.missing_ranks) rank = set.ranks[rank];
+      r.name = DescribeTensor(TensorKey{id, r.name});
+      all.push_back(std::move(r));
+    }
+  }
+  return all;
+}
+
 void CoordinatorServiceImpl::CheckStallsLocked(TimePoint now) {
-  std::vector<StallReport> stalls = planner_.Stalled(now, config_.stall_warning);
+  std::vector<StallReport> stalls = StalledLocked(now, config_.stall_warning);
   if (!stalls.empty() && now >= next_stall_log_) {
     next_stall_log_ = now + config_.stall_warning / 2;
     HORA_LOG_WARN("coordinator: {} tensor(s) stalled: {}", stalls.size(),
                   DescribeStalls(stalls, 10));
   }
   if (config_.stall_timeout <= std::chrono::milliseconds(0)) return;
-  std::vector<StallReport> timed_out = planner_.Stalled(now, config_.stall_timeout);
+  std::vector<StallReport> timed_out = StalledLocked(now, config_.stall_timeout);
   if (!timed_out.empty()) {
     AbortLocked(Code::kAborted, "stall timeout: " + DescribeStalls(timed_out, 10), -1);
   }

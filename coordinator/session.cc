@@ -4,6 +4,8 @@
 // under mu_, translates every bucket into each rank's view (its own tensor ids), pushes one
 // Plan message per rank into that rank's outbox (under mu_, which fixes the global order), and
 // then, outside mu_, flushes those outboxes itself. No thread hand-off on the way.
+#include <algorithm>
+
 #include "common/logging.h"
 #include "coordinator/auth.h"
 #include "coordinator/convert.h"
@@ -99,8 +101,29 @@ void CoordinatorServiceImpl::HandleMessage(int rank, const proto::WorkerMessage&
       std::lock_guard<std::mutex> lock(mu_);
       if (aborted_) return;
       const TimePoint now = Clock::now();
-      planner_.Join(rank, now);
-      PollLocked(now, nullptr, touched);
+      SetState* set = FindSetLocked(message.join_op().process_set());
+      if (set == nullptr || set->index_of[rank] < 0) {
+        HORA_LOG_WARN("coordinator: rank {} joined process set {}, which it is not a member of",
+                      rank, message.join_op().process_set());
+        return;
+      }
+      set->planner->Join(set->index_of[rank], now);
+      PollLocked(now, set, nullptr, touched);
+      return;
+    }
+    case proto::WorkerMessage::kProcessSetOp: {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (aborted_) return;
+      ProcessSetOp op;
+      Status s = FromProto(message.process_set_op(), &op);
+      if (!s.ok()) {
+        ProcessSetResult r;
+        r.seq = message.process_set_op().seq();
+        r.status = s;
+        SendSetResultLocked(rank, r, touched);
+        return;
+      }
+      HandleSetOpLocked(rank, op, touched);
       return;
     }
     case proto::WorkerMessage::kGoodbye:
@@ -127,6 +150,18 @@ void CoordinatorServiceImpl::HandleReadyLocked(int rank, const proto::WorkerMess
     if (extra.empty()) extra.resize(config_.size);
     extra[rank].errors.push_back(TensorErrorNotice{static_cast<int32_t>(id), std::move(status)});
   };
+  std::vector<SetState*> polled;
+  auto submit = [&](uint32_t id, const TensorSpec& spec, const proto::ReadyTensor& t) {
+    SetState* set = nullptr;
+    Status member = CheckMembershipLocked(rank, spec, &set);
+    if (!member.ok()) {
+      fail(id, member);
+      return;
+    }
+    if (t.has_payload()) state.payloads[TensorKeyOf(spec)] = t.payload();
+    set->planner->Submit(set->index_of[rank], spec, now);
+    if (std::find(polled.begin(), polled.end(), set) == polled.end()) polled.push_back(set);
+  };
   for (const proto::ReadyTensor& t : ready.tensors()) {
     if (t.has_signature()) {
       TensorSpec spec;
@@ -135,10 +170,9 @@ void CoordinatorServiceImpl::HandleReadyLocked(int rank, const proto::WorkerMess
         fail(t.id(), s);
         continue;
       }
-      state.ids[spec.name] = t.id();
+      state.ids[TensorKeyOf(spec)] = t.id();
       auto it = state.specs.insert_or_assign(t.id(), std::move(spec)).first;
-      if (t.has_payload()) state.payloads[it->second.name] = t.payload();
-      planner_.Submit(rank, it->second, now);
+      submit(t.id(), it->second, t);
       continue;
     }
     auto it = state.specs.find(t.id());
@@ -148,16 +182,19 @@ void CoordinatorServiceImpl::HandleReadyLocked(int rank, const proto::WorkerMess
                                    "signature)"));
       continue;
     }
-    if (t.has_payload()) state.payloads[it->second.name] = t.payload();
-    planner_.Submit(rank, it->second, now);
+    submit(t.id(), it->second, t);
   }
-  PollLocked(now, extra.empty() ? nullptr : &extra, touched);
+  for (SetState* set : polled) PollLocked(now, set, extra.empty() ? nullptr : &extra, touched);
+  if (!extra.empty()) SendExtraLocked(&extra, touched);
 }
 
 BucketPlan CoordinatorServiceImpl::PlanForRankLocked(
-    const PlannedBucket& bucket, int rank, const std::vector<std::string>& inline_results) const {
+    const SetState& set, const PlannedBucket& bucket, int rank,
+    const std::vector<std::string>& inline_results) const {
   BucketPlan plan;
   plan.seq = bucket.seq;
+  plan.process_set = set.id;
+  plan.participants.assign(bucket.participants.begin(), bucket.participants.end());
   plan.collective = bucket.collective;
   plan.dtype = bucket.dtype;
   plan.op = bucket.op;
@@ -168,11 +205,12 @@ BucketPlan CoordinatorServiceImpl::PlanForRankLocked(
   plan.inline_reduced = !inline_results.empty();
   plan.entries.reserve(bucket.entries.size());
   const RankState& state = ranks_[rank];
+  const int me = set.index_of[rank];
   for (const PlannedBucket::Entry& e : bucket.entries) {
     BucketPlan::Entry entry;
-    const bool submitted = rank < static_cast<int>(e.submitted.size()) && e.submitted[rank];
+    const bool submitted = me < static_cast<int>(e.submitted.size()) && e.submitted[me];
     if (submitted) {
-      auto it = state.ids.find(e.name);
+      auto it = state.ids.find(TensorKey{set.id, e.name});
       if (it != state.ids.end()) {
         entry.id = static_cast<int32_t>(it->second);
       } else {
@@ -184,8 +222,7 @@ BucketPlan CoordinatorServiceImpl::PlanForRankLocked(
     if (!e.splits.empty()) {
       entry.recv_splits.reserve(e.splits.size());
       for (const auto& from_sender : e.splits) {
-        entry.recv_splits.push_back(
-            rank < static_cast<int>(from_sender.size()) ? from_sender[rank] : 0);
+        entry.recv_splits.push_back(me < static_cast<int>(from_sender.size()) ? from_sender[me] : 0);
       }
     }
     if (plan.inline_reduced) entry.inline_result = inline_results[plan.entries.size()];
@@ -194,54 +231,81 @@ BucketPlan CoordinatorServiceImpl::PlanForRankLocked(
   return plan;
 }
 
-void CoordinatorServiceImpl::PollLocked(TimePoint now, std::vector<PlanMessage>* extra,
-                                        Touched* touched) {
-  PlannerOutput out = planner_.Poll(now);
-  const bool any = !out.buckets.empty() || !out.failures.empty() || out.join_done;
-  if (!any && extra == nullptr) {
-    WakeTimerLocked(planner_.NextDeadline());
-    return;
+void CoordinatorServiceImpl::PollLocked(TimePoint now, SetState* only,
+                                        std::vector<PlanMessage>* extra, Touched* touched) {
+  if (only != nullptr) {
+    SendPlannerOutputLocked(*only, only->planner->Poll(now), extra, touched);
+  } else {
+    for (auto& [id, set] : sets_) SendPlannerOutputLocked(set, set.planner->Poll(now), extra, touched);
   }
+  WakeTimerLocked(NextSetDeadlineLocked());
+}
+
+// One Plan message per member that has something: the buckets (send/recv only to their two
+// ranks), the failures of names it submitted, and the errors in `extra` for it (which are
+// consumed). join_done goes to every member.
+void CoordinatorServiceImpl::SendPlannerOutputLocked(const SetState& set, PlannerOutput out,
+                                                     std::vector<PlanMessage>* extra,
+                                                     Touched* touched) {
+  const bool any = !out.buckets.empty() || !out.failures.empty() || out.join_done;
+  if (!any) return;
   std::vector<std::vector<std::string>> inline_results(out.buckets.size());
   for (size_t b = 0; b < out.buckets.size(); ++b) {
-    inline_results[b] = InlineReduceLocked(out.buckets[b]);
+    inline_results[b] = InlineReduceLocked(set, out.buckets[b]);
   }
-  DropPayloadsLocked(out);
-  for (int r = 0; r < config_.size; ++r) {
-    const bool has_extra = extra != nullptr && !(*extra)[r].errors.empty();
-    bool has_failure = false;
-    for (const TensorFailure& f : out.failures) {
-      has_failure |= r < static_cast<int>(f.submitted.size()) && f.submitted[r];
-    }
-    if (out.buckets.empty() && !has_failure && !has_extra && !out.join_done) continue;
+  DropPayloadsLocked(set, out);
+  for (size_t i = 0; i < set.ranks.size(); ++i) {
+    const int r = set.ranks[i];
+    const int me = static_cast<int>(i);
     const std::shared_ptr<SessionStream>& session = ranks_[r].session;
     if (!session) continue;
-    if (!out.buckets.empty() || has_failure || has_extra) {
-      PlanMessage plan;
-      for (size_t b = 0; b < out.buckets.size(); ++b) {
-        plan.buckets.push_back(PlanForRankLocked(out.buckets[b], r, inline_results[b]));
-      }
-      for (const TensorFailure& f : out.failures) {
-        if (r >= static_cast<int>(f.submitted.size()) || !f.submitted[r]) continue;
-        auto it = ranks_[r].ids.find(f.name);
-        const int32_t id = it == ranks_[r].ids.end() ? -1 : static_cast<int32_t>(it->second);
-        plan.errors.push_back(TensorErrorNotice{id, f.status});
-      }
-      if (has_extra) {
-        for (TensorErrorNotice& e : (*extra)[r].errors) plan.errors.push_back(std::move(e));
-      }
+    PlanMessage plan;
+    for (size_t b = 0; b < out.buckets.size(); ++b) {
+      const auto& p = out.buckets[b].participants;
+      if (!p.empty() && std::find(p.begin(), p.end(), me) == p.end()) continue;
+      plan.buckets.push_back(PlanForRankLocked(set, out.buckets[b], r, inline_results[b]));
+    }
+    for (const TensorFailure& f : out.failures) {
+      if (me >= static_cast<int>(f.submitted.size()) || !f.submitted[me]) continue;
+      auto it = ranks_[r].ids.find(TensorKey{set.id, f.name});
+      const int32_t id = it == ranks_[r].ids.end() ? -1 : static_cast<int32_t>(it->second);
+      plan.errors.push_back(TensorErrorNotice{id, f.status});
+    }
+    if (extra != nullptr && !(*extra)[r].errors.empty()) {
+      for (TensorErrorNotice& e : (*extra)[r].errors) plan.errors.push_back(std::move(e));
+      (*extra)[r].errors.clear();
+    }
+    bool pushed = false;
+    if (!plan.buckets.empty() || !plan.errors.empty()) {
       proto::CoordinatorMessage message;
       ToProto(plan, message.mutable_plan());
       session->Push(std::move(message));
+      pushed = true;
     }
     if (out.join_done) {
       proto::CoordinatorMessage message;
-      message.mutable_join_done()->set_last_joined_rank(out.last_joined_rank);
+      message.mutable_join_done()->set_last_joined_rank(set.ranks[out.last_joined_rank]);
+      message.mutable_join_done()->set_process_set(set.id);
       session->Push(std::move(message));
+      pushed = true;
     }
-    touched->push_back(session);
+    if (pushed && std::find(touched->begin(), touched->end(), session) == touched->end()) {
+      touched->push_back(session);
+    }
   }
-  WakeTimerLocked(planner_.NextDeadline());
+}
+
+void CoordinatorServiceImpl::SendExtraLocked(std::vector<PlanMessage>* extra, Touched* touched) {
+  for (int r = 0; r < config_.size; ++r) {
+    if ((*extra)[r].errors.empty() || !ranks_[r].session) continue;
+    proto::CoordinatorMessage message;
+    ToProto((*extra)[r], message.mutable_plan());
+    (*extra)[r].errors.clear();
+    ranks_[r].session->Push(std::move(message));
+    if (std::find(touched->begin(), touched->end(), ranks_[r].session) == touched->end()) {
+      touched->push_back(ranks_[r].session);
+    }
+  }
 }
 
 void CoordinatorServiceImpl::EndSession(int rank, const std::shared_ptr<SessionStream>& session,

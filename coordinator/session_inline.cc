@@ -12,7 +12,7 @@
 namespace hora {
 
 std::vector<std::string> CoordinatorServiceImpl::InlineReduceLocked(
-    const PlannedBucket& bucket) const {
+    const SetState& set, const PlannedBucket& bucket) const {
   if (bucket.collective != CollectiveType::kAllreduce) return {};
   const ReduceOp op = ReductionOp(bucket.op);
   const size_t esize = DataTypeSize(bucket.dtype);
@@ -23,13 +23,15 @@ std::vector<std::string> CoordinatorServiceImpl::InlineReduceLocked(
     std::string acc;
     bool first = true;
     bool any_joined = false;
-    for (int r = 0; r < config_.size; ++r) {
-      if (r >= static_cast<int>(e.submitted.size()) || !e.submitted[r]) {
+    const TensorKey key{set.id, e.name};
+    for (size_t i = 0; i < set.ranks.size(); ++i) {
+      if (i >= e.submitted.size() || !e.submitted[i]) {
         any_joined = true;
         continue;
       }
-      auto it = ranks_[r].payloads.find(e.name);
-      if (it == ranks_[r].payloads.end() || it->second.size() != n * esize) return {};
+      const RankState& state = ranks_[set.ranks[i]];
+      auto it = state.payloads.find(key);
+      if (it == state.payloads.end() || it->second.size() != n * esize) return {};
       if (first) {
         acc = it->second;
         first = false;
@@ -47,10 +49,12 @@ std::vector<std::string> CoordinatorServiceImpl::InlineReduceLocked(
   return results;
 }
 
-void CoordinatorServiceImpl::DropPayloadsLocked(const PlannerOutput& out) {
-  auto drop = [this](const std::string& name) {
-    for (RankState& state : ranks_) {
-      if (!state.payloads.empty()) state.payloads.erase(name);
+void CoordinatorServiceImpl::DropPayloadsLocked(const SetState& set, const PlannerOutput& out) {
+  auto drop = [&](const std::string& name) {
+    const TensorKey key{set.id, name};
+    for (int r : set.ranks) {
+      RankState& state = ranks_[r];
+      if (!state.payloads.empty()) state.payloads.erase(key);
     }
   };
   for (const PlannedBucket& b : out.buckets) {

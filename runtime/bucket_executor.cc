@@ -16,19 +16,39 @@ std::vector<int64_t> WithFirstDim(const TensorSpec& spec, int64_t first) {
 
 }  // namespace
 
-char* BucketExecutor::Fusion(size_t bytes) {
-  if (fusion_.size() < bytes) fusion_.resize(bytes);
-  return fusion_.data();
+FusionPool::Lease FusionPool::Acquire(size_t bytes) {
+  std::unique_lock<std::mutex> lock(mu_);
+  cv_.wait(lock, [&] { return !free_.empty() || created_ < kMaxBuffers; });
+  std::unique_ptr<std::vector<char>> buf;
+  if (!free_.empty()) {
+    buf = std::move(free_.back());
+    free_.pop_back();
+  } else {
+    buf = std::make_unique<std::vector<char>>();
+    ++created_;
+  }
+  lock.unlock();
+  if (buf->size() < bytes) buf->resize(bytes);
+  return Lease(buf.release(), [this](std::vector<char>* b) { Return(b); });
 }
 
-Status BucketExecutor::Run(const BucketPlan& plan, const std::vector<const Request*>& requests,
-                           std::vector<OpResult>* results) {
+void FusionPool::Return(std::vector<char>* buffer) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    free_.emplace_back(buffer);
+  }
+  cv_.notify_one();
+}
+
+Status BucketExecutor::Start(const BucketPlan& plan, const std::vector<const Request*>& requests,
+                             std::vector<OpResult>* results, Finish* finish) {
   results->assign(plan.entries.size(), OpResult());
+  *finish = nullptr;
   switch (plan.collective) {
     case CollectiveType::kAllreduce:
-      return RunAllreduce(plan, requests);
+      return StartAllreduce(plan, requests, finish);
     case CollectiveType::kBroadcast:
-      return RunBroadcast(plan, requests);
+      return StartBroadcast(plan, requests, finish);
     case CollectiveType::kBarrier:
       return comm_->Barrier();
     default:
@@ -41,55 +61,73 @@ Status BucketExecutor::Run(const BucketPlan& plan, const std::vector<const Reque
   }
   switch (plan.collective) {
     case CollectiveType::kAllgather:
-      return RunAllgather(plan, *requests[0], &(*results)[0]);
+      return StartAllgather(plan, *requests[0], &(*results)[0]);
     case CollectiveType::kReducescatter:
-      return RunReducescatter(plan, *requests[0], &(*results)[0]);
+      return StartReducescatter(plan, *requests[0], &(*results)[0], finish);
     case CollectiveType::kAlltoall:
-      return RunAlltoall(plan, *requests[0], &(*results)[0]);
+      return StartAlltoall(plan, *requests[0], &(*results)[0]);
+    case CollectiveType::kSend:
+    case CollectiveType::kRecv:
+      return StartSendRecv(plan, *requests[0]);
     default:
       return Internal("unknown collective in bucket " + std::to_string(plan.seq));
   }
 }
 
-Status BucketExecutor::RunAllreduce(const BucketPlan& plan,
-                                    const std::vector<const Request*>& requests) {
+Status BucketExecutor::StartAllreduce(const BucketPlan& plan,
+                                      const std::vector<const Request*>& requests,
+                                      Finish* finish) {
   const size_t esize = DataTypeSize(plan.dtype);
   const double post = FinalPostscale(plan.op, plan.postscale, comm_->size());
   const ReduceOp op = ReductionOp(plan.op);
+  const DataType dtype = plan.dtype;
   if (plan.entries.size() == 1 && requests[0] != nullptr) {
     const Request& r = *requests[0];
-    size_t n = static_cast<size_t>(plan.entries[0].num_elements);
-    ScaleCopy(r.output, r.input, n, plan.dtype, plan.prescale);
-    HORA_RETURN_IF_ERROR(comm_->Allreduce(r.output, n, plan.dtype, op));
-    ScaleInPlace(r.output, n, plan.dtype, post);
+    const size_t n = static_cast<size_t>(plan.entries[0].num_elements);
+    ScaleCopy(r.output, r.input, n, dtype, plan.prescale);
+    HORA_RETURN_IF_ERROR(comm_->Allreduce(r.output, n, dtype, op));
+    void* out = r.output;
+    if (post != 1.0) {
+      *finish = [out, n, dtype, post] {
+        ScaleInPlace(out, n, dtype, post);
+        return Status::Ok();
+      };
+    }
     return Status::Ok();
   }
   size_t total = 0;
   for (const auto& e : plan.entries) total += static_cast<size_t>(e.num_elements);
-  char* buf = Fusion(total * esize);
+  FusionPool::Lease lease = pool_.Acquire(total * esize);
+  char* buf = lease->data();
   size_t off = 0;
+  std::vector<std::pair<void*, size_t>> outs;  // (output, elements) per entry; null if joined
+  outs.reserve(plan.entries.size());
   for (size_t i = 0; i < plan.entries.size(); ++i) {
-    size_t n = static_cast<size_t>(plan.entries[i].num_elements);
+    const size_t n = static_cast<size_t>(plan.entries[i].num_elements);
     if (requests[i] == nullptr) {
       std::memset(buf + off * esize, 0, n * esize);
+      outs.emplace_back(nullptr, n);
     } else {
-      ScaleCopy(buf + off * esize, requests[i]->input, n, plan.dtype, plan.prescale);
+      ScaleCopy(buf + off * esize, requests[i]->input, n, dtype, plan.prescale);
+      outs.emplace_back(requests[i]->output, n);
     }
     off += n;
   }
-  HORA_RETURN_IF_ERROR(comm_->Allreduce(buf, total, plan.dtype, op));
-  off = 0;
-  for (size_t i = 0; i < plan.entries.size(); ++i) {
-    size_t n = static_cast<size_t>(plan.entries[i].num_elements);
-    if (requests[i] != nullptr) ScaleCopy(requests[i]->output, buf + off * esize, n, plan.dtype, post);
-    off += n;
-  }
+  HORA_RETURN_IF_ERROR(comm_->Allreduce(buf, total, dtype, op));
+  *finish = [lease, outs = std::move(outs), esize, dtype, post] {
+    size_t off = 0;
+    for (const auto& [out, n] : outs) {
+      if (out != nullptr) ScaleCopy(out, lease->data() + off * esize, n, dtype, post);
+      off += n;
+    }
+    return Status::Ok();
+  };
   return Status::Ok();
 }
 
-Status BucketExecutor::RunBroadcast(const BucketPlan& plan,
-                                    const std::vector<const Request*>& requests) {
-  const size_t esize = DataTypeSize(plan.dtype);
+Status BucketExecutor::StartBroadcast(const BucketPlan& plan,
+                                      const std::vector<const Request*>& requests,
+                                      Finish* finish) {
   for (const Request* r : requests) {
     if (r == nullptr) return Internal("broadcast bucket with a joined rank");
   }
@@ -97,28 +135,31 @@ Status BucketExecutor::RunBroadcast(const BucketPlan& plan,
     return comm_->Broadcast(requests[0]->output, requests[0]->spec.ByteSize(), plan.root);
   }
   size_t total = 0;
-  for (const auto& e : plan.entries) total += static_cast<size_t>(e.num_elements) * esize;
-  char* buf = Fusion(total);
+  for (const Request* r : requests) total += r->spec.ByteSize();
+  FusionPool::Lease lease = pool_.Acquire(total);
+  char* buf = lease->data();
   const bool root = comm_->rank() == plan.root;
+  std::vector<std::pair<void*, size_t>> outs;
   size_t off = 0;
-  if (root) {
-    for (const Request* r : requests) {
-      std::memcpy(buf + off, r->output, r->spec.ByteSize());
-      off += r->spec.ByteSize();
-    }
+  for (const Request* r : requests) {
+    if (root) std::memcpy(buf + off, r->output, r->spec.ByteSize());
+    outs.emplace_back(r->output, r->spec.ByteSize());
+    off += r->spec.ByteSize();
   }
   HORA_RETURN_IF_ERROR(comm_->Broadcast(buf, total, plan.root));
-  if (!root) {
-    off = 0;
-    for (const Request* r : requests) {
-      if (r->spec.ByteSize() > 0) std::memcpy(r->output, buf + off, r->spec.ByteSize());
-      off += r->spec.ByteSize();
+  if (root) return Status::Ok();
+  *finish = [lease, outs = std::move(outs)] {
+    size_t off = 0;
+    for (const auto& [out, bytes] : outs) {
+      if (bytes > 0) std::memcpy(out, lease->data() + off, bytes);
+      off += bytes;
     }
-  }
+    return Status::Ok();
+  };
   return Status::Ok();
 }
 
-Status BucketExecutor::RunAllgather(const BucketPlan& plan, const Request& r, OpResult* result) {
+Status BucketExecutor::StartAllgather(const BucketPlan& plan, const Request& r, OpResult* result) {
   const auto& dims = plan.entries[0].first_dims;
   if (static_cast<int>(dims.size()) != comm_->size()) {
     return Internal("allgather plan has " + std::to_string(dims.size()) + " first dimensions");
@@ -135,8 +176,8 @@ Status BucketExecutor::RunAllgather(const BucketPlan& plan, const Request& r, Op
   return comm_->Allgatherv(r.input, result->data.data(), bytes);
 }
 
-Status BucketExecutor::RunReducescatter(const BucketPlan& plan, const Request& r,
-                                        OpResult* result) {
+Status BucketExecutor::StartReducescatter(const BucketPlan& plan, const Request& r,
+                                          OpResult* result, Finish* finish) {
   const int size = comm_->size();
   const int64_t d0 = r.spec.shape.empty() ? 1 : r.spec.shape[0];
   const int64_t row = r.spec.RowElements();
@@ -144,23 +185,30 @@ Status BucketExecutor::RunReducescatter(const BucketPlan& plan, const Request& r
   for (int i = 0; i < size; ++i) {
     counts[i] = static_cast<size_t>((d0 / size + (i < d0 % size ? 1 : 0)) * row);
   }
-  const size_t esize = DataTypeSize(r.spec.dtype);
+  const DataType dtype = r.spec.dtype;
   const void* in = r.input;
+  FusionPool::Lease lease;
   if (plan.prescale != 1.0) {
-    char* buf = Fusion(r.spec.ByteSize());
-    ScaleCopy(buf, r.input, static_cast<size_t>(r.spec.NumElements()), r.spec.dtype, plan.prescale);
-    in = buf;
+    lease = pool_.Acquire(r.spec.ByteSize());
+    ScaleCopy(lease->data(), r.input, static_cast<size_t>(r.spec.NumElements()), dtype,
+              plan.prescale);
+    in = lease->data();
   }
   const size_t mine = counts[comm_->rank()];
-  result->data.resize(mine * esize);
+  result->data.resize(mine * DataTypeSize(dtype));
   result->shape = WithFirstDim(r.spec, d0 / size + (comm_->rank() < d0 % size ? 1 : 0));
-  HORA_RETURN_IF_ERROR(comm_->Reducescatter(in, result->data.data(), counts, r.spec.dtype,
+  HORA_RETURN_IF_ERROR(comm_->Reducescatter(in, result->data.data(), counts, dtype,
                                             ReductionOp(plan.op)));
-  ScaleInPlace(result->data.data(), mine, r.spec.dtype, FinalPostscale(plan.op, plan.postscale, size));
+  const double post = FinalPostscale(plan.op, plan.postscale, size);
+  void* out = result->data.data();
+  *finish = [lease, out, mine, dtype, post] {
+    ScaleInPlace(out, mine, dtype, post);
+    return Status::Ok();
+  };
   return Status::Ok();
 }
 
-Status BucketExecutor::RunAlltoall(const BucketPlan& plan, const Request& r, OpResult* result) {
+Status BucketExecutor::StartAlltoall(const BucketPlan& plan, const Request& r, OpResult* result) {
   const int size = comm_->size();
   const auto& recv = plan.entries[0].recv_splits;
   if (static_cast<int>(recv.size()) != size) {
@@ -181,6 +229,20 @@ Status BucketExecutor::RunAlltoall(const BucketPlan& plan, const Request& r, OpR
   result->shape = WithFirstDim(r.spec, rows);
   result->splits = recv;
   return comm_->Alltoallv(r.input, send_bytes, result->data.data(), recv_bytes);
+}
+
+// The pair's bucket has root = sender and participants {sender, receiver}; its seq (the
+// same on both sides) is the tag, so the transfer matches nothing else.
+Status BucketExecutor::StartSendRecv(const BucketPlan& plan, const Request& r) {
+  if (plan.participants.size() != 2) {
+    return Internal("send/recv bucket " + std::to_string(plan.seq) + " without its two ranks");
+  }
+  const uint32_t tag = static_cast<uint32_t>(plan.seq);
+  const size_t bytes = r.spec.ByteSize();
+  if (comm_->rank() == plan.participants[0]) {
+    return comm_->Send(r.input, bytes, plan.participants[1], tag);
+  }
+  return comm_->Recv(r.output, bytes, plan.participants[0], tag);
 }
 
 }  // namespace hora

@@ -1,12 +1,23 @@
-// Runs one negotiated bucket on a communicator: packs the tensors into the persistent fusion
-// buffer (applying the prescale in the same pass), runs the collective, and unpacks (applying
-// the postscale). A bucket of one tensor runs in place on the caller's output, without the
-// extra copies. Average is a sum with postscale 1/size.
+// Runs one negotiated bucket on a process set's communicator: packs the tensors into a fusion
+// buffer (applying the prescale in the same pass), runs the collective, and unpacks
+// (applying the postscale). A bucket of one tensor runs in place on the caller's output,
+// without the extra copies. Average is a sum with postscale 1/size (the set's size).
 //
-// Not thread-safe: owned and driven by the Engine's background thread.
+// Start() does everything up to and including the collective call; the unpacking is returned
+// as `finish`, which the caller runs once the communicator's work is done: at once for a
+// synchronous communicator, on the completion thread for an asynchronous one (the fusion
+// buffer stays leased to the bucket until `finish` has run, so the next bucket never writes
+// into a buffer the communicator may still read).
+//
+// Thread safety: Start is called by one thread (the set's executor); a `finish` may run on
+// another thread, concurrently with later Starts.
 #ifndef HORA_RUNTIME_BUCKET_EXECUTOR_H_
 #define HORA_RUNTIME_BUCKET_EXECUTOR_H_
 
+#include <condition_variable>
+#include <functional>
+#include <memory>
+#include <mutex>
 #include <vector>
 
 #include "collectives/communicator.h"
@@ -17,26 +28,49 @@
 
 namespace hora {
 
+// Fusion buffers: grow to the largest bucket, then stay. At most kMaxBuffers exist; Acquire
+// waits for a lease to come back when all are out (asynchronous communicators only).
+class FusionPool {
+ public:
+  static constexpr size_t kMaxBuffers = 4;
+  using Lease = std::shared_ptr<std::vector<char>>;
+  Lease Acquire(size_t bytes);
+
+ private:
+  void Return(std::vector<char>* buffer);
+
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::vector<std::unique_ptr<std::vector<char>>> free_;  // guarded by mu_
+  size_t created_ = 0;                                    // guarded by mu_
+};
+
 class BucketExecutor {
  public:
+  using Finish = std::function<Status()>;
+
   explicit BucketExecutor(Communicator* comm) : comm_(comm) {}
 
   // requests[i] is this rank's request for plan.entries[i], or nullptr where this rank has
   // joined (it contributes zeros). results receives one OpResult per entry (filled for
-  // allgather, reducescatter and alltoall).
-  Status Run(const BucketPlan& plan, const std::vector<const Request*>& requests,
-             std::vector<OpResult>* results);
+  // allgather, reducescatter and alltoall) and must stay alive until `finish` ran. On
+  // success *finish may be empty (nothing to unpack).
+  Status Start(const BucketPlan& plan, const std::vector<const Request*>& requests,
+               std::vector<OpResult>* results, Finish* finish);
 
  private:
-  Status RunAllreduce(const BucketPlan& plan, const std::vector<const Request*>& requests);
-  Status RunBroadcast(const BucketPlan& plan, const std::vector<const Request*>& requests);
-  Status RunAllgather(const BucketPlan& plan, const Request& request, OpResult* result);
-  Status RunReducescatter(const BucketPlan& plan, const Request& request, OpResult* result);
-  Status RunAlltoall(const BucketPlan& plan, const Request& request, OpResult* result);
-  char* Fusion(size_t bytes);
+  Status StartAllreduce(const BucketPlan& plan, const std::vector<const Request*>& requests,
+                        Finish* finish);
+  Status StartBroadcast(const BucketPlan& plan, const std::vector<const Request*>& requests,
+                        Finish* finish);
+  Status StartAllgather(const BucketPlan& plan, const Request& request, OpResult* result);
+  Status StartReducescatter(const BucketPlan& plan, const Request& request, OpResult* result,
+                            Finish* finish);
+  Status StartAlltoall(const BucketPlan& plan, const Request& request, OpResult* result);
+  Status StartSendRecv(const BucketPlan& plan, const Request& request);
 
-  Communicator* comm_;        // not owned
-  std::vector<char> fusion_;  // grows to the largest bucket, then stays
+  Communicator* comm_;  // not owned
+  FusionPool pool_;
 };
 
 }  // namespace hora

@@ -1,57 +1,21 @@
 #include "runtime/engine.h"
 
-#include <arpa/inet.h>
-#include <netdb.h>
 #include <signal.h>
-#include <sys/socket.h>
 #include <unistd.h>
 
 #include <chrono>
 
-#include "collectives/gloo/gloo_communicator.h"
+#include "collectives/registry.h"
 #include "common/logging.h"
+#include "runtime/engine_config.h"
 
 namespace hora {
 namespace {
 
-using std::chrono::duration_cast;
-using std::chrono::milliseconds;
-
-milliseconds Ms(double seconds) { return milliseconds(static_cast<int64_t>(seconds * 1000)); }
-
-// The local IP address a packet to `host` would leave from (no packet is sent).
-std::string LocalAddressToward(const std::string& host) {
-  addrinfo hints{};
-  hints.ai_family = AF_INET;
-  hints.ai_socktype = SOCK_DGRAM;
-  addrinfo* res = nullptr;
-  if (getaddrinfo(host.c_str(), "9", &hints, &res) != 0 || res == nullptr) return "";
-  std::string out;
-  int fd = socket(AF_INET, SOCK_DGRAM, 0);
-  if (fd >= 0 && connect(fd, res->ai_addr, res->ai_addrlen) == 0) {
-    sockaddr_in local{};
-    socklen_t len = sizeof(local);
-    char buf[INET_ADDRSTRLEN] = {0};
-    if (getsockname(fd, reinterpret_cast<sockaddr*>(&local), &len) == 0 &&
-        inet_ntop(AF_INET, &local.sin_addr, buf, sizeof(buf)) != nullptr) {
-      out = buf;
-    }
-  }
-  if (fd >= 0) close(fd);
-  freeaddrinfo(res);
-  return out;
-}
-
-std::string HostOf(const std::string& address) {
-  std::string host = address.substr(0, address.rfind(':'));
-  if (host.size() >= 2 && host.front() == '[') host = host.substr(1, host.size() - 2);
-  return host;
-}
-
 // Blocks SIGPIPE in the calling thread for its lifetime, so that every thread started
-// meanwhile (Gloo's, gRPC's, the background thread) inherits the block: a write to a socket
-// whose peer died then fails with EPIPE (Gloo reports it) instead of killing the process,
-// which is SIGPIPE's default. The caller's own mask is restored; the process-wide
+// meanwhile (the backends', gRPC's, Hora's own) inherits the block: a write to a socket
+// whose peer died then fails with EPIPE (the backend reports it) instead of killing the
+// process, which is SIGPIPE's default. The caller's own mask is restored; the process-wide
 // disposition is left alone.
 class ScopedBlockSigpipe {
  public:
@@ -86,82 +50,43 @@ Status Engine::Init() {
   spdlog::level::level_enum level;
   if (ParseLogLevel(options_.log_level, &level)) SetLogLevel(level);
   SetLogRank(options_.rank);
-  HORA_LOG_INFO("starting: {}", options_.Describe());
-  TlsFiles tls{options_.tls_cert, options_.tls_key, options_.tls_ca};
+  HORA_LOG_INFO("starting: {}; backends built: {}", options_.Describe(), BuiltBackendsString());
   std::string address = options_.coordinator_address;
   if (options_.rank == 0) {
-    CoordinatorConfig cc;
-    cc.listen_address = address;
-    cc.size = options_.size;
-    cc.token = options_.token;
-    cc.options_digest = options_.Digest();
-    cc.planner.size = options_.size;
-    cc.planner.fusion_threshold_bytes = options_.fusion_threshold_bytes;
-    cc.planner.cycle_time = std::chrono::microseconds(static_cast<int64_t>(options_.cycle_time_ms * 1000));
-    cc.start_timeout = Ms(options_.start_timeout_s);
-    cc.heartbeat_interval = Ms(options_.heartbeat_interval_s);
-    cc.heartbeat_timeout = Ms(options_.heartbeat_timeout_s);
-    cc.stall_warning = Ms(options_.stall_warning_s);
-    cc.stall_timeout = Ms(options_.stall_timeout_s);
-    cc.max_message_bytes = static_cast<int>(options_.max_message_bytes);
-    cc.tls = tls;
-    auto service = CoordinatorService::Start(cc);
+    auto service = CoordinatorService::Start(CoordinatorConfigFrom(options_));
     if (!service.ok()) return service.status();
     service_ = std::move(service).value();
     address = HostOf(address) + ":" + std::to_string(service_->port());
   }
-  ClientConfig cl;
-  cl.address = address;
-  cl.token = options_.token;
-  cl.rank = options_.rank;
-  cl.size = options_.size;
-  cl.hostname = options_.hostname;
-  cl.pid = getpid();
-  cl.options_digest = options_.Digest();
-  cl.start_timeout = Ms(options_.start_timeout_s);
-  cl.heartbeat_interval = Ms(options_.heartbeat_interval_s);
-  cl.heartbeat_timeout = Ms(options_.heartbeat_timeout_s);
-  cl.max_message_bytes = static_cast<int>(options_.max_message_bytes);
-  cl.tls = tls;
+  coordinator_host_ = HostOf(address);
+  ClientConfig cl = ClientConfigFrom(options_, address);
   if (service_) cl.local_host = service_->local_host();  // rank 0: session by function calls
   auto client = CoordinatorClient::Connect(cl);
   if (!client.ok()) return client.status();
   client_ = std::move(client).value();
   topology_ = client_->topology();
+  completion_ = std::make_unique<CompletionQueue>();
 
-  GlooConfig gc;
-  gc.rank = options_.rank;
-  gc.size = options_.size;
-  gc.store = client_.get();
-  gc.key_prefix = "gloo/";
-  gc.timeout = Ms(options_.collective_timeout_s);
-  gc.bind_address = options_.gloo_iface;
-  if (gc.bind_address.empty()) {
-    gc.bind_address = topology_.ranks[0].cross_size == 1 ? "127.0.0.1" : LocalAddressToward(HostOf(address));
-  }
-  if (gc.bind_address.empty()) {
-    return Unavailable("cannot find a local address toward the coordinator " + address +
-                       "; set HORA_GLOO_IFACE to this host's address");
-  }
-  auto comm = CreateGlooCommunicator(gc);
-  if (!comm.ok()) return comm.status();
-  comm_ = std::move(comm).value();
-  executor_ = std::make_unique<BucketExecutor>(comm_.get());
+  std::vector<int> everyone(options_.size);
+  for (int r = 0; r < options_.size; ++r) everyone[r] = r;
+  HORA_RETURN_IF_ERROR(InstallSet(kGlobalProcessSet, std::move(everyone), ""));
 
   SessionCallbacks callbacks;
   callbacks.on_plan = [this](PlanMessage plan) { OnPlan(std::move(plan)); };
-  callbacks.on_join_done = [this](int last_rank) {
+  callbacks.on_join_done = [this](int32_t set, int last_rank) {
     {
       std::lock_guard<std::mutex> lock(mu_);
-      join_done_.push_back(last_rank);
+      join_done_.emplace_back(set, last_rank);
     }
-    cv_.notify_one();
+    cv_.notify_all();
   };
+  callbacks.on_process_set = [this](ProcessSetResult r) { OnProcessSetResult(std::move(r)); };
   callbacks.on_abort = [this](Status status) { SetError(std::move(status)); };
   HORA_RETURN_IF_ERROR(client_->StartSession(std::move(callbacks)));
   thread_ = std::thread([this] { BackgroundLoop(); });
-  HORA_LOG_INFO("ready: local rank {}/{}, cross rank {}/{}, data plane {}", self().local_rank,
-                self().local_size, self().cross_rank, self().cross_size, comm_->name());
+  HORA_LOG_INFO("ready: local rank {}/{}, cross rank {}/{}, cpu operations {}", self().local_rank,
+                self().local_size, self().cross_rank, self().cross_size,
+                FindSet(kGlobalProcessSet)->backend());
   return Status::Ok();
 }
 
@@ -174,10 +99,23 @@ Status Engine::Shutdown() {
   }
   cv_.notify_all();
   if (thread_.joinable()) thread_.join();
-  FailEverything(Aborted("Hora was shut down while the operation was pending"));
+  std::map<int32_t, std::shared_ptr<ProcessSetRuntime>> sets;
+  {
+    std::lock_guard<std::mutex> lock(sets_mu_);
+    sets.swap(sets_);
+  }
+  const Status aborted = Aborted("Hora was shut down while the operation was pending");
+  for (auto& [id, set] : sets) {
+    set->Abort(aborted);
+    set->Stop();
+  }
+  sets.clear();
+  if (completion_) completion_->Stop();
+  FailEverything(aborted);
   if (client_) client_->Close();
   if (service_) {
-    service_->Shutdown("rank 0 shut down", Ms(options_.heartbeat_timeout_s));
+    service_->Shutdown("rank 0 shut down",
+                       std::chrono::milliseconds(static_cast<int64_t>(options_.heartbeat_timeout_s * 1000)));
   }
   return Status::Ok();
 }
@@ -199,58 +137,34 @@ void Engine::SetError(Status status) {
 
 void Engine::FailEverything(const Status& status) {
   for (Request& r : queue_.TakeAll()) handles_.Complete(r.handle, status);
-  int64_t join = 0;
+  std::map<int32_t, int64_t> joins;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    std::swap(join, join_handle_);
+    joins.swap(join_handles_);
   }
-  if (join != 0) handles_.Complete(join, status);
+  for (const auto& [set, handle] : joins) handles_.Complete(handle, status);
 }
 
-StatusOr<int64_t> Engine::Enqueue(TensorSpec spec, const void* input, void* output) {
-  HORA_RETURN_IF_ERROR(ValidateSpec(spec, input, output));
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (!error_.ok()) return error_;
-    if (stop_) return Aborted("Hora is shutting down");
-  }
-  Request r;
-  r.spec = std::move(spec);
-  r.input = input;
-  r.output = output;
-  r.handle = handles_.Create();
-  int64_t handle = r.handle;
-  Status s = queue_.Push(std::move(r));
-  if (!s.ok()) {
-    handles_.Release(handle);
-    return s;
-  }
-  AnnounceFresh();
-  return handle;
+std::optional<Request> Engine::TakeRequest(int32_t id) {
+  std::optional<TensorKey> key = KeyOfId(id);
+  if (!key) return std::nullopt;
+  return queue_.Take(*key);
 }
 
-StatusOr<int64_t> Engine::EnqueueBarrier() {
-  TensorSpec spec;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    spec.name = "hora.barrier." + std::to_string(barrier_count_++);
-  }
-  spec.collective = CollectiveType::kBarrier;
-  spec.dtype = DataType::kUint8;
-  return Enqueue(std::move(spec), nullptr, nullptr);
+void Engine::Complete(int64_t handle, Status status, OpResult result) {
+  handles_.Complete(handle, std::move(status), std::move(result));
 }
 
-StatusOr<int64_t> Engine::EnqueueJoin() {
-  int64_t handle = 0;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (!error_.ok()) return error_;
-    if (stop_) return Aborted("Hora is shutting down");
-    if (join_handle_ != 0) return Status(Code::kAlreadyExists, "this rank has already joined");
-    handle = join_handle_ = handles_.Create();
-  }
-  client_->SendJoin();
-  return handle;
+// A failed collective breaks the job. The coordinator usually knows why (a rank died): wait
+// briefly for its verdict so the error names the culprit, else report ours.
+Status Engine::BucketFailed(const Status& status) {
+  std::unique_lock<std::mutex> lock(mu_);
+  cv_.wait_for(lock, std::chrono::seconds(3), [&] { return !error_.ok() || stop_; });
+  if (!error_.ok()) return error_;
+  lock.unlock();
+  client_->SendFailure(status.message());
+  SetError(status);
+  return status;
 }
 
 }  // namespace hora

@@ -3,56 +3,95 @@
 //
 // Start() reads nothing itself: it takes validated Options, starts the coordinator service
 // when this is rank 0, joins the job (blocking until every rank joined or the start timeout),
-// bootstraps the data plane through the coordinator's store and starts the background thread.
+// builds the global process set's communicator through the backend registry and starts the
+// threads.
 //
-// Enqueuing threads announce their requests to the coordinator themselves. Plans arrive on
-// the coordinator client's reader thread, which completes at once what needs no collective
-// (errors, inline-reduced small allreduces) and hands data-plane buckets to the background
-// thread. That thread wakes on events only (a plan, a join result, an error, shutdown) and runs
-// the buckets in plan order, completing their handles. Errors of the job (a dead rank, a lost
-// coordinator, a failed collective) are sticky: every pending and later operation fails with
-// the first such cause.
+// Threads and who does what:
+//   - Enqueuing (framework) threads validate, queue, and write the ready notice to the
+//     coordinator themselves (AnnounceFresh). On rank 0 that write is a function call into the
+//     in-process coordinator, so an enqueuing thread of rank 0 runs the planner and may
+//     deliver plans (OnPlan) to rank 0 itself before Enqueue returns.
+//   - The coordinator client's reader thread delivers plans (OnPlan) on ranks other than 0;
+//     OnPlan completes at once what needs no collective (tensor errors, inline-reduced small
+//     allreduces) and hands the buckets to their process set's executor thread.
+//   - One executor thread per process set this rank is a member of runs that set's buckets in
+//     plan order (runtime/process_set.h); the completion thread finishes the buckets of
+//     asynchronous communicators.
+//   - The control thread (BackgroundLoop) wakes on events only: a join result, the sticky
+//     error (it then fails everything pending and aborts every communicator), shutdown.
+// Errors of the job (a dead rank, a lost coordinator, a failed collective) are sticky: every
+// pending and later operation fails with the first such cause.
 //
-// Thread safety: Enqueue*, handles() and the accessors may be called from any thread.
+// Thread safety: Enqueue*, the process-set calls, handles() and the accessors may be called
+// from any thread; process-set add/remove calls are serialized (they are collective).
 // Shutdown() (also run by the destructor) must not race with itself.
 #ifndef HORA_RUNTIME_ENGINE_H_
 #define HORA_RUNTIME_ENGINE_H_
 
 #include <condition_variable>
 #include <deque>
+#include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <unordered_map>
+#include <vector>
 
-#include "collectives/communicator.h"
 #include "common/status.h"
 #include "coordinator/client.h"
 #include "coordinator/messages.h"
 #include "coordinator/service.h"
-#include "runtime/bucket_executor.h"
+#include "runtime/completion_queue.h"
 #include "runtime/handle_table.h"
 #include "runtime/options.h"
+#include "runtime/process_set.h"
 #include "runtime/tensor_queue.h"
 
 namespace hora {
 
-class Engine {
+struct BackendConfig;  // collectives/registry.h
+
+// A process set as the C API reports it.
+struct ProcessSetInfo {
+  int32_t id = 0;
+  std::vector<int> ranks;
+  int rank = -1;  // this process's rank in the set, -1 if not a member
+  std::string cpu_backend;
+};
+
+class Engine : private ProcessSetRuntime::Host {
  public:
   static StatusOr<std::unique_ptr<Engine>> Start(const Options& options);
-  ~Engine();
+  ~Engine() override;
   Engine(const Engine&) = delete;
   Engine& operator=(const Engine&) = delete;
 
-  // Validates the request (shape, dtype, op, root, splits, buffers) and queues it; returns the
-  // handle. The calling thread writes the ready notice to the coordinator itself (one short
-  // stream write; on rank 0 a call into the in-process coordinator), so it never waits for
-  // other ranks, but it can wait for a slow stream. `output` is ignored by collectives whose result the
-  // runtime holds (allgather, reducescatter, alltoall).
-  StatusOr<int64_t> Enqueue(TensorSpec spec, const void* input, void* output);
-  StatusOr<int64_t> EnqueueBarrier();
-  StatusOr<int64_t> EnqueueJoin();
+  // Validates the request (process set and membership, shape, dtype, op, root or peer,
+  // splits, buffers) and queues it; returns the handle. The calling thread writes the ready
+  // notice itself (see above), so it never waits for other ranks, but it can wait for a slow
+  // stream. `output` is ignored by collectives whose result the runtime holds (allgather,
+  // reducescatter, alltoall); send reads `input`, recv writes `output`.
+  StatusOr<int64_t> Enqueue(TensorSpec spec, const void* input, void* output,
+                            void* stream = nullptr);
+  StatusOr<int64_t> EnqueueBarrier(int32_t process_set);
+  StatusOr<int64_t> EnqueueJoin(int32_t process_set);
+  // Point-to-point within a process set: the n-th send to `peer` with `tag` matches the
+  // peer's n-th recv from this rank with `tag`. spec carries the tensor (and process_set).
+  StatusOr<int64_t> EnqueueSend(TensorSpec spec, const void* input, int peer, int tag);
+  StatusOr<int64_t> EnqueueRecv(TensorSpec spec, void* output, int peer, int tag);
+
+  // Collective over every rank of the job, in the same order everywhere. Blocks until every
+  // rank made the call (bounded by the start timeout) and, for members, until the set's
+  // communicator is built. ranks: global ranks (any order, no duplicates). cpu_operations:
+  // a backend name or "auto" for this set's CPU tensors, "" = HORA_CPU_OPERATIONS.
+  StatusOr<int32_t> AddProcessSet(std::vector<int> ranks, const std::string& cpu_operations);
+  // Collective, like AddProcessSet. Operations pending in the set fail with ABORTED.
+  Status RemoveProcessSet(int32_t id);
+  // NOT_FOUND for an id that is not (or no longer) a set.
+  StatusOr<ProcessSetInfo> ProcessSet(int32_t id) const;
+  std::vector<int32_t> ProcessSetIds() const;
 
   HandleTable& handles() { return handles_; }
   const Options& options() const { return options_; }
@@ -61,7 +100,7 @@ class Engine {
   // OK while healthy, else the sticky error.
   Status AsyncError() const;
 
-  // Stops the background thread; pending operations fail with ABORTED. Idempotent.
+  // Stops the threads; pending operations fail with ABORTED. Idempotent.
   Status Shutdown();
 
  private:
@@ -69,45 +108,63 @@ class Engine {
   Status Init();
   void BackgroundLoop();
   void AnnounceFresh();
-  // The name this rank gave `id`, or "" if unknown.
-  std::string NameOf(int32_t id);
-  void HandlePlan(const PlanMessage& plan);
-  // Runs on the client's reader thread: completes what needs no collective (tensor errors and
-  // inline-reduced buckets) at once, and queues the rest for the background thread.
+  // The key this rank gave tensor id `id`, if any.
+  std::optional<TensorKey> KeyOfId(int32_t id);
+  // Runs on the thread that delivers plans (see above).
   void OnPlan(PlanMessage plan);
-  void CompleteInline(const BucketPlan& bucket);
-  void RunBucket(const BucketPlan& bucket);
+  void OnProcessSetResult(ProcessSetResult result);
+  void CompleteInline(const BucketPlan& bucket, int set_size);
   void SetError(Status status);
   void FailEverything(const Status& status);
   Status ValidateSpec(const TensorSpec& spec, const void* input, const void* output) const;
+  std::shared_ptr<ProcessSetRuntime> FindSet(int32_t id) const;
+  // Sends the n-th process-set operation and waits for the coordinator's answer.
+  StatusOr<ProcessSetResult> RunSetOp(ProcessSetOp op, const std::string& refused);
+  // Builds (members) and registers the set's runtime.
+  Status InstallSet(int32_t id, std::vector<int> ranks, const std::string& cpu_operations);
+  BackendConfig BackendConfigFor(int32_t id, const std::vector<int>& ranks, int set_rank) const;
+
+  // ProcessSetRuntime::Host
+  std::optional<Request> TakeRequest(int32_t id) override;
+  void Complete(int64_t handle, Status status, OpResult result) override;
+  Status JobError() override { return AsyncError(); }
+  Status BucketFailed(const Status& status) override;
 
   // Constant after Init.
   const Options options_;
   Topology topology_;
+  std::string coordinator_host_;
   std::unique_ptr<CoordinatorService> service_;  // rank 0 only
   std::unique_ptr<CoordinatorClient> client_;
-  std::unique_ptr<Communicator> comm_;
-  std::unique_ptr<BucketExecutor> executor_;
+  std::unique_ptr<CompletionQueue> completion_;
 
   HandleTable handles_;
   TensorQueue queue_;
 
+  // Process sets: the runtimes are shared with the threads that deliver plans.
+  mutable std::mutex sets_mu_;
+  std::map<int32_t, std::shared_ptr<ProcessSetRuntime>> sets_;  // guarded by sets_mu_
+  std::mutex set_op_mu_;     // serializes AddProcessSet / RemoveProcessSet on this rank
+  uint64_t next_set_op_ = 0; // guarded by set_op_mu_
+
   mutable std::mutex mu_;
   std::condition_variable cv_;
-  bool stop_ = false;                    // guarded by mu_
-  std::deque<PlanMessage> inbox_;        // guarded by mu_
-  std::deque<int> join_done_;            // guarded by mu_
-  Status error_;                         // guarded by mu_: the sticky error
-  bool error_handled_ = false;           // guarded by mu_: pending ops failed with error_
-  int64_t barrier_count_ = 0;            // guarded by mu_
-  int64_t join_handle_ = 0;              // guarded by mu_: the pending join, 0 if none
+  bool stop_ = false;                           // guarded by mu_
+  std::deque<std::pair<int32_t, int>> join_done_;  // guarded by mu_: (set, last rank)
+  std::map<uint64_t, ProcessSetResult> set_results_;  // guarded by mu_: by seq
+  Status error_;                                // guarded by mu_: the sticky error
+  bool error_handled_ = false;                  // guarded by mu_: pending ops failed with error_
+  std::map<int32_t, int64_t> barrier_count_;    // guarded by mu_: per set
+  std::map<int32_t, int64_t> join_handles_;     // guarded by mu_: per set, the pending join
+  // guarded by mu_: per (set, sender, receiver, tag), transfers enqueued so far
+  std::map<std::tuple<int32_t, int, int, int>, int64_t> transfers_;
 
-  // Tensor ids. New requests are announced by the enqueuing thread itself (no wake-up of the
-  // background thread on the latency path); the background thread maps plan ids back to names.
+  // Tensor ids. New requests are announced by the enqueuing thread itself (no wake-up of
+  // another thread on the latency path); plan delivery maps ids back to keys.
   std::mutex announce_mu_;
-  std::unordered_map<std::string, uint32_t> ids_;      // guarded by announce_mu_: name -> id
+  std::unordered_map<TensorKey, uint32_t, TensorKeyHash> ids_;  // guarded by announce_mu_
   std::unordered_map<uint32_t, TensorSpec> id_specs_;  // guarded by announce_mu_: last announced
-  std::unordered_map<uint32_t, std::string> id_names_; // guarded by announce_mu_
+  std::unordered_map<uint32_t, TensorKey> id_keys_;    // guarded by announce_mu_
   uint32_t next_id_ = 0;                               // guarded by announce_mu_
 
   std::thread thread_;

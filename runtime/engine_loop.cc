@@ -1,4 +1,4 @@
-// The Engine's background thread: announce, run plans, complete handles.
+// The Engine's request path: enqueue, announce, plan delivery, the control thread.
 #include <chrono>
 
 #include "common/logging.h"
@@ -9,31 +9,37 @@ namespace hora {
 
 void Engine::BackgroundLoop() {
   for (;;) {
-    std::deque<PlanMessage> plans;
-    std::deque<int> joins;
+    std::deque<std::pair<int32_t, int>> joins;
     Status error;
     {
       std::unique_lock<std::mutex> lock(mu_);
       cv_.wait(lock, [&] {
-        return stop_ || !inbox_.empty() || !join_done_.empty() ||
-               (!error_.ok() && !error_handled_);
+        return stop_ || !join_done_.empty() || (!error_.ok() && !error_handled_);
       });
       if (stop_) return;
-      plans.swap(inbox_);
       joins.swap(join_done_);
       error = error_;
       if (!error.ok()) error_handled_ = true;
     }
     if (!error.ok()) {
+      std::vector<std::shared_ptr<ProcessSetRuntime>> sets;
+      {
+        std::lock_guard<std::mutex> lock(sets_mu_);
+        for (auto& [id, set] : sets_) sets.push_back(set);
+      }
+      for (auto& set : sets) set->Abort(error);
       FailEverything(error);
       continue;
     }
-    for (const PlanMessage& plan : plans) HandlePlan(plan);
-    for (int last_rank : joins) {
+    for (const auto& [set, last_rank] : joins) {
       int64_t handle = 0;
       {
         std::lock_guard<std::mutex> lock(mu_);
-        std::swap(handle, join_handle_);
+        auto it = join_handles_.find(set);
+        if (it != join_handles_.end()) {
+          handle = it->second;
+          join_handles_.erase(it);
+        }
       }
       OpResult result;
       result.join_rank = last_rank;
@@ -42,77 +48,80 @@ void Engine::BackgroundLoop() {
   }
 }
 
-std::string Engine::NameOf(int32_t id) {
+std::optional<TensorKey> Engine::KeyOfId(int32_t id) {
   std::lock_guard<std::mutex> lock(announce_mu_);
-  auto it = id_names_.find(static_cast<uint32_t>(id));
-  return it == id_names_.end() ? std::string() : it->second;
+  auto it = id_keys_.find(static_cast<uint32_t>(id));
+  if (it == id_keys_.end()) return std::nullopt;
+  return it->second;
 }
 
 void Engine::AnnounceFresh() {
   std::vector<ReadyNotice> notices;
-  std::unique_lock<std::mutex> lock(announce_mu_);
-  for (const Request* r : queue_.PopFresh()) {
-    ReadyNotice n;
-    auto it = ids_.find(r->spec.name);
-    if (it == ids_.end()) {
-      n.id = next_id_++;
-      ids_.emplace(r->spec.name, n.id);
-      id_names_.emplace(n.id, r->spec.name);
-      id_specs_.emplace(n.id, r->spec);
-      n.spec = r->spec;
-    } else {
-      n.id = it->second;
-      TensorSpec& known = id_specs_[n.id];
-      if (known != r->spec) {
-        known = r->spec;
-        n.spec = r->spec;
+  {
+    std::lock_guard<std::mutex> lock(announce_mu_);
+    queue_.AnnounceFresh([&](const Request& r) {
+      ReadyNotice n;
+      const TensorKey key = TensorKeyOf(r.spec);
+      auto it = ids_.find(key);
+      if (it == ids_.end()) {
+        n.id = next_id_++;
+        ids_.emplace(key, n.id);
+        id_keys_.emplace(n.id, key);
+        id_specs_.emplace(n.id, r.spec);
+        n.spec = r.spec;
+      } else {
+        n.id = it->second;
+        TensorSpec& known = id_specs_[n.id];
+        if (known != r.spec) {
+          known = r.spec;
+          n.spec = r.spec;
+        }
       }
-    }
-    const TensorSpec& spec = r->spec;
-    if (spec.collective == CollectiveType::kAllreduce && spec.device == Device::kCpu &&
-        static_cast<int64_t>(spec.ByteSize()) <= options_.inline_threshold_bytes) {
-      std::string payload(spec.ByteSize(), '\0');
-      ScaleCopy(&payload[0], r->input, static_cast<size_t>(spec.NumElements()), spec.dtype,
-                spec.prescale);
-      n.payload = std::move(payload);
-    }
-    notices.push_back(std::move(n));
+      const TensorSpec& spec = r.spec;
+      if (spec.collective == CollectiveType::kAllreduce && spec.device == Device::kCpu &&
+          static_cast<int64_t>(spec.ByteSize()) <= options_.inline_threshold_bytes) {
+        std::string payload(spec.ByteSize(), '\0');
+        ScaleCopy(&payload[0], r.input, static_cast<size_t>(spec.NumElements()), spec.dtype,
+                  spec.prescale);
+        n.payload = std::move(payload);
+      }
+      notices.push_back(std::move(n));
+    });
   }
-  lock.unlock();
   // Outside announce_mu_: on rank 0 the send runs the coordinator inline, which may complete
-  // operations of this rank (and look up their names) before it returns.
+  // operations of this rank (and look up their keys) before it returns.
   if (!notices.empty()) client_->SendReady(std::move(notices));
 }
 
 void Engine::OnPlan(PlanMessage plan) {
   for (const TensorErrorNotice& e : plan.errors) {
-    std::string name = NameOf(e.id);
-    if (name.empty()) continue;
-    if (auto r = queue_.Take(name)) handles_.Complete(r->handle, e.status);
+    std::optional<TensorKey> key = KeyOfId(e.id);
+    if (!key) continue;
+    if (auto r = queue_.Take(*key)) handles_.Complete(r->handle, e.status);
   }
-  plan.errors.clear();
-  PlanMessage rest;
+  std::map<int32_t, std::vector<BucketPlan>> by_set;
   for (BucketPlan& bucket : plan.buckets) {
+    std::shared_ptr<ProcessSetRuntime> set = FindSet(bucket.process_set);
+    if (!set || !set->included()) {
+      SetError(Internal("the coordinator sent a bucket of process set " +
+                        std::to_string(bucket.process_set) + ", which this rank is not a member of"));
+      return;
+    }
     if (bucket.inline_reduced) {
-      CompleteInline(bucket);
+      CompleteInline(bucket, set->size());
     } else {
-      rest.buckets.push_back(std::move(bucket));
+      by_set[bucket.process_set].push_back(std::move(bucket));
     }
   }
-  if (rest.buckets.empty()) return;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    inbox_.push_back(std::move(rest));
-  }
-  cv_.notify_one();
+  for (auto& [id, buckets] : by_set) FindSet(id)->Push(std::move(buckets));
 }
 
-void Engine::CompleteInline(const BucketPlan& bucket) {
-  const double post = FinalPostscale(bucket.op, bucket.postscale, options_.size);
+void Engine::CompleteInline(const BucketPlan& bucket, int set_size) {
+  const double post = FinalPostscale(bucket.op, bucket.postscale, set_size);
   Status error = AsyncError();
   for (const BucketPlan::Entry& e : bucket.entries) {
     if (e.id < 0) continue;  // this rank joined
-    std::optional<Request> r = queue_.Take(NameOf(e.id));
+    std::optional<Request> r = TakeRequest(e.id);
     if (!r) continue;
     if (error.ok()) {
       ScaleCopy(r->output, e.inline_result.data(), static_cast<size_t>(e.num_elements),
@@ -122,55 +131,96 @@ void Engine::CompleteInline(const BucketPlan& bucket) {
   }
 }
 
-void Engine::HandlePlan(const PlanMessage& plan) {
-  for (const BucketPlan& bucket : plan.buckets) RunBucket(bucket);
+StatusOr<int64_t> Engine::Enqueue(TensorSpec spec, const void* input, void* output, void* stream) {
+  HORA_RETURN_IF_ERROR(ValidateSpec(spec, input, output));
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!error_.ok()) return error_;
+    if (stop_) return Aborted("Hora is shutting down");
+  }
+  Request r;
+  r.spec = std::move(spec);
+  r.input = input;
+  r.output = output;
+  r.stream = stream;
+  r.handle = handles_.Create();
+  int64_t handle = r.handle;
+  Status s = queue_.Push(std::move(r));
+  if (!s.ok()) {
+    handles_.Release(handle);
+    return s;
+  }
+  AnnounceFresh();
+  return handle;
 }
 
-void Engine::RunBucket(const BucketPlan& bucket) {
-  std::vector<Request> owned;
-  owned.reserve(bucket.entries.size());
-  std::vector<const Request*> requests(bucket.entries.size(), nullptr);
-  std::vector<size_t> slot(bucket.entries.size(), SIZE_MAX);
-  for (size_t i = 0; i < bucket.entries.size(); ++i) {
-    int32_t id = bucket.entries[i].id;
-    if (id < 0) continue;
-    std::string name = NameOf(id);
-    std::optional<Request> r;
-    if (!name.empty()) r = queue_.Take(name);
-    if (!r) {
-      SetError(Internal("the coordinator planned tensor id " + std::to_string(id) +
-                        " which this rank has not submitted"));
-      return;
+StatusOr<int64_t> Engine::EnqueueBarrier(int32_t process_set) {
+  TensorSpec spec;
+  spec.process_set = process_set;
+  spec.collective = CollectiveType::kBarrier;
+  spec.dtype = DataType::kUint8;
+  spec.name = "hora.barrier";
+  HORA_RETURN_IF_ERROR(ValidateSpec(spec, nullptr, nullptr));
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    spec.name = "hora.barrier." + std::to_string(barrier_count_[process_set]++);
+  }
+  return Enqueue(std::move(spec), nullptr, nullptr);
+}
+
+StatusOr<int64_t> Engine::EnqueueJoin(int32_t process_set) {
+  std::shared_ptr<ProcessSetRuntime> set = FindSet(process_set);
+  if (!set) {
+    return InvalidArgument("join: process set " + std::to_string(process_set) + " does not exist");
+  }
+  if (!set->included()) {
+    return InvalidArgument("join: rank " + std::to_string(options_.rank) +
+                           " is not a member of process set " + std::to_string(process_set));
+  }
+  int64_t handle = 0;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!error_.ok()) return error_;
+    if (stop_) return Aborted("Hora is shutting down");
+    if (join_handles_.count(process_set) != 0) {
+      return Status(Code::kAlreadyExists, "this rank has already joined process set " +
+                                              std::to_string(process_set));
     }
-    slot[i] = owned.size();
-    owned.push_back(std::move(*r));
+    handle = join_handles_[process_set] = handles_.Create();
   }
-  for (size_t i = 0; i < slot.size(); ++i) {
-    if (slot[i] != SIZE_MAX) requests[i] = &owned[slot[i]];
+  client_->SendJoin(process_set);
+  return handle;
+}
+
+// The transfer's name is the same on both sides: the n-th transfer from s to d with tag t.
+StatusOr<int64_t> Engine::EnqueueSend(TensorSpec spec, const void* input, int peer, int tag) {
+  spec.collective = CollectiveType::kSend;
+  spec.peer = peer;
+  spec.name = "hora.p2p";
+  HORA_RETURN_IF_ERROR(ValidateSpec(spec, input, nullptr));
+  const int me = FindSet(spec.process_set)->rank();
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    const int64_t n = transfers_[{spec.process_set, me, peer, tag}]++;
+    spec.name = "hora.p2p." + std::to_string(me) + ">" + std::to_string(peer) + ".t" +
+                std::to_string(tag) + "." + std::to_string(n);
   }
-  Status status = AsyncError();
-  std::vector<OpResult> results;
-  if (status.ok()) status = executor_->Run(bucket, requests, &results);
-  if (!status.ok() && AsyncError().ok()) {
-    // A failed collective breaks the job. The coordinator usually knows why (a rank died):
-    // wait briefly for its verdict so the error names the culprit, else report ours.
-    std::unique_lock<std::mutex> lock(mu_);
-    cv_.wait_for(lock, std::chrono::seconds(3), [&] { return !error_.ok() || stop_; });
-    if (error_.ok()) {
-      lock.unlock();
-      client_->SendFailure(status.message());
-      SetError(status);
-    } else {
-      status = error_;
-    }
-  } else if (!status.ok()) {
-    status = AsyncError();
+  return Enqueue(std::move(spec), input, nullptr);
+}
+
+StatusOr<int64_t> Engine::EnqueueRecv(TensorSpec spec, void* output, int peer, int tag) {
+  spec.collective = CollectiveType::kRecv;
+  spec.peer = peer;
+  spec.name = "hora.p2p";
+  HORA_RETURN_IF_ERROR(ValidateSpec(spec, nullptr, output));
+  const int me = FindSet(spec.process_set)->rank();
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    const int64_t n = transfers_[{spec.process_set, peer, me, tag}]++;
+    spec.name = "hora.p2p." + std::to_string(peer) + ">" + std::to_string(me) + ".t" +
+                std::to_string(tag) + "." + std::to_string(n);
   }
-  for (size_t i = 0; i < slot.size(); ++i) {
-    if (slot[i] == SIZE_MAX) continue;
-    handles_.Complete(owned[slot[i]].handle, status,
-                      status.ok() ? std::move(results[i]) : OpResult());
-  }
+  return Enqueue(std::move(spec), nullptr, output);
 }
 
 }  // namespace hora

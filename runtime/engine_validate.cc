@@ -11,7 +11,8 @@ constexpr size_t kMaxNameLength = 4096;
 constexpr size_t kMaxDims = 64;
 
 Status Bad(const TensorSpec& spec, const std::string& what) {
-  return InvalidArgument(std::string(CollectiveName(spec.collective)) + " '" + spec.name + "': " + what);
+  return InvalidArgument(std::string(CollectiveName(spec.collective)) + " " +
+                         DescribeTensor(TensorKeyOf(spec)) + ": " + what);
 }
 
 // Names travel in protobuf `string` fields, which must be UTF-8: a name that is not would make
@@ -95,15 +96,39 @@ Status Engine::ValidateSpec(const TensorSpec& spec, const void* input, const voi
   if (spec.device != Device::kCpu) {
     return Bad(spec, "CUDA tensors need the NCCL backend, which is not available in this build");
   }
+  std::shared_ptr<ProcessSetRuntime> set = FindSet(spec.process_set);
+  if (!set) {
+    return Bad(spec, "process set " + std::to_string(spec.process_set) +
+                         " does not exist (never added, or removed)");
+  }
+  if (!set->included()) {
+    std::string ranks;
+    for (int r : set->ranks()) ranks += (ranks.empty() ? "" : ",") + std::to_string(r);
+    return Bad(spec, "rank " + std::to_string(options_.rank) + " is not a member of process set " +
+                         std::to_string(spec.process_set) + " (ranks " + ranks + ")");
+  }
   if (spec.collective == CollectiveType::kBarrier) return Status::Ok();
   HORA_RETURN_IF_ERROR(CheckShape(spec));
   if (!std::isfinite(spec.prescale) || !std::isfinite(spec.postscale)) {
     return Bad(spec, "prescale and postscale must be finite");
   }
   const bool has_data = spec.NumElements() > 0;
-  if (has_data && input == nullptr) return Bad(spec, "input data is NULL");
-  const int size = options_.size;
+  if (has_data && input == nullptr && spec.collective != CollectiveType::kRecv) {
+    return Bad(spec, "input data is NULL");
+  }
+  const int size = set->size();
   switch (spec.collective) {
+    case CollectiveType::kSend:
+    case CollectiveType::kRecv:
+      if (spec.peer < 0 || spec.peer >= size || spec.peer == set->rank()) {
+        return Bad(spec, "peer " + std::to_string(spec.peer) + " is out of range [0, " +
+                             std::to_string(size) + ") of process set " +
+                             std::to_string(spec.process_set) + ", or this rank itself");
+      }
+      if (spec.collective == CollectiveType::kRecv && has_data && output == nullptr) {
+        return Bad(spec, "output is NULL");
+      }
+      break;
     case CollectiveType::kAllreduce:
       if (has_data && output == nullptr) return Bad(spec, "output is NULL");
       break;

@@ -8,6 +8,7 @@
 #include <random>
 #include <sstream>
 
+#include "collectives/registry.h"
 #include "common/logging.h"
 
 namespace hora {
@@ -138,11 +139,10 @@ Status ParseRest(const EnvLookup& env, Options* o) {
     }
     o->log_level = v;
   }
-  if (const char* v = env(kEnvCpuBackend); v != nullptr && *v != '\0') {
-    if (std::string(v) != "gloo") {
-      return InvalidArgument(std::string(kEnvCpuBackend) + "='" + v + "': the CPU backends built in are: gloo");
-    }
-  }
+  if (const char* v = env(kEnvCpuOperations); v != nullptr && *v != '\0') o->cpu_operations = v;
+  HORA_RETURN_IF_ERROR(CheckSelection(o->cpu_operations, Device::kCpu, kEnvCpuOperations));
+  if (const char* v = env(kEnvGpuOperations); v != nullptr && *v != '\0') o->gpu_operations = v;
+  HORA_RETURN_IF_ERROR(CheckSelection(o->gpu_operations, Device::kCuda, kEnvGpuOperations));
   if (const char* v = env(kEnvGlooIface); v != nullptr) o->gloo_iface = v;
   if (const char* v = env(kEnvMaxMessageBytes); v != nullptr && *v != '\0') {
     HORA_RETURN_IF_ERROR(ParseInt(kEnvMaxMessageBytes, v, 4096, 1ll << 30, &o->max_message_bytes));
@@ -209,7 +209,7 @@ StatusOr<Options> OptionsFromEnvironment(const OptionOverrides& overrides) {
 std::string Options::Digest() const {
   std::ostringstream s;
   s << "fusion_threshold=" << fusion_threshold_bytes << ";inline_threshold=" << inline_threshold_bytes
-    << ";cpu_backend=" << cpu_backend;
+    << ";cpu_operations=" << cpu_operations << ";gpu_operations=" << gpu_operations;
   return s.str();
 }
 
@@ -220,7 +220,8 @@ std::string Options::Describe() const {
     << " cycle_time_ms=" << cycle_time_ms << " inline_threshold=" << inline_threshold_bytes << " start_timeout_s=" << start_timeout_s
     << " heartbeat=" << heartbeat_interval_s << "/" << heartbeat_timeout_s
     << "s collective_timeout_s=" << collective_timeout_s << " stall_warning_s=" << stall_warning_s
-    << " stall_timeout_s=" << stall_timeout_s << " cpu_backend=" << cpu_backend
+    << " stall_timeout_s=" << stall_timeout_s << " cpu_operations=" << cpu_operations
+    << " gpu_operations=" << gpu_operations
     << " tls=" << (tls_cert.empty() ? "off" : "on");
   return s.str();
 }

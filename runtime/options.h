@@ -8,6 +8,7 @@
 #include <functional>
 #include <string>
 
+#include "common/limits.h"
 #include "common/status.h"
 
 namespace hora {
@@ -28,7 +29,8 @@ constexpr const char kEnvCollectiveTimeout[] = "HORA_COLLECTIVE_TIMEOUT_SECONDS"
 constexpr const char kEnvStallWarning[] = "HORA_STALL_WARNING_SECONDS";
 constexpr const char kEnvStallTimeout[] = "HORA_STALL_TIMEOUT_SECONDS";
 constexpr const char kEnvLogLevel[] = "HORA_LOG_LEVEL";
-constexpr const char kEnvCpuBackend[] = "HORA_CPU_BACKEND";
+constexpr const char kEnvCpuOperations[] = "HORA_CPU_OPERATIONS";
+constexpr const char kEnvGpuOperations[] = "HORA_GPU_OPERATIONS";
 constexpr const char kEnvGlooIface[] = "HORA_GLOO_IFACE";
 constexpr const char kEnvMaxMessageBytes[] = "HORA_MAX_MESSAGE_BYTES";
 constexpr const char kEnvTlsCert[] = "HORA_TLS_CERT";
@@ -48,21 +50,26 @@ struct Options {
   std::string token;
   std::string hostname;  // HORA_HOSTNAME, else gethostname(); decides local ranks
 
-  int64_t fusion_threshold_bytes = 64ll << 20;  // HORA_FUSION_THRESHOLD, bytes; 0 = no fusion
-  double cycle_time_ms = 1.0;                   // HORA_CYCLE_TIME_MS: longest wait to fill a bucket
+  int64_t fusion_threshold_bytes = kDefaultFusionThresholdBytes;  // HORA_FUSION_THRESHOLD, bytes; 0 = no fusion
+  // HORA_CYCLE_TIME_MS: longest wait to fill a bucket.
+  double cycle_time_ms = kDefaultCycleTime.count() / 1000.0;
   // HORA_INLINE_THRESHOLD, bytes: allreduces up to this size are reduced by the coordinator
   // from data sent with the ready notice (one round trip, no data-plane collective). 0 = off.
-  int64_t inline_threshold_bytes = 16384;
-  double start_timeout_s = 120;                 // HORA_START_TIMEOUT_SECONDS
-  double heartbeat_interval_s = 1;              // HORA_HEARTBEAT_INTERVAL_SECONDS
-  double heartbeat_timeout_s = 30;              // HORA_HEARTBEAT_TIMEOUT_SECONDS
-  double collective_timeout_s = 0;              // HORA_COLLECTIVE_TIMEOUT_SECONDS; 0 = heartbeat timeout
-  double stall_warning_s = 60;                  // HORA_STALL_WARNING_SECONDS
+  int64_t inline_threshold_bytes = kDefaultInlineThresholdBytes;
+  double start_timeout_s = kDefaultStartTimeout.count() / 1000.0;            // HORA_START_TIMEOUT_SECONDS
+  double heartbeat_interval_s = kDefaultHeartbeatInterval.count() / 1000.0;  // HORA_HEARTBEAT_INTERVAL_SECONDS
+  double heartbeat_timeout_s = kDefaultHeartbeatTimeout.count() / 1000.0;    // HORA_HEARTBEAT_TIMEOUT_SECONDS
+  double collective_timeout_s = 0;  // HORA_COLLECTIVE_TIMEOUT_SECONDS; 0 = heartbeat timeout
+  double stall_warning_s = kDefaultStallWarning.count() / 1000.0;            // HORA_STALL_WARNING_SECONDS
   double stall_timeout_s = 0;                   // HORA_STALL_TIMEOUT_SECONDS; 0 = off
   std::string log_level = "warning";            // HORA_LOG_LEVEL
-  std::string cpu_backend = "gloo";             // HORA_CPU_BACKEND
+  // HORA_CPU_OPERATIONS: the data-plane backend for CPU tensors, "auto" or a built backend's
+  // name (collectives/registry.h); a process set may name its own. HORA_GPU_OPERATIONS: the
+  // same for CUDA tensors.
+  std::string cpu_operations = "auto";
+  std::string gpu_operations = "auto";
   std::string gloo_iface;                       // HORA_GLOO_IFACE: address to bind; "" = automatic
-  int64_t max_message_bytes = 64ll << 20;       // HORA_MAX_MESSAGE_BYTES (control plane)
+  int64_t max_message_bytes = kDefaultMaxMessageBytes;  // HORA_MAX_MESSAGE_BYTES (control plane)
   std::string tls_cert, tls_key, tls_ca;        // HORA_TLS_CERT / _KEY / _CA (PEM files)
 
   // The options that must agree on every rank, as one string the coordinator compares.

@@ -4,32 +4,29 @@ namespace hora {
 
 Status TensorQueue::Push(Request request) {
   std::lock_guard<std::mutex> lock(mu_);
-  const std::string name = request.spec.name;
-  if (in_flight_.count(name) != 0) {
+  TensorKey key = TensorKeyOf(request.spec);
+  if (in_flight_.count(key) != 0) {
     return Status(Code::kAlreadyExists,
-                  "an operation named '" + name + "' is already in flight on this rank; "
-                  "wait for it before enqueueing the name again");
+                  "an operation named " + DescribeTensor(key) + " is already in flight on this "
+                  "rank; wait for it before enqueueing the name again");
   }
-  in_flight_.emplace(name, std::move(request));
-  fresh_.push_back(name);
+  fresh_.push_back(key);
+  in_flight_.emplace(std::move(key), std::move(request));
   return Status::Ok();
 }
 
-std::vector<const Request*> TensorQueue::PopFresh() {
+void TensorQueue::AnnounceFresh(const std::function<void(const Request&)>& fn) {
   std::lock_guard<std::mutex> lock(mu_);
-  std::vector<const Request*> out;
-  out.reserve(fresh_.size());
-  for (const std::string& name : fresh_) {
-    auto it = in_flight_.find(name);
-    if (it != in_flight_.end()) out.push_back(&it->second);
+  for (const TensorKey& key : fresh_) {
+    auto it = in_flight_.find(key);
+    if (it != in_flight_.end()) fn(it->second);
   }
   fresh_.clear();
-  return out;
 }
 
-std::optional<Request> TensorQueue::Take(const std::string& name) {
+std::optional<Request> TensorQueue::Take(const TensorKey& key) {
   std::lock_guard<std::mutex> lock(mu_);
-  auto it = in_flight_.find(name);
+  auto it = in_flight_.find(key);
   if (it == in_flight_.end()) return std::nullopt;
   Request r = std::move(it->second);
   in_flight_.erase(it);
@@ -42,6 +39,20 @@ std::vector<Request> TensorQueue::TakeAll() {
   for (auto& kv : in_flight_) out.push_back(std::move(kv.second));
   in_flight_.clear();
   fresh_.clear();
+  return out;
+}
+
+std::vector<Request> TensorQueue::TakeSet(int32_t process_set) {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<Request> out;
+  for (auto it = in_flight_.begin(); it != in_flight_.end();) {
+    if (it->first.process_set != process_set) {
+      ++it;
+      continue;
+    }
+    out.push_back(std::move(it->second));
+    it = in_flight_.erase(it);
+  }
   return out;
 }
 

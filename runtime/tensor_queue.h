@@ -1,12 +1,14 @@
-// The hand-off from framework threads to the background thread.
+// The hand-off from framework threads to the runtime.
 //
-// Framework threads Push requests; a name may be in flight at most once. The background
-// thread drains the fresh ones in batches (PopFresh) to announce them to the coordinator, and
-// Takes a request out when its bucket runs or it fails, which frees the name. Thread-safe.
+// Framework threads Push requests; a name may be in flight at most once per process set.
+// The enqueuing thread then drains the fresh requests (AnnounceFresh) to announce them to the
+// coordinator; a request leaves the queue (Take) when its bucket runs or it fails, which frees
+// its name. Thread-safe.
 #ifndef HORA_RUNTIME_TENSOR_QUEUE_H_
 #define HORA_RUNTIME_TENSOR_QUEUE_H_
 
 #include <cstdint>
+#include <functional>
 #include <mutex>
 #include <optional>
 #include <string>
@@ -23,26 +25,28 @@ struct Request {
   TensorSpec spec;
   const void* input = nullptr;  // caller-owned, valid until the handle is done
   void* output = nullptr;       // allreduce: same shape as input (may equal it); broadcast: in place
+  void* stream = nullptr;       // CUDA: the framework's stream the input is ready on
 };
 
 class TensorQueue {
  public:
-  // ALREADY_EXISTS when a request with the same name is in flight.
+  // ALREADY_EXISTS when a request with the same (process set, name) is in flight.
   Status Push(Request request);
-  // The requests pushed since the last call, in push order (copies of their specs' owners
-  // stay in the queue until Take).
-  std::vector<const Request*> PopFresh();
-  // Removes and returns the request with this name; nullopt if none.
-  std::optional<Request> Take(const std::string& name);
-  // Removes and returns every request (shutdown, sticky error).
+  // Calls fn on each request pushed since the last call, in push order, under the queue's
+  // lock: a request cannot be taken (completed, its buffers released by the caller) while
+  // fn reads it. fn must not call back into the queue.
+  void AnnounceFresh(const std::function<void(const Request&)>& fn);
+  // Removes and returns the request with this key; nullopt if none.
+  std::optional<Request> Take(const TensorKey& key);
+  // Removes and returns every request (shutdown, sticky error) or those of one process set.
   std::vector<Request> TakeAll();
+  std::vector<Request> TakeSet(int32_t process_set);
   size_t size() const;
 
  private:
   mutable std::mutex mu_;
-  // Node-based map: pointers handed out by PopFresh stay valid until Take.
-  std::unordered_map<std::string, Request> in_flight_;  // guarded by mu_
-  std::vector<std::string> fresh_;                       // guarded by mu_
+  std::unordered_map<TensorKey, Request, TensorKeyHash> in_flight_;  // guarded by mu_
+  std::vector<TensorKey> fresh_;                                      // guarded by mu_
 };
 
 }  // namespace hora

@@ -7,6 +7,7 @@
 #include <mutex>
 #include <string>
 
+#include "collectives/registry.h"
 #include "runtime/engine.h"
 #include "runtime/options.h"
 
@@ -93,6 +94,31 @@ hora_status_t ToSpec(const char* name, const hora_tensor_t* t, hora::CollectiveT
   return HORA_OK;
 }
 
+// Returns the handle of what `enqueue` produced (or its error).
+template <typename Fn>
+hora_status_t EnqueueWith(hora_handle_t* handle, Fn enqueue) {
+  if (handle == nullptr) return Fail(Code::kInvalidArgument, "handle pointer is NULL");
+  hora_status_t st = HORA_OK;
+  auto e = Running(&st);
+  if (!e) return st;
+  hora::StatusOr<int64_t> h = enqueue(*e);
+  if (!h.ok()) return Fail(h.status());
+  *handle = h.value();
+  t_last_error.clear();
+  return HORA_OK;
+}
+
+// Runs fn on the running engine's view of process set `id`.
+template <typename Fn>
+hora_status_t WithSet(int32_t id, Fn fn) {
+  hora_status_t st = HORA_OK;
+  auto e = Running(&st);
+  if (!e) return st;
+  auto info = e->ProcessSet(id);
+  if (!info.ok()) return Fail(info.status());
+  return Report(fn(info.value()));
+}
+
 hora_status_t CheckOp(hora_reduce_op_t op) {
   if (!hora::IsValidReduceOp(static_cast<int32_t>(op))) {
     return Fail(Code::kInvalidArgument, "unknown reduce op " + std::to_string(static_cast<int>(op)));
@@ -100,12 +126,13 @@ hora_status_t CheckOp(hora_reduce_op_t op) {
   return HORA_OK;
 }
 
-hora_status_t Submit(hora::TensorSpec spec, const void* in, void* out, hora_handle_t* handle) {
+hora_status_t Submit(hora::TensorSpec spec, const void* in, void* out, void* stream,
+                     hora_handle_t* handle) {
   if (handle == nullptr) return Fail(Code::kInvalidArgument, "handle pointer is NULL");
   hora_status_t st = HORA_OK;
   auto e = Running(&st);
   if (!e) return st;
-  auto h = e->Enqueue(std::move(spec), in, out);
+  auto h = e->Enqueue(std::move(spec), in, out, stream);
   if (!h.ok()) return Fail(h.status());
   *handle = h.value();
   t_last_error.clear();
@@ -179,45 +206,50 @@ hora_status_t hora_cross_size(int32_t* out) {
 
 hora_status_t hora_allreduce_async(const char* name, const hora_tensor_t* input, void* output,
                                    hora_reduce_op_t op, double prescale, double postscale,
-                                   hora_handle_t* handle) {
+                                   int32_t process_set, hora_handle_t* handle) {
   hora::TensorSpec spec;
   if (hora_status_t s = ToSpec(name, input, hora::CollectiveType::kAllreduce, &spec)) return s;
   if (hora_status_t s = CheckOp(op)) return s;
   spec.op = static_cast<hora::ReduceOp>(op);
   spec.prescale = prescale;
   spec.postscale = postscale;
-  return Submit(std::move(spec), input->data, output, handle);
+  spec.process_set = process_set;
+  return Submit(std::move(spec), input->data, output, input->stream, handle);
 }
 
 hora_status_t hora_broadcast_async(const char* name, const hora_tensor_t* tensor, int32_t root,
-                                   hora_handle_t* handle) {
+                                   int32_t process_set, hora_handle_t* handle) {
   hora::TensorSpec spec;
   if (hora_status_t s = ToSpec(name, tensor, hora::CollectiveType::kBroadcast, &spec)) return s;
   spec.root = root;
-  return Submit(std::move(spec), tensor->data, tensor->data, handle);
+  spec.process_set = process_set;
+  return Submit(std::move(spec), tensor->data, tensor->data, tensor->stream, handle);
 }
 
 hora_status_t hora_allgather_async(const char* name, const hora_tensor_t* input,
-                                   hora_handle_t* handle) {
+                                   int32_t process_set, hora_handle_t* handle) {
   hora::TensorSpec spec;
   if (hora_status_t s = ToSpec(name, input, hora::CollectiveType::kAllgather, &spec)) return s;
-  return Submit(std::move(spec), input->data, nullptr, handle);
+  spec.process_set = process_set;
+  return Submit(std::move(spec), input->data, nullptr, input->stream, handle);
 }
 
 hora_status_t hora_reducescatter_async(const char* name, const hora_tensor_t* input,
                                        hora_reduce_op_t op, double prescale, double postscale,
-                                       hora_handle_t* handle) {
+                                       int32_t process_set, hora_handle_t* handle) {
   hora::TensorSpec spec;
   if (hora_status_t s = ToSpec(name, input, hora::CollectiveType::kReducescatter, &spec)) return s;
   if (hora_status_t s = CheckOp(op)) return s;
   spec.op = static_cast<hora::ReduceOp>(op);
   spec.prescale = prescale;
   spec.postscale = postscale;
-  return Submit(std::move(spec), input->data, nullptr, handle);
+  spec.process_set = process_set;
+  return Submit(std::move(spec), input->data, nullptr, input->stream, handle);
 }
 
 hora_status_t hora_alltoall_async(const char* name, const hora_tensor_t* input,
-                                  const int64_t* splits, int32_t nsplits, hora_handle_t* handle) {
+                                  const int64_t* splits, int32_t nsplits, int32_t process_set,
+                                  hora_handle_t* handle) {
   hora::TensorSpec spec;
   if (hora_status_t s = ToSpec(name, input, hora::CollectiveType::kAlltoall, &spec)) return s;
   if (splits != nullptr) {
@@ -228,28 +260,111 @@ hora_status_t hora_alltoall_async(const char* name, const hora_tensor_t* input,
   } else if (nsplits != 0) {
     return Fail(Code::kInvalidArgument, "splits is NULL but nsplits is " + std::to_string(nsplits));
   }
-  return Submit(std::move(spec), input->data, nullptr, handle);
+  spec.process_set = process_set;
+  return Submit(std::move(spec), input->data, nullptr, input->stream, handle);
 }
 
-hora_status_t hora_barrier_async(hora_handle_t* handle) {
-  if (handle == nullptr) return Fail(Code::kInvalidArgument, "handle pointer is NULL");
+hora_status_t hora_barrier_async(int32_t process_set, hora_handle_t* handle) {
+  return EnqueueWith(handle, [&](Engine& e) { return e.EnqueueBarrier(process_set); });
+}
+
+hora_status_t hora_join_async(int32_t process_set, hora_handle_t* handle) {
+  return EnqueueWith(handle, [&](Engine& e) { return e.EnqueueJoin(process_set); });
+}
+
+hora_status_t hora_send_async(const hora_tensor_t* tensor, int32_t peer, int32_t tag,
+                              int32_t process_set, hora_handle_t* handle) {
+  hora::TensorSpec spec;
+  if (hora_status_t s = ToSpec("send", tensor, hora::CollectiveType::kSend, &spec)) return s;
+  if (tag < 0) return Fail(Code::kInvalidArgument, "send: tag " + std::to_string(tag) + " is negative");
+  spec.process_set = process_set;
+  return EnqueueWith(handle, [&](Engine& e) {
+    return e.EnqueueSend(std::move(spec), tensor->data, peer, tag);
+  });
+}
+
+hora_status_t hora_recv_async(const hora_tensor_t* tensor, int32_t peer, int32_t tag,
+                              int32_t process_set, hora_handle_t* handle) {
+  hora::TensorSpec spec;
+  if (hora_status_t s = ToSpec("recv", tensor, hora::CollectiveType::kRecv, &spec)) return s;
+  if (tag < 0) return Fail(Code::kInvalidArgument, "recv: tag " + std::to_string(tag) + " is negative");
+  spec.process_set = process_set;
+  return EnqueueWith(handle, [&](Engine& e) {
+    return e.EnqueueRecv(std::move(spec), tensor->data, peer, tag);
+  });
+}
+
+hora_status_t hora_process_set_add(const int32_t* ranks, int32_t nranks,
+                                   const char* cpu_operations, int32_t* id) {
+  if (id == nullptr) return Fail(Code::kInvalidArgument, "id pointer is NULL");
+  if (nranks < 0 || nranks > (1 << 20) || (nranks > 0 && ranks == nullptr)) {
+    return Fail(Code::kInvalidArgument, "ranks is NULL or nranks " + std::to_string(nranks) +
+                                            " is out of range");
+  }
   hora_status_t st = HORA_OK;
   auto e = Running(&st);
   if (!e) return st;
-  auto h = e->EnqueueBarrier();
-  if (!h.ok()) return Fail(h.status());
-  *handle = h.value();
+  auto r = e->AddProcessSet(std::vector<int>(ranks, ranks + nranks),
+                            cpu_operations == nullptr ? "" : cpu_operations);
+  if (!r.ok()) return Fail(r.status());
+  *id = r.value();
+  t_last_error.clear();
   return HORA_OK;
 }
 
-hora_status_t hora_join_async(hora_handle_t* handle) {
-  if (handle == nullptr) return Fail(Code::kInvalidArgument, "handle pointer is NULL");
+hora_status_t hora_process_set_remove(int32_t id) {
   hora_status_t st = HORA_OK;
   auto e = Running(&st);
   if (!e) return st;
-  auto h = e->EnqueueJoin();
-  if (!h.ok()) return Fail(h.status());
-  *handle = h.value();
+  return Report(e->RemoveProcessSet(id));
+}
+
+hora_status_t hora_process_set_rank(int32_t id, int32_t* rank) {
+  if (rank == nullptr) return Fail(Code::kInvalidArgument, "rank pointer is NULL");
+  return WithSet(id, [&](const hora::ProcessSetInfo& s) {
+    *rank = s.rank;
+    return Status::Ok();
+  });
+}
+
+hora_status_t hora_process_set_size(int32_t id, int32_t* size) {
+  if (size == nullptr) return Fail(Code::kInvalidArgument, "size pointer is NULL");
+  return WithSet(id, [&](const hora::ProcessSetInfo& s) {
+    *size = static_cast<int32_t>(s.ranks.size());
+    return Status::Ok();
+  });
+}
+
+hora_status_t hora_process_set_included(int32_t id, int* included) {
+  if (included == nullptr) return Fail(Code::kInvalidArgument, "included pointer is NULL");
+  return WithSet(id, [&](const hora::ProcessSetInfo& s) {
+    *included = s.rank >= 0 ? 1 : 0;
+    return Status::Ok();
+  });
+}
+
+hora_status_t hora_process_set_ranks(int32_t id, int32_t* ranks, int32_t max, int32_t* n) {
+  if (n == nullptr || (ranks == nullptr && max > 0)) {
+    return Fail(Code::kInvalidArgument, "ranks or n pointer is NULL");
+  }
+  return WithSet(id, [&](const hora::ProcessSetInfo& s) {
+    *n = static_cast<int32_t>(s.ranks.size());
+    for (int32_t i = 0; i < *n && i < max; ++i) ranks[i] = s.ranks[i];
+    return Status::Ok();
+  });
+}
+
+hora_status_t hora_process_set_ids(int32_t* ids, int32_t max, int32_t* n) {
+  if (n == nullptr || (ids == nullptr && max > 0)) {
+    return Fail(Code::kInvalidArgument, "ids or n pointer is NULL");
+  }
+  hora_status_t st = HORA_OK;
+  auto e = Running(&st);
+  if (!e) return st;
+  std::vector<int32_t> all = e->ProcessSetIds();
+  *n = static_cast<int32_t>(all.size());
+  for (int32_t i = 0; i < *n && i < max; ++i) ids[i] = all[i];
+  t_last_error.clear();
   return HORA_OK;
 }
 
@@ -358,7 +473,16 @@ const char* hora_version(void) { return "0.1.0"; }
 
 int hora_built(const char* backend) {
   if (backend == nullptr) return 0;
-  return std::strcmp(backend, "gloo") == 0 ? 1 : 0;
+  return hora::IsBackendBuilt(backend) ? 1 : 0;
+}
+
+const char* hora_built_backends(void) {
+  static const std::string list = [] {
+    std::string s;
+    for (const std::string& n : hora::BuiltBackends()) s += (s.empty() ? "" : ",") + n;
+    return s;
+  }();
+  return list.c_str();
 }
 
 }  // extern "C"

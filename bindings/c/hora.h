@@ -22,15 +22,26 @@
  *             negotiation; at most one operation per name is in flight on a rank at a time
  *             (HORA_ERR_ALREADY_EXISTS). Names may be reused once the previous one is done.
  * Collective. hora_init, hora_shutdown and every *_async enqueue are collective: all ranks
- *             must make the same calls with the same names and matching arguments, but the
- *             enqueue order may differ between ranks. A mismatch (shape, dtype, op, root...)
- *             fails that operation on every rank with HORA_ERR_MISMATCH naming the field and
- *             the ranks; other operations go on.
+ *             of the operation's process set must make the same calls with the same names
+ *             and matching arguments, but the enqueue order may differ between ranks. A
+ *             mismatch (shape, dtype, op, root...) fails that operation on every rank with
+ *             HORA_ERR_MISMATCH naming the field and the ranks; other operations go on.
+ *             hora_process_set_add / _remove are collective over every rank of the job, in
+ *             the same order on every rank (members and non-members alike).
+ * Process     Every collective takes a process set id: HORA_GLOBAL_PROCESS_SET (0) is every
+ * sets.       rank; others come from hora_process_set_add. Ranks given to an operation (root,
+ *             peer, splits) are ranks within its set; names are unique per set. A rank that
+ *             is not a member of the set gets HORA_ERR_INVALID_ARGUMENT. Sets run side by
+ *             side: operations of different sets never wait for each other.
+ * Point to    hora_send_async / hora_recv_async move one tensor between two ranks of a set:
+ * point.      the n-th send from s to d with a tag matches d's n-th recv from s with that tag;
+ *             dtype and element count must match (else HORA_ERR_MISMATCH on both).
  * Threads.    All functions are thread-safe, except that hora_init and hora_shutdown must not
  *             race with each other or with other calls. Enqueues never wait for other ranks
  *             (they write one ready notice to the coordinator before returning).
  * Blocking.   Only hora_init (bounded by the start timeout), hora_wait (bounded by its
- *             timeout argument and by the runtime's failure detection) and hora_shutdown block.
+ *             timeout argument and by the runtime's failure detection), hora_process_set_add
+ *             / _remove (bounded by the start timeout) and hora_shutdown block.
  * Env.        hora_init reads HORA_* environment variables (see README, "Options"); fields set
  *             in hora_config_t take precedence.
  */
@@ -52,7 +63,7 @@ typedef enum {
   HORA_ERR_INVALID_ARGUMENT = 1,
   HORA_ERR_FAILED_PRECONDITION = 2, /* not initialized, already initialized, shut down */
   HORA_ERR_ALREADY_EXISTS = 3,      /* an operation with this name is already in flight */
-  HORA_ERR_NOT_FOUND = 4,           /* unknown or released handle */
+  HORA_ERR_NOT_FOUND = 4,           /* unknown or released handle, unknown process set */
   HORA_ERR_DEADLINE_EXCEEDED = 5,   /* a wait timed out (the operation may still complete) */
   HORA_ERR_MISMATCH = 6,            /* ranks submitted different signatures for this name */
   HORA_ERR_PEER_FAILURE = 7,        /* another rank or the coordinator failed */
@@ -85,6 +96,9 @@ typedef enum {
 } hora_reduce_op_t;
 
 typedef enum { HORA_DEVICE_CPU = 0, HORA_DEVICE_CUDA = 1 } hora_device_t;
+
+/* The process set of every rank. */
+#define HORA_GLOBAL_PROCESS_SET 0
 
 /* An operation in flight. Positive; 0 is never a valid handle. */
 typedef int64_t hora_handle_t;
@@ -139,37 +153,69 @@ HORA_API hora_status_t hora_cross_size(int32_t* out);
  * postscale / size). */
 HORA_API hora_status_t hora_allreduce_async(const char* name, const hora_tensor_t* input,
                                             void* output, hora_reduce_op_t op, double prescale,
-                                            double postscale, hora_handle_t* handle);
+                                            double postscale, int32_t process_set,
+                                            hora_handle_t* handle);
 
 /* In place: root's tensor is copied into every rank's tensor. */
 HORA_API hora_status_t hora_broadcast_async(const char* name, const hora_tensor_t* tensor,
-                                            int32_t root, hora_handle_t* handle);
+                                            int32_t root, int32_t process_set,
+                                            hora_handle_t* handle);
 
 /* Concatenates every rank's tensor along the first dimension (which may differ per rank;
  * the other dimensions must match). Result: hora_result_*. */
 HORA_API hora_status_t hora_allgather_async(const char* name, const hora_tensor_t* input,
-                                            hora_handle_t* handle);
+                                            int32_t process_set, hora_handle_t* handle);
 
 /* Reduces across ranks, then rank r keeps its part of the first dimension: size/first
  * rows each, the first (first_dim % size) ranks one more. Result: hora_result_*. */
 HORA_API hora_status_t hora_reducescatter_async(const char* name, const hora_tensor_t* input,
                                                 hora_reduce_op_t op, double prescale,
-                                                double postscale, hora_handle_t* handle);
+                                                double postscale, int32_t process_set,
+                                                hora_handle_t* handle);
 
 /* Sends splits[r] rows of the first dimension to rank r (splits == NULL: equal parts; the
  * first dimension must then be divisible by size). nsplits must equal size. Result:
  * hora_result_* (received rows in rank order; hora_result_splits gives rows per sender). */
 HORA_API hora_status_t hora_alltoall_async(const char* name, const hora_tensor_t* input,
                                            const int64_t* splits, int32_t nsplits,
-                                           hora_handle_t* handle);
+                                           int32_t process_set, hora_handle_t* handle);
 
-/* Completes when every rank has called it (the n-th barrier of each rank match). */
-HORA_API hora_status_t hora_barrier_async(hora_handle_t* handle);
+/* Completes when every rank of the set has called it (the n-th barriers match). */
+HORA_API hora_status_t hora_barrier_async(int32_t process_set, hora_handle_t* handle);
 
-/* This rank has no more data: until every rank has joined it contributes zeros to the other
- * ranks' allreduces. Completes when all ranks have joined; hora_result_join_rank gives the
- * last rank to join. */
-HORA_API hora_status_t hora_join_async(hora_handle_t* handle);
+/* This rank has no more data: until every rank of the set has joined it contributes zeros to
+ * the other ranks' allreduces in the set. Completes when all have joined;
+ * hora_result_join_rank gives the last rank (a global rank) to join. */
+HORA_API hora_status_t hora_join_async(int32_t process_set, hora_handle_t* handle);
+
+/* Point-to-point within a process set (peer: a rank of the set, not this one; tag >= 0).
+ * send reads tensor->data; recv writes the received elements into tensor->data. */
+HORA_API hora_status_t hora_send_async(const hora_tensor_t* tensor, int32_t peer, int32_t tag,
+                                       int32_t process_set, hora_handle_t* handle);
+HORA_API hora_status_t hora_recv_async(const hora_tensor_t* tensor, int32_t peer, int32_t tag,
+                                       int32_t process_set, hora_handle_t* handle);
+
+/* ---- Process sets ---- */
+
+/* Collective over every rank of the job (see Conventions). ranks: nranks distinct global
+ * ranks, any order. cpu_operations: the backend for the set's CPU tensors ("gloo",
+ * "loopback", "auto", ...; NULL = HORA_CPU_OPERATIONS). *id receives the new set's id. A set
+ * with the same ranks as an existing one is HORA_ERR_ALREADY_EXISTS; ranks or backends that
+ * differ across ranks fail on every rank, naming them. */
+HORA_API hora_status_t hora_process_set_add(const int32_t* ranks, int32_t nranks,
+                                            const char* cpu_operations, int32_t* id);
+/* Collective. Operations pending in the set fail with HORA_ERR_ABORTED. The global set
+ * cannot be removed. */
+HORA_API hora_status_t hora_process_set_remove(int32_t id);
+/* This rank's rank in the set, or -1 when it is not a member. */
+HORA_API hora_status_t hora_process_set_rank(int32_t id, int32_t* rank);
+HORA_API hora_status_t hora_process_set_size(int32_t id, int32_t* size);
+HORA_API hora_status_t hora_process_set_included(int32_t id, int* included);
+/* The members (global ranks, sorted): *n receives their number; up to max are written. */
+HORA_API hora_status_t hora_process_set_ranks(int32_t id, int32_t* ranks, int32_t max,
+                                              int32_t* n);
+/* The ids of every set that exists now, ascending; *n receives their number. */
+HORA_API hora_status_t hora_process_set_ids(int32_t* ids, int32_t max, int32_t* n);
 
 /* ---- Handles ---- */
 
@@ -199,8 +245,10 @@ HORA_API const char* hora_last_error(void);
  * (valid until hora_shutdown; may be NULL). */
 HORA_API hora_status_t hora_async_error(const char** message);
 HORA_API const char* hora_version(void);
-/* 1 if the backend was compiled in: "gloo", "mpi", "nccl", "cuda". */
+/* 1 if the backend was compiled in ("gloo", "loopback", "mpi", "shm", "nccl", ...). */
 HORA_API int hora_built(const char* backend);
+/* The backends compiled in, comma-separated and sorted ("gloo,loopback"); static storage. */
+HORA_API const char* hora_built_backends(void);
 
 #ifdef __cplusplus
 }

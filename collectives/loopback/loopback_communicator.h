@@ -25,6 +25,7 @@
 
 #include "collectives/communicator.h"
 #include "common/kv_store.h"
+#include "common/limits.h"
 #include "common/status.h"
 
 namespace hora {
@@ -35,7 +36,7 @@ struct LoopbackConfig {
   KvStore* store = nullptr;  // not owned; must outlive the communicator
   std::string key_prefix;    // unique per communicator, the same on every member
   std::chrono::milliseconds timeout{30000};  // bounds every wait for a peer's key
-  int64_t max_message_bytes = 64 << 20;
+  int64_t max_message_bytes = kDefaultMaxMessageBytes;
 };
 
 // Not collective: nothing is exchanged until the first operation.

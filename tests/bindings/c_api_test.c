@@ -34,7 +34,7 @@ static void before_init(void) {
   CHECK(hora_is_initialized() == 0);
   CHECK(hora_rank(&r) == HORA_ERR_FAILED_PRECONDITION);
   CHECK(strstr(hora_last_error(), "not initialized") != NULL);
-  CHECK(hora_barrier_async(&h) == HORA_ERR_FAILED_PRECONDITION);
+  CHECK(hora_barrier_async(HORA_GLOBAL_PROCESS_SET, &h) == HORA_ERR_FAILED_PRECONDITION);
   CHECK(hora_shutdown() == HORA_OK);
   hora_config_t bad = HORA_CONFIG_INITIALIZER;
   bad.struct_size = 0;
@@ -48,13 +48,13 @@ static void collectives(void) {
   hora_tensor_t x = make_tensor(data, shape, 1, HORA_FLOAT32);
   hora_handle_t h = 0;
   int done = 0;
-  CHECK(hora_allreduce_async("c.sum", &x, out, HORA_AVERAGE, 2.0, 1.0, &h) == HORA_OK);
+  CHECK(hora_allreduce_async("c.sum", &x, out, HORA_AVERAGE, 2.0, 1.0, HORA_GLOBAL_PROCESS_SET, &h) == HORA_OK);
   CHECK(hora_wait(h, 30) == HORA_OK);
   CHECK(hora_poll(h, &done) == HORA_OK && done == 1);
   CHECK(out[3] == 8.0f);
   CHECK(hora_release(h) == HORA_OK);
 
-  CHECK(hora_allgather_async("c.gather", &x, &h) == HORA_OK);
+  CHECK(hora_allgather_async("c.gather", &x, HORA_GLOBAL_PROCESS_SET, &h) == HORA_OK);
   CHECK(hora_wait(h, 30) == HORA_OK);
   int64_t rshape[2] = {0, 0};
   int32_t nd = 0;
@@ -64,7 +64,7 @@ static void collectives(void) {
   CHECK(hora_result_copy(h, gathered, sizeof(gathered)) == HORA_OK && gathered[2] == 3.0f);
   CHECK(hora_release(h) == HORA_OK);
 
-  CHECK(hora_barrier_async(&h) == HORA_OK);
+  CHECK(hora_barrier_async(HORA_GLOBAL_PROCESS_SET, &h) == HORA_OK);
   CHECK(hora_wait(h, 30) == HORA_OK);
   CHECK(hora_release(h) == HORA_OK);
 }
@@ -78,54 +78,54 @@ static void bad_inputs(void) {
   hora_handle_t h = 0;
   int done = 0;
 
-  CHECK(hora_allreduce_async(NULL, &x, data, HORA_SUM, 1, 1, &h) == HORA_ERR_INVALID_ARGUMENT);
-  CHECK(hora_allreduce_async("", &x, data, HORA_SUM, 1, 1, &h) == HORA_ERR_INVALID_ARGUMENT);
-  CHECK(hora_allreduce_async("t", NULL, data, HORA_SUM, 1, 1, &h) == HORA_ERR_INVALID_ARGUMENT);
-  CHECK(hora_allreduce_async("bad\xff\xfe", &x, data, HORA_SUM, 1, 1, &h) == HORA_ERR_INVALID_ARGUMENT);
+  CHECK(hora_allreduce_async(NULL, &x, data, HORA_SUM, 1, 1, HORA_GLOBAL_PROCESS_SET, &h) == HORA_ERR_INVALID_ARGUMENT);
+  CHECK(hora_allreduce_async("", &x, data, HORA_SUM, 1, 1, HORA_GLOBAL_PROCESS_SET, &h) == HORA_ERR_INVALID_ARGUMENT);
+  CHECK(hora_allreduce_async("t", NULL, data, HORA_SUM, 1, 1, HORA_GLOBAL_PROCESS_SET, &h) == HORA_ERR_INVALID_ARGUMENT);
+  CHECK(hora_allreduce_async("bad\xff\xfe", &x, data, HORA_SUM, 1, 1, HORA_GLOBAL_PROCESS_SET, &h) == HORA_ERR_INVALID_ARGUMENT);
   CHECK(strstr(hora_last_error(), "UTF-8") != NULL);
-  CHECK(hora_allreduce_async("caf\xc3\xa9", &x, data, HORA_SUM, 1, 1, &h) == HORA_OK);
+  CHECK(hora_allreduce_async("caf\xc3\xa9", &x, data, HORA_SUM, 1, 1, HORA_GLOBAL_PROCESS_SET, &h) == HORA_OK);
   CHECK(hora_wait(h, 30) == HORA_OK);
   CHECK(hora_release(h) == HORA_OK);
-  CHECK(hora_allreduce_async("t", &x, data, HORA_SUM, 1, 1, NULL) == HORA_ERR_INVALID_ARGUMENT);
-  CHECK(hora_allreduce_async("t", &x, NULL, HORA_SUM, 1, 1, &h) == HORA_ERR_INVALID_ARGUMENT);
-  CHECK(hora_allreduce_async("t", &x, data, (hora_reduce_op_t)17, 1, 1, &h) == HORA_ERR_INVALID_ARGUMENT);
+  CHECK(hora_allreduce_async("t", &x, data, HORA_SUM, 1, 1, HORA_GLOBAL_PROCESS_SET, NULL) == HORA_ERR_INVALID_ARGUMENT);
+  CHECK(hora_allreduce_async("t", &x, NULL, HORA_SUM, 1, 1, HORA_GLOBAL_PROCESS_SET, &h) == HORA_ERR_INVALID_ARGUMENT);
+  CHECK(hora_allreduce_async("t", &x, data, (hora_reduce_op_t)17, 1, 1, HORA_GLOBAL_PROCESS_SET, &h) == HORA_ERR_INVALID_ARGUMENT);
   CHECK(strstr(hora_last_error(), "reduce op") != NULL);
   hora_tensor_t bad_dtype = make_tensor(data, shape, 1, (hora_dtype_t)42);
-  CHECK(hora_allreduce_async("t", &bad_dtype, data, HORA_SUM, 1, 1, &h) == HORA_ERR_INVALID_ARGUMENT);
+  CHECK(hora_allreduce_async("t", &bad_dtype, data, HORA_SUM, 1, 1, HORA_GLOBAL_PROCESS_SET, &h) == HORA_ERR_INVALID_ARGUMENT);
   CHECK(strstr(hora_last_error(), "dtype") != NULL);
   hora_tensor_t negative = make_tensor(data, neg, 1, HORA_FLOAT32);
-  CHECK(hora_allreduce_async("t", &negative, data, HORA_SUM, 1, 1, &h) == HORA_ERR_INVALID_ARGUMENT);
+  CHECK(hora_allreduce_async("t", &negative, data, HORA_SUM, 1, 1, HORA_GLOBAL_PROCESS_SET, &h) == HORA_ERR_INVALID_ARGUMENT);
   CHECK(strstr(hora_last_error(), "negative") != NULL);
   hora_tensor_t overflow = make_tensor(data, huge, 3, HORA_FLOAT32);
-  CHECK(hora_allreduce_async("t", &overflow, data, HORA_SUM, 1, 1, &h) == HORA_ERR_INVALID_ARGUMENT);
+  CHECK(hora_allreduce_async("t", &overflow, data, HORA_SUM, 1, 1, HORA_GLOBAL_PROCESS_SET, &h) == HORA_ERR_INVALID_ARGUMENT);
   CHECK(strstr(hora_last_error(), "overflow") != NULL);
   hora_tensor_t bad_ndim = make_tensor(data, shape, -1, HORA_FLOAT32);
-  CHECK(hora_allreduce_async("t", &bad_ndim, data, HORA_SUM, 1, 1, &h) == HORA_ERR_INVALID_ARGUMENT);
+  CHECK(hora_allreduce_async("t", &bad_ndim, data, HORA_SUM, 1, 1, HORA_GLOBAL_PROCESS_SET, &h) == HORA_ERR_INVALID_ARGUMENT);
   hora_tensor_t null_shape = make_tensor(data, NULL, 1, HORA_FLOAT32);
-  CHECK(hora_allreduce_async("t", &null_shape, data, HORA_SUM, 1, 1, &h) == HORA_ERR_INVALID_ARGUMENT);
+  CHECK(hora_allreduce_async("t", &null_shape, data, HORA_SUM, 1, 1, HORA_GLOBAL_PROCESS_SET, &h) == HORA_ERR_INVALID_ARGUMENT);
   hora_tensor_t null_data = make_tensor(NULL, shape, 1, HORA_FLOAT32);
-  CHECK(hora_allreduce_async("t", &null_data, data, HORA_SUM, 1, 1, &h) == HORA_ERR_INVALID_ARGUMENT);
-  CHECK(hora_allreduce_async("t", &x, data, HORA_SUM, 0.0 / 0.0, 1, &h) == HORA_ERR_INVALID_ARGUMENT);
-  CHECK(hora_broadcast_async("t", &x, 1, &h) == HORA_ERR_INVALID_ARGUMENT);
+  CHECK(hora_allreduce_async("t", &null_data, data, HORA_SUM, 1, 1, HORA_GLOBAL_PROCESS_SET, &h) == HORA_ERR_INVALID_ARGUMENT);
+  CHECK(hora_allreduce_async("t", &x, data, HORA_SUM, 0.0 / 0.0, 1, HORA_GLOBAL_PROCESS_SET, &h) == HORA_ERR_INVALID_ARGUMENT);
+  CHECK(hora_broadcast_async("t", &x, 1, HORA_GLOBAL_PROCESS_SET, &h) == HORA_ERR_INVALID_ARGUMENT);
   CHECK(strstr(hora_last_error(), "root 1 is out of range") != NULL);
-  CHECK(hora_broadcast_async("t", &x, -1, &h) == HORA_ERR_INVALID_ARGUMENT);
+  CHECK(hora_broadcast_async("t", &x, -1, HORA_GLOBAL_PROCESS_SET, &h) == HORA_ERR_INVALID_ARGUMENT);
   int64_t splits[2] = {2, 2};
-  CHECK(hora_alltoall_async("t", &x, splits, 2, &h) == HORA_ERR_INVALID_ARGUMENT);
-  CHECK(hora_alltoall_async("t", &x, NULL, 3, &h) == HORA_ERR_INVALID_ARGUMENT);
+  CHECK(hora_alltoall_async("t", &x, splits, 2, HORA_GLOBAL_PROCESS_SET, &h) == HORA_ERR_INVALID_ARGUMENT);
+  CHECK(hora_alltoall_async("t", &x, NULL, 3, HORA_GLOBAL_PROCESS_SET, &h) == HORA_ERR_INVALID_ARGUMENT);
   hora_tensor_t scalar = make_tensor(data, NULL, 0, HORA_FLOAT32);
-  CHECK(hora_allgather_async("t", &scalar, &h) == HORA_ERR_INVALID_ARGUMENT);
+  CHECK(hora_allgather_async("t", &scalar, HORA_GLOBAL_PROCESS_SET, &h) == HORA_ERR_INVALID_ARGUMENT);
   hora_tensor_t cuda = make_tensor(data, shape, 1, HORA_FLOAT32);
   cuda.device = HORA_DEVICE_CUDA;
-  CHECK(hora_allreduce_async("t", &cuda, data, HORA_SUM, 1, 1, &h) == HORA_ERR_INVALID_ARGUMENT);
+  CHECK(hora_allreduce_async("t", &cuda, data, HORA_SUM, 1, 1, HORA_GLOBAL_PROCESS_SET, &h) == HORA_ERR_INVALID_ARGUMENT);
   hora_tensor_t bad_device = make_tensor(data, shape, 1, HORA_FLOAT32);
   bad_device.device = (hora_device_t)9;
-  CHECK(hora_allreduce_async("t", &bad_device, data, HORA_SUM, 1, 1, &h) == HORA_ERR_INVALID_ARGUMENT);
+  CHECK(hora_allreduce_async("t", &bad_device, data, HORA_SUM, 1, 1, HORA_GLOBAL_PROCESS_SET, &h) == HORA_ERR_INVALID_ARGUMENT);
 
   /* Handles: unknown, released, null outputs. */
   CHECK(hora_wait(987654, 1) == HORA_ERR_NOT_FOUND);
   CHECK(hora_poll(987654, &done) == HORA_ERR_NOT_FOUND);
   CHECK(hora_poll(1, NULL) == HORA_ERR_INVALID_ARGUMENT);
-  CHECK(hora_allreduce_async("t", &x, data, HORA_SUM, 1, 1, &h) == HORA_OK);
+  CHECK(hora_allreduce_async("t", &x, data, HORA_SUM, 1, 1, HORA_GLOBAL_PROCESS_SET, &h) == HORA_OK);
   CHECK(hora_wait(h, 30) == HORA_OK);
   int32_t ndim = 0;
   CHECK(hora_result_shape(h, NULL, 4, &ndim) == HORA_ERR_INVALID_ARGUMENT);
@@ -154,7 +154,7 @@ int main(void) {
   bad_inputs();
   CHECK(hora_shutdown() == HORA_OK);
   hora_handle_t h = 0;
-  CHECK(hora_barrier_async(&h) == HORA_ERR_FAILED_PRECONDITION);
+  CHECK(hora_barrier_async(HORA_GLOBAL_PROCESS_SET, &h) == HORA_ERR_FAILED_PRECONDITION);
   CHECK(strstr(hora_last_error(), "shut down") != NULL);
   CHECK(hora_shutdown() == HORA_OK);
   /* init again after shutdown works */

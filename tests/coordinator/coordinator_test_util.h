@@ -104,7 +104,7 @@ struct Recorder {
       plans.push_back(std::move(p));
       cv.notify_all();
     };
-    cb.on_join_done = [this](int last) {
+    cb.on_join_done = [this](int32_t /*process_set*/, int last) {
       std::lock_guard<std::mutex> l(mu);
       join_done.push_back(last);
       cv.notify_all();

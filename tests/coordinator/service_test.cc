@@ -137,7 +137,7 @@ TEST_CASE("Mismatched options, version, size and duplicate ranks are refused", "
     req.set_protocol_version(kProtocolVersion + 41);
     grpc::Status st = raw.Join(req);
     CHECK(st.error_code() == grpc::StatusCode::FAILED_PRECONDITION);
-    CHECK(Contains(st.error_message(), "protocol version differs: 42 on rank 1 but 1"));
+    CHECK(Contains(st.error_message(), "protocol version differs: 43 on rank 1 but 2"));
   }
   SECTION("size and rank") {
     ClientConfig c = ClientFor(config, service->port(), 1);

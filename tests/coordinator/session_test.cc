@@ -183,7 +183,7 @@ TEST_CASE("Join: a joined rank gets id -1, then join_done reaches everyone", "[s
   n.id = 7;
   n.spec = MakeSpec(5, 0, 2);
   job.clients[0]->SendReady({n});
-  job.clients[1]->SendJoin();
+  job.clients[1]->SendJoin(kGlobalProcessSet);
   for (int r = 0; r < 2; ++r) {
     REQUIRE(job.recorders[r]->WaitFor(milliseconds(3000),
                                       [&] { return !job.recorders[r]->plans.empty(); }));
@@ -191,7 +191,7 @@ TEST_CASE("Join: a joined rank gets id -1, then join_done reaches everyone", "[s
   CHECK(job.recorders[0]->plans[0].buckets.at(0).entries.at(0).id == 7);
   CHECK(job.recorders[1]->plans[0].buckets.at(0).entries.at(0).id == -1);
   CHECK(job.recorders[1]->plans[0].buckets.at(0).joined_ranks == 1);
-  job.clients[0]->SendJoin();
+  job.clients[0]->SendJoin(kGlobalProcessSet);
   for (int r = 0; r < 2; ++r) {
     REQUIRE(job.recorders[r]->WaitFor(milliseconds(3000),
                                       [&] { return !job.recorders[r]->join_done.empty(); }));

@@ -42,7 +42,7 @@ int main(int argc, char** argv) {
   double start = Now();
   for (long i = 0;; ++i) {
     hora_handle_t h = 0;
-    hora_status_t s = hora_allreduce_async("fault.grad", &t, buf.data(), HORA_AVERAGE, 1, 1, &h);
+    hora_status_t s = hora_allreduce_async("fault.grad", &t, buf.data(), HORA_AVERAGE, 1, 1, HORA_GLOBAL_PROCESS_SET, &h);
     if (s != HORA_OK) return Report(rank, s, hora_last_error());
     s = hora_wait(h, -1);
     std::string msg = hora_last_error();  // valid until this thread's next Hora call

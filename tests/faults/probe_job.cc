@@ -41,7 +41,7 @@ hora_status_t AllreduceSum(const char* name, std::vector<float>* buf, std::strin
   int64_t shape[1] = {static_cast<int64_t>(buf->size())};
   hora_tensor_t t = {buf->data(), shape, 1, HORA_FLOAT32, HORA_DEVICE_CPU, 0, nullptr};
   hora_handle_t h = 0;
-  hora_status_t s = hora_allreduce_async(name, &t, buf->data(), HORA_SUM, 1, 1, &h);
+  hora_status_t s = hora_allreduce_async(name, &t, buf->data(), HORA_SUM, 1, 1, HORA_GLOBAL_PROCESS_SET, &h);
   if (s != HORA_OK) {
     *msg = hora_last_error();
     return s;

@@ -67,7 +67,7 @@ void TestAllreduce(int rank) {
         hora_tensor_t x = Tensor(in.data(), shape, t);
         std::string name = std::string("ar.") + DtypeName(t) + "." + std::to_string(op) + "." + std::to_string(n);
         hora_handle_t h = 0;
-        Must(hora_allreduce_async(name.c_str(), &x, in_place ? in.data() : out.data(), op, 1.0, 1.0, &h), "allreduce");
+        Must(hora_allreduce_async(name.c_str(), &x, in_place ? in.data() : out.data(), op, 1.0, 1.0, HORA_GLOBAL_PROCESS_SET, &h), "allreduce");
         Must(hora_wait(h, 60), name.c_str());
         Must(hora_release(h), "release");
         const std::vector<char>& got = in_place ? in : out;
@@ -88,7 +88,7 @@ void TestAllreduce(int rank) {
   std::vector<char> in = Fill(rank, 15, HORA_FLOAT32, HORA_SUM);
   hora_tensor_t x = Tensor(in.data(), shape, HORA_FLOAT32);
   hora_handle_t h = 0;
-  Must(hora_allreduce_async("ar.scaled", &x, in.data(), HORA_SUM, 0.5, 3.0, &h), "allreduce scaled");
+  Must(hora_allreduce_async("ar.scaled", &x, in.data(), HORA_SUM, 0.5, 3.0, HORA_GLOBAL_PROCESS_SET, &h), "allreduce scaled");
   Must(hora_wait(h, 60), "ar.scaled");
   hora_release(h);
   for (int64_t i = 0; i < 15; ++i) {
@@ -105,7 +105,7 @@ void TestBroadcast(int rank) {
         hora_tensor_t x = Tensor(buf.data(), shape, t);
         std::string name = std::string("bc.") + DtypeName(t) + "." + std::to_string(root) + "." + std::to_string(n);
         hora_handle_t h = 0;
-        Must(hora_broadcast_async(name.c_str(), &x, root, &h), "broadcast");
+        Must(hora_broadcast_async(name.c_str(), &x, root, HORA_GLOBAL_PROCESS_SET, &h), "broadcast");
         Must(hora_wait(h, 60), name.c_str());
         hora_release(h);
         bool ok = true;
@@ -127,7 +127,7 @@ void TestAllgather(int rank) {
     hora_tensor_t x = Tensor(in.data(), shape, t);
     std::string name = std::string("ag.") + DtypeName(t);
     hora_handle_t h = 0;
-    Must(hora_allgather_async(name.c_str(), &x, &h), "allgather");
+    Must(hora_allgather_async(name.c_str(), &x, HORA_GLOBAL_PROCESS_SET, &h), "allgather");
     Must(hora_wait(h, 60), name.c_str());
     int64_t total = 0;
     for (int r = 0; r < g_size; ++r) total += r % 3;
@@ -156,7 +156,7 @@ void TestReducescatter(int rank) {
       hora_tensor_t x = Tensor(in.data(), shape, t);
       std::string name = std::string("rs.") + DtypeName(t) + "." + std::to_string(op);
       hora_handle_t h = 0;
-      Must(hora_reducescatter_async(name.c_str(), &x, op, 1.0, 1.0, &h), "reducescatter");
+      Must(hora_reducescatter_async(name.c_str(), &x, op, 1.0, 1.0, HORA_GLOBAL_PROCESS_SET, &h), "reducescatter");
       Must(hora_wait(h, 60), name.c_str());
       int64_t my_rows = rows / g_size + (rank < rows % g_size ? 1 : 0);
       int64_t first = 0;
@@ -189,7 +189,7 @@ void TestAlltoall(int rank) {
   }
   hora_tensor_t x = Tensor(in.data(), shape, HORA_INT32);
   hora_handle_t h = 0;
-  Must(hora_alltoall_async("a2a", &x, splits.data(), g_size, &h), "alltoall");
+  Must(hora_alltoall_async("a2a", &x, splits.data(), g_size, HORA_GLOBAL_PROCESS_SET, &h), "alltoall");
   Must(hora_wait(h, 60), "a2a");
   std::vector<int64_t> recv(g_size);
   Must(hora_result_splits(h, recv.data(), g_size), "result_splits");
@@ -226,7 +226,7 @@ void TestManyMixed(int rank) {
     bufs[i] = Fill(rank, count_of(i), dtype_of(i), HORA_SUM);
     hora_tensor_t x = Tensor(bufs[i].data(), shapes[i], dtype_of(i));
     std::string name = "mixed." + std::to_string(i);
-    Must(hora_allreduce_async(name.c_str(), &x, bufs[i].data(), HORA_SUM, 1.0, 1.0, &handles[i]), "mixed enqueue");
+    Must(hora_allreduce_async(name.c_str(), &x, bufs[i].data(), HORA_SUM, 1.0, 1.0, HORA_GLOBAL_PROCESS_SET, &handles[i]), "mixed enqueue");
   }
   int bad = 0;
   for (int i = 0; i < kN; ++i) {
@@ -253,9 +253,9 @@ void TestMismatch(int rank) {
     hora_tensor_t x = Tensor(buf.data(), shape, t);
     hora_handle_t h = 0;
     if (std::string(c.field) == "root") {
-      Must(hora_broadcast_async(c.name, &x, rank == 1 ? 1 : 0, &h), "enqueue");
+      Must(hora_broadcast_async(c.name, &x, rank == 1 ? 1 : 0, HORA_GLOBAL_PROCESS_SET, &h), "enqueue");
     } else {
-      Must(hora_allreduce_async(c.name, &x, buf.data(), HORA_SUM, 1.0, 1.0, &h), "enqueue");
+      Must(hora_allreduce_async(c.name, &x, buf.data(), HORA_SUM, 1.0, 1.0, HORA_GLOBAL_PROCESS_SET, &h), "enqueue");
     }
     hora_status_t s = hora_wait(h, 30);
     std::string msg = hora_last_error();
@@ -270,7 +270,7 @@ void TestMismatch(int rank) {
   std::vector<float> buf(3, 1.0f);
   hora_tensor_t x = Tensor(buf.data(), shape, HORA_FLOAT32);
   hora_handle_t h = 0;
-  Must(hora_allreduce_async("after.mismatch", &x, buf.data(), HORA_SUM, 1.0, 1.0, &h), "enqueue");
+  Must(hora_allreduce_async("after.mismatch", &x, buf.data(), HORA_SUM, 1.0, 1.0, HORA_GLOBAL_PROCESS_SET, &h), "enqueue");
   Must(hora_wait(h, 30), "after mismatch");
   hora_release(h);
   JOB_CHECK(buf[0] == g_size, "allreduce after mismatch");
@@ -292,7 +292,7 @@ int main() {
   TestManyMixed(g_rank);
   TestMismatch(g_rank);
   hora_handle_t h = 0;
-  Must(hora_barrier_async(&h), "barrier");
+  Must(hora_barrier_async(HORA_GLOBAL_PROCESS_SET, &h), "barrier");
   Must(hora_wait(h, 60), "barrier wait");
   hora_release(h);
   Must(hora_shutdown(), "shutdown");

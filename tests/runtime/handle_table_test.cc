@@ -3,6 +3,8 @@
 
 #include <catch2/catch.hpp>
 
+#include <atomic>
+#include <chrono>
 #include <thread>
 
 using namespace hora;
@@ -60,14 +62,57 @@ TEST_CASE("tensor queue rejects a name in flight and frees it on Take") {
   Status dup = q.Push(r);
   REQUIRE(dup.code() == Code::kAlreadyExists);
   REQUIRE(dup.message().find("grad/w") != std::string::npos);
-  auto fresh = q.PopFresh();
-  REQUIRE(fresh.size() == 1);
-  REQUIRE(q.PopFresh().empty());
-  auto taken = q.Take("grad/w");
+  int fresh = 0;
+  q.AnnounceFresh([&](const Request& x) { fresh += x.handle == 1 ? 1 : 100; });
+  REQUIRE(fresh == 1);
+  q.AnnounceFresh([&](const Request&) { ++fresh; });
+  REQUIRE(fresh == 1);
+  auto taken = q.Take(TensorKey{kGlobalProcessSet, "grad/w"});
   REQUIRE(taken.has_value());
   REQUIRE(taken->handle == 1);
-  REQUIRE_FALSE(q.Take("grad/w").has_value());
+  REQUIRE_FALSE(q.Take(TensorKey{kGlobalProcessSet, "grad/w"}).has_value());
   REQUIRE(q.Push(r).ok());
   REQUIRE(q.TakeAll().size() == 1);
   REQUIRE(q.size() == 0);
+}
+
+TEST_CASE("tensor queue: names are per process set; TakeSet takes one set's requests") {
+  TensorQueue q;
+  Request a;
+  a.spec.name = "w";
+  a.handle = 1;
+  Request b = a;
+  b.spec.process_set = 3;
+  b.handle = 2;
+  REQUIRE(q.Push(a).ok());
+  REQUIRE(q.Push(b).ok());  // the same name in another set is another tensor
+  Status dup = q.Push(b);
+  REQUIRE(dup.code() == Code::kAlreadyExists);
+  REQUIRE(dup.message().find("process set 3") != std::string::npos);
+  auto taken = q.TakeSet(3);
+  REQUIRE(taken.size() == 1);
+  REQUIRE(taken[0].handle == 2);
+  REQUIRE(q.size() == 1);
+  REQUIRE(q.Take(TensorKey{kGlobalProcessSet, "w"})->handle == 1);
+}
+
+TEST_CASE("tensor queue: a request being announced cannot be taken meanwhile") {
+  TensorQueue q;
+  Request r;
+  r.spec.name = "x";
+  r.handle = 7;
+  REQUIRE(q.Push(r).ok());
+  std::atomic<bool> in_fn{false}, taken{false};
+  std::thread taker;
+  q.AnnounceFresh([&](const Request& x) {
+    in_fn = true;
+    taker = std::thread([&] { taken = q.Take(TensorKey{kGlobalProcessSet, "x"}).has_value(); });
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    // Still ours: Take waits for the queue's lock, which AnnounceFresh holds.
+    REQUIRE_FALSE(taken.load());
+    REQUIRE(x.handle == 7);
+  });
+  taker.join();
+  REQUIRE(in_fn.load());
+  REQUIRE(taken.load());
 }

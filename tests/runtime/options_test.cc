@@ -89,7 +89,9 @@ TEST_CASE("bad values name the variable") {
   check({{"HORA_HEARTBEAT_TIMEOUT_SECONDS", "2"}, {"HORA_HEARTBEAT_INTERVAL_SECONDS", "3"}},
         "HORA_HEARTBEAT_INTERVAL_SECONDS");
   check({{"HORA_LOG_LEVEL", "loud"}}, "HORA_LOG_LEVEL='loud'");
-  check({{"HORA_CPU_BACKEND", "mpi2"}}, "HORA_CPU_BACKEND");
+  check({{"HORA_CPU_OPERATIONS", "mpi2"}}, "HORA_CPU_OPERATIONS=mpi2: no backend 'mpi2' is built");
+  check({{"HORA_CPU_OPERATIONS", "mpi2"}}, "(built: gloo, loopback");
+  check({{"HORA_GPU_OPERATIONS", "gloo"}}, "HORA_GPU_OPERATIONS=gloo: backend 'gloo' serves cpu");
   check({{"HORA_RANK", "5"}, {"HORA_SIZE", "2"}}, "rank 5");
   check({{"HORA_SIZE", "0"}}, "HORA_SIZE");
   check({{"HORA_TLS_CERT", "/c.pem"}}, "HORA_TLS_KEY");
@@ -106,4 +108,18 @@ TEST_CASE("the digest covers the options that must agree") {
   auto b = ParseOptions(Env({{"HORA_FUSION_THRESHOLD", "2048"}}), {});
   REQUIRE(a.value().Digest() != b.value().Digest());
   REQUIRE(a.value().Digest().find("fusion_threshold=1024") != std::string::npos);
+}
+
+TEST_CASE("cpu and gpu operations: auto by default, a built backend by name") {
+  std::map<std::string, std::string> vars{{"HORA_COORDINATOR_ADDR", "127.0.0.1:5000"},
+                                          {"HORA_JOB_TOKEN", "t"}};
+  auto o = ParseOptions(Env(vars), {});
+  REQUIRE(o.ok());
+  REQUIRE(o.value().cpu_operations == "auto");
+  REQUIRE(o.value().gpu_operations == "auto");
+  vars["HORA_CPU_OPERATIONS"] = "loopback";
+  o = ParseOptions(Env(vars), {});
+  REQUIRE(o.ok());
+  REQUIRE(o.value().cpu_operations == "loopback");
+  REQUIRE(o.value().Digest().find("cpu_operations=loopback") != std::string::npos);
 }

@@ -141,7 +141,7 @@ void Allreduce(const char* name, void* buf, int64_t count, hora_reduce_op_t op, 
   int64_t shape[1] = {count};
   hora_tensor_t t = Tensor(buf, shape, dtype);
   hora_handle_t h = 0;
-  Must(hora_allreduce_async(name, &t, buf, op, 1.0, 1.0, &h), name);
+  Must(hora_allreduce_async(name, &t, buf, op, 1.0, 1.0, HORA_GLOBAL_PROCESS_SET, &h), name);
   if (poll) {
     int done = 0;
     while (!done) Must(hora_poll(h, &done), "hora_poll");
@@ -160,7 +160,7 @@ double MaxOverRanks(double x) {
 
 void Barrier() {
   hora_handle_t h = 0;
-  Must(hora_barrier_async(&h), "hora_barrier_async");
+  Must(hora_barrier_async(HORA_GLOBAL_PROCESS_SET, &h), "hora_barrier_async");
   Must(hora_wait(h, -1), "barrier");
   Must(hora_release(h), "hora_release");
 }
@@ -276,7 +276,7 @@ void BenchLatency(const Flags& f, bool poll) {
     hora_tensor_t t = Tensor(&v, shape);
     hora_handle_t h = 0;
     double a = Now();
-    Must(hora_allreduce_async(name, &t, &v, HORA_SUM, 1.0, 1.0, &h), name);
+    Must(hora_allreduce_async(name, &t, &v, HORA_SUM, 1.0, 1.0, HORA_GLOBAL_PROCESS_SET, &h), name);
     double b = Now();
     if (poll) {
       int done = 0;

@@ -104,8 +104,14 @@ def version():
 
 
 def built(backend):
-    """True if `backend` ("gloo", "mpi", "nccl", "cuda") was compiled into libhora.so."""
+    """True if `backend` ("gloo", "mpi", "nccl", "shm", ...) was compiled into libhora.so."""
     return bool(_lib.lib().hora_built(backend.encode()))
+
+
+def built_backends():
+    """The data-plane backends compiled into libhora.so, sorted: ["gloo", "loopback", ...]."""
+    text = _lib._decode(_lib.lib().hora_built_backends())
+    return [b for b in text.split(",") if b]
 
 
 def async_error():
@@ -119,7 +125,7 @@ def async_error():
 
 # ---- names ----
 # Every collective needs a name that is the same on every rank. Unnamed calls get
-# "<op>.noname.<n>" from a per-op counter, so ranks that make the same calls in the same
+# "<op>.noname.<n>" from a per-op, per-set counter, so ranks that make the same calls in the same
 # order agree. Named calls become "<op>.<name>", so an allreduce and a broadcast may share
 # a user name.
 
@@ -132,11 +138,13 @@ def reset_names():
         _counters.clear()
 
 
-def op_name(op, name):
+def op_name(op, name, process_set=0):
+    """Names are unique per process set; the counters of unnamed calls are per set too, since
+    only a set's members make its calls."""
     if name is not None:
         return "%s.%s" % (op, name)
     with _name_lock:
-        counter = _counters.setdefault(op, itertools.count())
+        counter = _counters.setdefault((op, int(process_set)), itertools.count())
         return "%s.noname.%d" % (op, next(counter))
 
 
@@ -262,40 +270,109 @@ def _enqueue(fn_name, name, *args, keep=None):
     return Handle(raw.value, name or fn_name, keep)
 
 
-def allreduce_async(name, tensor, out_ptr, op, prescale=1.0, postscale=1.0, keep=None):
+def allreduce_async(name, tensor, out_ptr, op, prescale=1.0, postscale=1.0, keep=None,
+                    process_set=0):
     return _enqueue("hora_allreduce_async", name, _encode_name(name), ctypes.byref(tensor),
                     out_ptr or None, int(op), float(prescale), float(postscale),
-                    keep=(tensor, keep))
+                    int(process_set), keep=(tensor, keep))
 
 
-def broadcast_async(name, tensor, root, keep=None):
+def broadcast_async(name, tensor, root, keep=None, process_set=0):
     return _enqueue("hora_broadcast_async", name, _encode_name(name), ctypes.byref(tensor),
-                    int(root), keep=(tensor, keep))
+                    int(root), int(process_set), keep=(tensor, keep))
 
 
-def allgather_async(name, tensor, keep=None):
+def allgather_async(name, tensor, keep=None, process_set=0):
     return _enqueue("hora_allgather_async", name, _encode_name(name), ctypes.byref(tensor),
+                    int(process_set), keep=(tensor, keep))
+
+
+def reducescatter_async(name, tensor, op, prescale=1.0, postscale=1.0, keep=None,
+                        process_set=0):
+    return _enqueue("hora_reducescatter_async", name, _encode_name(name), ctypes.byref(tensor),
+                    int(op), float(prescale), float(postscale), int(process_set),
                     keep=(tensor, keep))
 
 
-def reducescatter_async(name, tensor, op, prescale=1.0, postscale=1.0, keep=None):
-    return _enqueue("hora_reducescatter_async", name, _encode_name(name), ctypes.byref(tensor),
-                    int(op), float(prescale), float(postscale), keep=(tensor, keep))
-
-
-def alltoall_async(name, tensor, splits=None, keep=None):
+def alltoall_async(name, tensor, splits=None, keep=None, process_set=0):
     if splits is None:
         arr, n = None, 0
     else:
         n = len(splits)
         arr = (ctypes.c_int64 * max(n, 1))(*[int(s) for s in splits])
     return _enqueue("hora_alltoall_async", name, _encode_name(name), ctypes.byref(tensor),
-                    arr, n, keep=(tensor, arr, keep))
+                    arr, n, int(process_set), keep=(tensor, arr, keep))
 
 
-def barrier_async():
-    return _enqueue("hora_barrier_async", "barrier")
+def barrier_async(process_set=0):
+    return _enqueue("hora_barrier_async", "barrier", int(process_set))
 
 
-def join_async():
-    return _enqueue("hora_join_async", "join")
+def join_async(process_set=0):
+    return _enqueue("hora_join_async", "join", int(process_set))
+
+
+def send_async(tensor, peer, tag=0, keep=None, process_set=0):
+    """Sends the tensor to `peer` (a rank of the process set). The n-th send to a peer with a
+    tag matches the peer's n-th recv from this rank with that tag."""
+    return _enqueue("hora_send_async", "send to %d" % peer, ctypes.byref(tensor), int(peer),
+                    int(tag), int(process_set), keep=(tensor, keep))
+
+
+def recv_async(tensor, peer, tag=0, keep=None, process_set=0):
+    """Receives into the tensor from `peer`; dtype and element count must match the send."""
+    return _enqueue("hora_recv_async", "recv from %d" % peer, ctypes.byref(tensor), int(peer),
+                    int(tag), int(process_set), keep=(tensor, keep))
+
+
+# ---- process sets ----
+
+def process_set_add(ranks, cpu_operations=None):
+    """Collective over every rank: adds a set of `ranks` (global ranks) and returns its id."""
+    ranks = [int(r) for r in ranks]
+    arr = (ctypes.c_int32 * max(len(ranks), 1))(*ranks)
+    out = ctypes.c_int32()
+    ops = cpu_operations.encode() if cpu_operations else None
+    _lib.check(_lib.lib().hora_process_set_add(arr, len(ranks), ops, ctypes.byref(out)),
+               "add_process_set(%s)" % ranks)
+    return out.value
+
+
+def process_set_remove(process_set_id):
+    _lib.check(_lib.lib().hora_process_set_remove(int(process_set_id)),
+               "remove_process_set(%d)" % process_set_id)
+
+
+def process_set_rank(process_set_id):
+    """This rank's rank in the set, or -1 when it is not a member."""
+    out = ctypes.c_int32()
+    _lib.check(_lib.lib().hora_process_set_rank(int(process_set_id), ctypes.byref(out)),
+               "process_set_rank(%d)" % process_set_id)
+    return out.value
+
+
+def process_set_size(process_set_id):
+    out = ctypes.c_int32()
+    _lib.check(_lib.lib().hora_process_set_size(int(process_set_id), ctypes.byref(out)),
+               "process_set_size(%d)" % process_set_id)
+    return out.value
+
+
+def process_set_ranks(process_set_id):
+    n = ctypes.c_int32()
+    lib = _lib.lib()
+    _lib.check(lib.hora_process_set_ranks(int(process_set_id), None, 0, ctypes.byref(n)),
+               "process_set_ranks(%d)" % process_set_id)
+    arr = (ctypes.c_int32 * max(n.value, 1))()
+    _lib.check(lib.hora_process_set_ranks(int(process_set_id), arr, n.value, ctypes.byref(n)),
+               "process_set_ranks(%d)" % process_set_id)
+    return [arr[i] for i in range(n.value)]
+
+
+def process_set_ids():
+    n = ctypes.c_int32()
+    lib = _lib.lib()
+    _lib.check(lib.hora_process_set_ids(None, 0, ctypes.byref(n)), "process_set_ids")
+    arr = (ctypes.c_int32 * max(n.value, 1))()
+    _lib.check(lib.hora_process_set_ids(arr, n.value, ctypes.byref(n)), "process_set_ids")
+    return [arr[i] for i in range(n.value)]

@@ -14,7 +14,8 @@ from .mpi_ops import (Average, Sum, Min, Max, Product, Adasum, HorovodInternalEr
                       grouped_allreduce_async, grouped_allreduce_async_)
 from .collective_ops import (allgather, allgather_async, broadcast, broadcast_, broadcast_async,
                              broadcast_async_, alltoall, alltoall_async, reducescatter,
-                             reducescatter_async, barrier, join)
+                             reducescatter_async, barrier, join, send, recv, isend, irecv)
+from .mpi_ops import _init_process_sets
 from .functions import (broadcast_parameters, broadcast_optimizer_state, broadcast_object,
                         allgather_object)
 from .optimizer import DistributedOptimizer
@@ -27,14 +28,18 @@ class HostsUpdatedInterrupt(RuntimeError):
 
 
 def init(comm=None, process_sets=None):
-    """Starts Hora (collective). `comm` and `process_sets` exist for Horovod compatibility;
-    only the whole job (the global process set) is supported."""
+    """Starts Hora (collective). process_sets: a list of hvd.ProcessSet registered in order
+    on every rank (collective), or "dynamic" (sets are added later with add_process_set,
+    which Hora allows in any case). `comm` (an MPI communicator) is not supported."""
     if comm is not None:
         raise NotImplementedError("hora.torch.init: comm is not supported; hora runs on all "
                                   "ranks of the job")
-    if process_sets not in (None, [], ()):
-        raise NotImplementedError("hora.torch.init: only the global process set is supported")
+    if process_sets is not None and process_sets != "dynamic" and \
+            not isinstance(process_sets, (list, tuple)):
+        raise ValueError("process_sets must be a list of hvd.ProcessSet or \"dynamic\", got %r"
+                         % (process_sets,))
     _core.init()
+    _init_process_sets([] if process_sets in (None, "dynamic") else list(process_sets))
 
 
 shutdown = _core.shutdown

@@ -74,8 +74,9 @@ class BucketReducer(object):
     """The bucket state of one DistributedOptimizer. The optimizer calls grad_ready() and
     launch_rest() under its own lock; wait() outside it."""
 
-    def __init__(self, params, cap, sparse_as_dense):
+    def __init__(self, params, cap, sparse_as_dense, set_id=0):
         self.sparse_as_dense = sparse_as_dense
+        self.set_id = set_id
         self.params = list(params)
         self.buckets, filling = [], {}
         for p in reversed(self.params):
@@ -130,7 +131,7 @@ class BucketReducer(object):
     def _launch(self, b, scale):
         prescale, postscale, op = scale
         b.handle = allreduce_async_(b.flat, name=b.name, op=op, prescale_factor=prescale,
-                                    postscale_factor=postscale)
+                                    postscale_factor=postscale, process_set=self.set_id)
 
     def launch_rest(self, scale):
         """Starts every bucket not started yet (parameters unused in this step go as their

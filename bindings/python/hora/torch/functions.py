@@ -7,7 +7,7 @@ import torch
 
 from .. import core
 from .collective_ops import allgather_async, broadcast_async_
-from .mpi_ops import global_process_set, synchronize, _check_process_set
+from .mpi_ops import global_process_set, synchronize, _set_id, _set_root
 
 try:  # cloudpickle handles lambdas and local classes, as in Horovod; pickle otherwise
     import cloudpickle as _pickler
@@ -18,7 +18,6 @@ except ImportError:  # pragma: no cover - depends on the machine
 def broadcast_parameters(params, root_rank, process_set=global_process_set):
     """Copies root's parameters to every rank, in place. `params` is a state_dict(), the
     output of named_parameters(), or a list of tensors / (name, tensor) pairs."""
-    _check_process_set(process_set)
     if isinstance(params, dict):
         items = sorted(params.items())
     elif isinstance(params, (list, tuple)) or hasattr(params, "__iter__"):
@@ -32,7 +31,7 @@ def broadcast_parameters(params, root_rank, process_set=global_process_set):
                 raise ValueError("broadcast_parameters: %s is a %s, not a tensor"
                                  % (name, type(p).__name__))
             handles.append(broadcast_async_(p.data if p.requires_grad else p, root_rank,
-                                            name))
+                                            name, process_set))
     finally:
         errors = []
         for h in handles:
@@ -50,42 +49,43 @@ def _pickle(obj):
     return buf.getvalue()
 
 
-def _object_name(kind, name):
+def _object_name(kind, name, set_id):
     # Unnamed objects are numbered per kind, not named after type(obj) as in Horovod: the
     # non-root ranks of a broadcast_object often pass None.
-    return core.op_name(kind, name)
+    return core.op_name(kind, name, set_id)
 
 
 def broadcast_object(obj, root_rank=0, name=None, process_set=global_process_set):
-    """Root's picklable `obj` on every rank (the other ranks' `obj` is ignored)."""
-    _check_process_set(process_set)
-    name = _object_name("broadcast_object", name)
+    """Root's picklable `obj` on every rank of the set (the others' `obj` is ignored)."""
+    set_id = _set_id(process_set)
+    _set_root(set_id, root_rank)  # a root outside the set is a ValueError here, on every rank
+    name = _object_name("broadcast_object", name, set_id)
     if core.rank() == root_rank:
         data = _pickle(obj)
         size = torch.tensor([len(data)], dtype=torch.int64)
     else:
         size = torch.zeros(1, dtype=torch.int64)
-    synchronize(broadcast_async_(size, root_rank, name + ".sz"))
+    synchronize(broadcast_async_(size, root_rank, name + ".sz", set_id))
     if core.rank() == root_rank:
         payload = torch.frombuffer(bytearray(data), dtype=torch.uint8) if data else \
             torch.zeros(0, dtype=torch.uint8)
     else:
         payload = torch.zeros(int(size.item()), dtype=torch.uint8)
-    synchronize(broadcast_async_(payload, root_rank, name + ".t"))
+    synchronize(broadcast_async_(payload, root_rank, name + ".t", set_id))
     if core.rank() == root_rank:
         return obj
     return pickle.loads(payload.numpy().tobytes())
 
 
 def allgather_object(obj, name=None, process_set=global_process_set):
-    """A list with every rank's picklable `obj`, in rank order."""
-    _check_process_set(process_set)
-    name = _object_name("allgather_object", name)
+    """A list with every member's picklable `obj`, in rank order."""
+    set_id = _set_id(process_set)
+    name = _object_name("allgather_object", name, set_id)
     data = _pickle(obj)
     payload = torch.frombuffer(bytearray(data), dtype=torch.uint8)
     sizes = synchronize(allgather_async(torch.tensor([len(data)], dtype=torch.int64),
-                                        name + ".sz"))
-    gathered = synchronize(allgather_async(payload, name + ".t")).numpy().tobytes()
+                                        name + ".sz", set_id))
+    gathered = synchronize(allgather_async(payload, name + ".t", set_id)).numpy().tobytes()
     out, offset = [], 0
     for n in sizes.tolist():
         out.append(pickle.loads(gathered[offset:offset + n]))
@@ -119,7 +119,6 @@ def broadcast_optimizer_state(optimizer, root_rank, model=None,
                               process_set=global_process_set):
     """Copies root's optimizer state (tensors and scalars, hyperparameters included) to every
     rank. An optimizer without state yet gets it created first, on every rank."""
-    _check_process_set(process_set)
     if isinstance(optimizer, torch.optim.LBFGS):
         raise ValueError("cannot broadcast torch.optim.LBFGS state")
     state_dict = optimizer.state_dict()
@@ -152,8 +151,9 @@ def broadcast_optimizer_state(optimizer, root_rank, model=None,
                     scalars[name] = value
                     setters[name] = (pstate, key)
 
-    broadcast_parameters(tensors, root_rank)
-    scalars = broadcast_object(scalars, root_rank, name="broadcast_optimizer_state.scalars")
+    broadcast_parameters(tensors, root_rank, process_set)
+    scalars = broadcast_object(scalars, root_rank, name="broadcast_optimizer_state.scalars",
+                               process_set=process_set)
     for name, value in scalars.items():
         if name in setters:
             holder, key = setters[name]

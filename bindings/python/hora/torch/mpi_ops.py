@@ -35,45 +35,129 @@ _TORCH_DTYPES = {
 
 
 class ProcessSet(object):
-    """Only the global process set is supported; the class exists so scripts that pass
-    process_set=hvd.global_process_set run unchanged."""
+    """A set of ranks that run collectives together, as in Horovod: build it from a list of
+    global ranks, then pass it to hvd.init(process_sets=[...]) or hvd.add_process_set(); once
+    registered, process_set_id is set and every collective takes it as process_set=.
+    Roots (broadcast root_rank) stay global ranks, as in Horovod."""
 
-    def __init__(self, ranks=None):
-        self.ranks = None if ranks is None else sorted(int(r) for r in ranks)
-        self.process_set_id = 0 if ranks is None else None
+    process_set_id = None
+    ranks = None
+    mpi_comm = None
 
-    def included(self):
-        return self.ranks is None or core.rank() in self.ranks
+    def __init__(self, ranks_or_comm, cpu_operations=None):
+        try:
+            ranks = sorted(ranks_or_comm)
+        except TypeError:
+            raise ValueError("ProcessSet should be initialized with a list of process ranks "
+                             "(hora has no mpi4py communicators)")
+        if any(not isinstance(r, int) or isinstance(r, bool) for r in ranks):
+            raise ValueError("ProcessSet should be initialized with a list of process ranks, "
+                             "got %r" % (ranks_or_comm,))
+        self.ranks = ranks
+        # Hora's own: the CPU backend for this set ("gloo", "loopback", ...); None = the job's.
+        self.cpu_operations = cpu_operations
 
-    def rank(self):
-        return core.rank() if self.ranks is None else self.ranks.index(core.rank())
+    def _invalidate(self):
+        self.process_set_id = None
 
     def size(self):
-        return core.size() if self.ranks is None else len(self.ranks)
+        """The number of ranks in the set, or None if it is not registered."""
+        if self.process_set_id is None:
+            return None
+        return core.process_set_size(self.process_set_id)
 
-    def __repr__(self):
-        return "ProcessSet(global)" if self.ranks is None else "ProcessSet(%s)" % self.ranks
+    def rank(self):
+        """This process's rank within the set (-1 if not a member), None if not registered."""
+        if self.process_set_id is None:
+            return None
+        return core.process_set_rank(self.process_set_id)
+
+    def included(self):
+        """Whether this process is a member, or None if the ranks are not known."""
+        if self.ranks is None:
+            return None
+        return core.rank() in self.ranks
+
+    def __str__(self):
+        return "ProcessSet(process_set_id=%s, ranks=%s, mpi_comm=None)" % (
+            self.process_set_id, self.ranks)
+
+    __repr__ = __str__
 
 
-global_process_set = ProcessSet()
+global_process_set = ProcessSet([])
+global_process_set.process_set_id = 0
 
 
-def _check_process_set(process_set):
-    if process_set is None or process_set is global_process_set or (
-            isinstance(process_set, ProcessSet) and process_set.ranks is None):
-        return
-    if isinstance(process_set, ProcessSet) and process_set.ranks == list(range(core.size())):
-        return
-    raise NotImplementedError("hora supports only the global process set, got %r"
-                              % (process_set,))
+def _init_process_sets(process_sets):
+    """hvd.init(process_sets=[...]): registers the sets in order (collective). A set whose
+    ranks are those of a set already registered (the global one included) is a clone and is
+    invalidated, as Horovod does."""
+    global_process_set.ranks = list(range(core.size()))
+    for ps in process_sets:
+        if not isinstance(ps, ProcessSet):
+            raise ValueError("process_sets must be a list of hvd.ProcessSet, got %r" % (ps,))
+        known = {tuple(core.process_set_ranks(i)): i for i in core.process_set_ids()}
+        if tuple(ps.ranks) in known:
+            ps._invalidate()
+            continue
+        ps.process_set_id = core.process_set_add(ps.ranks, ps.cpu_operations)
 
 
 def add_process_set(process_set):
-    raise NotImplementedError("hora supports only the global process set")
+    """Adds a process set (collective: every rank calls it, in the same order) and returns
+    the registered ProcessSet. A set with the same ranks as an existing one: ValueError."""
+    if not isinstance(process_set, ProcessSet):
+        process_set = ProcessSet(process_set)
+    try:
+        process_set.process_set_id = core.process_set_add(process_set.ranks,
+                                                          process_set.cpu_operations)
+    except errors.HoraError as e:
+        if e.status == errors.ERR_ALREADY_EXISTS:
+            raise ValueError("Attempted to add a duplicate process set: %s (%s)"
+                             % (process_set, e))
+        raise
+    return process_set
 
 
 def remove_process_set(process_set):
-    raise NotImplementedError("hora supports only the global process set")
+    """Removes a registered process set (collective). Returns False for the global set or a
+    set that is not registered, True once removed."""
+    process_set_id = process_set.process_set_id
+    if process_set_id is None or process_set_id == 0:
+        return False
+    process_set._invalidate()
+    core.process_set_remove(process_set_id)
+    return True
+
+
+def _set_id(process_set):
+    """The C API's id for a process_set= argument (a ProcessSet, None or an int id)."""
+    if process_set is None:
+        return 0
+    if isinstance(process_set, ProcessSet):
+        if process_set.process_set_id is None:
+            raise ValueError("%s is not registered: pass it to hvd.init(process_sets=[...]) or "
+                             "hvd.add_process_set() first" % (process_set,))
+        return process_set.process_set_id
+    if isinstance(process_set, int) and not isinstance(process_set, bool):
+        return process_set
+    raise ValueError("process_set must be a hvd.ProcessSet, got %r" % (process_set,))
+
+
+def _set_root(set_id, root_rank):
+    """A global root rank as the rank within the set (Horovod's roots are global ranks)."""
+    if set_id == 0:
+        return int(root_rank)
+    ranks = core.process_set_ranks(set_id)
+    if int(root_rank) not in ranks:
+        raise ValueError("root_rank %d is not a member of process set %d (ranks %s)"
+                         % (root_rank, set_id, ranks))
+    return ranks.index(int(root_rank))
+
+
+def _set_size(set_id):
+    return core.size() if set_id == 0 else core.process_set_size(set_id)
 
 
 def _resolve_op(op, average):
@@ -186,17 +270,17 @@ def _gathered(h, like):
 
 # ---- allreduce ----
 
-def _allreduce_submit(tensors, outputs, name, op, prescale, postscale, group=False):
+def _allreduce_submit(tensors, outputs, name, op, prescale, postscale, group=False, set_id=0):
     """Submits one allreduce per tensor (contiguous inputs; outputs contiguous, same shape).
     Returns core handles. A group shares one base name: "<name>.<i>"."""
     handles = []
-    base = core.op_name("grouped_allreduce" if group else "allreduce", name)
+    base = core.op_name("grouped_allreduce" if group else "allreduce", name, set_id)
     try:
         for i, (t, out) in enumerate(zip(tensors, outputs)):
             op_name = "%s.%d" % (base, i) if group else base
             handles.append(core.allreduce_async(
                 op_name, _describe(t), out.data_ptr() if out.numel() else None, op,
-                prescale, postscale, keep=(t, out)))
+                prescale, postscale, keep=(t, out), process_set=set_id))
     except BaseException:
         for h in handles:
             h.release()
@@ -204,7 +288,7 @@ def _allreduce_submit(tensors, outputs, name, op, prescale, postscale, group=Fal
     return handles
 
 
-def _allreduce_async_impl(tensors, name, op, prescale, postscale, inplace, group):
+def _allreduce_async_impl(tensors, name, op, prescale, postscale, inplace, group, set_id=0):
     prepared, outputs, copy_back = [], [], []
     for t in tensors:
         if not isinstance(t, torch.Tensor):
@@ -218,7 +302,7 @@ def _allreduce_async_impl(tensors, name, op, prescale, postscale, inplace, group
         else:
             outputs.append(torch.empty_like(c, memory_format=torch.contiguous_format))
             copy_back.append(False)
-    handles = _allreduce_submit(prepared, outputs, name, op, prescale, postscale, group)
+    handles = _allreduce_submit(prepared, outputs, name, op, prescale, postscale, group, set_id)
 
     def finish(_):
         results = []
@@ -236,19 +320,19 @@ def _allreduce_async_impl(tensors, name, op, prescale, postscale, inplace, group
 def allreduce_async(tensor, average=None, name=None, op=None, prescale_factor=1.0,
                     postscale_factor=1.0, process_set=global_process_set):
     """Starts reducing `tensor` over all ranks into a new tensor; returns a handle."""
-    _check_process_set(process_set)
+    set_id = _set_id(process_set)
     op = _resolve_op(op, average)
     return _allreduce_async_impl([tensor], name, op, prescale_factor, postscale_factor,
-                                 inplace=False, group=False)
+                                 inplace=False, group=False, set_id=set_id)
 
 
 def allreduce_async_(tensor, average=None, name=None, op=None, prescale_factor=1.0,
                      postscale_factor=1.0, process_set=global_process_set):
     """Starts an in-place allreduce of `tensor`; returns a handle."""
-    _check_process_set(process_set)
+    set_id = _set_id(process_set)
     op = _resolve_op(op, average)
     return _allreduce_async_impl([tensor], name, op, prescale_factor, postscale_factor,
-                                 inplace=True, group=False)
+                                 inplace=True, group=False, set_id=set_id)
 
 
 def allreduce_(tensor, average=None, name=None, op=None, prescale_factor=1.0,
@@ -261,43 +345,44 @@ class HoraAllreduce(torch.autograd.Function):
     """allreduce with a backward that allreduces the gradient with the same op."""
 
     @staticmethod
-    def forward(ctx, tensor, name, op, prescale, postscale):
-        ctx.op, ctx.prescale, ctx.postscale = op, prescale, postscale
+    def forward(ctx, tensor, name, op, prescale, postscale, set_id):
+        ctx.op, ctx.prescale, ctx.postscale, ctx.set_id = op, prescale, postscale, set_id
         return synchronize(_allreduce_async_impl([tensor], name, op, prescale, postscale,
-                                                 inplace=False, group=False))
+                                                 inplace=False, group=False, set_id=set_id))
 
     @staticmethod
     def backward(ctx, grad_output):
         grad = synchronize(_allreduce_async_impl([grad_output], None, ctx.op, ctx.prescale,
-                                                 ctx.postscale, inplace=False, group=False))
-        return grad, None, None, None, None
+                                                 ctx.postscale, inplace=False, group=False,
+                                                 set_id=ctx.set_id))
+        return grad, None, None, None, None, None
 
 
 def allreduce(tensor, average=None, name=None, compression=Compression.none, op=None,
               prescale_factor=1.0, postscale_factor=1.0, process_set=global_process_set):
     """Reduces `tensor` over all ranks (Average by default); the input is not modified.
     Autograd-aware: the gradient is allreduced with the same op."""
-    _check_process_set(process_set)
+    set_id = _set_id(process_set)
     op = _resolve_op(op, average)
     compressed, cctx = compression.compress(tensor)
-    out = HoraAllreduce.apply(compressed, name, op, prescale_factor, postscale_factor)
+    out = HoraAllreduce.apply(compressed, name, op, prescale_factor, postscale_factor, set_id)
     return compression.decompress(out, cctx)
 
 
 def grouped_allreduce_async(tensors, average=None, name=None, op=None, prescale_factor=1.0,
                             postscale_factor=1.0, process_set=global_process_set):
-    _check_process_set(process_set)
+    set_id = _set_id(process_set)
     op = _resolve_op(op, average)
     return _allreduce_async_impl(list(tensors), name, op, prescale_factor, postscale_factor,
-                                 inplace=False, group=True)
+                                 inplace=False, group=True, set_id=set_id)
 
 
 def grouped_allreduce_async_(tensors, average=None, name=None, op=None, prescale_factor=1.0,
                              postscale_factor=1.0, process_set=global_process_set):
-    _check_process_set(process_set)
+    set_id = _set_id(process_set)
     op = _resolve_op(op, average)
     return _allreduce_async_impl(list(tensors), name, op, prescale_factor, postscale_factor,
-                                 inplace=True, group=True)
+                                 inplace=True, group=True, set_id=set_id)
 
 
 def grouped_allreduce_(tensors, average=None, name=None, op=None, prescale_factor=1.0,
@@ -308,28 +393,30 @@ def grouped_allreduce_(tensors, average=None, name=None, op=None, prescale_facto
 
 class HoraGroupedAllreduce(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, name, op, prescale, postscale, *tensors):
-        ctx.op, ctx.prescale, ctx.postscale = op, prescale, postscale
+    def forward(ctx, name, op, prescale, postscale, set_id, *tensors):
+        ctx.op, ctx.prescale, ctx.postscale, ctx.set_id = op, prescale, postscale, set_id
         return tuple(synchronize(_allreduce_async_impl(list(tensors), name, op, prescale,
-                                                       postscale, inplace=False, group=True)))
+                                                       postscale, inplace=False, group=True,
+                                                       set_id=set_id)))
 
     @staticmethod
     def backward(ctx, *grads):
         out = synchronize(_allreduce_async_impl(list(grads), None, ctx.op, ctx.prescale,
-                                                ctx.postscale, inplace=False, group=True))
-        return (None, None, None, None) + tuple(out)
+                                                ctx.postscale, inplace=False, group=True,
+                                                set_id=ctx.set_id))
+        return (None, None, None, None, None) + tuple(out)
 
 
 def grouped_allreduce(tensors, average=None, name=None, compression=Compression.none, op=None,
                       prescale_factor=1.0, postscale_factor=1.0,
                       process_set=global_process_set):
     """Reduces a list of tensors together; returns a list. Autograd-aware."""
-    _check_process_set(process_set)
+    set_id = _set_id(process_set)
     op = _resolve_op(op, average)
     tensors = list(tensors)
     if not tensors:
         return []
     pairs = [compression.compress(t) for t in tensors]
-    outs = HoraGroupedAllreduce.apply(name, op, prescale_factor, postscale_factor,
+    outs = HoraGroupedAllreduce.apply(name, op, prescale_factor, postscale_factor, set_id,
                                       *[p[0] for p in pairs])
     return [compression.decompress(o, p[1]) for o, p in zip(outs, pairs)]

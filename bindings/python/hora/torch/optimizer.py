@@ -18,7 +18,7 @@ import torch
 
 from . import buckets as _buckets
 from .compression import Compression
-from .mpi_ops import (Adasum, Average, _check_process_set, _resolve_op, allreduce_async_,
+from .mpi_ops import (Adasum, Average, _resolve_op, _set_id, allreduce_async_,
                       global_process_set, synchronize as _synchronize_handle)
 
 _ZERO_GRAD_MSG = ("optimizer.zero_grad() was called after loss.backward() but before "
@@ -53,8 +53,9 @@ class _DistributedMixin(object):
     """Placed before the user's optimizer class in a dynamically made subclass."""
 
     def __init__(self, optimizer, named_parameters, compression, backward_passes_per_step,
-                 op, gradient_predivide_factor, groups, sparse_as_dense):
+                 op, gradient_predivide_factor, groups, sparse_as_dense, set_id=0):
         super().__init__(optimizer.param_groups)
+        self._set_id = set_id
         self.defaults = dict(optimizer.defaults)
         for p, s in optimizer.state.items():
             self.state[p] = s
@@ -77,7 +78,7 @@ class _DistributedMixin(object):
         cap = _buckets.cap_bytes()
         self._reducer = None
         if _buckets.applicable(params, compression, groups, cap):
-            self._reducer = _buckets.BucketReducer(params, cap, sparse_as_dense)
+            self._reducer = _buckets.BucketReducer(params, cap, sparse_as_dense, set_id)
             groups = None
         self._units = self._make_units(params, groups)
         self._unit_of = {p: u for u, members in enumerate(self._units) for p in members}
@@ -186,7 +187,8 @@ class _DistributedMixin(object):
                     grad = grad.to_dense()
                 compressed, ctx = self._compression.compress(grad)
                 handle = allreduce_async_(compressed, name=self._names[p], op=self.op,
-                                          prescale_factor=prescale, postscale_factor=postscale)
+                                          prescale_factor=prescale, postscale_factor=postscale,
+                                          process_set=self._set_id)
                 entries.append((p, handle, compressed, ctx, grad))
         finally:
             self._launched[unit] = entries
@@ -278,8 +280,8 @@ def DistributedOptimizer(optimizer, named_parameters=None, compression=Compressi
                          num_groups=0, groups=None, sparse_as_dense=False,
                          process_set=global_process_set):
     """An optimizer of the same class as `optimizer` whose step() applies gradients
-    averaged (op) over all ranks. See horovod.torch.DistributedOptimizer."""
-    _check_process_set(process_set)
+    averaged (op) over the ranks of process_set. See horovod.torch.DistributedOptimizer."""
+    set_id = _set_id(process_set)
     if op == Adasum:
         raise NotImplementedError("hora does not implement Adasum; use op=hvd.Average or "
                                   "hvd.Sum")
@@ -300,4 +302,4 @@ def DistributedOptimizer(optimizer, named_parameters=None, compression=Compressi
     cls = type(optimizer.__class__.__name__, (_DistributedMixin, optimizer.__class__),
                {"__module__": optimizer.__class__.__module__})
     return cls(optimizer, named_parameters, compression, int(backward_passes_per_step), op,
-               gradient_predivide_factor, groups, sparse_as_dense)
+               gradient_predivide_factor, groups, sparse_as_dense, set_id)

@@ -1,0 +1,73 @@
+#include "runtime/completion_queue.h"
+
+#include <algorithm>
+#include <chrono>
+
+namespace hora {
+
+CompletionQueue::CompletionQueue() { thread_ = std::thread([this] { Loop(); }); }
+
+CompletionQueue::~CompletionQueue() { Stop(); }
+
+void CompletionQueue::Add(std::unique_ptr<Work> work, Done done) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    incoming_.push_back(Item{std::move(work), std::move(done)});
+    ++outstanding_;
+  }
+  cv_.notify_all();
+}
+
+void CompletionQueue::Stop() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stop_ = true;
+  }
+  cv_.notify_all();
+  if (thread_.joinable()) thread_.join();
+}
+
+size_t CompletionQueue::outstanding() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return outstanding_;
+}
+
+void CompletionQueue::Loop() {
+  std::vector<Item> items;
+  auto sleep = std::chrono::microseconds(0);
+  for (;;) {
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      if (items.empty()) {
+        cv_.wait(lock, [&] { return stop_ || !incoming_.empty(); });
+        if (incoming_.empty()) return;  // stopped, nothing outstanding
+      } else if (sleep.count() > 0) {
+        cv_.wait_for(lock, sleep, [&] { return !incoming_.empty(); });
+      }
+      for (Item& i : incoming_) items.push_back(std::move(i));
+      incoming_.clear();
+    }
+    size_t finished = 0;
+    for (auto it = items.begin(); it != items.end();) {
+      Status status;
+      if (!it->work->Test(&status)) {
+        ++it;
+        continue;
+      }
+      it->done(std::move(status));
+      it = items.erase(it);
+      ++finished;
+    }
+    if (finished > 0) {
+      std::lock_guard<std::mutex> lock(mu_);
+      outstanding_ -= finished;
+      sleep = std::chrono::microseconds(0);
+    } else {
+      // Spin a few rounds, then back off to at most 1 ms per poll.
+      sleep = std::min<std::chrono::microseconds>(std::chrono::microseconds(1000),
+                                                  sleep * 2 + std::chrono::microseconds(1));
+    }
+  }
+}
+
+}  // namespace hora

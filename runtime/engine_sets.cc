@@ -1,0 +1,202 @@
+// Process sets on the worker: the collective add and remove, and the queries.
+//
+// AddProcessSet sends this rank's n-th ProcessSetOp and waits for the coordinator's answer
+// (coordinator/service_sets.cc compares the n-th requests of all ranks). A request this rank
+// cannot make (bad ranks, an unknown backend) is still sent, marked refused with the reason,
+// so that every rank gets the same clear error at once instead of the others waiting out the
+// start timeout. Members then build the set's communicator through the registry (collective
+// among the members, bounded by the collective timeout) and start its executor.
+#include <algorithm>
+
+#include "collectives/registry.h"
+#include "common/logging.h"
+#include "runtime/engine.h"
+#include "runtime/engine_config.h"
+
+namespace hora {
+namespace {
+
+std::string RanksText(const std::vector<int>& ranks) {
+  std::string s = "[";
+  for (size_t i = 0; i < ranks.size(); ++i) s += (i ? "," : "") + std::to_string(ranks[i]);
+  return s + "]";
+}
+
+}  // namespace
+
+std::shared_ptr<ProcessSetRuntime> Engine::FindSet(int32_t id) const {
+  std::lock_guard<std::mutex> lock(sets_mu_);
+  auto it = sets_.find(id);
+  return it == sets_.end() ? nullptr : it->second;
+}
+
+BackendConfig Engine::BackendConfigFor(int32_t id, const std::vector<int>& ranks,
+                                       int set_rank) const {
+  BackendConfig c;
+  c.process_set = id;
+  c.rank = set_rank;
+  c.global_ranks = ranks;
+  for (int r : ranks) c.hostnames.push_back(topology_.ranks[r].hostname);
+  c.device = Device::kCpu;
+  c.store = client_.get();
+  c.key_prefix = "set/" + std::to_string(id) + "/cpu/";
+  c.bind_address = options_.gloo_iface;
+  c.coordinator_host = coordinator_host_;
+  c.timeout = CollectiveTimeout(options_);
+  c.max_message_bytes = options_.max_message_bytes;
+  return c;
+}
+
+Status Engine::InstallSet(int32_t id, std::vector<int> ranks, const std::string& cpu_operations) {
+  ProcessSetRuntime::Host* host = this;
+  auto set = std::make_shared<ProcessSetRuntime>(id, ranks, options_.rank, host, completion_.get());
+  if (set->included()) {
+    const bool own = !cpu_operations.empty();
+    auto comm = CreateCommunicator(own ? cpu_operations : options_.cpu_operations,
+                                   own ? "the process set's cpu_operations" : kEnvCpuOperations,
+                                   BackendConfigFor(id, ranks, set->rank()));
+    if (!comm.ok()) return comm.status();
+    set->Start(std::move(comm).value());
+  }
+  std::lock_guard<std::mutex> lock(sets_mu_);
+  sets_[id] = std::move(set);
+  return Status::Ok();
+}
+
+void Engine::OnProcessSetResult(ProcessSetResult result) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    set_results_[result.seq] = std::move(result);
+  }
+  cv_.notify_all();
+}
+
+StatusOr<ProcessSetResult> Engine::RunSetOp(ProcessSetOp op, const std::string& refused) {
+  op.seq = next_set_op_++;
+  op.refused = refused;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!error_.ok()) return error_;
+    if (stop_) return Aborted("Hora is shutting down");
+  }
+  client_->SendProcessSetOp(op);
+  // The coordinator answers within the start timeout (it fails requests that not every rank
+  // made by then); the margin covers a lost coordinator, which the heartbeat timeout detects.
+  const auto bound = std::chrono::milliseconds(
+      static_cast<int64_t>((options_.start_timeout_s + 2 * options_.heartbeat_timeout_s) * 1000));
+  std::unique_lock<std::mutex> lock(mu_);
+  const bool answered = cv_.wait_for(lock, bound, [&] {
+    return set_results_.count(op.seq) != 0 || !error_.ok() || stop_;
+  });
+  auto it = set_results_.find(op.seq);
+  if (it != set_results_.end()) {
+    ProcessSetResult r = std::move(it->second);
+    set_results_.erase(it);
+    if (!r.status.ok()) return r.status;
+    return r;
+  }
+  if (!error_.ok()) return error_;
+  if (stop_) return Aborted("Hora is shutting down");
+  (void)answered;
+  return DeadlineExceeded("the coordinator did not answer process set operation #" +
+                          std::to_string(op.seq));
+}
+
+StatusOr<int32_t> Engine::AddProcessSet(std::vector<int> ranks, const std::string& cpu_operations) {
+  std::lock_guard<std::mutex> serial(set_op_mu_);
+  std::sort(ranks.begin(), ranks.end());
+  std::string refused;
+  if (ranks.empty()) {
+    refused = "a process set needs at least one rank";
+  } else if (ranks.front() < 0 || ranks.back() >= options_.size) {
+    refused = "process set ranks " + RanksText(ranks) + " must be in [0, " +
+              std::to_string(options_.size) + ")";
+  } else if (std::adjacent_find(ranks.begin(), ranks.end()) != ranks.end()) {
+    refused = "process set ranks " + RanksText(ranks) + " contain a rank twice";
+  } else if (!cpu_operations.empty()) {
+    Status s = CheckSelection(cpu_operations, Device::kCpu, "cpu_operations");
+    if (!s.ok()) refused = s.message();
+  }
+  ProcessSetOp op;
+  op.ranks.assign(ranks.begin(), ranks.end());
+  op.cpu_operations = cpu_operations;
+  auto result = RunSetOp(std::move(op), refused);
+  if (!result.ok()) return result.status();
+  const int32_t id = result.value().process_set;
+  Status s = InstallSet(id, std::move(ranks), cpu_operations);
+  if (!s.ok()) {
+    // The set exists at the coordinator but this member cannot run it: its peers would wait
+    // on it, so the job is broken.
+    Status broken(s.code(), "process set " + std::to_string(id) + ": " + s.message());
+    client_->SendFailure(broken.message());
+    SetError(broken);
+    return broken;
+  }
+  return id;
+}
+
+Status Engine::RemoveProcessSet(int32_t id) {
+  std::lock_guard<std::mutex> serial(set_op_mu_);
+  std::string refused;
+  if (id == kGlobalProcessSet) {
+    refused = "the global process set (0) cannot be removed";
+  } else if (!FindSet(id)) {
+    refused = "process set " + std::to_string(id) + " does not exist on rank " +
+              std::to_string(options_.rank);
+  }
+  ProcessSetOp op;
+  op.remove = true;
+  op.process_set = id;
+  auto result = RunSetOp(std::move(op), refused);
+  if (!result.ok()) return result.status();
+  std::shared_ptr<ProcessSetRuntime> set;
+  {
+    std::lock_guard<std::mutex> lock(sets_mu_);
+    auto it = sets_.find(id);
+    if (it != sets_.end()) {
+      set = std::move(it->second);
+      sets_.erase(it);
+    }
+  }
+  const Status removed = Aborted("process set " + std::to_string(id) +
+                                 " was removed while the operation was pending");
+  if (set) {
+    set->Abort(removed);
+    set->Stop();
+  }
+  for (Request& r : queue_.TakeSet(id)) handles_.Complete(r.handle, removed);
+  int64_t join = 0;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = join_handles_.find(id);
+    if (it != join_handles_.end()) {
+      join = it->second;
+      join_handles_.erase(it);
+    }
+  }
+  if (join != 0) handles_.Complete(join, removed);
+  return Status::Ok();
+}
+
+StatusOr<ProcessSetInfo> Engine::ProcessSet(int32_t id) const {
+  std::shared_ptr<ProcessSetRuntime> set = FindSet(id);
+  if (!set) {
+    return Status(Code::kNotFound, "process set " + std::to_string(id) +
+                                       " does not exist (never added, or removed)");
+  }
+  ProcessSetInfo info;
+  info.id = id;
+  info.ranks = set->ranks();
+  info.rank = set->rank();
+  info.cpu_backend = set->backend();
+  return info;
+}
+
+std::vector<int32_t> Engine::ProcessSetIds() const {
+  std::lock_guard<std::mutex> lock(sets_mu_);
+  std::vector<int32_t> ids;
+  for (const auto& [id, set] : sets_) ids.push_back(id);
+  return ids;
+}
+
+}  // namespace hora

@@ -1,0 +1,134 @@
+#include "runtime/process_set.h"
+
+#include <algorithm>
+
+#include "common/logging.h"
+
+namespace hora {
+
+// A bucket between its start and its completion.
+struct ProcessSetRuntime::InFlight {
+  std::vector<Request> owned;      // this rank's requests, in entry order (joined: absent)
+  std::vector<size_t> slot;        // per entry: index into owned, or SIZE_MAX
+  std::vector<OpResult> results;   // per entry
+  BucketExecutor::Finish finish;
+};
+
+ProcessSetRuntime::ProcessSetRuntime(int32_t id, std::vector<int> ranks, int global_rank,
+                                     Host* host, CompletionQueue* completion)
+    : id_(id),
+      ranks_(std::move(ranks)),
+      rank_([&] {
+        auto it = std::find(ranks_.begin(), ranks_.end(), global_rank);
+        return it == ranks_.end() ? -1 : static_cast<int>(it - ranks_.begin());
+      }()),
+      host_(host),
+      completion_(completion) {}
+
+ProcessSetRuntime::~ProcessSetRuntime() { Stop(); }
+
+std::string ProcessSetRuntime::backend() const { return cpu_ ? cpu_->name() : ""; }
+
+void ProcessSetRuntime::Start(std::unique_ptr<Communicator> cpu) {
+  HORA_CHECK(included() && !thread_.joinable());
+  cpu_ = std::move(cpu);
+  executor_ = std::make_unique<BucketExecutor>(cpu_.get());
+  thread_ = std::thread([this] { Loop(); });
+}
+
+void ProcessSetRuntime::Push(std::vector<BucketPlan> buckets) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (stop_) return;
+    for (BucketPlan& b : buckets) inbox_.push_back(std::move(b));
+  }
+  cv_.notify_all();
+}
+
+void ProcessSetRuntime::Abort(const Status& reason) {
+  if (cpu_) cpu_->Abort(reason);
+}
+
+void ProcessSetRuntime::Stop() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stop_ = true;
+    inbox_.clear();
+  }
+  cv_.notify_all();
+  if (thread_.joinable()) thread_.join();
+  std::unique_lock<std::mutex> lock(mu_);
+  cv_.wait(lock, [&] { return outstanding_ == 0; });
+}
+
+void ProcessSetRuntime::Loop() {
+  for (;;) {
+    BucketPlan bucket;
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      cv_.wait(lock, [&] { return stop_ || !inbox_.empty(); });
+      if (stop_) return;
+      bucket = std::move(inbox_.front());
+      inbox_.pop_front();
+    }
+    Run(bucket);
+  }
+}
+
+void ProcessSetRuntime::Run(const BucketPlan& bucket) {
+  auto f = std::make_shared<InFlight>();
+  f->slot.assign(bucket.entries.size(), SIZE_MAX);
+  f->owned.reserve(bucket.entries.size());
+  for (size_t i = 0; i < bucket.entries.size(); ++i) {
+    const int32_t id = bucket.entries[i].id;
+    if (id < 0) continue;  // this rank joined
+    std::optional<Request> r = host_->TakeRequest(id);
+    if (!r) {
+      // Fail what was taken; the job is broken (the ranks' queues disagree with the plan).
+      Finish(f, Internal("the coordinator planned tensor id " + std::to_string(id) + " in process "
+                         "set " + std::to_string(id_) + ", which this rank has not submitted"));
+      return;
+    }
+    f->slot[i] = f->owned.size();
+    f->owned.push_back(std::move(*r));
+  }
+  std::vector<const Request*> requests(bucket.entries.size(), nullptr);
+  for (size_t i = 0; i < f->slot.size(); ++i) {
+    if (f->slot[i] != SIZE_MAX) requests[i] = &f->owned[f->slot[i]];
+  }
+  Status status = host_->JobError();
+  if (status.ok()) status = executor_->Start(bucket, requests, &f->results, &f->finish);
+  std::unique_ptr<Work> work = status.ok() ? cpu_->Fence() : nullptr;
+  if (!work) {
+    Finish(f, std::move(status));
+    return;
+  }
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    ++outstanding_;
+  }
+  completion_->Add(std::move(work), [this, f](Status s) {
+    Finish(f, std::move(s));
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      --outstanding_;
+    }
+    cv_.notify_all();
+  });
+}
+
+void ProcessSetRuntime::Finish(const std::shared_ptr<InFlight>& f, Status status) {
+  if (status.ok() && f->finish) status = f->finish();
+  f->finish = nullptr;  // releases the fusion buffer
+  if (!status.ok()) {
+    Status job = host_->JobError();
+    status = job.ok() ? host_->BucketFailed(status) : job;
+  }
+  for (size_t i = 0; i < f->slot.size(); ++i) {
+    if (f->slot[i] == SIZE_MAX) continue;
+    host_->Complete(f->owned[f->slot[i]].handle, status,
+                    status.ok() ? std::move(f->results[i]) : OpResult());
+  }
+}
+
+}  // namespace hora

@@ -1,0 +1,106 @@
+// One process set as this rank sees it: its members and, when this rank is one of them, its
+// communicator and its executor thread.
+//
+// The executor thread runs the set's buckets in the order the coordinator planned them (the
+// same order on every member), one at a time: it takes the bucket's requests from the queue,
+// starts the bucket (runtime/bucket_executor.h) and moves on. A synchronous communicator has
+// finished by then and the thread completes the handles itself; for an asynchronous one the
+// bucket's Work goes to the completion thread (runtime/completion_queue.h), which unpacks and
+// completes. Sets run side by side, each on its own thread and communicator, so two sets
+// that share ranks never wait for each other.
+//
+// Thread safety: Push and Abort may be called from any thread; Start and Stop from the
+// thread that owns the set (the engine, under its set lock).
+#ifndef HORA_RUNTIME_PROCESS_SET_H_
+#define HORA_RUNTIME_PROCESS_SET_H_
+
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "collectives/communicator.h"
+#include "common/status.h"
+#include "coordinator/messages.h"
+#include "runtime/bucket_executor.h"
+#include "runtime/completion_queue.h"
+#include "runtime/handle_table.h"
+#include "runtime/tensor_queue.h"
+
+namespace hora {
+
+class ProcessSetRuntime {
+ public:
+  // What a set needs from the engine.
+  class Host {
+   public:
+    virtual ~Host() = default;
+    // The request this rank announced with tensor id `id`, taken out of the queue.
+    virtual std::optional<Request> TakeRequest(int32_t id) = 0;
+    virtual void Complete(int64_t handle, Status status, OpResult result) = 0;
+    // OK while the job is healthy, else the sticky error.
+    virtual Status JobError() = 0;
+    // A bucket failed with `status` while the job looked healthy. Returns the error its
+    // handles get: the job's error once known (the coordinator usually names a dead rank).
+    virtual Status BucketFailed(const Status& status) = 0;
+  };
+
+  // ranks: the members (global ranks, sorted); global_rank: this process's rank in the job.
+  ProcessSetRuntime(int32_t id, std::vector<int> ranks, int global_rank, Host* host,
+                    CompletionQueue* completion);
+  ~ProcessSetRuntime();  // Stop()
+  ProcessSetRuntime(const ProcessSetRuntime&) = delete;
+  ProcessSetRuntime& operator=(const ProcessSetRuntime&) = delete;
+
+  int32_t id() const { return id_; }
+  const std::vector<int>& ranks() const { return ranks_; }
+  int size() const { return static_cast<int>(ranks_.size()); }
+  int rank() const { return rank_; }  // within the set; -1 when this rank is not a member
+  bool included() const { return rank_ >= 0; }
+  // The CPU communicator's backend name, "" before Start or for non-members.
+  std::string backend() const;
+
+  // Members only: takes the set's CPU communicator and starts the executor thread.
+  void Start(std::unique_ptr<Communicator> cpu);
+  // Queues buckets of this set, in plan order.
+  void Push(std::vector<BucketPlan> buckets);
+  // Ends the communicator's work in progress and later (the job is broken).
+  void Abort(const Status& reason);
+  // Stops the executor thread (buckets not started are dropped; their requests stay in the
+  // queue for the engine to fail) and waits for this set's work on the completion thread.
+  // Idempotent.
+  void Stop();
+
+ private:
+  struct InFlight;
+  void Loop();
+  void Run(const BucketPlan& bucket);
+  void Finish(const std::shared_ptr<InFlight>& f, Status status);
+
+  // Constant after construction.
+  const int32_t id_;
+  const std::vector<int> ranks_;
+  const int rank_;
+  Host* const host_;
+  CompletionQueue* const completion_;
+
+  // Set by Start, before the thread starts; used by that thread (Abort: any thread).
+  std::unique_ptr<Communicator> cpu_;
+  std::unique_ptr<BucketExecutor> executor_;
+
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<BucketPlan> inbox_;  // guarded by mu_
+  bool stop_ = false;             // guarded by mu_
+  size_t outstanding_ = 0;        // guarded by mu_: buckets on the completion thread
+  std::thread thread_;
+};
+
+}  // namespace hora
+
+#endif  // HORA_RUNTIME_PROCESS_SET_H_
