@@ -220,12 +220,13 @@ Status ShmCommunicator::Alltoallv(const void* in, const std::vector<size_t>& sen
   if (send_bytes.size() != n || recv_bytes.size() != n) {
     return InvalidArgument("shm alltoallv needs one send and one receive byte count per rank");
   }
-  if (send_bytes[me_] != recv_bytes[me_]) {
-    return InvalidArgument("shm alltoallv: this rank sends itself " +
-                           std::to_string(send_bytes[me_]) + " bytes but expects " +
-                           std::to_string(recv_bytes[me_]));
-  }
+  // Sizes that do not match (this rank's to itself included) are found by every member in
+  // the size step below, so that all of them return the same error and stay in step.
   HORA_RETURN_IF_ERROR(Healthy());
+  if (n_ == 1 && send_bytes[0] != recv_bytes[0]) {
+    return InvalidArgument("shm alltoallv: rank 0 sends " + std::to_string(send_bytes[0]) +
+                           " bytes to rank 0, which expects " + std::to_string(recv_bytes[0]));
+  }
   const auto* src = static_cast<const uint8_t*>(in);
   auto* dst = static_cast<uint8_t*>(out);
   std::vector<size_t> send_off(n, 0), recv_off(n, 0);

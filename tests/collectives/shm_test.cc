@@ -313,6 +313,15 @@ TEST_CASE("shm alltoallv: sizes that do not match fail on every rank, not sticky
       return "mismatch not reported: " + s.ToString();
     }
     RANK_OK(comm.Barrier());
+    send.assign(3, 4);
+    recv.assign(3, 4);
+    if (me == 1) recv[1] = 3;  // rank 1 disagrees with itself
+    s = comm.Alltoallv(in.data(), send, out.data(), recv);
+    if (s.code() != Code::kInvalidArgument ||
+        s.message().find("rank 1 sends 4 bytes to rank 1, which expects 3") == std::string::npos) {
+      return "self mismatch not reported: " + s.ToString();
+    }
+    RANK_OK(comm.Barrier());
     return "";
   });
   REQUIRE(Check(run) == "");
