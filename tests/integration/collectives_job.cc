@@ -1,10 +1,13 @@
 // A real job, one process per rank under horarun: every collective x every dtype x every op
 // against a reference computed here, with 0, 1, odd and larger element counts; 1,000 mixed
 // tensors enqueued at once in a different random order on each rank; and mismatches that must
-// fail on every rank while the job goes on. Uses only the public C API.
+// fail on every rank while the job goes on. The same battery then runs on two overlapping
+// process sets at once, one thread per set, the second set on the loopback backend (so one
+// job uses two backends), with the same tensor names in both sets. Uses only the public C API.
 #include <algorithm>
 #include <random>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "tests/integration/job_util.h"
@@ -17,7 +20,9 @@ const hora_dtype_t kDtypes[] = {HORA_UINT8,   HORA_INT8,    HORA_INT32, HORA_INT
                                 HORA_BFLOAT16, HORA_FLOAT32, HORA_FLOAT64, HORA_BOOL};
 const hora_reduce_op_t kOps[] = {HORA_SUM, HORA_AVERAGE, HORA_MIN, HORA_MAX, HORA_PRODUCT};
 const int64_t kCounts[] = {0, 1, 7, 1001, 65537};
-int g_size = 1;
+// The group the battery runs in: thread-local, so two threads run it on two sets at once.
+thread_local int g_size = 1;
+thread_local int32_t g_set = HORA_GLOBAL_PROCESS_SET;
 
 bool IsSigned(hora_dtype_t t) { return t != HORA_UINT8 && t != HORA_BOOL; }
 bool IsFloat(hora_dtype_t t) {
@@ -67,7 +72,7 @@ void TestAllreduce(int rank) {
         hora_tensor_t x = Tensor(in.data(), shape, t);
         std::string name = std::string("ar.") + DtypeName(t) + "." + std::to_string(op) + "." + std::to_string(n);
         hora_handle_t h = 0;
-        Must(hora_allreduce_async(name.c_str(), &x, in_place ? in.data() : out.data(), op, 1.0, 1.0, HORA_GLOBAL_PROCESS_SET, &h), "allreduce");
+        Must(hora_allreduce_async(name.c_str(), &x, in_place ? in.data() : out.data(), op, 1.0, 1.0, g_set, &h), "allreduce");
         Must(hora_wait(h, 60), name.c_str());
         Must(hora_release(h), "release");
         const std::vector<char>& got = in_place ? in : out;
@@ -88,7 +93,7 @@ void TestAllreduce(int rank) {
   std::vector<char> in = Fill(rank, 15, HORA_FLOAT32, HORA_SUM);
   hora_tensor_t x = Tensor(in.data(), shape, HORA_FLOAT32);
   hora_handle_t h = 0;
-  Must(hora_allreduce_async("ar.scaled", &x, in.data(), HORA_SUM, 0.5, 3.0, HORA_GLOBAL_PROCESS_SET, &h), "allreduce scaled");
+  Must(hora_allreduce_async("ar.scaled", &x, in.data(), HORA_SUM, 0.5, 3.0, g_set, &h), "allreduce scaled");
   Must(hora_wait(h, 60), "ar.scaled");
   hora_release(h);
   for (int64_t i = 0; i < 15; ++i) {
@@ -105,7 +110,7 @@ void TestBroadcast(int rank) {
         hora_tensor_t x = Tensor(buf.data(), shape, t);
         std::string name = std::string("bc.") + DtypeName(t) + "." + std::to_string(root) + "." + std::to_string(n);
         hora_handle_t h = 0;
-        Must(hora_broadcast_async(name.c_str(), &x, root, HORA_GLOBAL_PROCESS_SET, &h), "broadcast");
+        Must(hora_broadcast_async(name.c_str(), &x, root, g_set, &h), "broadcast");
         Must(hora_wait(h, 60), name.c_str());
         hora_release(h);
         bool ok = true;
@@ -127,7 +132,7 @@ void TestAllgather(int rank) {
     hora_tensor_t x = Tensor(in.data(), shape, t);
     std::string name = std::string("ag.") + DtypeName(t);
     hora_handle_t h = 0;
-    Must(hora_allgather_async(name.c_str(), &x, HORA_GLOBAL_PROCESS_SET, &h), "allgather");
+    Must(hora_allgather_async(name.c_str(), &x, g_set, &h), "allgather");
     Must(hora_wait(h, 60), name.c_str());
     int64_t total = 0;
     for (int r = 0; r < g_size; ++r) total += r % 3;
@@ -156,7 +161,7 @@ void TestReducescatter(int rank) {
       hora_tensor_t x = Tensor(in.data(), shape, t);
       std::string name = std::string("rs.") + DtypeName(t) + "." + std::to_string(op);
       hora_handle_t h = 0;
-      Must(hora_reducescatter_async(name.c_str(), &x, op, 1.0, 1.0, HORA_GLOBAL_PROCESS_SET, &h), "reducescatter");
+      Must(hora_reducescatter_async(name.c_str(), &x, op, 1.0, 1.0, g_set, &h), "reducescatter");
       Must(hora_wait(h, 60), name.c_str());
       int64_t my_rows = rows / g_size + (rank < rows % g_size ? 1 : 0);
       int64_t first = 0;
@@ -189,7 +194,7 @@ void TestAlltoall(int rank) {
   }
   hora_tensor_t x = Tensor(in.data(), shape, HORA_INT32);
   hora_handle_t h = 0;
-  Must(hora_alltoall_async("a2a", &x, splits.data(), g_size, HORA_GLOBAL_PROCESS_SET, &h), "alltoall");
+  Must(hora_alltoall_async("a2a", &x, splits.data(), g_size, g_set, &h), "alltoall");
   Must(hora_wait(h, 60), "a2a");
   std::vector<int64_t> recv(g_size);
   Must(hora_result_splits(h, recv.data(), g_size), "result_splits");
@@ -226,7 +231,7 @@ void TestManyMixed(int rank) {
     bufs[i] = Fill(rank, count_of(i), dtype_of(i), HORA_SUM);
     hora_tensor_t x = Tensor(bufs[i].data(), shapes[i], dtype_of(i));
     std::string name = "mixed." + std::to_string(i);
-    Must(hora_allreduce_async(name.c_str(), &x, bufs[i].data(), HORA_SUM, 1.0, 1.0, HORA_GLOBAL_PROCESS_SET, &handles[i]), "mixed enqueue");
+    Must(hora_allreduce_async(name.c_str(), &x, bufs[i].data(), HORA_SUM, 1.0, 1.0, g_set, &handles[i]), "mixed enqueue");
   }
   int bad = 0;
   for (int i = 0; i < kN; ++i) {
@@ -253,9 +258,9 @@ void TestMismatch(int rank) {
     hora_tensor_t x = Tensor(buf.data(), shape, t);
     hora_handle_t h = 0;
     if (std::string(c.field) == "root") {
-      Must(hora_broadcast_async(c.name, &x, rank == 1 ? 1 : 0, HORA_GLOBAL_PROCESS_SET, &h), "enqueue");
+      Must(hora_broadcast_async(c.name, &x, rank == 1 ? 1 : 0, g_set, &h), "enqueue");
     } else {
-      Must(hora_allreduce_async(c.name, &x, buf.data(), HORA_SUM, 1.0, 1.0, HORA_GLOBAL_PROCESS_SET, &h), "enqueue");
+      Must(hora_allreduce_async(c.name, &x, buf.data(), HORA_SUM, 1.0, 1.0, g_set, &h), "enqueue");
     }
     hora_status_t s = hora_wait(h, 30);
     std::string msg = hora_last_error();
@@ -270,10 +275,32 @@ void TestMismatch(int rank) {
   std::vector<float> buf(3, 1.0f);
   hora_tensor_t x = Tensor(buf.data(), shape, HORA_FLOAT32);
   hora_handle_t h = 0;
-  Must(hora_allreduce_async("after.mismatch", &x, buf.data(), HORA_SUM, 1.0, 1.0, HORA_GLOBAL_PROCESS_SET, &h), "enqueue");
+  Must(hora_allreduce_async("after.mismatch", &x, buf.data(), HORA_SUM, 1.0, 1.0, g_set, &h), "enqueue");
   Must(hora_wait(h, 30), "after mismatch");
   hora_release(h);
   JOB_CHECK(buf[0] == g_size, "allreduce after mismatch");
+}
+
+void Battery(int rank) {
+  TestAllreduce(rank);
+  TestBroadcast(rank);
+  TestAllgather(rank);
+  TestReducescatter(rank);
+  TestAlltoall(rank);
+  TestManyMixed(rank);
+  TestMismatch(rank);
+}
+
+// Runs the battery on `ranks` (global ranks) as process set `set` on a thread of its own.
+std::thread BatteryOn(int32_t set, std::vector<int> ranks) {
+  return std::thread([set, ranks] {
+    int32_t r = -1;
+    Must(hora_process_set_rank(set, &r), "process_set_rank");
+    if (r < 0) return;
+    g_set = set;
+    g_size = static_cast<int>(ranks.size());
+    Battery(r);
+  });
 }
 
 }  // namespace
@@ -284,18 +311,26 @@ int main() {
   int32_t size = 0;
   Must(hora_size(&size), "size");
   g_size = size;
-  TestAllreduce(g_rank);
-  TestBroadcast(g_rank);
-  TestAllgather(g_rank);
-  TestReducescatter(g_rank);
-  TestAlltoall(g_rank);
-  TestManyMixed(g_rank);
-  TestMismatch(g_rank);
+  Battery(g_rank);
+  // Two overlapping sets (they share rank 2 from 3 ranks on), the second on another backend.
+  std::vector<int> a = size >= 3 ? std::vector<int>{0, 2} : std::vector<int>{0};
+  std::vector<int> b = size >= 4 ? std::vector<int>{1, 2, 3}
+                       : size == 3 ? std::vector<int>{1, 2}
+                                   : std::vector<int>{size - 1};
+  int32_t set_a = -1, set_b = -1;
+  Must(hora_process_set_add(a.data(), static_cast<int32_t>(a.size()), "gloo", &set_a), "add a");
+  Must(hora_process_set_add(b.data(), static_cast<int32_t>(b.size()), "loopback", &set_b), "add b");
+  JOB_CHECK(set_a > 0 && set_b > set_a, "set ids %d, %d", set_a, set_b);
+  std::thread ta = BatteryOn(set_a, a), tb = BatteryOn(set_b, b);
+  ta.join();
+  tb.join();
+  Must(hora_process_set_remove(set_a), "remove a");
+  Must(hora_process_set_remove(set_b), "remove b");
   hora_handle_t h = 0;
   Must(hora_barrier_async(HORA_GLOBAL_PROCESS_SET, &h), "barrier");
   Must(hora_wait(h, 60), "barrier wait");
   hora_release(h);
   Must(hora_shutdown(), "shutdown");
-  std::printf("rank %d of %d: %d checks, %d failed\n", g_rank, g_size, g_checks, g_failures);
+  std::printf("rank %d of %d: %d checks, %d failed\n", g_rank, g_size, g_checks.load(), g_failures.load());
   return g_failures == 0 ? 0 : 1;
 }

@@ -4,8 +4,8 @@
 
 namespace jobtest {
 
-int g_failures = 0;
-int g_checks = 0;
+std::atomic<int> g_failures{0};
+std::atomic<int> g_checks{0};
 int g_rank = -1;
 
 void Must(hora_status_t s, const char* what) {

@@ -2,6 +2,7 @@
 #ifndef HORA_TESTS_INTEGRATION_JOB_UTIL_H_
 #define HORA_TESTS_INTEGRATION_JOB_UTIL_H_
 
+#include <atomic>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -14,8 +15,8 @@
 
 namespace jobtest {
 
-extern int g_failures;
-extern int g_checks;
+extern std::atomic<int> g_failures;
+extern std::atomic<int> g_checks;
 extern int g_rank;
 
 #define JOB_CHECK(cond, ...)                                              \

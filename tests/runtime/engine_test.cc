@@ -2,75 +2,16 @@
 #include "runtime/engine.h"
 
 #include <catch2/catch.hpp>
-#include <netinet/in.h>
-#include <sys/socket.h>
-#include <unistd.h>
 
-#include <functional>
 #include <mutex>
 #include <thread>
 #include <vector>
 
+#include "tests/runtime/engine_threads.h"
+
 using namespace hora;
 
-namespace {
-
-int FreePort() {
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a));
-  socklen_t len = sizeof(a);
-  getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
-  close(fd);
-  return ntohs(a.sin_port);
-}
-
-Options MakeOptions(int rank, int size, int port) {
-  Options o;
-  o.rank = rank;
-  o.size = size;
-  o.coordinator_address = "127.0.0.1:" + std::to_string(port);
-  o.token = "engine-test-token";
-  o.hostname = "host" + std::to_string(rank % 2);
-  o.start_timeout_s = 30;
-  o.heartbeat_timeout_s = 10;
-  o.collective_timeout_s = 10;
-  o.fusion_threshold_bytes = 4096;  // small: buckets split often
-  return o;
-}
-
-// Runs body(rank, engine) on `size` threads; returns each rank's failure text ("" = ok).
-std::vector<std::string> RunRanks(int size, const std::function<std::string(int, Engine&)>& body) {
-  int port = FreePort();
-  std::vector<std::string> errors(size);
-  std::vector<std::thread> threads;
-  for (int r = 0; r < size; ++r) {
-    threads.emplace_back([&, r] {
-      auto engine = Engine::Start(MakeOptions(r, size, port));
-      if (!engine.ok()) {
-        errors[r] = "start: " + engine.status().ToString();
-        return;
-      }
-      errors[r] = body(r, *engine.value());
-      engine.value()->Shutdown();
-    });
-  }
-  for (auto& t : threads) t.join();
-  return errors;
-}
-
-StatusOr<int64_t> Allreduce(Engine& e, const std::string& name, std::vector<float>* buf, ReduceOp op) {
-  TensorSpec spec;
-  spec.name = name;
-  spec.dtype = DataType::kFloat32;
-  spec.op = op;
-  spec.shape = {static_cast<int64_t>(buf->size())};
-  return e.Enqueue(spec, buf->data(), buf->data());
-}
-
-}  // namespace
+using namespace hora::testing;
 
 TEST_CASE("engine: topology and fused allreduce for 1, 2, 3, 4 and 7 ranks") {
   for (int size : {1, 2, 3, 4, 7}) {
