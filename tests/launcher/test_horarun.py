@@ -288,7 +288,7 @@ def test_hostfile_gloo_and_disable_cache(tmp_path):
     hostfile.write_text("localhost slots=2\n127.0.0.1:1\n")
     envs = run_env_job("-hostfile", str(hostfile), "--gloo", "--disable-cache", np=3)
     for rank, e in envs.items():
-        assert e["HORA_CPU_BACKEND"] == "gloo"
+        assert e["HORA_CPU_OPERATIONS"] == "gloo"
         assert (e["HORA_CROSS_SIZE"], e["HORA_LOCAL_SIZE"]) == ("1", "3")  # one host
 
 

@@ -24,7 +24,7 @@ from horarun_ssh import SshError, SshLauncher, SshOptions, probe_hosts
 __version__ = "0.2.0"
 
 LOG_LEVELS = ("trace", "debug", "info", "warning", "warn", "error", "fatal", "critical", "off")
-CPU_BACKEND_VAR = "HORA_CPU_BACKEND"     # runtime/options.h kEnvCpuBackend
+CPU_BACKEND_VAR = "HORA_CPU_OPERATIONS"  # runtime/options.h kEnvCpuOperations
 START_TIMEOUT_VAR = "HORA_START_TIMEOUT_SECONDS"
 DEFAULT_START_TIMEOUT_S = 120.0          # runtime/options.h's default for the same variable
 
