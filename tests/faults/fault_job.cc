@@ -1,7 +1,8 @@
 // A job that allreduces 1 MiB tensors in a loop until something goes wrong, for fault tests.
 // Prints "READY rank=R pid=P" once running, then on the first error:
 //   "FAILED rank=R t=<unix seconds> status=<STATUS> msg=<message>"  and exits 3.
-// Argument: seconds to run before exiting cleanly (default 120).
+// Arguments: seconds to run before exiting cleanly (default 120); "p2p" to pass 4 MiB
+// messages around a ring (send to rank+1, recv from rank-1) instead of allreducing.
 #include <unistd.h>
 
 #include <chrono>
@@ -30,20 +31,37 @@ int Report(int rank, hora_status_t s, const std::string& msg) {
 
 int main(int argc, char** argv) {
   double run_for = argc > 1 ? std::atof(argv[1]) : 120;
+  const bool p2p = argc > 2 && std::string(argv[2]) == "p2p";
   if (hora_init(nullptr) != HORA_OK) {
     std::printf("FAILED rank=-1 t=%.3f status=INIT msg=%s\n", Now(), hora_last_error());
     return 3;
   }
-  int32_t rank = 0;
+  int32_t rank = 0, size = 1;
   hora_rank(&rank);
-  std::vector<float> buf(1 << 18, 1.0f);
+  hora_size(&size);
+  std::vector<float> buf(p2p ? 1 << 20 : 1 << 18, 1.0f), in(buf.size());
   int64_t shape[1] = {static_cast<int64_t>(buf.size())};
   hora_tensor_t t = {buf.data(), shape, 1, HORA_FLOAT32, HORA_DEVICE_CPU, 0, nullptr};
   double start = Now();
   for (long i = 0;; ++i) {
-    hora_handle_t h = 0;
-    hora_status_t s = hora_allreduce_async("fault.grad", &t, buf.data(), HORA_AVERAGE, 1, 1, HORA_GLOBAL_PROCESS_SET, &h);
+    hora_handle_t h = 0, r = 0;
+    hora_status_t s;
+    if (p2p) {
+      hora_tensor_t t_in = {in.data(), shape, 1, HORA_FLOAT32, HORA_DEVICE_CPU, 0, nullptr};
+      s = hora_recv_async(&t_in, (rank + size - 1) % size, 0, HORA_GLOBAL_PROCESS_SET, &r);
+      if (s != HORA_OK) return Report(rank, s, hora_last_error());
+      s = hora_send_async(&t, (rank + 1) % size, 0, HORA_GLOBAL_PROCESS_SET, &h);
+    } else {
+      s = hora_allreduce_async("fault.grad", &t, buf.data(), HORA_AVERAGE, 1, 1,
+                               HORA_GLOBAL_PROCESS_SET, &h);
+    }
     if (s != HORA_OK) return Report(rank, s, hora_last_error());
+    if (p2p) {  // the receive names the sender when the sender dies
+      s = hora_wait(r, -1);
+      std::string msg = hora_last_error();
+      hora_release(r);
+      if (s != HORA_OK) return Report(rank, s, msg);
+    }
     s = hora_wait(h, -1);
     std::string msg = hora_last_error();  // valid until this thread's next Hora call
     hora_release(h);
