@@ -226,7 +226,7 @@ TEST_CASE("shm allgatherv with uneven and zero contributions", "[shm]") {
   auto run = RunShmRanks(size, [&](Communicator& comm) -> std::string {
     const int n = comm.size();
     std::vector<std::vector<size_t>> layouts;
-    for (size_t c : {size_t{1}, size_t{1001}, size_t{1500000}}) {
+    for (size_t c : {size_t{1}, size_t{1001}, size_t{2000000}}) {
       std::vector<size_t> v(n);
       for (int r = 0; r < n; ++r) v[r] = (r % 3 == 1) ? 0 : c + r;
       layouts.push_back(v);

@@ -5,6 +5,8 @@
 //       [--step-factor 4] [--target-seconds 0.5] [--backends shm,gloo] [--lat-iters 5000]
 //       [--chunk-bytes N] [--small-bytes N] [--spin-us N] [--csv]
 //
+// tools/bench/shm_run_bench.sh runs it for 2 and 4 ranks next to Open MPI and writes the
+// report (docs/benchmarks-shm.md).
 // The parent forks --np ranks and waits for them; they bootstrap through files in a temporary
 // directory. For every size (float32 sum, in place) and backend a rank fills its buffer, runs
 // one allreduce and checks every element (exit 1 on a wrong result), warms up, picks an
@@ -236,7 +238,9 @@ int RunRank(const Flags& f, int rank, const std::string& dir) {
   for (const std::string& b : f.backends) {
     double p50 = 0, p90 = 0;
     Latency(f, *comms[b], &p50, &p90);
-    if (rank == 0) {
+    if (rank == 0 && f.csv) {
+      std::printf("lat,%s,%lld,%.3f,%.3f\n", b.c_str(), static_cast<long long>(f.lat_iters), p50, p90);
+    } else if (rank == 0) {
       std::printf("# %s 4-byte allreduce latency over %lld operations: median %.2f us, p90 %.2f us\n",
                   b.c_str(), static_cast<long long>(f.lat_iters), p50, p90);
     }
