@@ -11,12 +11,19 @@
 // reduction in rank order: each rank sends and receives (size-1)/size of the data once, the
 // same volume as a ring reduce-scatter, with one scratch buffer of size*counts[rank] elements.
 //
+// Send/Recv go over the raw transport in a slot range of their own, matched per (peer, tag)
+// in order; zero-byte messages move nothing.
+//
 // Errors: Gloo's exceptions never leave this layer. A wait that runs past config.timeout is
 // DEADLINE_EXCEEDED; a broken connection is PEER_FAILURE. After the first failure the
 // communicator is broken: it closes its connections (so peers blocked on it fail fast too)
-// and every later call returns that first error at once.
+// and every later call returns that first error at once. Abort() makes every later call fail
+// with its reason and wakes Hora's own waits (send, recv, alltoallv, reducescatter); an
+// allreduce, broadcast, allgatherv or barrier that Gloo itself is running cannot be woken
+// from outside with Debian's libgloo (its tcp pair header is not installed): it ends when a
+// peer's connection breaks (a dead or aborting peer closes its sockets) or at the timeout.
 //
-// Thread safety: as in communicator.h, one thread drives a communicator.
+// Thread safety: as in communicator.h, one thread drives a communicator; Abort from any.
 #ifndef HORA_COLLECTIVES_GLOO_GLOO_COMMUNICATOR_H_
 #define HORA_COLLECTIVES_GLOO_GLOO_COMMUNICATOR_H_
 
