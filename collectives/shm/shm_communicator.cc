@@ -84,7 +84,8 @@ Tuning Tuning::Resolve(const ShmConfig& c) {
   // Halves of 1 MiB up to 8 members, then shrinking so the staging stays near 16 MiB.
   t.half_bytes = c.chunk_bytes > 0 ? c.chunk_bytes
                                    : std::max<size_t>(256 << 10, std::min<size_t>(1 << 20, (8 << 20) / n));
-  t.half_bytes = AlignUp(t.half_bytes, 4096);
+  // A step gives every destination at least 64 bytes of a half (alltoallv, reducescatter).
+  t.half_bytes = AlignUp(std::max(t.half_bytes, 64 * n), 4096);
   t.small_bytes = std::min(t.half_bytes, c.small_bytes > 0 ? c.small_bytes : size_t{32} << 10);
   // Rings of 256 KiB, shrinking so that the n (n - 1) of them stay near 16 MiB.
   const size_t pairs = std::max<size_t>(1, n * (n - 1));
