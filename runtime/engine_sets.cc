@@ -161,6 +161,11 @@ Status Engine::RemoveProcessSet(int32_t id) {
   const Status removed = Aborted("process set " + std::to_string(id) +
                                  " was removed while the operation was pending");
   if (set) {
+    // Buckets planned before the removal run on every member: let them finish, so that no
+    // member is left waiting on this one.
+    if (!set->Drain(CollectiveTimeout(options_))) {
+      HORA_LOG_WARN("process set {}: buckets still running when it was removed", id);
+    }
     set->Abort(removed);
     set->Stop();
   }

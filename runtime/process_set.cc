@@ -49,6 +49,12 @@ void ProcessSetRuntime::Abort(const Status& reason) {
   if (cpu_) cpu_->Abort(reason);
 }
 
+bool ProcessSetRuntime::Drain(std::chrono::milliseconds timeout) {
+  std::unique_lock<std::mutex> lock(mu_);
+  return cv_.wait_for(lock, timeout,
+                      [&] { return inbox_.empty() && !running_ && outstanding_ == 0; });
+}
+
 void ProcessSetRuntime::Stop() {
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -70,8 +76,14 @@ void ProcessSetRuntime::Loop() {
       if (stop_) return;
       bucket = std::move(inbox_.front());
       inbox_.pop_front();
+      running_ = true;
     }
     Run(bucket);
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      running_ = false;
+    }
+    cv_.notify_all();
   }
 }
 

@@ -14,6 +14,7 @@
 #ifndef HORA_RUNTIME_PROCESS_SET_H_
 #define HORA_RUNTIME_PROCESS_SET_H_
 
+#include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
@@ -71,6 +72,9 @@ class ProcessSetRuntime {
   void Push(std::vector<BucketPlan> buckets);
   // Ends the communicator's work in progress and later (the job is broken).
   void Abort(const Status& reason);
+  // Waits until every bucket queued so far has finished (the set is being removed: its other
+  // members run the same buckets). False if `timeout` passed first.
+  bool Drain(std::chrono::milliseconds timeout);
   // Stops the executor thread (buckets not started are dropped; their requests stay in the
   // queue for the engine to fail) and waits for this set's work on the completion thread.
   // Idempotent.
@@ -97,6 +101,7 @@ class ProcessSetRuntime {
   std::condition_variable cv_;
   std::deque<BucketPlan> inbox_;  // guarded by mu_
   bool stop_ = false;             // guarded by mu_
+  bool running_ = false;          // guarded by mu_: the thread is inside Run()
   size_t outstanding_ = 0;        // guarded by mu_: buckets on the completion thread
   std::thread thread_;
 };
