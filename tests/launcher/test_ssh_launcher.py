@@ -90,12 +90,14 @@ def test_remote_rank_failure_stops_the_job(fake, tmp_path):
             "    while len(os.listdir(sys.argv[1])) < 3: time.sleep(0.02)\n"
             "    sys.exit(5)\n"
             "time.sleep(300)")
+    d = tmp_path / "pids"  # tmp_path also holds the stand-in's bin/ and log
+    d.mkdir()
     rc, out, err = run(["-np", "3", "-H", "localhost:1,fake-b:2", "--grace", "1", PY, "-c",
-                        code, str(tmp_path)], env)
+                        code, str(d)], env)
     assert rc == 5, err
     assert re.search(r"rank 2 on fake-b \(pid \d+\) exited with code 5; stopping the other "
                      r"ranks", err), err
-    pids = [int(open(os.path.join(str(tmp_path), r)).read()) for r in "012"]
+    pids = [int(open(os.path.join(str(d), r)).read()) for r in "012"]
     assert wait_dead(pids), pids
 
 
