@@ -33,6 +33,12 @@ STATUS_NAMES = {
 }
 
 
+class HorovodInternalError(RuntimeError):
+    """Horovod's exception for a collective that failed while the job ran: hora.torch raises
+    it (through its subclasses below) for a mismatch across ranks and for a failed peer, as
+    horovod.torch's synchronize() does for every failure it reports."""
+
+
 class HoraError(RuntimeError):
     """A failed Hora call. `status` is the hora_status_t code, `message` the runtime's text."""
 
@@ -47,13 +53,19 @@ class HoraError(RuntimeError):
         super().__init__("%s%s (HORA_ERR_%s)" % (prefix, self.message, code))
 
 
-class HoraPeerFailureError(HoraError):
+class HoraPeerFailureError(HoraError, HorovodInternalError):
     """Another rank or the coordinator failed, or the runtime was shut down while the
-    operation was pending. The job cannot go on; horovod's HorovodInternalError."""
+    operation was pending. The job cannot go on; a HorovodInternalError."""
 
 
-class HoraMismatchError(HoraError):
-    """Ranks submitted different signatures (shape, dtype, op, root...) for one name."""
+class HoraMismatchError(HoraError, HorovodInternalError):
+    """Ranks submitted different signatures (shape, dtype, op, root...) for one name; the
+    operation failed on every rank (a HorovodInternalError, as in Horovod)."""
+
+
+class HoraInvalidArgumentError(HoraError, ValueError):
+    """A call refused at once: a bad argument, or a name already in flight on this rank
+    (HORA_ERR_ALREADY_EXISTS). A ValueError, as horovod.torch raises for these."""
 
 
 class HoraTimeoutError(HoraError):
@@ -69,6 +81,8 @@ def error_class(status):
         return HoraPeerFailureError
     if status == ERR_MISMATCH:
         return HoraMismatchError
+    if status in (ERR_INVALID_ARGUMENT, ERR_ALREADY_EXISTS):
+        return HoraInvalidArgumentError
     if status == ERR_DEADLINE_EXCEEDED:
         return HoraTimeoutError
     if status == ERR_FAILED_PRECONDITION:

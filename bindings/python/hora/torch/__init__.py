@@ -1,119 +1,24 @@
 """horovod.torch's API on Hora: `import hora.torch as hvd` ports a Horovod PyTorch script."""
 
-import logging as _logging
-
-from .. import core as _core
 from .. import errors as _errors
 from ..errors import (HoraError, HoraPeerFailureError, HoraMismatchError, HoraTimeoutError,
-                      HoraPreconditionError)
+                      HoraPreconditionError, HoraInvalidArgumentError)
 from .compression import Compression
-from .mpi_ops import (Average, Sum, Min, Max, Product, Adasum, HorovodInternalError,
-                      ProcessSet, global_process_set, add_process_set, remove_process_set,
-                      poll, synchronize, allreduce, allreduce_, allreduce_async,
-                      allreduce_async_, grouped_allreduce, grouped_allreduce_,
-                      grouped_allreduce_async, grouped_allreduce_async_)
-from .collective_ops import (allgather, allgather_async, broadcast, broadcast_, broadcast_async,
-                             broadcast_async_, alltoall, alltoall_async, reducescatter,
-                             reducescatter_async, barrier, join, send, recv, isend, irecv)
-from .mpi_ops import _init_process_sets
+from .mpi_ops import *  # noqa: F401,F403 - horovod.torch.mpi_ops's names, as horovod.torch
+from .mpi_ops import __all__ as _mpi_ops_all
 from .functions import (broadcast_parameters, broadcast_optimizer_state, broadcast_object,
                         allgather_object)
 from .optimizer import DistributedOptimizer
+from .sync_batch_norm import SyncBatchNorm
 
-_log = _logging.getLogger("hora.torch")
 
 
 class HostsUpdatedInterrupt(RuntimeError):
     """Defined for scripts that catch it; Hora has no elastic mode, so it is never raised."""
 
 
-def init(comm=None, process_sets=None):
-    """Starts Hora (collective). process_sets: a list of hvd.ProcessSet registered in order
-    on every rank (collective), or "dynamic" (sets are added later with add_process_set,
-    which Hora allows in any case). `comm` (an MPI communicator) is not supported."""
-    if comm is not None:
-        raise NotImplementedError("hora.torch.init: comm is not supported; hora runs on all "
-                                  "ranks of the job")
-    if process_sets is not None and process_sets != "dynamic" and \
-            not isinstance(process_sets, (list, tuple)):
-        raise ValueError("process_sets must be a list of hvd.ProcessSet or \"dynamic\", got %r"
-                         % (process_sets,))
-    _core.init()
-    _init_process_sets([] if process_sets in (None, "dynamic") else list(process_sets))
-
-
-shutdown = _core.shutdown
-is_initialized = _core.is_initialized
-rank = _core.rank
-size = _core.size
-local_rank = _core.local_rank
-local_size = _core.local_size
-cross_rank = _core.cross_rank
-cross_size = _core.cross_size
-
-
-def is_homogeneous():
-    """True when every host runs the same number of ranks."""
-    return local_size() * cross_size() == size()
-
-
-def _built(backend):
-    try:
-        return _core.built(backend)
-    except OSError:
-        return False
-
-
-def mpi_built():
-    return _built("mpi")
-
-
-def gloo_built():
-    return _built("gloo")
-
-
-def nccl_built():
-    """Horovod returns the NCCL version code; Hora returns 1 when NCCL is built in, else 0."""
-    return 1 if _built("nccl") else 0
-
-
-def cuda_built():
-    return _built("cuda")
-
-
-def mpi_enabled():
-    return mpi_built()
-
-
-def gloo_enabled():
-    return gloo_built()
-
-
-def mpi_threads_supported():
-    return False
-
-
-def ddl_built():
-    return False
-
-
-def ccl_built():
-    return False
-
-
-def rocm_built():
-    return False
-
-
-def start_timeline(file_path, mark_cycles=False):
-    """Not supported at run time by Hora's C API: set the runtime's timeline option in the
-    environment before the job starts instead (see the README)."""
-    _log.warning("hora.torch.start_timeline(%r) is not supported at run time; set the "
-                 "timeline option in the environment before starting the job", file_path)
-
-
-def stop_timeline():
-    _log.warning("hora.torch.stop_timeline() is not supported at run time")
-
-
-__all__ = [n for n in dir() if not n.startswith("_") and n not in ("_logging",)]
+__all__ = sorted(set(_mpi_ops_all) | {
+    "HoraError", "HoraPeerFailureError", "HoraMismatchError", "HoraTimeoutError",
+    "HoraPreconditionError", "HoraInvalidArgumentError", "Compression",
+    "broadcast_parameters", "broadcast_optimizer_state", "broadcast_object",
+    "allgather_object", "DistributedOptimizer", "SyncBatchNorm", "HostsUpdatedInterrupt"})

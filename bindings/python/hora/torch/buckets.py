@@ -20,8 +20,13 @@ from .mpi_ops import _TORCH_DTYPES, allreduce_async_, synchronize as _synchroniz
 
 DEFAULT_CAP_MB = 64
 CAP_ENV = "HORA_BUCKET_CAP_MB"
-SPARSE_MSG = ("hora reduces sparse gradients as dense ones only: pass sparse_as_dense=True "
-              "to DistributedOptimizer")
+
+
+def sparse_reduce(grad, name, op, set_id):
+    """Starts the reduction of a sparse gradient as Horovod does (sparse_as_dense=False):
+    allgathers of its indices and values. Returns a callable that waits for the result."""
+    from .collective_ops import sparse_allreduce_async
+    return sparse_allreduce_async(grad, name=name, op=op, process_set=set_id)
 
 
 def cap_bytes():
@@ -74,9 +79,13 @@ class BucketReducer(object):
     """The bucket state of one DistributedOptimizer. The optimizer calls grad_ready() and
     launch_rest() under its own lock; wait() outside it."""
 
-    def __init__(self, params, cap, sparse_as_dense, set_id=0):
+    def __init__(self, params, cap, sparse_as_dense, set_id=0, names=None):
         self.sparse_as_dense = sparse_as_dense
         self.set_id = set_id
+        self.names = names or {}
+        # this step's sparse gradients: p -> callable (sparse reduction in flight) or None
+        # (reduced densely in its slot, made sparse again afterwards)
+        self.sparse = {}
         self.params = list(params)
         self.buckets, filling = [], {}
         for p in reversed(self.params):
@@ -106,24 +115,30 @@ class BucketReducer(object):
     def launched(self, p):
         return self.bucket_of[p].handle is not None
 
-    def _fill(self, p):
-        """Puts p's current gradient (zeros when it has none) into its slot."""
+    def _fill(self, p, scale):
+        """Puts p's current gradient (zeros when it has none) into its slot. A sparse
+        gradient goes densely in its slot (sparse_as_dense) or, as in Horovod, through its
+        own sparse reduction (its slot then holds zeros)."""
         view, grad = self.view_of[p], p.grad
         with torch.no_grad():
             if grad is None:
                 view.zero_()
+            elif grad.is_sparse:
+                if self.sparse_as_dense:
+                    view.copy_(grad.to_dense())
+                    self.sparse[p] = None
+                else:
+                    view.zero_()
+                    self.sparse[p] = sparse_reduce(grad, self.names.get(p), scale[2],
+                                                   self.set_id)
             elif not _is_view(grad, view):
-                if grad.is_sparse:
-                    if not self.sparse_as_dense:
-                        raise NotImplementedError(SPARSE_MSG)
-                    grad = grad.to_dense()
                 view.copy_(grad)
                 p.grad = view
 
     def grad_ready(self, p, scale):
         """p's gradient is final for this step; starts its bucket when it is the last."""
         b = self.bucket_of[p]
-        self._fill(p)
+        self._fill(p, scale)
         b.ready.add(p)
         if len(b.ready) == len(b.params):
             self._launch(b, scale)
@@ -142,7 +157,7 @@ class BucketReducer(object):
                 if b.handle is None:
                     for p in b.params:
                         if p not in b.ready:
-                            self._fill(p)
+                            self._fill(p, scale)
                     self._launch(b, scale)
         except Exception as e:
             error = e
@@ -168,9 +183,16 @@ class BucketReducer(object):
             except Exception as e:
                 if first_error is None:
                     first_error = e
+        sparse, self.sparse = self.sparse, {}
+        for p, pending in sparse.items():
+            try:
+                p.grad = self.view_of[p].to_sparse() if pending is None else pending()
+            except Exception as e:
+                if first_error is None:
+                    first_error = e
         if first_error is not None:
             raise first_error
         for p in self.params:
             view = self.view_of[p]
-            if not _is_view(p.grad, view):
+            if p not in sparse and not _is_view(p.grad, view):
                 p.grad = view

@@ -4,23 +4,62 @@ import torch
 
 from .. import core
 from .compression import Compression
-from .mpi_ops import (Average, Sum, _contig, _describe, _dtype_code, _gathered, _register,
-                      _resolve_op, _set_id, _set_root, _set_size, global_process_set,
-                      synchronize, allreduce)
+from .mpi_ops import (Average, Sum, _check_devices, _check_input, _contig, _describe,
+                      _gathered, _invalid, _register, _resolve_op, _set_id, _set_root,
+                      _set_size, _unwire, _wire, global_process_set, synchronize, allreduce,
+                      grouped_allreduce)
 
 
 # ---- allgather ----
 
+def _nonscalar(tensors, what):
+    for t in tensors:
+        _check_input(t)
+        if t.dim() == 0:
+            raise _invalid("%s needs tensors with at least one dimension, got a scalar" % what)
+    _check_devices(tensors)
+
+
+def _allgather_submit(tensors, name, set_id, group):
+    """One allgather per tensor ("<name>.<i>" in a group), each input checked first."""
+    _nonscalar(tensors, "allgather")
+    wired = [_wire(t) for t in tensors]
+    base = core.op_name("grouped_allgather" if group else "allgather", name, set_id)
+    handles = []
+    try:
+        for i, (c, _) in enumerate(wired):
+            handles.append(core.allgather_async("%s.%d" % (base, i) if group else base,
+                                                _describe(c), keep=c, process_set=set_id))
+    except BaseException:
+        for h in handles:
+            h.release()
+        raise
+
+    def finish(hs):
+        outs = [_unwire(_gathered(h, c), back) for h, (c, back) in zip(hs, wired)]
+        return outs if group else outs[0]
+
+    return _register(handles, finish, keep=wired)
+
+
 def allgather_async(tensor, name=None, process_set=global_process_set):
     """Starts concatenating every rank's `tensor` along dimension 0 (which may differ)."""
-    set_id = _set_id(process_set)
-    _dtype_code(tensor)
-    if tensor.dim() == 0:
-        raise ValueError("allgather needs a tensor with at least one dimension")
-    c = _contig(tensor)
-    h = core.allgather_async(core.op_name("allgather", name, set_id), _describe(c), keep=c,
-                             process_set=set_id)
-    return _register([h], lambda hs: _gathered(hs[0], c), keep=c)
+    return _allgather_submit([tensor], name, _set_id(process_set), group=False)
+
+
+def grouped_allgather_async(tensors, name=None, process_set=global_process_set):
+    """Starts an allgather of each tensor of the list; synchronize() returns a list."""
+    return _allgather_submit(list(tensors), name, _set_id(process_set), group=True)
+
+
+def _rows_of_this_rank(grad, dim, set_id):
+    """Horovod's allgather backward: the gradient averaged over ranks, then this rank's rows
+    (the offset is the sum of the first dimensions of the ranks before this one)."""
+    dims = synchronize(allgather_async(torch.tensor([dim], dtype=torch.int64),
+                                       process_set=set_id))
+    r = core.rank() if set_id == 0 else core.process_set_rank(set_id)
+    offset = int(dims[:r].sum().item())
+    return grad.narrow(0, offset, dim)
 
 
 class HoraAllgather(torch.autograd.Function):
@@ -35,49 +74,79 @@ class HoraAllgather(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad_output):
         grad = allreduce(grad_output, op=Average, process_set=ctx.set_id)
-        dims = synchronize(allgather_async(torch.tensor([ctx.dim], dtype=torch.int64),
-                                           process_set=ctx.set_id))
-        r = core.rank() if ctx.set_id == 0 else core.process_set_rank(ctx.set_id)
-        offset = int(dims[:r].sum().item())
-        return grad.narrow(0, offset, ctx.dim), None, None
+        return _rows_of_this_rank(grad, ctx.dim, ctx.set_id), None, None
 
 
 def allgather(tensor, name=None, process_set=global_process_set):
     """Concatenation of every rank's `tensor` along dimension 0. Autograd-aware."""
     set_id = _set_id(process_set)
-    if tensor.dim() == 0:
-        raise ValueError("allgather needs a tensor with at least one dimension")
+    _nonscalar([tensor], "allgather")
     return HoraAllgather.apply(tensor, name, set_id)
+
+
+class HoraGroupedAllgather(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, name, set_id, *tensors):
+        ctx.dims = [t.shape[0] for t in tensors]
+        ctx.set_id = set_id
+        return tuple(synchronize(grouped_allgather_async(list(tensors), name, set_id)))
+
+    @staticmethod
+    def backward(ctx, *grads):
+        grads = [torch.zeros(0) if g is None else g for g in grads]
+        reduced = grouped_allreduce(grads, op=Average, process_set=ctx.set_id)
+        return (None, None) + tuple(_rows_of_this_rank(g, d, ctx.set_id)
+                                    for g, d in zip(reduced, ctx.dims))
+
+
+def grouped_allgather(tensors, name=None, process_set=global_process_set):
+    """A list with the allgather of each tensor. Autograd-aware."""
+    set_id = _set_id(process_set)
+    tensors = list(tensors)
+    if not tensors:
+        return []
+    _nonscalar(tensors, "grouped_allgather")
+    return list(HoraGroupedAllgather.apply(name, set_id, *tensors))
 
 
 # ---- broadcast ----
 
-def _broadcast_async(buf, target, root_rank, name, set_id=0):
-    if not isinstance(root_rank, int) and not hasattr(root_rank, "__index__"):
-        raise TypeError("root_rank must be an int")
-    _dtype_code(buf)
-    h = core.broadcast_async(core.op_name("broadcast", name, set_id), _describe(buf),
-                             _set_root(set_id, root_rank), keep=buf, process_set=set_id)
+def _check_root(root_rank):
+    if isinstance(root_rank, bool) or not hasattr(root_rank, "__index__"):
+        raise _invalid("root_rank must be an int, got %r" % (root_rank,))
+    return int(root_rank)
+
+
+def _broadcast_async(tensor, inplace, root_rank, name, set_id=0):
+    _check_input(tensor)
+    root = _set_root(set_id, _check_root(root_rank))
+    if inplace:
+        buf, back = _wire(tensor)
+    else:
+        buf = tensor.detach().clone(memory_format=torch.contiguous_format)
+        buf, back = _wire(buf)
+    h = core.broadcast_async(core.op_name("broadcast", name, set_id), _describe(buf), root,
+                             keep=buf, process_set=set_id)
 
     def finish(_):
-        if target is not buf:
-            with torch.no_grad():
-                target.copy_(buf)
-        return target
+        if inplace:
+            if buf is not tensor:
+                with torch.no_grad():
+                    tensor.copy_(buf)
+            return tensor
+        return _unwire(buf, back)
 
-    return _register([h], finish, keep=(buf, target))
+    return _register([h], finish, keep=(buf, tensor))
 
 
 def broadcast_async(tensor, root_rank, name=None, process_set=global_process_set):
     """Starts a broadcast of root's `tensor` into a new tensor; returns a handle."""
-    set_id = _set_id(process_set)
-    buf = tensor.detach().clone(memory_format=torch.contiguous_format)
-    return _broadcast_async(buf, buf, root_rank, name, set_id)
+    return _broadcast_async(tensor, False, root_rank, name, _set_id(process_set))
 
 
 def broadcast_async_(tensor, root_rank, name=None, process_set=global_process_set):
     """Starts an in-place broadcast of root's `tensor`; returns a handle."""
-    return _broadcast_async(_contig(tensor), tensor, root_rank, name, _set_id(process_set))
+    return _broadcast_async(tensor, True, root_rank, name, _set_id(process_set))
 
 
 def broadcast_(tensor, root_rank, name=None, process_set=global_process_set):
@@ -107,29 +176,54 @@ def broadcast(tensor, root_rank, name=None, process_set=global_process_set):
 
 # ---- alltoall ----
 
-def _splits_list(splits):
+def _splits_list(splits, tensor, n):
+    """Horovod's checks, before anything is submitted: splits (a tensor or sequence of ints,
+    one per rank of the set) add up to the first dimension; without splits, the first
+    dimension divides evenly. A ValueError otherwise."""
     if splits is None:
+        if tensor.shape[0] % n:
+            raise _invalid("alltoall without splits needs the first dimension (%d) to be a "
+                           "multiple of the number of ranks (%d)" % (tensor.shape[0], n))
         return None
     if isinstance(splits, torch.Tensor):
-        return [int(s) for s in splits.reshape(-1).tolist()]
-    return [int(s) for s in splits]
+        if splits.dtype not in (torch.int32, torch.int64) or splits.is_floating_point():
+            raise _invalid("alltoall splits must hold 32-bit (or 64-bit) integers, got %s"
+                           % splits.dtype)
+        values = [int(s) for s in splits.reshape(-1).tolist()]
+    else:
+        try:
+            values = list(splits)
+        except TypeError:
+            raise _invalid("alltoall splits must be a tensor or a sequence of ints")
+        if any(isinstance(s, bool) or not hasattr(s, "__index__") for s in values):
+            raise _invalid("alltoall splits must be ints, got %r" % (splits,))
+        values = [int(s) for s in values]
+    if len(values) != n:
+        raise _invalid("alltoall needs one split per rank (%d), got %d" % (n, len(values)))
+    if any(s < 0 for s in values):
+        raise _invalid("alltoall splits must not be negative: %s" % values)
+    if sum(values) != tensor.shape[0]:
+        raise _invalid("alltoall splits add up to %d, but the first dimension is %d"
+                       % (sum(values), tensor.shape[0]))
+    return values
 
 
 def alltoall_async(tensor, splits=None, name=None, process_set=global_process_set):
     """Starts sending splits[r] rows of `tensor` to rank r. synchronize() returns
     (output, received_splits)."""
     set_id = _set_id(process_set)
-    _dtype_code(tensor)
-    if tensor.dim() == 0:
-        raise ValueError("alltoall needs a tensor with at least one dimension")
-    c = _contig(tensor)
+    _nonscalar([tensor], "alltoall")
     n = _set_size(set_id)
-    h = core.alltoall_async(core.op_name("alltoall", name, set_id), _describe(c),
-                            _splits_list(splits), keep=c, process_set=set_id)
+    split_list = _splits_list(splits, tensor, n)
+    c, back = _wire(tensor)
+    h = core.alltoall_async(core.op_name("alltoall", name, set_id), _describe(c), split_list,
+                            keep=c, process_set=set_id)
+    splits_device = splits.device if isinstance(splits, torch.Tensor) else torch.device("cpu")
 
     def finish(hs):
-        out = _gathered(hs[0], c)
-        received = torch.tensor(hs[0].result_splits(n), dtype=torch.int32)
+        out = _unwire(_gathered(hs[0], c), back)
+        received = torch.tensor(hs[0].result_splits(n), dtype=torch.int32,
+                                device=splits_device)
         return out, received
 
     return _register([h], finish, keep=c)
@@ -147,7 +241,7 @@ class HoraAlltoall(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad_output, *unused):
-        grad, _ = synchronize(alltoall_async(_contig(grad_output), ctx.received,
+        grad, _ = synchronize(alltoall_async(_contig(grad_output), ctx.received.cpu(),
                                              process_set=ctx.set_id))
         return grad, None, None, None
 
@@ -155,7 +249,10 @@ class HoraAlltoall(torch.autograd.Function):
 def alltoall(tensor, splits=None, name=None, process_set=global_process_set):
     """Scatters rows of `tensor` to every rank and gathers what they send (rank order).
     Returns the output, or (output, received_splits) when `splits` is given, as Horovod."""
-    out, received = HoraAlltoall.apply(tensor, splits, name, _set_id(process_set))
+    set_id = _set_id(process_set)
+    _nonscalar([tensor], "alltoall")
+    _splits_list(splits, tensor, _set_size(set_id))  # a ValueError here, not in autograd
+    out, received = HoraAlltoall.apply(tensor, splits, name, set_id)
     if splits is None:
         return out
     return out, received
@@ -163,22 +260,61 @@ def alltoall(tensor, splits=None, name=None, process_set=global_process_set):
 
 # ---- reducescatter ----
 
+def _reducescatter_op(op):
+    op = _resolve_op(op, None)
+    if op not in (Average, Sum):
+        raise NotImplementedError("reducescatter supports op=hvd.Average and hvd.Sum only, as "
+                                  "Horovod")
+    return op
+
+
+def _reducescatter_submit(tensors, name, op, prescale, postscale, set_id, group):
+    _nonscalar(tensors, "reducescatter")
+    wired = [_wire(t) for t in tensors]
+    base = core.op_name("grouped_reducescatter" if group else "reducescatter", name, set_id)
+    handles = []
+    try:
+        for i, (c, _) in enumerate(wired):
+            handles.append(core.reducescatter_async(
+                "%s.%d" % (base, i) if group else base, _describe(c), op, prescale, postscale,
+                keep=c, process_set=set_id))
+    except BaseException:
+        for h in handles:
+            h.release()
+        raise
+
+    def finish(hs):
+        outs = [_unwire(_gathered(h, c), back) for h, (c, back) in zip(hs, wired)]
+        return outs if group else outs[0]
+
+    return _register(handles, finish, keep=wired)
+
+
 def reducescatter_async(tensor, name=None, op=Average, process_set=global_process_set,
                         prescale_factor=1.0, postscale_factor=1.0):
-    set_id = _set_id(process_set)
-    op = _resolve_op(op, None)
-    _dtype_code(tensor)
-    if tensor.dim() == 0:
-        raise ValueError("reducescatter needs a tensor with at least one dimension")
-    c = _contig(tensor)
-    h = core.reducescatter_async(core.op_name("reducescatter", name, set_id), _describe(c), op,
-                                 prescale_factor, postscale_factor, keep=c, process_set=set_id)
-    return _register([h], lambda hs: _gathered(hs[0], c), keep=c)
+    """Starts reducing `tensor` over the ranks; rank r keeps its part of dimension 0."""
+    return _reducescatter_submit([tensor], name, _reducescatter_op(op), prescale_factor,
+                                 postscale_factor, _set_id(process_set), group=False)
+
+
+def grouped_reducescatter_async(tensors, name=None, op=Average,
+                                process_set=global_process_set, prescale_factor=1.0,
+                                postscale_factor=1.0):
+    """Starts a reducescatter of each tensor of the list; synchronize() returns a list."""
+    return _reducescatter_submit(list(tensors), name, _reducescatter_op(op), prescale_factor,
+                                 postscale_factor, _set_id(process_set), group=True)
+
+
+def _reducescatter_grad(grads, op, scale, set_id):
+    """Horovod's reducescatter backward: the gradient times the set size for Sum (times 1
+    for Average) and the scale factors, allgathered."""
+    factor = scale * (_set_size(set_id) if op == Sum else 1)
+    grads = [g * factor if factor != 1.0 else g for g in grads]
+    return synchronize(grouped_allgather_async([_contig(g) for g in grads],
+                                               process_set=set_id))
 
 
 class HoraReducescatter(torch.autograd.Function):
-    """Backward: the gathered gradient, scaled as the forward scaled its inputs."""
-
     @staticmethod
     def forward(ctx, tensor, name, op, prescale, postscale, set_id):
         ctx.op, ctx.scale, ctx.set_id = op, prescale * postscale, set_id
@@ -186,10 +322,7 @@ class HoraReducescatter(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad_output):
-        grad = synchronize(allgather_async(_contig(grad_output), process_set=ctx.set_id))
-        scale = ctx.scale / _set_size(ctx.set_id) if ctx.op == Average else ctx.scale
-        if scale != 1.0:
-            grad = grad * scale
+        grad, = _reducescatter_grad([grad_output], ctx.op, ctx.scale, ctx.set_id)
         return grad, None, None, None, None, None
 
 
@@ -197,10 +330,73 @@ def reducescatter(tensor, name=None, compression=Compression.none, op=Average,
                   process_set=global_process_set, prescale_factor=1.0, postscale_factor=1.0):
     """Reduces `tensor` over ranks; rank r keeps its part of dimension 0. Autograd-aware."""
     set_id = _set_id(process_set)
-    op = _resolve_op(op, None)
+    op = _reducescatter_op(op)
+    _nonscalar([tensor], "reducescatter")
     compressed, cctx = compression.compress(tensor)
     out = HoraReducescatter.apply(compressed, name, op, prescale_factor, postscale_factor, set_id)
     return compression.decompress(out, cctx)
+
+
+class HoraGroupedReducescatter(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, name, op, prescale, postscale, set_id, *tensors):
+        ctx.op, ctx.scale, ctx.set_id = op, prescale * postscale, set_id
+        ctx.shapes = [t.shape for t in tensors]
+        return tuple(synchronize(grouped_reducescatter_async(
+            list(tensors), name, op, set_id, prescale, postscale)))
+
+    @staticmethod
+    def backward(ctx, *grads):
+        return (None,) * 5 + tuple(_reducescatter_grad(list(grads), ctx.op, ctx.scale,
+                                                       ctx.set_id))
+
+
+def grouped_reducescatter(tensors, name=None, compression=Compression.none, op=Average,
+                          process_set=global_process_set, prescale_factor=1.0,
+                          postscale_factor=1.0):
+    """A list with the reducescatter of each tensor. Autograd-aware."""
+    set_id = _set_id(process_set)
+    op = _reducescatter_op(op)
+    tensors = list(tensors)
+    if not tensors:
+        return []
+    _nonscalar(tensors, "grouped_reducescatter")
+    pairs = [compression.compress(t) for t in tensors]
+    outs = HoraGroupedReducescatter.apply(name, op, prescale_factor, postscale_factor, set_id,
+                                          *[p[0] for p in pairs])
+    return [compression.decompress(o, p[1]) for o, p in zip(outs, pairs)]
+
+
+# ---- sparse ----
+
+def sparse_allreduce_async(tensor, name, op, process_set=global_process_set):
+    """Horovod's sparse allreduce: allgathers of the indices and the values (so duplicates
+    are summed when the result is coalesced). Returns a callable that waits and returns the
+    reduced sparse tensor (Average divides the values by the set size)."""
+    set_id = _set_id(process_set)
+    if not isinstance(tensor, torch.Tensor) or not tensor.is_sparse:
+        raise _invalid("sparse_allreduce_async needs a sparse tensor")
+    op = _resolve_op(op, None)
+    if op not in (Average, Sum):
+        raise NotImplementedError("sparse_allreduce_async supports Average and Sum only")
+    t = tensor
+    indices = t._indices().transpose(0, 1).contiguous()
+    values = t._values().contiguous()
+    name = core.op_name("sparse_allreduce", name, set_id)
+    h_values = _allgather_submit([values], name + ".values", set_id, group=False)
+    h_indices = _allgather_submit([indices], name + ".indices", set_id, group=False)
+
+    def handle():
+        vals = synchronize(h_values)
+        idx = synchronize(h_indices)
+        if op == Average:
+            vals = vals / _set_size(set_id)
+        if idx.dim() == 0 or vals.dim() == 0:
+            return t.new().resize_as_(t)
+        return torch.sparse_coo_tensor(idx.transpose(0, 1), vals, t.size(), dtype=t.dtype,
+                                       device=t.device)
+
+    return handle
 
 
 # ---- barrier and join ----
@@ -224,7 +420,7 @@ def _p2p_check(tensor, peer, tag, set_id, what):
         raise TypeError("%s: expected a torch.Tensor, got %s" % (what, type(tensor).__name__))
     if not isinstance(peer, int) or isinstance(peer, bool):
         raise TypeError("%s: the peer must be an int rank" % what)
-    _dtype_code(tensor)
+    _check_input(tensor)
     return _set_root(set_id, peer)
 
 
@@ -234,7 +430,7 @@ def isend(tensor, dst, tag=0, process_set=global_process_set):
     this rank with that tag."""
     set_id = _set_id(process_set)
     peer = _p2p_check(tensor, dst, tag, set_id, "isend")
-    c = _contig(tensor)
+    c, _ = _wire(tensor)
     h = core.send_async(_describe(c), peer, tag, keep=c, process_set=set_id)
     return _register([h], lambda hs: None, keep=c)
 
@@ -244,7 +440,7 @@ def irecv(tensor, src, tag=0, process_set=global_process_set):
     dtype and element count must match the send."""
     set_id = _set_id(process_set)
     peer = _p2p_check(tensor, src, tag, set_id, "irecv")
-    c = _contig(tensor)
+    c, _ = _wire(tensor)
     h = core.recv_async(_describe(c), peer, tag, keep=c, process_set=set_id)
 
     def finish(_):

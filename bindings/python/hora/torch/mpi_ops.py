@@ -19,7 +19,7 @@ Max = core.MAX
 Product = core.PRODUCT
 Adasum = 100  # accepted as a name, rejected when used
 
-HorovodInternalError = errors.HoraPeerFailureError
+HorovodInternalError = errors.HorovodInternalError
 
 _TORCH_DTYPES = {
     torch.uint8: core.UINT8,
@@ -32,6 +32,22 @@ _TORCH_DTYPES = {
     torch.float64: core.FLOAT64,
     torch.bool: core.BOOL,
 }
+
+# dtypes the C API lacks, carried in a wider one where that is exact: int16 goes as int32
+# (sums, products, min and max of int16 values agree with the int16 results modulo 2**16,
+# which is what the cast back gives; allgather/broadcast/alltoall move the values unchanged).
+_WIDENED = {torch.int16: torch.int32}
+
+
+def _invalid(message):
+    """The error for an input refused before anything is submitted: a ValueError (as
+    horovod.torch raises for bad arguments) that is also a RuntimeError (a HoraError), so
+    that either `except` clause of a Horovod script catches it."""
+    return errors.HoraInvalidArgumentError(errors.ERR_INVALID_ARGUMENT, message)
+
+
+class UnsupportedDtypeError(errors.HoraInvalidArgumentError, TypeError):
+    """A tensor dtype hora cannot reduce or move (ValueError as in Horovod, TypeError too)."""
 
 
 class ProcessSet(object):
@@ -179,31 +195,68 @@ def _resolve_op(op, average):
 
 def _dtype_code(tensor):
     code = _TORCH_DTYPES.get(tensor.dtype)
+    if code is None and tensor.dtype in _WIDENED:
+        code = _TORCH_DTYPES[_WIDENED[tensor.dtype]]
     if code is None:
-        raise TypeError("hora does not support tensors of dtype %s; supported: %s" % (
-            tensor.dtype, ", ".join(str(d) for d in _TORCH_DTYPES)))
+        raise UnsupportedDtypeError(
+            errors.ERR_INVALID_ARGUMENT, "hora does not support tensors of dtype %s; "
+            "supported: %s" % (tensor.dtype, ", ".join(
+                str(d) for d in list(_TORCH_DTYPES) + list(_WIDENED))))
     return code
 
 
-def _describe(tensor):
-    """hora_tensor_t for a contiguous tensor."""
+def _check_input(tensor, what="tensor"):
+    """Everything hora checks about one input before anything is submitted."""
+    if not isinstance(tensor, torch.Tensor):
+        raise _invalid("%s must be a torch.Tensor, got %s" % (what, type(tensor).__name__))
     if tensor.is_sparse:
-        raise TypeError("hora does not support sparse tensors; densify them first")
-    code = _dtype_code(tensor)
+        raise _invalid("hora does not support sparse tensors here; use "
+                       "hvd.sparse_allreduce_async or densify them first")
+    if tensor.device.type not in ("cpu", "cuda"):
+        raise _invalid("hora supports CPU and CUDA tensors, not %s" % tensor.device)
+    _dtype_code(tensor)
+
+
+def _wire(tensor):
+    """(contiguous tensor in a dtype the C API takes, dtype to cast results back to or None).
+    A widened dtype is a copy."""
+    wide = _WIDENED.get(tensor.dtype)
+    if wide is not None:
+        return tensor.detach().to(wide, memory_format=torch.contiguous_format), tensor.dtype
+    return _contig(tensor), None
+
+
+def _unwire(result, back):
+    return result if back is None else result.to(back)
+
+
+def _describe(tensor):
+    """hora_tensor_t for a contiguous tensor of a dtype the C API takes (see _wire)."""
+    _check_input(tensor)
+    code = _TORCH_DTYPES.get(tensor.dtype)
+    if code is None:  # a widened dtype that did not go through _wire: a bug in hora.torch
+        raise AssertionError("hora.torch: %s tensor passed to the C API unwidened"
+                             % tensor.dtype)
     if tensor.device.type == "cuda":
         index = tensor.device.index if tensor.device.index is not None else \
             torch.cuda.current_device()
         stream = torch.cuda.current_stream(tensor.device).cuda_stream
         return core.make_tensor(tensor.data_ptr(), tuple(tensor.shape), code,
                                 core.DEVICE_CUDA, index, stream)
-    if tensor.device.type != "cpu":
-        raise TypeError("hora supports CPU and CUDA tensors, not %s" % tensor.device)
     return core.make_tensor(tensor.data_ptr() if tensor.numel() else None, tuple(tensor.shape),
                             code)
 
 
 def _contig(tensor):
     return tensor if tensor.is_contiguous() else tensor.contiguous()
+
+
+def _check_devices(tensors):
+    """A group must be on one device (Horovod: RuntimeError for a CPU/GPU mix)."""
+    devices = {t.device for t in tensors}
+    if len(devices) > 1:
+        raise _invalid("the tensors of one grouped operation must be on one device, got %s"
+                       % ", ".join(sorted(str(d) for d in devices)))
 
 
 # ---- the handle table ----
@@ -289,13 +342,14 @@ def _allreduce_submit(tensors, outputs, name, op, prescale, postscale, group=Fal
 
 
 def _allreduce_async_impl(tensors, name, op, prescale, postscale, inplace, group, set_id=0):
-    prepared, outputs, copy_back = [], [], []
+    for t in tensors:  # every input is checked before anything is submitted
+        _check_input(t)
+    _check_devices(tensors)
+    prepared, outputs, copy_back, backs = [], [], [], []
     for t in tensors:
-        if not isinstance(t, torch.Tensor):
-            raise TypeError("expected a torch.Tensor, got %s" % type(t).__name__)
-        _dtype_code(t)
-        c = _contig(t)
+        c, back = _wire(t)
         prepared.append(c)
+        backs.append(back)
         if inplace:
             outputs.append(c)
             copy_back.append(c is not t)
@@ -306,12 +360,12 @@ def _allreduce_async_impl(tensors, name, op, prescale, postscale, inplace, group
 
     def finish(_):
         results = []
-        for t, out, back in zip(tensors, outputs, copy_back):
+        for t, out, back, dt in zip(tensors, outputs, copy_back, backs):
             if back:
                 with torch.no_grad():
                     t.copy_(out)
                 out = t
-            results.append(t if inplace else out)
+            results.append(t if inplace else _unwire(out, dt))
         return results if group else results[0]
 
     return _register(handles, finish, keep=(tensors, prepared, outputs))
@@ -420,3 +474,34 @@ def grouped_allreduce(tensors, average=None, name=None, compression=Compression.
     outs = HoraGroupedAllreduce.apply(name, op, prescale_factor, postscale_factor, set_id,
                                       *[p[0] for p in pairs])
     return [compression.decompress(o, p[1]) for o, p in zip(outs, pairs)]
+
+
+# ---- horovod.torch.mpi_ops's names: `from horovod.torch.mpi_ops import ...` keeps working ----
+# (imported last: these modules import the helpers above)
+from .basics import (init, shutdown, is_initialized, rank, size, local_rank,  # noqa: E402
+                     local_size, cross_rank, cross_size, is_homogeneous, mpi_built,
+                     gloo_built, nccl_built, cuda_built, rocm_built, ddl_built, ccl_built,
+                     mpi_enabled, gloo_enabled, mpi_threads_supported, start_timeline,
+                     stop_timeline)
+from .collective_ops import (allgather, allgather_async, grouped_allgather,  # noqa: E402
+                             grouped_allgather_async, broadcast, broadcast_, broadcast_async,
+                             broadcast_async_, alltoall, alltoall_async, reducescatter,
+                             reducescatter_async, grouped_reducescatter,
+                             grouped_reducescatter_async, sparse_allreduce_async, barrier,
+                             join, send, recv, isend, irecv)
+
+__all__ = [
+    "init", "shutdown", "is_initialized", "rank", "size", "local_rank", "local_size",
+    "cross_rank", "cross_size", "is_homogeneous", "mpi_built", "gloo_built", "nccl_built",
+    "cuda_built", "rocm_built", "ddl_built", "ccl_built", "mpi_enabled", "gloo_enabled",
+    "mpi_threads_supported", "start_timeline", "stop_timeline",
+    "Average", "Sum", "Min", "Max", "Product", "Adasum", "HorovodInternalError",
+    "ProcessSet", "global_process_set", "add_process_set", "remove_process_set",
+    "poll", "synchronize", "allreduce", "allreduce_", "allreduce_async", "allreduce_async_",
+    "grouped_allreduce", "grouped_allreduce_", "grouped_allreduce_async",
+    "grouped_allreduce_async_", "sparse_allreduce_async", "allgather", "allgather_async",
+    "grouped_allgather", "grouped_allgather_async", "broadcast", "broadcast_",
+    "broadcast_async", "broadcast_async_", "alltoall", "alltoall_async", "reducescatter",
+    "reducescatter_async", "grouped_reducescatter", "grouped_reducescatter_async",
+    "barrier", "join", "send", "recv", "isend", "irecv", "Compression",
+]

@@ -18,8 +18,13 @@ import torch
 
 from . import buckets as _buckets
 from .compression import Compression
+from .. import core as _core
 from .mpi_ops import (Adasum, Average, _resolve_op, _set_id, allreduce_async_,
                       global_process_set, synchronize as _synchronize_handle)
+
+
+def _process_set_rank(set_id):
+    return _core.process_set_rank(set_id)
 
 _ZERO_GRAD_MSG = ("optimizer.zero_grad() was called after loss.backward() but before "
                   "optimizer.step() or optimizer.synchronize(). This is prohibited as it can "
@@ -68,17 +73,24 @@ class _DistributedMixin(object):
         if named_parameters is not None:
             named_parameters = list(named_parameters)
             _check_names(self.param_groups, named_parameters)
-            self._names = {p: name for name, p in named_parameters}
-        else:
-            self._names = {p: "noname.%d.%d" % (gi, pi)
-                           for gi, g in enumerate(self.param_groups)
-                           for pi, p in enumerate(g["params"])}
+        else:  # Horovod's names, the same on every rank
+            named_parameters = [("allreduce.noname.%d.%d" % (gi, pi), p)
+                                for gi, g in enumerate(self.param_groups)
+                                for pi, p in enumerate(g["params"])]
+        self._names = {p: name for name, p in named_parameters}
+        self._parameter_names = self._names  # Horovod's attribute: parameter -> name
 
+        # A rank outside the process set neither reduces nor waits: its step() is the
+        # wrapped optimizer's own (as in Horovod).
+        self._included = set_id == 0 or _process_set_rank(set_id) >= 0
         params = [p for g in self.param_groups for p in g["params"] if p.requires_grad]
+        if not self._included:
+            params = []
         cap = _buckets.cap_bytes()
         self._reducer = None
         if _buckets.applicable(params, compression, groups, cap):
-            self._reducer = _buckets.BucketReducer(params, cap, sparse_as_dense, set_id)
+            self._reducer = _buckets.BucketReducer(params, cap, sparse_as_dense, set_id,
+                                                   self._names)
             groups = None
         self._units = self._make_units(params, groups)
         self._unit_of = {p: u for u, members in enumerate(self._units) for p in members}
@@ -182,8 +194,10 @@ class _DistributedMixin(object):
                     p.grad = torch.zeros_like(p, memory_format=torch.contiguous_format)
                 grad = p.grad
                 if grad.is_sparse:
-                    if not self.sparse_as_dense:
-                        raise NotImplementedError(_buckets.SPARSE_MSG)
+                    if not self.sparse_as_dense:  # Horovod: allgathers of indices, values
+                        entries.append((p, _buckets.sparse_reduce(
+                            grad, self._names[p], self.op, self._set_id), None, None, grad))
+                        continue
                     grad = grad.to_dense()
                 compressed, ctx = self._compression.compress(grad)
                 handle = allreduce_async_(compressed, name=self._names[p], op=self.op,
@@ -196,6 +210,9 @@ class _DistributedMixin(object):
     def synchronize(self):
         """Waits for every gradient's allreduce (starting those not started yet) and writes
         the averaged gradients into p.grad."""
+        if not self._included:
+            self._synchronized = True
+            return
         if self._reducer is not None:
             return self._synchronize_buckets()
         with self._lock:
@@ -211,13 +228,16 @@ class _DistributedMixin(object):
         for unit in sorted(launched):
             for p, handle, compressed, ctx, grad in launched[unit]:
                 try:
-                    out = self._compression.decompress(_synchronize_handle(handle), ctx)
+                    if callable(handle):  # a sparse reduction
+                        out = handle()
+                    else:
+                        out = self._compression.decompress(_synchronize_handle(handle), ctx)
                 except Exception as e:
                     if first_error is None:
                         first_error = e
                     continue
                 if p.grad.is_sparse:
-                    p.grad = out
+                    p.grad = out if out.is_sparse else out.to_sparse()
                 elif out is not p.grad:
                     p.grad.copy_(out)
         if first_error is not None:

@@ -1,0 +1,595 @@
+"""ZeroOptimizer: ZeRO stages 1, 2 and 3 over a Hora process set.
+
+Layout. The parameters are cut into units: for stages 1 and 2, buckets of consecutive
+parameters of one param group and dtype (at most `bucket_cap_mb` each); for stage 3, one unit
+per module that owns parameters directly. A unit's parameters become views into one flat
+buffer padded to a multiple of the set size N, and set rank r owns chunk r of every unit (as
+FSDP lays out a FlatParameter). The wrapped optimizer is rebuilt over the chunks (one tensor
+per unit, the param groups' hyperparameters kept), so its state is 1/N of the model's.
+Elementwise optimizers (SGD, Adam, AdamW, RMSprop, Adagrad, ...) compute exactly what they
+would over the whole model; optimizers that take a norm per tensor (LAMB, LARS) see a chunk
+as one tensor.
+
+Step, per stage:
+  1: gradients stay whole on every rank; step() reducescatters each unit's flat gradient
+     (Average over the set), steps the chunks, then allgathers the chunks into the flat
+     buffers, which the parameters view.
+  2: a hook on each parameter's gradient accumulator counts the unit's ready gradients; the
+     last one starts the unit's reducescatter during backward and drops the parameters'
+     .grad, so a rank holds whole gradients only of the units still in backward.
+  3: the flat buffers' storage is freed (resized to 0) outside a unit's use: a forward
+     pre-hook gathers the unit (and starts gathering the next unit of the recorded order), a
+     forward hook frees it and wraps the outputs in an identity Function whose backward
+     gathers it again; once its gradients are reduced it is freed. Freeing the storage rather
+     than swapping .data keeps the views that autograd saved valid.
+Every rank submits every unit's reducescatter once per backward pass (a unit nobody used is
+reduced at step() with zeros), named by the unit, so submissions match across ranks.
+"""
+
+import contextlib
+import itertools
+import zlib
+
+import torch
+
+from .. import core
+from .mpi_ops import (Average, Sum, _describe, _register, _set_id, _set_size,
+                      global_process_set, synchronize)
+from .collective_ops import allgather, allreduce, reducescatter_async
+
+_instances = itertools.count()
+_FREE, _GATHERING, _FULL = 0, 1, 2
+
+
+def _allgather_into(src, dst, name, set_id):
+    """Starts an allgather of `src` (1-D, the same size on every rank) whose result is copied
+    straight into `dst` (contiguous, N * src.numel() elements); returns a handle."""
+    c = src.detach().contiguous()
+    h = core.allgather_async(core.op_name("allgather", name, set_id), _describe(c), keep=c,
+                             process_set=set_id)
+
+    def finish(hs):
+        hs[0].result_copy(dst.data_ptr() if dst.numel() else None,
+                          dst.numel() * dst.element_size())
+        return dst
+
+    return _register([h], finish, keep=(c, dst))
+
+
+class _Unit(object):
+    """A flat buffer holding some parameters; this rank owns chunk `rank` of it."""
+
+    def __init__(self, index, params, group_index, n, rank, module=None):
+        self.index = index
+        self.params = params
+        self.group_index = group_index
+        self.module = module
+        self.numels = [p.numel() for p in params]
+        self.numel = sum(self.numels)
+        self.chunk = -(-self.numel // n) if self.numel else 0
+        self.padded = self.chunk * n
+        self.rank = rank
+        p0 = params[0]
+        self.flat = torch.zeros(self.padded, dtype=p0.dtype, device=p0.device)
+        offset = 0
+        with torch.no_grad():
+            for p, k in zip(params, self.numels):
+                self.flat[offset:offset + k].copy_(p.detach().reshape(-1))
+                p.data = self.flat[offset:offset + k].view_as(p)
+                offset += k
+        self.shard = None       # the optimizer's tensor: chunk `rank` of flat
+        self.ready = 0          # gradients accumulated in this backward pass
+        self.rs_handle = None   # reducescatter in flight
+        self.reduced = False    # reduced at least once since the last step
+        self.grad = None        # this rank's chunk of the averaged gradient
+        self.state = _FULL
+        self.ag_handle = None
+
+    def own(self):
+        return self.flat[self.rank * self.chunk:(self.rank + 1) * self.chunk]
+
+    def flat_grad(self, dtype):
+        parts = [torch.zeros(k, dtype=self.flat.dtype) if p.grad is None
+                 else p.grad.detach().reshape(-1) for p, k in zip(self.params, self.numels)]
+        if self.padded > self.numel:
+            parts.append(torch.zeros(self.padded - self.numel, dtype=self.flat.dtype))
+        flat = torch.cat(parts)
+        return flat if dtype is None else flat.to(dtype)
+
+
+class _PreBackward(torch.autograd.Function):
+    """Identity on a stage-3 unit's outputs; its backward gathers the unit again."""
+
+    @staticmethod
+    def forward(ctx, zero, unit_index, *tensors):
+        ctx.zero, ctx.unit_index = zero, unit_index
+        out = tuple(t.view_as(t) for t in tensors)
+        return out if len(out) != 1 else out[0]
+
+    @staticmethod
+    def backward(ctx, *grads):
+        ctx.zero._pre_backward(ctx.unit_index)
+        return (None, None) + grads
+
+
+def _tensors_in(obj):
+    if torch.is_tensor(obj):
+        return [obj]
+    if isinstance(obj, (list, tuple)):
+        return [t for o in obj for t in _tensors_in(o)]
+    if isinstance(obj, dict):
+        return [t for o in obj.values() for t in _tensors_in(o)]
+    return []
+
+
+def _replace_tensors(obj, it):
+    if torch.is_tensor(obj):
+        return next(it)
+    if isinstance(obj, (list, tuple)):
+        return type(obj)(_replace_tensors(o, it) for o in obj)
+    if isinstance(obj, dict):
+        return {k: _replace_tensors(v, it) for k, v in obj.items()}
+    return obj
+
+
+class ZeroOptimizer(torch.optim.Optimizer):
+    """Wraps a torch optimizer (built over the model's parameters, not stepped yet) so that
+    its state (stage 1), the gradients (2) and the parameters (3) are sharded over the ranks
+    of `process_set`; gradients are averaged over the set, as DistributedOptimizer does.
+
+    model: required for stage 3 (hooks on its modules); stage 3 needs every module that owns
+           parameters to run through its forward (no parameter shared by two modules).
+    comm_dtype: None, torch.float16 or torch.bfloat16: the dtype gradients travel in
+           (prescaled by 1/N before the sum); parameters always travel in their own dtype.
+    bucket_cap_mb: the largest unit of stages 1 and 2.
+    prefetch: stage 3 starts gathering the next unit (forward order, reversed in backward)
+           while the current one computes.
+
+    Collective over the set: construction, step(), state_dict(gather=True), gathered(),
+    clip_grad_norm_(). Every member must build the same layout (checked: ValueError).
+    """
+
+    def __init__(self, optimizer, model=None, stage=1, process_set=global_process_set,
+                 comm_dtype=None, bucket_cap_mb=25, prefetch=True):
+        if stage not in (1, 2, 3):
+            raise ValueError("ZeroOptimizer: stage must be 1, 2 or 3, got %r" % (stage,))
+        if not isinstance(optimizer, torch.optim.Optimizer):
+            raise TypeError("ZeroOptimizer wraps a torch.optim.Optimizer, got %s"
+                            % type(optimizer).__name__)
+        if any(optimizer.state.values()):
+            raise ValueError("ZeroOptimizer: wrap the optimizer before its first step (its "
+                             "state would not be sharded)")
+        if comm_dtype not in (None, torch.float16, torch.bfloat16, torch.float32):
+            raise ValueError("ZeroOptimizer: comm_dtype must be None, torch.float16 or "
+                             "torch.bfloat16, got %r" % (comm_dtype,))
+        if stage == 3 and model is None:
+            raise ValueError("ZeroOptimizer: stage 3 needs model= (it hooks the modules' "
+                             "forward to gather their parameters)")
+        self.stage = stage
+        self.process_set = process_set
+        self._set = _set_id(process_set)
+        self._n = _set_size(self._set)
+        self._rank = core.rank() if self._set == 0 else core.process_set_rank(self._set)
+        if self._rank < 0:
+            raise ValueError("ZeroOptimizer: rank %d is not a member of %s"
+                             % (core.rank(), process_set))
+        self._comm_dtype = None if comm_dtype == torch.float32 else comm_dtype
+        self._prefetch = prefetch
+        self._id = next(_instances)
+        self._groups = optimizer.param_groups
+        self._param_index = {}   # id(param) -> index in the original optimizer's order
+        for g in self._groups:
+            for p in g["params"]:
+                self._param_index[id(p)] = len(self._param_index)
+        self._units = self._make_units(model, int(bucket_cap_mb * 1048576))
+        self._check_layout()
+        for u in self._units:
+            if stage == 3:
+                u.shard = torch.nn.Parameter(u.own().clone())
+            else:
+                u.shard = torch.nn.Parameter(u.own())   # shares flat's storage
+        groups = []
+        for gi, g in enumerate(self._groups):
+            hyper = {k: v for k, v in g.items() if k != "params"}
+            hyper["params"] = [u.shard for u in self._units if u.group_index == gi]
+            groups.append(hyper)
+        self.optimizer = type(optimizer)(groups, **optimizer.defaults)
+        self.defaults = self.optimizer.defaults
+        self.param_groups = self.optimizer.param_groups
+        self.state = self.optimizer.state
+        self._grad_hooks = []
+        self._synced = False
+        if stage >= 2:
+            self._hook_gradients()
+        self._order = []        # stage 3: units in the order forward met them
+        self._order_done = False
+        if stage == 3:
+            for u in self._units:
+                self._free(u)
+            self._hook_modules()
+
+    # ---- layout ----
+
+    def _make_units(self, model, cap_bytes):
+        units = []
+        if self.stage == 3:
+            group_of = {id(p): gi for gi, g in enumerate(self._groups) for p in g["params"]}
+            owner = {}
+            for name, m in model.named_modules():
+                direct = [p for p in m.parameters(recurse=False) if id(p) in group_of]
+                for p in direct:
+                    if id(p) in owner:
+                        raise NotImplementedError(
+                            "ZeroOptimizer stage 3: a parameter is shared by modules %r and "
+                            "%r; stage 3 needs each parameter in one module" % (owner[id(p)],
+                                                                                 name))
+                    owner[id(p)] = name
+                by_group = {}
+                for p in direct:
+                    by_group.setdefault((group_of[id(p)], p.dtype), []).append(p)
+                for (gi, _), ps in by_group.items():
+                    units.append(_Unit(len(units), ps, gi, self._n, self._rank, module=m))
+            missing = [i for i, p in ((self._param_index[id(p)], p) for g in self._groups
+                                      for p in g["params"]) if id(p) not in owner]
+            if missing:
+                raise ValueError("ZeroOptimizer stage 3: optimizer parameters %s are not "
+                                 "parameters of model" % missing)
+            return units
+        for gi, g in enumerate(self._groups):
+            bucket, size = [], 0
+            for p in reversed(g["params"]):   # roughly the order backward produces them
+                nbytes = p.numel() * p.element_size()
+                if bucket and (size + nbytes > cap_bytes or p.dtype != bucket[0].dtype):
+                    units.append(_Unit(len(units), bucket, gi, self._n, self._rank))
+                    bucket, size = [], 0
+                bucket.append(p)
+                size += nbytes
+            if bucket:
+                units.append(_Unit(len(units), bucket, gi, self._n, self._rank))
+        return units
+
+    def _check_layout(self):
+        sig = [self.stage, len(self._units), sum(u.numel for u in self._units),
+               zlib.crc32(repr([(u.numels, str(u.flat.dtype), u.group_index)
+                                for u in self._units]).encode())]
+        every = allgather(torch.tensor([sig], dtype=torch.int64),
+                          name="zero%d.layout" % self._id, process_set=self.process_set)
+        rows = [tuple(r) for r in every.tolist()]
+        if len(set(rows)) != 1:
+            ranks = core.process_set_ranks(self._set) if self._set else list(range(self._n))
+            raise ValueError(
+                "ZeroOptimizer: the parameter layout differs across the ranks of the process "
+                "set: %s" % "; ".join("rank %d: stage %d, %d units, %d elements" % (
+                    g, r[0], r[1], r[2]) for g, r in zip(ranks, rows)))
+
+    # ---- gradients ----
+
+    def _hook_gradients(self):
+        for u in self._units:
+            for p in u.params:
+                if not p.requires_grad:
+                    continue
+                acc = p.expand_as(p).grad_fn.next_functions[0][0]
+                acc.register_hook(self._make_hook(u))
+                self._grad_hooks.append(acc)
+
+    def _make_hook(self, unit):
+        def hook(*_):
+            unit.ready += 1
+            if unit.ready == sum(1 for p in unit.params if p.requires_grad):
+                self._reduce(unit)
+        return hook
+
+    def _reduce(self, u):
+        """Starts the unit's reducescatter; the previous one of this step is folded first."""
+        self._fold(u)
+        flat = u.flat_grad(self._comm_dtype)
+        name = "zero%d.rs.%d" % (self._id, u.index)
+        if self._comm_dtype is None:
+            u.rs_handle = reducescatter_async(flat, name=name, op=Average,
+                                              process_set=self.process_set)
+        else:
+            u.rs_handle = reducescatter_async(flat, name=name, op=Sum,
+                                              process_set=self.process_set,
+                                              prescale_factor=1.0 / self._n)
+        u.ready = 0
+        u.reduced = True
+        self._synced = False
+        if self.stage >= 2:
+            for p in u.params:
+                p.grad = None
+        if self.stage == 3 and u.state != _FREE:
+            self._free(u)
+
+    def _fold(self, u):
+        if u.rs_handle is None:
+            return
+        got = synchronize(u.rs_handle).to(u.shard.dtype)
+        u.rs_handle = None
+        u.grad = got if u.grad is None else u.grad.add_(got)
+
+    def synchronize(self):
+        """Waits for every unit's reduction (a unit not reduced in this step is reduced now)
+        and puts this rank's chunk of the averaged gradient in the chunks' .grad."""
+        for u in self._units:
+            if self.stage == 1 or not u.reduced or u.ready:
+                self._reduce(u)
+        for u in self._units:
+            self._fold(u)
+            u.shard.grad = u.grad
+            u.grad = None
+            u.reduced = False
+        self._synced = True
+
+    # ---- parameters (stage 3) ----
+
+    def _gather_async(self, u):
+        if u.state != _FREE:
+            return
+        u.flat.storage().resize_(u.padded)
+        u.ag_handle = _allgather_into(u.shard, u.flat, "zero%d.ag.%d" % (self._id, u.index),
+                                      self._set)
+        u.state = _GATHERING
+
+    def _gather(self, u):
+        self._gather_async(u)
+        if u.state == _GATHERING:
+            synchronize(u.ag_handle)
+            u.ag_handle = None
+            u.state = _FULL
+
+    def _free(self, u):
+        if u.state == _GATHERING:
+            synchronize(u.ag_handle)
+            u.ag_handle = None
+        u.flat.storage().resize_(0)
+        u.state = _FREE
+
+    def _next_in_order(self, u, step):
+        if not (self._prefetch and self._order_done) or u.index not in self._order:
+            return None
+        i = self._order.index(u.index) + step
+        return self._units[self._order[i]] if 0 <= i < len(self._order) else None
+
+    def _hook_modules(self):
+        for u in self._units:
+            u.module.register_forward_pre_hook(self._make_pre_forward(u))
+            u.module.register_forward_hook(self._make_post_forward(u))
+
+    def _make_pre_forward(self, u):
+        def pre_forward(module, inputs):
+            if not self._order_done:
+                if u.index in self._order:
+                    self._order_done = True
+                else:
+                    self._order.append(u.index)
+            self._gather(u)
+            nxt = self._next_in_order(u, +1)
+            if nxt is not None:
+                self._gather_async(nxt)
+        return pre_forward
+
+    def _make_post_forward(self, u):
+        def post_forward(module, inputs, output):
+            self._free(u)
+            if not torch.is_grad_enabled():
+                return None
+            ts = _tensors_in(output)
+            idx = [i for i, t in enumerate(ts) if t.requires_grad]
+            if not idx:
+                return None
+            wrapped = _PreBackward.apply(self, u.index, *[ts[i] for i in idx])
+            wrapped = wrapped if isinstance(wrapped, tuple) else (wrapped,)
+            for i, w in zip(idx, wrapped):
+                ts[i] = w
+            return _replace_tensors(output, iter(ts))
+        return post_forward
+
+    def _pre_backward(self, unit_index):
+        u = self._units[unit_index]
+        self._order_done = True   # a backward ends the first forward's order
+        self._gather(u)
+        prev = self._next_in_order(u, -1)
+        if prev is not None and not prev.reduced:
+            self._gather_async(prev)
+
+    @contextlib.contextmanager
+    def gathered(self):
+        """Stage 3: every parameter whole inside the block (collective); e.g. for
+        model.state_dict() or an evaluation. Other stages: nothing to do."""
+        if self.stage != 3:
+            yield
+            return
+        for u in self._units:
+            self._gather_async(u)
+        for u in self._units:
+            self._gather(u)
+        try:
+            yield
+        finally:
+            for u in self._units:
+                self._free(u)
+
+    # ---- the optimizer's interface ----
+
+    def step(self, closure=None):
+        loss = None
+        if closure is not None:
+            with torch.enable_grad():
+                loss = closure()
+        if not self._synced:
+            self.synchronize()
+        self.optimizer.step()
+        self._synced = False
+        if self.stage < 3:
+            handles = [_allgather_into(u.shard, u.flat, "zero%d.ag.%d" % (self._id, u.index),
+                                       self._set) for u in self._units]
+            for h in handles:
+                synchronize(h)
+        return loss
+
+    def zero_grad(self, set_to_none=True):
+        for u in self._units:
+            for p in u.params:
+                if p.grad is not None:
+                    if set_to_none:
+                        p.grad = None
+                    else:
+                        p.grad.detach_().zero_()
+            u.shard.grad = None
+
+    def clip_grad_norm_(self, max_norm, norm_type=2.0):
+        """Clips the averaged gradients by their global norm (collective; after
+        synchronize(), which it calls when needed). Returns the total norm."""
+        if not self._synced:
+            self.synchronize()
+        local = sum((u.shard.grad.double().norm(norm_type) ** norm_type
+                     for u in self._units), torch.zeros((), dtype=torch.float64))
+        total = allreduce(local.reshape(1), op=Sum, name="zero%d.norm" % self._id,
+                          process_set=self.process_set)[0] ** (1.0 / norm_type)
+        coef = max_norm / (float(total) + 1e-6)
+        if coef < 1:
+            for u in self._units:
+                u.shard.grad.mul_(coef)
+        return total
+
+    def add_param_group(self, param_group):
+        raise NotImplementedError("ZeroOptimizer: add parameter groups to the optimizer "
+                                  "before wrapping it")
+
+    # ---- memory ----
+
+    def memory_bytes(self):
+        """Bytes this rank holds now: parameters (whole buffers, or chunks plus gathered units
+        in stage 3), gradients (whole .grad plus averaged chunks) and optimizer state."""
+        params = sum(u.shard.numel() * u.shard.element_size() for u in self._units
+                     if self.stage == 3)
+        params += sum(u.flat.storage().size() * u.flat.element_size() for u in self._units)
+        grads = sum(p.grad.numel() * p.grad.element_size() for u in self._units
+                    for p in u.params if p.grad is not None)
+        grads += sum(u.shard.grad.numel() * u.shard.grad.element_size() for u in self._units
+                     if u.shard.grad is not None)
+        state = sum(v.numel() * v.element_size() for s in self.optimizer.state.values()
+                    for v in s.values() if torch.is_tensor(v))
+        return {"parameters": params, "gradients": grads, "optimizer_state": state,
+                "total": params + grads + state}
+
+    # ---- checkpoints ----
+
+    def state_dict(self, gather=True, root=0):
+        """gather=True (collective): the state of the wrapped optimizer as if it had run
+        unsharded (its own format, indexed by the original parameters), returned on global
+        rank `root` (None elsewhere; root=None: on every member). gather=False (local): this
+        rank's shard, for load_state_dict on the same rank of the same layout."""
+        inner = self.optimizer.state_dict()
+        if not gather:
+            return {"zero_shard": {"stage": self.stage, "set_size": self._n,
+                                   "set_rank": self._rank,
+                                   "units": [u.numels for u in self._units]},
+                    "inner": inner}
+        keys = self._state_keys(inner)
+        index_of = self._unit_to_inner()
+        state = {}
+        for u in self._units:
+            s = inner["state"].get(index_of[u.index], {})
+            full = {}
+            for k in keys:
+                v = s.get(k)
+                if torch.is_tensor(v) and v.dim() == 1 and v.numel() == u.chunk:
+                    out = torch.empty(u.padded, dtype=v.dtype)
+                    synchronize(_allgather_into(v, out, "zero%d.sd.%d.%s" % (self._id, u.index,
+                                                                              k), self._set))
+                    full[k] = out
+                elif v is not None:
+                    full[k] = v
+            offset = 0
+            for p, n in zip(u.params, u.numels):
+                if full:
+                    state[self._param_index[id(p)]] = {
+                        k: (v[offset:offset + n].view_as(p).clone()
+                            if torch.is_tensor(v) and v.dim() == 1 and v.numel() == u.padded
+                            else v) for k, v in full.items()}
+                offset += n
+        groups = []
+        for gi, g in enumerate(inner["param_groups"]):
+            hyper = {k: v for k, v in g.items() if k != "params"}
+            hyper["params"] = [self._param_index[id(p)] for p in self._groups[gi]["params"]]
+            groups.append(hyper)
+        if root is not None and core.rank() != root:
+            return None
+        return {"state": state, "param_groups": groups}
+
+    def _state_keys(self, inner):
+        """The state's keys, the same on every member (a rank may hold none yet)."""
+        mine = sorted({k for s in inner["state"].values() for k in s})
+        every = allgather(torch.tensor([zlib.crc32(repr(mine).encode())], dtype=torch.int64),
+                          name="zero%d.sdkeys" % self._id, process_set=self.process_set)
+        if len(set(every.tolist())) != 1:
+            raise ValueError("ZeroOptimizer.state_dict: the optimizer state differs across "
+                             "ranks (keys %s on rank %d)" % (mine, core.rank()))
+        return mine
+
+    def _unit_to_inner(self):
+        """unit index -> the index of its chunk in the wrapped optimizer's state_dict."""
+        index, i = {}, 0
+        for gi in range(len(self._groups)):
+            for u in self._units:
+                if u.group_index == gi:
+                    index[u.index] = i
+                    i += 1
+        return index
+
+    def load_state_dict(self, state_dict):
+        """Loads either format of state_dict(): a shard saved by this rank of the same layout,
+        or the gathered state (every rank passes it, and takes its chunks)."""
+        if "zero_shard" in state_dict:
+            meta = state_dict["zero_shard"]
+            mine = {"stage": self.stage, "set_size": self._n, "set_rank": self._rank,
+                    "units": [u.numels for u in self._units]}
+            for k in ("set_size", "set_rank", "units"):
+                if meta.get(k) != mine[k]:
+                    raise ValueError("ZeroOptimizer.load_state_dict: the shard was saved with "
+                                     "%s=%r, this optimizer has %r" % (k, meta.get(k), mine[k]))
+            self.optimizer.load_state_dict(state_dict["inner"])
+            return
+        index_of = self._unit_to_inner()
+        state = {}
+        for u in self._units:
+            per = [state_dict["state"].get(self._param_index[id(p)]) for p in u.params]
+            if all(s is None for s in per):
+                continue
+            if any(s is None for s in per):
+                raise ValueError("ZeroOptimizer.load_state_dict: parameters %s have no state "
+                                 "while others of their unit do" % [
+                                     self._param_index[id(p)] for p, s in zip(u.params, per)
+                                     if s is None])
+            chunk = {}
+            for k, v in per[0].items():
+                if self._per_element(k, [s.get(k) for s in per], u.params):
+                    parts = [s[k].reshape(-1) for s in per]
+                    if u.padded > u.numel:
+                        parts.append(torch.zeros(u.padded - u.numel, dtype=v.dtype))
+                    chunk[k] = torch.cat(parts)[u.rank * u.chunk:(u.rank + 1) * u.chunk].clone()
+                else:
+                    chunk[k] = v
+            state[index_of[u.index]] = chunk
+        groups = []
+        for gi, g in enumerate(state_dict["param_groups"]):
+            hyper = {k: v for k, v in g.items() if k != "params"}
+            hyper["params"] = self.optimizer.state_dict()["param_groups"][gi]["params"]
+            groups.append(hyper)
+        self.optimizer.load_state_dict({"state": state, "param_groups": groups})
+
+    @staticmethod
+    def _per_element(key, values, params):
+        """Whether a state entry has one value per parameter element (exp_avg) rather than
+        one per tensor (step): shaped like each parameter; for 0-d parameters, by name."""
+        if not all(torch.is_tensor(v) and v.shape == p.shape for v, p in zip(values, params)):
+            return False
+        if all(p.dim() == 0 for p in params):
+            return key != "step"
+        return True
+
+    def __repr__(self):
+        return "ZeroOptimizer(stage=%d, set size %d, %d units, %r)" % (
+            self.stage, self._n, len(self._units), self.optimizer)
