@@ -133,9 +133,15 @@ _name_lock = threading.Lock()
 _counters = {}
 
 
-def reset_names():
+def reset_names(process_set=None):
+    """Restarts the numbering of unnamed calls: of every set (init), or of one set (at the
+    end of a join, which every member reaches together)."""
     with _name_lock:
-        _counters.clear()
+        if process_set is None:
+            _counters.clear()
+        else:
+            for key in [k for k in _counters if k[1] == int(process_set)]:
+                del _counters[key]
 
 
 def op_name(op, name, process_set=0):

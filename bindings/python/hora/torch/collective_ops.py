@@ -408,9 +408,18 @@ def barrier(process_set=global_process_set):
 
 def join(device=-1, process_set=global_process_set):
     """This rank has no more data: until every rank of the set has joined, it contributes
-    zeros to the others' allreduces. Blocks until all joined; returns the last rank to join."""
-    return synchronize(_register([core.join_async(_set_id(process_set))],
-                                 lambda hs: hs[0].result_join_rank()))
+    zeros to the others' allreduces. Blocks until all joined; returns the last rank to join.
+
+    The ranks that had not joined may have made unnamed calls the joined ones did not make
+    (an allgather refused while a rank had joined, say); so that unnamed calls keep matching
+    afterwards, every member restarts their numbering when the join completes."""
+    set_id = _set_id(process_set)
+
+    def finish(hs):
+        core.reset_names(set_id)
+        return hs[0].result_join_rank()
+
+    return synchronize(_register([core.join_async(set_id)], finish))
 
 
 # ---- point-to-point (names as in torch.distributed) ----
