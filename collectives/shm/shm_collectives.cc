@@ -253,6 +253,37 @@ Status ShmCommunicator::Allgatherv(const void* in, void* out,
   return Status::Ok();
 }
 
+// The size step of alltoallv: every member stages its send and receive rows, and every
+// member checks the whole matrix (so all return the same error on a mismatch and stay in
+// step). Returns the largest block between two different members.
+StatusOr<size_t> ShmCommunicator::AlltoallvSizes(const std::vector<size_t>& send_bytes,
+                                                 const std::vector<size_t>& recv_bytes) {
+  const size_t n = static_cast<size_t>(n_);
+  const uint64_t s = ++step_;
+  HORA_RETURN_IF_ERROR(Claim(s, "alltoallv"));
+  auto* rows = reinterpret_cast<uint64_t*>(Half(me_, s));
+  for (size_t r = 0; r < n; ++r) {
+    rows[r] = send_bytes[r];
+    rows[n + r] = recv_bytes[r];
+  }
+  Publish(s);
+  HORA_RETURN_IF_ERROR(WaitAll(s, "alltoallv"));
+  size_t most = 0;
+  for (int a = 0; a < n_; ++a) {
+    const auto* ra = reinterpret_cast<const uint64_t*>(Half(a, s));
+    for (int b = 0; b < n_; ++b) {
+      const auto* rb = reinterpret_cast<const uint64_t*>(Half(b, s));
+      if (ra[b] != rb[n + a]) {
+        return InvalidArgument("shm alltoallv: rank " + std::to_string(a) + " sends " +
+                               std::to_string(ra[b]) + " bytes to rank " + std::to_string(b) +
+                               ", which expects " + std::to_string(rb[n + a]));
+      }
+      if (a != b) most = std::max<size_t>(most, ra[b]);
+    }
+  }
+  return most;
+}
+
 Status ShmCommunicator::Alltoallv(const void* in, const std::vector<size_t>& send_bytes, void* out,
                                   const std::vector<size_t>& recv_bytes) {
   const size_t n = static_cast<size_t>(n_);
@@ -274,31 +305,10 @@ Status ShmCommunicator::Alltoallv(const void* in, const std::vector<size_t>& sen
     recv_off[r] = recv_off[r - 1] + recv_bytes[r - 1];
   }
   if (n_ > 1) {
-    // Sizes: every member stages its send and receive rows; everyone checks the matrix.
-    const uint64_t s = ++step_;
-    HORA_RETURN_IF_ERROR(Claim(s, "alltoallv"));
-    auto* rows = reinterpret_cast<uint64_t*>(Half(me_, s));
-    for (size_t r = 0; r < n; ++r) {
-      rows[r] = send_bytes[r];
-      rows[n + r] = recv_bytes[r];
-    }
-    Publish(s);
-    HORA_RETURN_IF_ERROR(WaitAll(s, "alltoallv"));
-    size_t most = 0;
-    for (int a = 0; a < n_; ++a) {
-      const auto* ra = reinterpret_cast<const uint64_t*>(Half(a, s));
-      for (int b = 0; b < n_; ++b) {
-        const auto* rb = reinterpret_cast<const uint64_t*>(Half(b, s));
-        if (ra[b] != rb[n + a]) {
-          return InvalidArgument("shm alltoallv: rank " + std::to_string(a) + " sends " +
-                                 std::to_string(ra[b]) + " bytes to rank " + std::to_string(b) +
-                                 ", which expects " + std::to_string(rb[n + a]));
-        }
-        if (a != b) most = std::max<size_t>(most, ra[b]);
-      }
-    }
+    auto most = AlltoallvSizes(send_bytes, recv_bytes);
+    if (!most.ok()) return most.status();
     const size_t quota = std::max<size_t>(64, tuning_.half_bytes / n / 64 * 64);
-    for (size_t k = 0; k < most; k += quota) {
+    for (size_t k = 0; k < most.value(); k += quota) {
       const uint64_t t = ++step_;
       HORA_RETURN_IF_ERROR(Claim(t, "alltoallv"));
       uint8_t* stage = Half(me_, t);

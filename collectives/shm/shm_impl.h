@@ -96,6 +96,8 @@ class ShmCommunicator : public Communicator {
   // --- Reduction helpers (shm_collectives.cc) ---
   Status AllreduceSmall(uint8_t* buf, size_t count, DataType dtype, ReduceOp op);
   Status AllreduceLarge(uint8_t* buf, size_t count, DataType dtype, ReduceOp op);
+  StatusOr<size_t> AlltoallvSizes(const std::vector<size_t>& send_bytes,
+                                  const std::vector<size_t>& recv_bytes);
   Status ReducescatterSteps(const uint8_t* in, uint8_t* out, const std::vector<size_t>& counts,
                             DataType dtype, ReduceOp op);
 
@@ -121,6 +123,7 @@ class ShmCommunicator : public Communicator {
     std::map<uint32_t, std::deque<Pending>> unexpected;  // by tag, in arrival order
   };
   Status Drain(int peer);  // consumes whatever peer -> this member holds
+  Status StartMessage(int peer);  // a whole header was read: decides where the payload goes
   Status DrainAll();
   Status CheckPeer(int peer, const char* what);
 
@@ -197,13 +200,17 @@ Status ShmCommunicator::WaitUntil(const Cond& cond, int peer, const char* what,
     }
   }
   const auto deadline = start + config_.timeout;
-  bool check_process = true;
+  auto last_process_check = start - std::chrono::seconds(1);
   for (;;) {
     const uint32_t bell = self_->bell.load(std::memory_order_acquire);
     self_->sleepers.fetch_add(1, std::memory_order_seq_cst);
+    auto now = Clock::now();
+    // Whether the peer's process exists is asked at most every 100 ms (a system call or two).
+    const bool check_process = now - last_process_check >= std::chrono::milliseconds(100);
+    if (check_process) last_process_check = now;
     Status s = cond() ? Status::Ok() : Health(cond, peer, check_process);
     const bool done = !s.ok() || cond();
-    const auto now = Clock::now();
+    now = Clock::now();
     if (done || now >= deadline) {
       self_->sleepers.fetch_sub(1, std::memory_order_seq_cst);
       if (done) return s;
@@ -216,7 +223,6 @@ Status ShmCommunicator::WaitUntil(const Cond& cond, int peer, const char* what,
     const auto slice = std::min<Clock::duration>(deadline - now, std::chrono::milliseconds(100));
     FutexWait(&self_->bell, bell, slice);
     self_->sleepers.fetch_sub(1, std::memory_order_seq_cst);
-    check_process = Clock::now() - now >= slice;  // a whole slice without news
   }
 }
 

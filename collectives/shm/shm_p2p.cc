@@ -141,6 +141,39 @@ Status ShmCommunicator::DrainAll() {
   return Status::Ok();
 }
 
+Status ShmCommunicator::StartMessage(int peer) {
+  Incoming& in = incoming_[peer];
+  uint32_t magic;
+  std::memcpy(&in.tag, in.header, 4);
+  std::memcpy(&magic, in.header + 4, 4);
+  std::memcpy(&in.bytes, in.header + 8, 8);
+  if (magic != kFrameMagic || in.bytes == 0) {
+    return Fail(Internal("shm: corrupt message stream from rank " + std::to_string(peer)));
+  }
+  in.in_message = true;
+  in.got = 0;
+  auto q = in.unexpected.find(in.tag);
+  const bool direct = in.want && !in.want_done && in.want_tag == in.tag &&
+                      (q == in.unexpected.end() || q->second.empty());
+  if (!direct) {
+    std::deque<Pending>& queue = in.unexpected[in.tag];
+    queue.emplace_back();
+    queue.back().data.resize(in.bytes);
+    in.pending = &queue.back();
+    in.dst = in.pending->data.data();
+    return Status::Ok();
+  }
+  if (in.bytes != in.want_bytes) {
+    return Fail(InvalidArgument("shm recv from rank " + std::to_string(peer) + " with tag " +
+                                std::to_string(in.tag) + ": the peer sent " +
+                                std::to_string(in.bytes) + " bytes, this rank expects " +
+                                std::to_string(in.want_bytes)));
+  }
+  in.pending = nullptr;
+  in.dst = in.want_buf;
+  return Status::Ok();
+}
+
 Status ShmCommunicator::Drain(int peer) {
   Incoming& in = incoming_[peer];
   ChannelControl* ch = segment_->channel(peer, me_);
@@ -159,34 +192,7 @@ Status ShmCommunicator::Drain(int peer) {
       in.tail += m;
       if (in.header_got < kHeaderBytes) continue;
       in.header_got = 0;
-      uint32_t magic;
-      std::memcpy(&in.tag, in.header, 4);
-      std::memcpy(&magic, in.header + 4, 4);
-      std::memcpy(&in.bytes, in.header + 8, 8);
-      if (magic != kFrameMagic || in.bytes == 0) {
-        return Fail(Internal("shm: corrupt message stream from rank " + std::to_string(peer)));
-      }
-      in.in_message = true;
-      in.got = 0;
-      auto q = in.unexpected.find(in.tag);
-      const bool direct = in.want && !in.want_done && in.want_tag == in.tag &&
-                          (q == in.unexpected.end() || q->second.empty());
-      if (direct) {
-        if (in.bytes != in.want_bytes) {
-          return Fail(InvalidArgument(
-              "shm recv from rank " + std::to_string(peer) + " with tag " +
-              std::to_string(in.tag) + ": the peer sent " + std::to_string(in.bytes) +
-              " bytes, this rank expects " + std::to_string(in.want_bytes)));
-        }
-        in.pending = nullptr;
-        in.dst = in.want_buf;
-      } else {
-        std::deque<Pending>& queue = in.unexpected[in.tag];
-        queue.emplace_back();
-        queue.back().data.resize(in.bytes);
-        in.pending = &queue.back();
-        in.dst = in.pending->data.data();
-      }
+      HORA_RETURN_IF_ERROR(StartMessage(peer));
       continue;
     }
     const size_t m = std::min<size_t>(avail, in.bytes - in.got);
