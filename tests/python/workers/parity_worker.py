@@ -145,9 +145,15 @@ def sparse_allreduce_matches_dense():
 
 @case
 def error_types():
-    # a name in flight twice on this rank: ValueError at once (the first one completes)
-    h = hvd.allreduce_async(torch.ones(2), name="twice")
-    raises(ValueError, hvd.allreduce_async, torch.ones(2), name="twice")
+    # a name in flight twice on this rank: ValueError at once; the first one completes.
+    # Rank 0 goes first (the others wait at the barrier), so its "twice" is in flight.
+    if R() == 0:
+        h = hvd.allreduce_async(torch.ones(2), name="twice")
+        raises(ValueError, hvd.allreduce_async, torch.ones(2), name="twice")
+        hvd.barrier()
+    else:
+        hvd.barrier()
+        h = hvd.allreduce_async(torch.ones(2), name="twice")
     close(hvd.synchronize(h), torch.ones(2))
     # the same bad argument on every rank: ValueError, before anything is submitted
     raises(ValueError, hvd.alltoall, torch.ones(N() + 1))
