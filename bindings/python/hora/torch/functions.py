@@ -96,7 +96,7 @@ def allgather_object(obj, name=None, process_set=global_process_set):
 def _init_empty_state(optimizer):
     """Creates the optimizer state the way a first step would, without changing the
     parameters: a step of the underlying optimizer on zero gradients, with the parameters
-    and gradients put back afterwards."""
+    (and the gradients there were) put back afterwards."""
     saved = []
     for group in optimizer.param_groups:
         for p in group["params"]:
@@ -112,7 +112,8 @@ def _init_empty_state(optimizer):
     with torch.no_grad():
         for p, data, grad in saved:
             p.copy_(data)
-            p.grad = grad
+            if grad is not None:  # as in Horovod, a parameter without one keeps the zeros
+                p.grad = grad
 
 
 def broadcast_optimizer_state(optimizer, root_rank, model=None,
