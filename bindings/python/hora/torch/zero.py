@@ -33,27 +33,28 @@ import zlib
 import torch
 
 from .. import core
-from .mpi_ops import (Average, Sum, _describe, _register, _set_id, _set_size,
-                      global_process_set, synchronize)
-from .collective_ops import allgather, allreduce, reducescatter_async
+from .mpi_ops import Average, Sum, _set_id, _set_size, global_process_set, synchronize, allreduce
+from .collective_ops import allgather, allgather_async, reducescatter_async
 
 _instances = itertools.count()
 _FREE, _GATHERING, _FULL = 0, 1, 2
 
 
-def _allgather_into(src, dst, name, set_id):
-    """Starts an allgather of `src` (1-D, the same size on every rank) whose result is copied
-    straight into `dst` (contiguous, N * src.numel() elements); returns a handle."""
-    c = src.detach().contiguous()
-    h = core.allgather_async(core.op_name("allgather", name, set_id), _describe(c), keep=c,
-                             process_set=set_id)
+class _GatherInto(object):
+    """An allgather of `src` (1-D, the same size on every member) whose result wait() copies
+    into `dst` (N * src.numel() elements). Only public collectives: the result passes
+    through one temporary the size of dst."""
 
-    def finish(hs):
-        hs[0].result_copy(dst.data_ptr() if dst.numel() else None,
-                          dst.numel() * dst.element_size())
-        return dst
+    def __init__(self, src, dst, name, process_set):
+        self.dst = dst
+        self.handle = allgather_async(src.detach().contiguous(), name=name,
+                                      process_set=process_set)
 
-    return _register([h], finish, keep=(c, dst))
+    def wait(self):
+        got = synchronize(self.handle)
+        with torch.no_grad():
+            self.dst.copy_(got.reshape(-1))
+        return self.dst
 
 
 class _Unit(object):
@@ -327,20 +328,20 @@ class ZeroOptimizer(torch.optim.Optimizer):
         if u.state != _FREE:
             return
         u.flat.storage().resize_(u.padded)
-        u.ag_handle = _allgather_into(u.shard, u.flat, "zero%d.ag.%d" % (self._id, u.index),
-                                      self._set)
+        u.ag_handle = _GatherInto(u.shard, u.flat, "zero%d.ag.%d" % (self._id, u.index),
+                                  self.process_set)
         u.state = _GATHERING
 
     def _gather(self, u):
         self._gather_async(u)
         if u.state == _GATHERING:
-            synchronize(u.ag_handle)
+            u.ag_handle.wait()
             u.ag_handle = None
             u.state = _FULL
 
     def _free(self, u):
         if u.state == _GATHERING:
-            synchronize(u.ag_handle)
+            u.ag_handle.wait()
             u.ag_handle = None
         u.flat.storage().resize_(0)
         u.state = _FREE
@@ -422,10 +423,10 @@ class ZeroOptimizer(torch.optim.Optimizer):
         self.optimizer.step()
         self._synced = False
         if self.stage < 3:
-            handles = [_allgather_into(u.shard, u.flat, "zero%d.ag.%d" % (self._id, u.index),
-                                       self._set) for u in self._units]
+            handles = [_GatherInto(u.shard, u.flat, "zero%d.ag.%d" % (self._id, u.index),
+                                   self.process_set) for u in self._units]
             for h in handles:
-                synchronize(h)
+                h.wait()
         return loss
 
     def zero_grad(self, set_to_none=True):
@@ -497,8 +498,8 @@ class ZeroOptimizer(torch.optim.Optimizer):
                 v = s.get(k)
                 if torch.is_tensor(v) and v.dim() == 1 and v.numel() == u.chunk:
                     out = torch.empty(u.padded, dtype=v.dtype)
-                    synchronize(_allgather_into(v, out, "zero%d.sd.%d.%s" % (self._id, u.index,
-                                                                              k), self._set))
+                    _GatherInto(v, out, "zero%d.sd.%d.%s" % (self._id, u.index, k),
+                                self.process_set).wait()
                     full[k] = out
                 elif v is not None:
                     full[k] = v

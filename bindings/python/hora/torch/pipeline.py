@@ -1,0 +1,254 @@
+"""Pipeline parallelism over a Hora process set: a model cut into stages, one per member.
+
+Stage s is the member of rank s in the set (ranks in set order). A training step cuts the
+batch into M micro-batches along dimension 0; stage s receives each micro-batch's
+activation from stage s-1, runs its module, sends the output to stage s+1; the last stage
+applies loss_fn and the loss (divided by M, so the accumulated gradients are those of the
+whole batch's mean) starts backward, whose input gradients go back the same way. The
+parameters' .grad then hold the whole batch's gradient: step the stage's optimizer as
+usual, or a DistributedOptimizer / ZeroOptimizer over the stage's data-parallel set.
+
+Wire: before each activation, a header (int64: dtype code, ndim, dims) with tag TAG_HEADER,
+then the tensor with TAG_ACTIVATION; gradients need no header (the sender of the
+activation knows its shape) and use TAG_GRADIENT. Sends are isend (waited for at the end of
+the step), receives block, so every stage only waits on data it needs; as the n-th send
+with a tag matches the n-th receive of that tag, the micro-batches keep their order.
+
+Schedules (S stages, M micro-batches; F/B a micro-batch's forward/backward):
+  gpipe: every F, then every B. Holds M micro-batches' activations.
+  1f1b:  stage s runs min(S-s-1, M) F first, then alternates F and B, then the last B
+         (PipeDream-flush). Holds at most S-s micro-batches' activations; the same bubble.
+The bubble ((S-1)/(M+S-1) of the step in theory) is measured: after each step, `stats`
+holds the seconds spent in compute and waiting on receives.
+"""
+
+import time
+
+import torch
+import torch.nn as nn
+
+from .. import core
+from .mpi_ops import _set_id, _set_size, global_process_set, synchronize
+from .collective_ops import allgather, isend, recv
+
+TAG_HEADER, TAG_ACTIVATION, TAG_GRADIENT = 7001, 7002, 7003
+SCHEDULES = ("gpipe", "1f1b")
+_MAX_DIMS = 8
+_DTYPES = [torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.int64,
+           torch.int32, torch.uint8, torch.bool, torch.int8]
+
+
+def split_sequential(seq, num_stages, balance=None):
+    """Cuts an nn.Sequential into num_stages nn.Sequential parts: balance (modules per
+    stage) or as even as the module count allows."""
+    mods = list(seq.children())
+    if balance is None:
+        if num_stages > len(mods):
+            raise ValueError("split_sequential: %d stages for %d modules" % (num_stages,
+                                                                            len(mods)))
+        base, extra = divmod(len(mods), num_stages)
+        balance = [base + (1 if i < extra else 0) for i in range(num_stages)]
+    balance = list(balance)
+    if len(balance) != num_stages:
+        raise ValueError("split_sequential: balance %s has %d entries for %d stages"
+                         % (balance, len(balance), num_stages))
+    if sum(balance) != len(mods) or min(balance) < 1:
+        raise ValueError("split_sequential: balance %s must be positive and add up to the %d "
+                         "modules" % (balance, len(mods)))
+    parts, i = [], 0
+    for k in balance:
+        parts.append(nn.Sequential(*mods[i:i + k]))
+        i += k
+    return parts
+
+
+class Pipeline(nn.Module):
+    """This rank's stage of a pipeline over `process_set`.
+
+    stage: this rank's module (one tensor in, one tensor out).
+    num_stages: if given, must be the set's size (ValueError otherwise).
+    micro_batches: M; the batch's dimension 0 must be divisible by it.
+    schedule: "1f1b" (default) or "gpipe".
+    Construction and train_step are collective over the set (same M, schedule and stage
+    count on every member: checked at construction)."""
+
+    def __init__(self, stage, process_set=global_process_set, num_stages=None,
+                 micro_batches=1, schedule="1f1b"):
+        super().__init__()
+        set_id = _set_id(process_set)
+        n = _set_size(set_id)
+        if num_stages is not None and num_stages != n:
+            raise ValueError("Pipeline: %d stages, but the process set %s has %d ranks (one "
+                             "stage per rank)" % (num_stages, process_set, n))
+        if schedule not in SCHEDULES:
+            raise ValueError("Pipeline: schedule must be one of %s, got %r"
+                             % (SCHEDULES, schedule))
+        if not isinstance(micro_batches, int) or micro_batches < 1:
+            raise ValueError("Pipeline: micro_batches must be a positive int, got %r"
+                             % (micro_batches,))
+        self.stage = stage
+        self.process_set = process_set
+        self.num_stages = n
+        self.micro_batches = micro_batches
+        self.schedule = schedule
+        ranks = list(range(core.size())) if set_id == 0 else core.process_set_ranks(set_id)
+        self.stage_index = ranks.index(core.rank()) if core.rank() in ranks else -1
+        if self.stage_index < 0:
+            raise ValueError("Pipeline: rank %d is not a member of %s" % (core.rank(),
+                                                                         process_set))
+        self.prev = ranks[self.stage_index - 1] if self.stage_index > 0 else None
+        self.next = ranks[self.stage_index + 1] if self.stage_index < n - 1 else None
+        self.stats = {}
+        self._check_layout(num_stages)
+
+    @classmethod
+    def from_sequential(cls, seq, process_set=global_process_set, balance=None, **kwargs):
+        """The stage of an nn.Sequential cut by split_sequential for this rank."""
+        set_id = _set_id(process_set)
+        n = _set_size(set_id)
+        if balance is not None and len(balance) != n:
+            raise ValueError("Pipeline: balance %s gives %d stages, but the process set %s has "
+                             "%d ranks (one stage per rank)" % (list(balance), len(balance),
+                                                                process_set, n))
+        ranks = list(range(core.size())) if set_id == 0 else core.process_set_ranks(set_id)
+        parts = split_sequential(seq, n, balance)
+        return cls(parts[ranks.index(core.rank())], process_set, n, **kwargs)
+
+    @property
+    def is_first(self):
+        return self.prev is None
+
+    @property
+    def is_last(self):
+        return self.next is None
+
+    def _check_layout(self, num_stages):
+        mine = [self.num_stages, -1 if num_stages is None else num_stages,
+                self.micro_batches, SCHEDULES.index(self.schedule)]
+        every = allgather(torch.tensor([mine], dtype=torch.int64),
+                          process_set=self.process_set).tolist()
+        if any(row[0] != mine[0] or row[2:] != mine[2:] or
+               (row[1] != -1 and row[1] != mine[0]) for row in every):
+            raise ValueError("Pipeline: the layout differs across the stages: %s" % "; ".join(
+                "stage %d: %d micro-batches, %s" % (i, row[2], SCHEDULES[row[3]])
+                for i, row in enumerate(every)))
+
+    def forward(self, x):
+        raise RuntimeError("Pipeline: call train_step(inputs, targets, loss_fn), or run "
+                           "pipeline.stage directly")
+
+    # ---- wire ----
+
+    def _send_activation(self, y, pending):
+        if len(y.shape) > _MAX_DIMS:
+            raise ValueError("Pipeline: activations have at most %d dimensions" % _MAX_DIMS)
+        if y.dtype not in _DTYPES:
+            raise TypeError("Pipeline: activations of dtype %s cannot be sent" % y.dtype)
+        header = torch.zeros(2 + _MAX_DIMS, dtype=torch.int64)
+        header[0], header[1] = _DTYPES.index(y.dtype), y.dim()
+        header[2:2 + y.dim()] = torch.tensor(list(y.shape), dtype=torch.int64)
+        pending.append(isend(header, self.next, TAG_HEADER, self.process_set))
+        pending.append(isend(y.detach().contiguous(), self.next, TAG_ACTIVATION,
+                             self.process_set))
+
+    def _recv_activation(self):
+        header = recv(torch.zeros(2 + _MAX_DIMS, dtype=torch.int64), self.prev, TAG_HEADER,
+                      self.process_set)
+        dtype, ndim = _DTYPES[int(header[0])], int(header[1])
+        x = torch.empty([int(d) for d in header[2:2 + ndim]], dtype=dtype)
+        return recv(x, self.prev, TAG_ACTIVATION, self.process_set)
+
+    # ---- one micro-batch ----
+
+    def _forward(self, i, inputs, targets, loss_fn, saved, pending):
+        t0 = time.perf_counter()
+        if self.is_first:
+            x = inputs[i]
+        else:
+            x = self._recv_activation()
+            if x.is_floating_point():
+                x.requires_grad_(True)
+        t1 = time.perf_counter()
+        y = self.stage(x)
+        if not torch.is_tensor(y):
+            raise TypeError("Pipeline: stage %d returned %s; a stage returns one tensor"
+                            % (self.stage_index, type(y).__name__))
+        if self.is_last:
+            loss = loss_fn(y, targets[i]) / self.micro_batches
+            saved[i] = (x, loss)
+            self._losses.append(loss.detach())
+        else:
+            self._send_activation(y, pending)
+            saved[i] = (x, y)
+        self._wait += t1 - t0
+        self._compute += time.perf_counter() - t1
+
+    def _backward(self, i, saved, pending):
+        x, y = saved.pop(i)
+        t0 = time.perf_counter()
+        grad = None
+        if not self.is_last:
+            if not (y.requires_grad and y.is_floating_point()):
+                grad = None
+            else:
+                grad = recv(torch.empty(y.shape, dtype=y.dtype), self.next, TAG_GRADIENT,
+                            self.process_set)
+        t1 = time.perf_counter()
+        if y.requires_grad:
+            torch.autograd.backward(y, grad)
+        if not self.is_first and x.is_floating_point():
+            g = x.grad if x.grad is not None else torch.zeros_like(x)
+            pending.append(isend(g.contiguous(), self.prev, TAG_GRADIENT, self.process_set))
+        self._wait += t1 - t0
+        self._compute += time.perf_counter() - t1
+
+    # ---- a step ----
+
+    def _split(self, batch, what):
+        if batch is None:
+            raise ValueError("Pipeline: stage %d needs %s" % (self.stage_index, what))
+        if batch.shape[0] % self.micro_batches:
+            raise ValueError("Pipeline: the batch's %d rows are not divisible into %d "
+                             "micro-batches" % (batch.shape[0], self.micro_batches))
+        return list(batch.chunk(self.micro_batches))
+
+    def train_step(self, inputs=None, targets=None, loss_fn=None):
+        """Forward and backward of one batch through every stage (collective over the set).
+        inputs: the batch, on the first stage; targets and loss_fn(output, target): on the
+        last. Gradients accumulate in the stage's parameters (zero them before). Returns
+        the batch's mean loss (a 0-d tensor) on the last stage, None elsewhere."""
+        m = self.micro_batches
+        ins = self._split(inputs, "inputs") if self.is_first else None
+        tgts = None
+        if self.is_last:
+            tgts = self._split(targets, "targets")
+            if loss_fn is None:
+                raise ValueError("Pipeline: the last stage needs loss_fn")
+        saved, pending = {}, []
+        self._losses, self._wait, self._compute = [], 0.0, 0.0
+        start = time.perf_counter()
+        if self.schedule == "gpipe":
+            for i in range(m):
+                self._forward(i, ins, tgts, loss_fn, saved, pending)
+            for i in range(m):
+                self._backward(i, saved, pending)
+        else:
+            warmup = min(self.num_stages - self.stage_index - 1, m)
+            for i in range(warmup):
+                self._forward(i, ins, tgts, loss_fn, saved, pending)
+            for i in range(m - warmup):
+                self._forward(warmup + i, ins, tgts, loss_fn, saved, pending)
+                self._backward(i, saved, pending)
+            for i in range(m - warmup, m):
+                self._backward(i, saved, pending)
+        t0 = time.perf_counter()
+        for h in pending:
+            synchronize(h)
+        self._wait += time.perf_counter() - t0
+        total = time.perf_counter() - start
+        self.stats = {"step_s": total, "compute_s": self._compute, "wait_s": self._wait,
+                      "bubble": self._wait / total if total > 0 else 0.0,
+                      "ideal_bubble": (self.num_stages - 1.0) / (m + self.num_stages - 1)}
+        if self.is_last:
+            return torch.stack(self._losses).sum()
+        return None

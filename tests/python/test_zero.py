@@ -1,0 +1,21 @@
+"""hora.torch.ZeroOptimizer (stages 1, 2, 3) against one process, in jobs of 2 and 4 ranks."""
+
+import pytest
+
+import harness
+
+CASES = harness.case_names("zero_worker")
+
+
+@pytest.fixture(scope="module", params=[2, 4], ids=["np2", "np4"])
+def job(request):
+    return harness.run_job(request.param, "zero_worker.py", timeout=600)
+
+
+def test_job_exits_cleanly(job):
+    assert job.rc == 0, job.tail()
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_case(job, case):
+    job.assert_case(case)

@@ -1,0 +1,196 @@
+"""hora.torch.Pipeline against one process. Runs on each rank.
+
+Every rank also trains the whole model on the whole batch alone (the reference) and checks
+that its stage's parameters match after a few steps: GPipe and 1F1B with SGD and Adam over
+the job's ranks (2 or 4 stages), fewer micro-batches than stages, PP 2 x DP (DP by
+DistributedOptimizer and by ZeroOptimizer), and errors for bad use."""
+
+import torch
+import torch.nn as nn
+
+import hora.torch as hvd
+import cases
+from cases import case, check, close, raises
+
+STEPS = 3
+M = 4          # micro-batches
+ROWS = 8       # rows per data-parallel rank
+
+
+def init():
+    hvd.init()
+
+
+def model(seed=0):
+    torch.manual_seed(seed)
+    return nn.Sequential(nn.Linear(6, 8), nn.Tanh(), nn.Linear(8, 8), nn.Tanh(),
+                         nn.Linear(8, 8), nn.Tanh(), nn.Linear(8, 3))
+
+
+def batch(step, rows):
+    g = torch.Generator().manual_seed(200 + step)
+    return torch.randn(rows, 6, generator=g), torch.randn(rows, 3, generator=g)
+
+
+def mse(out, y):
+    return ((out - y) ** 2).mean()
+
+
+def make_opt(kind, params):
+    if kind == "sgd":
+        return torch.optim.SGD(params, lr=0.1, momentum=0.9)
+    return torch.optim.Adam(params, lr=0.01)
+
+
+def reference(kind, rows, steps=STEPS):
+    m = model()
+    opt = make_opt(kind, m.parameters())
+    for s in range(steps):
+        opt.zero_grad()
+        x, y = batch(s, rows)
+        mse(m(x), y).backward()
+        opt.step()
+    return m
+
+
+def stage_params_match(pipe, ref, stages, what):
+    """The stage holds modules [a, b) of the reference (split_sequential's even split)."""
+    parts = hvd.split_sequential(ref, stages)
+    want = list(parts[pipe.stage_index].parameters())
+    got = list(pipe.stage.parameters())
+    check(len(got) == len(want), "%s: %d parameters, want %d" % (what, len(got), len(want)))
+    for p, q in zip(got, want):
+        close(p.detach(), q.detach(), atol=2e-5, rtol=1e-4, msg=what)
+
+
+def train(kind, schedule, pp_set=hvd.global_process_set, dp_set=None, dp=1, dp_rank=0,
+          micro=M, wrapper=None, steps=STEPS):
+    pipe = hvd.Pipeline.from_sequential(model(), pp_set, micro_batches=micro, schedule=schedule)
+    opt = make_opt(kind, pipe.stage.parameters())
+    if wrapper == "dp":
+        opt = hvd.DistributedOptimizer(opt, named_parameters=pipe.stage.named_parameters(),
+                                       process_set=dp_set, backward_passes_per_step=micro)
+    elif wrapper == "zero":
+        opt = hvd.ZeroOptimizer(opt, stage=1, process_set=dp_set)
+    losses = []
+    for s in range(steps):
+        opt.zero_grad()
+        x, y = batch(s, ROWS * dp)
+        rows = slice(ROWS * dp_rank, ROWS * (dp_rank + 1))
+        loss = pipe.train_step(x[rows] if pipe.is_first else None,
+                               y[rows] if pipe.is_last else None, mse)
+        losses.append(loss)
+        opt.step()
+    return pipe, losses
+
+
+def check_pp(kind, schedule, micro=M):
+    pipe, losses = train(kind, schedule, micro=micro)
+    stage_params_match(pipe, reference(kind, ROWS), hvd.size(),
+                       "%s %s M=%d stage %d" % (kind, schedule, micro, pipe.stage_index))
+    if pipe.is_last:
+        m = model()
+        x, y = batch(0, ROWS)
+        close(losses[0], mse(m(x), y), atol=1e-5, msg="first loss")
+    else:
+        check(all(l is None for l in losses), "loss only on the last stage")
+
+
+@case
+def gpipe_sgd():
+    check_pp("sgd", "gpipe")
+
+
+@case
+def gpipe_adam():
+    check_pp("adam", "gpipe")
+
+
+@case
+def one_f_one_b_sgd():
+    check_pp("sgd", "1f1b")
+
+
+@case
+def one_f_one_b_adam():
+    check_pp("adam", "1f1b")
+
+
+@case
+def fewer_micro_batches_than_stages():
+    check_pp("adam", "1f1b", micro=1)
+    check_pp("sgd", "gpipe", micro=2)
+
+
+@case
+def bubble_is_measured():
+    pipe, _ = train("sgd", "1f1b", steps=1)
+    st = pipe.stats
+    check(set(st) >= {"step_s", "compute_s", "wait_s", "bubble", "ideal_bubble"}, str(st))
+    check(0.0 <= st["bubble"] <= 1.0, str(st))
+    s = hvd.size()
+    close(st["ideal_bubble"], (s - 1.0) / (M + s - 1), msg="ideal bubble")
+
+
+GRID = {}
+
+
+def pp2_grid():
+    if "g" not in GRID:
+        GRID["g"] = hvd.make_grid(pp=2)
+    return GRID["g"]
+
+
+def check_pp_dp(kind, schedule, wrapper):
+    g = pp2_grid()
+    pipe, _ = train(kind, schedule, pp_set=g.pp_set, dp_set=g.dp_set, dp=g.dp,
+                    dp_rank=g.dp_rank, wrapper=wrapper)
+    check(pipe.stage_index == g.pp_rank, "stage %d, grid %r" % (pipe.stage_index, g))
+    stage_params_match(pipe, reference(kind, ROWS * g.dp), 2,
+                       "pp2 x dp%d %s %s %s" % (g.dp, kind, schedule, wrapper))
+
+
+@case
+def pp2_x_dp_distributed_optimizer():
+    check_pp_dp("adam", "1f1b", "dp")
+    check_pp_dp("sgd", "gpipe", "dp")
+
+
+@case
+def pp2_x_dp_zero():
+    check_pp_dp("adam", "1f1b", "zero")
+
+
+@case
+def stage_count_must_match_the_set():
+    n = hvd.size()
+    raises(ValueError, hvd.Pipeline, nn.Linear(2, 2), num_stages=n + 1,
+           contains="%d stages, but the process set" % (n + 1))
+    raises(ValueError, hvd.Pipeline.from_sequential, model(), balance=[7],
+           contains="gives 1 stages, but the process set")
+    raises(ValueError, hvd.Pipeline, nn.Linear(2, 2), schedule="zigzag", contains="schedule")
+    raises(ValueError, hvd.split_sequential, model(), 2, balance=[3, 3],
+           contains="add up to the 7 modules")
+
+
+@case
+def batch_not_divisible_is_an_error():
+    pipe = hvd.Pipeline.from_sequential(model(), micro_batches=3)
+    x, y = batch(0, ROWS)
+    # every stage checks the batch it was given before sending anything
+    if pipe.is_first:
+        raises(ValueError, pipe.train_step, x, None, mse, contains="not divisible into 3")
+    elif pipe.is_last:
+        raises(ValueError, pipe.train_step, None, y, mse, contains="not divisible into 3")
+
+
+@case
+def mismatched_layout_is_an_error():
+    e = raises(ValueError, hvd.Pipeline.from_sequential, model(),
+               micro_batches=2 + hvd.rank(), contains="layout differs")
+    check("stage 0: 2 micro-batches" in str(e) and "stage 1: 3 micro-batches" in str(e), str(e))
+
+
+if __name__ == "__main__":
+    import sys
+    cases.run_all(init, hvd.shutdown, only=sys.argv[1:] or None)
