@@ -76,6 +76,11 @@ class CoordinatorClient : public KvStore {
   virtual void SendFailure(const std::string& message) = 0;
   // Goodbye, then stop and join the threads. Idempotent.
   virtual void Close() = 0;
+  // The coordinator's steady clock minus this process's, in microseconds, for aligning the
+  // ranks' timelines: of a few Clock round trips, the shortest wins (the error is at most half
+  // of it). 0 in rank 0, whose coordinator shares its clock. Blocks for the round trips
+  // (each bounded by 2 s).
+  virtual StatusOr<int64_t> ClockOffsetUs() = 0;
 };
 
 }  // namespace hora

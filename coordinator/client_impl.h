@@ -39,6 +39,7 @@ class ClientImpl final : public CoordinatorClient {
   void SendProcessSetOp(const ProcessSetOp& op) override;
   void SendFailure(const std::string& message) override;
   void Close() override;
+  StatusOr<int64_t> ClockOffsetUs() override;  // client_clock.cc
 
  private:
   using Stream = grpc::ClientReaderWriter<proto::WorkerMessage, proto::CoordinatorMessage>;

@@ -144,6 +144,9 @@ void ToProto(const BucketPlan& plan, proto::Bucket* out) {
     CopyInts(e.first_dims, pe->mutable_first_dims());
     CopyInts(e.recv_splits, pe->mutable_recv_splits());
     if (plan.inline_reduced) pe->set_inline_result(e.inline_result);
+    pe->set_last_rank(e.last_rank);
+    pe->set_lag_us(e.lag_us);
+    pe->set_wait_us(e.wait_us);
   }
 }
 
@@ -178,6 +181,13 @@ Status FromProto(const proto::Bucket& in, BucketPlan* out) {
                              std::to_string(pe.num_elements()));
     }
     e.num_elements = pe.num_elements();
+    if (pe.last_rank() < -1 || pe.lag_us() < 0 || pe.wait_us() < 0) {
+      return InvalidArgument(what + ": invalid arrival (last rank " +
+                             std::to_string(pe.last_rank()) + ")");
+    }
+    e.last_rank = pe.last_rank();
+    e.lag_us = pe.lag_us();
+    e.wait_us = pe.wait_us();
     HORA_RETURN_IF_ERROR(CheckDims(pe.first_dims(), (what + ": first_dims").c_str(),
                                    &e.first_dims));
     HORA_RETURN_IF_ERROR(CheckDims(pe.recv_splits(), (what + ": recv_splits").c_str(),

@@ -47,6 +47,12 @@ struct BucketPlan {
     std::vector<int64_t> first_dims;   // allgather: every rank's first dimension
     std::vector<int64_t> recv_splits;  // alltoall: rows received from each rank
     std::string inline_result;         // inline_reduced: the reduced data, before postscale
+    // Arrivals at the coordinator (for the timeline): the global rank whose submission came
+    // last (-1: unknown), how long after the first rank's it came, and how long after this
+    // rank's own (how long this rank waited for the others), in microseconds.
+    int32_t last_rank = -1;
+    int64_t lag_us = 0;
+    int64_t wait_us = 0;
   };
   uint64_t seq = 0;  // per process set
   int32_t process_set = kGlobalProcessSet;

@@ -122,6 +122,8 @@ struct NameState {
   std::vector<bool> submitted;
   std::vector<int> required;      // send/recv: {sender, receiver}; empty = every rank
   TimePoint first_submit;
+  std::vector<TimePoint> submit_time;  // per rank, meaningful where submitted
+  int last_rank = -1;                  // the rank whose submission came last so far
   BucketKey fusion_key;    // of the first submission (joined = 0)
   bool counted = false;    // counted in partial[fusion_key]
   bool in_flight = false;  // complete and valid, waiting in a group or ready
@@ -212,6 +214,13 @@ void Planner::State::Complete(std::unordered_map<std::string, NameState>::iterat
   }
   const TensorSpec& ref = s.specs[planner_internal::ReferenceRank(c)];
   Ready r{now, static_cast<int64_t>(ref.ByteSize()), planner_internal::MakeEntry(c)};
+  r.entry.last_rank = s.last_rank;
+  r.entry.arrival_us.assign(config.size, -1);
+  for (int rank = 0; rank < config.size; ++rank) {
+    if (!s.submitted[rank]) continue;
+    r.entry.arrival_us[rank] = std::chrono::duration_cast<std::chrono::microseconds>(
+                                   s.submit_time[rank] - s.first_submit).count();
+  }
   const BucketKey key = KeyOf(ref, joined_count);
   s.in_flight = true;
   s.specs.clear();
@@ -335,6 +344,7 @@ void Planner::Submit(int rank, const TensorSpec& spec, TimePoint now) {
   if (inserted) {
     s.specs.resize(st.config.size);
     s.submitted.assign(st.config.size, false);
+    s.submit_time.resize(st.config.size);
     s.first_submit = now;
     if (p2p) {
       const bool send = spec.collective == CollectiveType::kSend;
@@ -360,6 +370,8 @@ void Planner::Submit(int rank, const TensorSpec& spec, TimePoint now) {
   }
   s.specs[rank] = spec;
   s.submitted[rank] = true;
+  s.submit_time[rank] = now;
+  s.last_rank = rank;
   if (st.IsComplete(s)) st.Complete(it, now);
 }
 

@@ -71,6 +71,10 @@ struct PlannedBucket {
     std::vector<std::vector<int64_t>> splits; // alltoall: splits[sender][receiver], in rows
                                               // (even splits filled in)
     std::vector<bool> submitted;              // per rank: false where the rank joined instead
+    // Arrivals, for the timeline: the rank whose submission completed the name, and per rank
+    // its submission time after the first rank's in microseconds (-1 where not submitted).
+    int last_rank = -1;
+    std::vector<int64_t> arrival_us;
   };
   uint64_t seq = 0;
   CollectiveType collective = CollectiveType::kAllreduce;

@@ -73,6 +73,9 @@ class CoordinatorServiceImpl final : public CoordinatorService,
   grpc::Status StoreGet(grpc::ServerContext* ctx, const proto::StoreGetRequest* request,
                         proto::StoreGetResponse* response) override;
   grpc::Status Session(grpc::ServerContext* ctx, SessionServerStream* stream) override;
+  // service_clock.cc
+  grpc::Status ReadClock(grpc::ServerContext* ctx, const proto::ClockRequest* request,
+                         proto::ClockResponse* response) override;
 
  private:
   using Touched = std::vector<std::shared_ptr<SessionStream>>;

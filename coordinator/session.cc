@@ -226,6 +226,15 @@ BucketPlan CoordinatorServiceImpl::PlanForRankLocked(
       }
     }
     if (plan.inline_reduced) entry.inline_result = inline_results[plan.entries.size()];
+    if (e.last_rank >= 0 && e.last_rank < static_cast<int>(e.arrival_us.size()) &&
+        e.last_rank < static_cast<int>(set.ranks.size())) {
+      entry.last_rank = set.ranks[e.last_rank];
+      const int64_t last = e.arrival_us[e.last_rank];
+      entry.lag_us = last;
+      if (submitted && me < static_cast<int>(e.arrival_us.size()) && e.arrival_us[me] >= 0) {
+        entry.wait_us = last - e.arrival_us[me];
+      }
+    }
     plan.entries.push_back(std::move(entry));
   }
   return plan;

@@ -41,15 +41,18 @@ void FusionPool::Return(std::vector<char>* buffer) {
 }
 
 Status BucketExecutor::Start(const BucketPlan& plan, const std::vector<const Request*>& requests,
-                             std::vector<OpResult>* results, Finish* finish) {
+                             std::vector<OpResult>* results, Finish* finish,
+                             int64_t* collective_us) {
   results->assign(plan.entries.size(), OpResult());
   *finish = nullptr;
+  collective_us_ = collective_us;
   switch (plan.collective) {
     case CollectiveType::kAllreduce:
       return StartAllreduce(plan, requests, finish);
     case CollectiveType::kBroadcast:
       return StartBroadcast(plan, requests, finish);
     case CollectiveType::kBarrier:
+      MarkCollective();
       return comm_->Barrier();
     default:
       break;
@@ -85,6 +88,7 @@ Status BucketExecutor::StartAllreduce(const BucketPlan& plan,
     const Request& r = *requests[0];
     const size_t n = static_cast<size_t>(plan.entries[0].num_elements);
     ScaleCopy(r.output, r.input, n, dtype, plan.prescale);
+    MarkCollective();
     HORA_RETURN_IF_ERROR(comm_->Allreduce(r.output, n, dtype, op));
     void* out = r.output;
     if (post != 1.0) {
@@ -113,6 +117,7 @@ Status BucketExecutor::StartAllreduce(const BucketPlan& plan,
     }
     off += n;
   }
+  MarkCollective();
   HORA_RETURN_IF_ERROR(comm_->Allreduce(buf, total, dtype, op));
   *finish = [lease, outs = std::move(outs), esize, dtype, post] {
     size_t off = 0;
@@ -132,6 +137,7 @@ Status BucketExecutor::StartBroadcast(const BucketPlan& plan,
     if (r == nullptr) return Internal("broadcast bucket with a joined rank");
   }
   if (requests.size() == 1) {
+    MarkCollective();
     return comm_->Broadcast(requests[0]->output, requests[0]->spec.ByteSize(), plan.root);
   }
   size_t total = 0;
@@ -146,6 +152,7 @@ Status BucketExecutor::StartBroadcast(const BucketPlan& plan,
     outs.emplace_back(r->output, r->spec.ByteSize());
     off += r->spec.ByteSize();
   }
+  MarkCollective();
   HORA_RETURN_IF_ERROR(comm_->Broadcast(buf, total, plan.root));
   if (root) return Status::Ok();
   *finish = [lease, outs = std::move(outs)] {
@@ -173,6 +180,7 @@ Status BucketExecutor::StartAllgather(const BucketPlan& plan, const Request& r, 
   }
   result->data.resize(static_cast<size_t>(rows) * row_bytes);
   result->shape = WithFirstDim(r.spec, rows);
+  MarkCollective();
   return comm_->Allgatherv(r.input, result->data.data(), bytes);
 }
 
@@ -197,6 +205,7 @@ Status BucketExecutor::StartReducescatter(const BucketPlan& plan, const Request&
   const size_t mine = counts[comm_->rank()];
   result->data.resize(mine * DataTypeSize(dtype));
   result->shape = WithFirstDim(r.spec, d0 / size + (comm_->rank() < d0 % size ? 1 : 0));
+  MarkCollective();
   HORA_RETURN_IF_ERROR(comm_->Reducescatter(in, result->data.data(), counts, dtype,
                                             ReductionOp(plan.op)));
   const double post = FinalPostscale(plan.op, plan.postscale, size);
@@ -228,6 +237,7 @@ Status BucketExecutor::StartAlltoall(const BucketPlan& plan, const Request& r, O
   result->data.resize(static_cast<size_t>(rows) * row_bytes);
   result->shape = WithFirstDim(r.spec, rows);
   result->splits = recv;
+  MarkCollective();
   return comm_->Alltoallv(r.input, send_bytes, result->data.data(), recv_bytes);
 }
 
@@ -239,6 +249,7 @@ Status BucketExecutor::StartSendRecv(const BucketPlan& plan, const Request& r) {
   }
   const uint32_t tag = static_cast<uint32_t>(plan.seq);
   const size_t bytes = r.spec.ByteSize();
+  MarkCollective();
   if (comm_->rank() == plan.participants[0]) {
     return comm_->Send(r.input, bytes, plan.participants[1], tag);
   }

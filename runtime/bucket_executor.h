@@ -25,6 +25,7 @@
 #include "coordinator/messages.h"
 #include "runtime/handle_table.h"
 #include "runtime/tensor_queue.h"
+#include "runtime/timeline.h"
 
 namespace hora {
 
@@ -54,9 +55,10 @@ class BucketExecutor {
   // requests[i] is this rank's request for plan.entries[i], or nullptr where this rank has
   // joined (it contributes zeros). results receives one OpResult per entry (filled for
   // allgather, reducescatter and alltoall) and must stay alive until `finish` ran. On
-  // success *finish may be empty (nothing to unpack).
+  // success *finish may be empty (nothing to unpack). collective_us (the timeline's, may be
+  // null) receives the time (TimelineNowUs) the data-plane call began, after packing.
   Status Start(const BucketPlan& plan, const std::vector<const Request*>& requests,
-               std::vector<OpResult>* results, Finish* finish);
+               std::vector<OpResult>* results, Finish* finish, int64_t* collective_us = nullptr);
 
  private:
   Status StartAllreduce(const BucketPlan& plan, const std::vector<const Request*>& requests,
@@ -68,9 +70,13 @@ class BucketExecutor {
                             Finish* finish);
   Status StartAlltoall(const BucketPlan& plan, const Request& request, OpResult* result);
   Status StartSendRecv(const BucketPlan& plan, const Request& request);
+  void MarkCollective() {
+    if (collective_us_ != nullptr) *collective_us_ = TimelineNowUs();
+  }
 
   Communicator* comm_;  // not owned
   FusionPool pool_;
+  int64_t* collective_us_ = nullptr;  // during Start
 };
 
 }  // namespace hora

@@ -84,6 +84,10 @@ Status Engine::Init() {
   callbacks.on_abort = [this](Status status) { SetError(std::move(status)); };
   HORA_RETURN_IF_ERROR(client_->StartSession(std::move(callbacks)));
   thread_ = std::thread([this] { BackgroundLoop(); });
+  if (!options_.timeline.empty()) {
+    Status s = StartTimeline(options_.timeline);
+    if (!s.ok()) return Status(s.code(), std::string(kEnvTimeline) + ": " + s.message());
+  }
   HORA_LOG_INFO("ready: local rank {}/{}, cross rank {}/{}, cpu operations {}", self().local_rank,
                 self().local_size, self().cross_rank, self().cross_size,
                 FindSet(kGlobalProcessSet)->backend());
@@ -112,6 +116,8 @@ Status Engine::Shutdown() {
   sets.clear();
   if (completion_) completion_->Stop();
   FailEverything(aborted);
+  Status timeline = timeline_.Stop();
+  if (!timeline.ok()) HORA_LOG_WARN("{}", timeline.message());
   if (client_) client_->Close();
   if (service_) {
     service_->Shutdown("rank 0 shut down",
@@ -144,6 +150,23 @@ void Engine::FailEverything(const Status& status) {
   }
   for (const auto& [set, handle] : joins) handles_.Complete(handle, status);
 }
+
+Status Engine::StartTimeline(const std::string& path) {
+  if (timeline_.on()) {
+    return Status(Code::kFailedPrecondition,
+                  "the timeline is already being written to '" + timeline_.path() + "'");
+  }
+  StatusOr<int64_t> offset = client_->ClockOffsetUs();
+  if (!offset.ok()) return offset.status();
+  const std::string file = TimelineRankPath(path, options_.rank);
+  HORA_RETURN_IF_ERROR(timeline_.Start(
+      file, options_.rank, "rank " + std::to_string(options_.rank) + " (" + self().hostname + ")",
+      offset.value()));
+  HORA_LOG_INFO("timeline: writing {}", file);
+  return Status::Ok();
+}
+
+Status Engine::StopTimeline() { return timeline_.Stop(); }
 
 std::optional<Request> Engine::TakeRequest(int32_t id) {
   std::optional<TensorKey> key = KeyOfId(id);

@@ -48,6 +48,7 @@
 #include "runtime/options.h"
 #include "runtime/process_set.h"
 #include "runtime/tensor_queue.h"
+#include "runtime/timeline.h"
 
 namespace hora {
 
@@ -100,6 +101,15 @@ class Engine : private ProcessSetRuntime::Host {
   // OK while healthy, else the sticky error.
   Status AsyncError() const;
 
+  // The timeline (runtime/timeline.h). StartTimeline writes this rank's events to
+  // TimelineRankPath(path, rank) with timestamps on the coordinator's clock (it measures the
+  // offset first: a few round trips to the coordinator). Every rank is meant to call it (each
+  // writes its own file); it does not wait for the others. FAILED_PRECONDITION when already
+  // on. HORA_TIMELINE starts it at init. StopTimeline finishes the file; OK when off.
+  Status StartTimeline(const std::string& path);
+  Status StopTimeline();
+  const Timeline& timeline() const { return timeline_; }
+
   // Stops the threads; pending operations fail with ABORTED. Idempotent.
   Status Shutdown();
 
@@ -140,6 +150,7 @@ class Engine : private ProcessSetRuntime::Host {
 
   HandleTable handles_;
   TensorQueue queue_;
+  Timeline timeline_;  // hooks check timeline_.on() (one load) before recording
 
   // Process sets: the runtimes are shared with the threads that deliver plans.
   mutable std::mutex sets_mu_;

@@ -94,6 +94,10 @@ void Engine::AnnounceFresh() {
 }
 
 void Engine::OnPlan(PlanMessage plan) {
+  if (timeline_.on()) {
+    const int64_t now = TimelineNowUs();
+    for (const BucketPlan& b : plan.buckets) timeline_.Planned(b.process_set, b.seq, now);
+  }
   for (const TensorErrorNotice& e : plan.errors) {
     std::optional<TensorKey> key = KeyOfId(e.id);
     if (!key) continue;
@@ -119,6 +123,18 @@ void Engine::OnPlan(PlanMessage plan) {
 void Engine::CompleteInline(const BucketPlan& bucket, int set_size) {
   const double post = FinalPostscale(bucket.op, bucket.postscale, set_size);
   Status error = AsyncError();
+  std::unique_ptr<TimelineBucket> trace;
+  if (timeline_.on()) {
+    trace = std::make_unique<TimelineBucket>();
+    trace->start_us = TimelineNowUs();
+    trace->process_set = bucket.process_set;
+    trace->seq = bucket.seq;
+    trace->collective = bucket.collective;
+    trace->backend = "coordinator";
+    trace->inline_reduced = true;
+  }
+  std::vector<int64_t> done;
+  done.reserve(bucket.entries.size());
   for (const BucketPlan::Entry& e : bucket.entries) {
     if (e.id < 0) continue;  // this rank joined
     std::optional<Request> r = TakeRequest(e.id);
@@ -127,8 +143,19 @@ void Engine::CompleteInline(const BucketPlan& bucket, int set_size) {
       ScaleCopy(r->output, e.inline_result.data(), static_cast<size_t>(e.num_elements),
                 bucket.dtype, post);
     }
-    handles_.Complete(r->handle, error);
+    if (trace) {
+      const int64_t bytes = static_cast<int64_t>(r->spec.ByteSize());
+      trace->tensors.push_back({r->handle, bytes, e.last_rank, e.lag_us, e.wait_us});
+      trace->bytes += bytes;
+    }
+    done.push_back(r->handle);
   }
+  if (trace) {  // before the handles complete (see ProcessSetRuntime::Finish)
+    trace->completed_us = TimelineNowUs();
+    if (!error.ok()) trace->error = error.message();
+    timeline_.BucketDone(std::move(*trace));
+  }
+  for (int64_t handle : done) handles_.Complete(handle, error);
 }
 
 StatusOr<int64_t> Engine::Enqueue(TensorSpec spec, const void* input, void* output, void* stream) {
@@ -144,6 +171,7 @@ StatusOr<int64_t> Engine::Enqueue(TensorSpec spec, const void* input, void* outp
   r.output = output;
   r.stream = stream;
   r.handle = handles_.Create();
+  if (timeline_.on()) timeline_.Submitted(r.handle, r.spec, TimelineNowUs());
   int64_t handle = r.handle;
   Status s = queue_.Push(std::move(r));
   if (!s.ok()) {

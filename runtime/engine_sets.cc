@@ -49,7 +49,8 @@ BackendConfig Engine::BackendConfigFor(int32_t id, const std::vector<int>& ranks
 
 Status Engine::InstallSet(int32_t id, std::vector<int> ranks, const std::string& cpu_operations) {
   ProcessSetRuntime::Host* host = this;
-  auto set = std::make_shared<ProcessSetRuntime>(id, ranks, options_.rank, host, completion_.get());
+  auto set = std::make_shared<ProcessSetRuntime>(id, ranks, options_.rank, host, completion_.get(),
+                                                 &timeline_);
   if (set->included()) {
     const bool own = !cpu_operations.empty();
     auto comm = CreateCommunicator(own ? cpu_operations : options_.cpu_operations,

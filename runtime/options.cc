@@ -150,6 +150,10 @@ Status ParseRest(const EnvLookup& env, Options* o) {
   if (const char* v = env(kEnvTlsCert); v != nullptr) o->tls_cert = v;
   if (const char* v = env(kEnvTlsKey); v != nullptr) o->tls_key = v;
   if (const char* v = env(kEnvTlsCa); v != nullptr) o->tls_ca = v;
+  const char* timeline_var = nullptr;
+  if (const char* v = FirstSet(env, {kEnvTimeline, kEnvHorovodTimeline}, &timeline_var)) {
+    o->timeline = v;
+  }
   if (o->tls_cert.empty() != o->tls_key.empty()) {
     return InvalidArgument(std::string(kEnvTlsCert) + " and " + kEnvTlsKey + " must be set together");
   }
@@ -222,7 +226,8 @@ std::string Options::Describe() const {
     << "s collective_timeout_s=" << collective_timeout_s << " stall_warning_s=" << stall_warning_s
     << " stall_timeout_s=" << stall_timeout_s << " cpu_operations=" << cpu_operations
     << " gpu_operations=" << gpu_operations
-    << " tls=" << (tls_cert.empty() ? "off" : "on");
+    << " tls=" << (tls_cert.empty() ? "off" : "on")
+    << " timeline=" << (timeline.empty() ? "off" : timeline);
   return s.str();
 }
 

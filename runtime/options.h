@@ -36,6 +36,8 @@ constexpr const char kEnvMaxMessageBytes[] = "HORA_MAX_MESSAGE_BYTES";
 constexpr const char kEnvTlsCert[] = "HORA_TLS_CERT";
 constexpr const char kEnvTlsKey[] = "HORA_TLS_KEY";
 constexpr const char kEnvTlsCa[] = "HORA_TLS_CA";
+constexpr const char kEnvTimeline[] = "HORA_TIMELINE";
+constexpr const char kEnvHorovodTimeline[] = "HOROVOD_TIMELINE";
 
 struct Options {
   // Identity. From HORA_RANK/HORA_SIZE, else Open MPI (OMPI_COMM_WORLD_*), PMI (PMI_*),
@@ -71,6 +73,9 @@ struct Options {
   std::string gloo_iface;                       // HORA_GLOO_IFACE: address to bind; "" = automatic
   int64_t max_message_bytes = kDefaultMaxMessageBytes;  // HORA_MAX_MESSAGE_BYTES (control plane)
   std::string tls_cert, tls_key, tls_ca;        // HORA_TLS_CERT / _KEY / _CA (PEM files)
+  // HORA_TIMELINE (else HOROVOD_TIMELINE): write the timeline from init on; each rank writes
+  // its own file (runtime/timeline.h: "t.json" -> "t.rank3.json"). "" = off.
+  std::string timeline;
 
   // The options that must agree on every rank, as one string the coordinator compares.
   std::string Digest() const;

@@ -12,10 +12,11 @@ struct ProcessSetRuntime::InFlight {
   std::vector<size_t> slot;        // per entry: index into owned, or SIZE_MAX
   std::vector<OpResult> results;   // per entry
   BucketExecutor::Finish finish;
+  std::unique_ptr<TimelineBucket> timeline;  // while the timeline is on
 };
 
 ProcessSetRuntime::ProcessSetRuntime(int32_t id, std::vector<int> ranks, int global_rank,
-                                     Host* host, CompletionQueue* completion)
+                                     Host* host, CompletionQueue* completion, Timeline* timeline)
     : id_(id),
       ranks_(std::move(ranks)),
       rank_([&] {
@@ -23,7 +24,8 @@ ProcessSetRuntime::ProcessSetRuntime(int32_t id, std::vector<int> ranks, int glo
         return it == ranks_.end() ? -1 : static_cast<int>(it - ranks_.begin());
       }()),
       host_(host),
-      completion_(completion) {}
+      completion_(completion),
+      timeline_(timeline) {}
 
 ProcessSetRuntime::~ProcessSetRuntime() { Stop(); }
 
@@ -89,6 +91,12 @@ void ProcessSetRuntime::Loop() {
 
 void ProcessSetRuntime::Run(const BucketPlan& bucket) {
   auto f = std::make_shared<InFlight>();
+  if (timeline_ != nullptr && timeline_->on()) {
+    f->timeline = std::make_unique<TimelineBucket>();
+    f->timeline->start_us = TimelineNowUs();
+    f->timeline->process_set = id_;
+    f->timeline->seq = bucket.seq;
+  }
   f->slot.assign(bucket.entries.size(), SIZE_MAX);
   f->owned.reserve(bucket.entries.size());
   for (size_t i = 0; i < bucket.entries.size(); ++i) {
@@ -108,8 +116,15 @@ void ProcessSetRuntime::Run(const BucketPlan& bucket) {
   for (size_t i = 0; i < f->slot.size(); ++i) {
     if (f->slot[i] != SIZE_MAX) requests[i] = &f->owned[f->slot[i]];
   }
+  int64_t* collective_us = nullptr;
+  if (f->timeline) {
+    TraceStart(bucket, requests, f->timeline.get());
+    collective_us = &f->timeline->collective_us;
+  }
   Status status = host_->JobError();
-  if (status.ok()) status = executor_->Start(bucket, requests, &f->results, &f->finish);
+  if (status.ok()) {
+    status = executor_->Start(bucket, requests, &f->results, &f->finish, collective_us);
+  }
   std::unique_ptr<Work> work = status.ok() ? cpu_->Fence() : nullptr;
   if (!work) {
     Finish(f, std::move(status));
@@ -129,12 +144,38 @@ void ProcessSetRuntime::Run(const BucketPlan& bucket) {
   });
 }
 
+void ProcessSetRuntime::TraceStart(const BucketPlan& bucket,
+                                   const std::vector<const Request*>& requests,
+                                   TimelineBucket* t) const {
+  t->process_set = id_;
+  t->seq = bucket.seq;
+  t->collective = bucket.collective;
+  t->backend = cpu_->name();
+  for (size_t i = 0; i < requests.size(); ++i) {
+    if (requests[i] == nullptr) continue;  // this rank joined
+    const BucketPlan::Entry& e = bucket.entries[i];
+    const int64_t bytes = static_cast<int64_t>(requests[i]->spec.ByteSize());
+    t->tensors.push_back({requests[i]->handle, bytes, e.last_rank, e.lag_us, e.wait_us});
+    t->bytes += bytes;
+  }
+}
+
 void ProcessSetRuntime::Finish(const std::shared_ptr<InFlight>& f, Status status) {
+  if (f->timeline) f->timeline->collective_done_us = TimelineNowUs();
   if (status.ok() && f->finish) status = f->finish();
   f->finish = nullptr;  // releases the fusion buffer
+  if (f->timeline) f->timeline->unpacked_us = TimelineNowUs();
   if (!status.ok()) {
     Status job = host_->JobError();
     status = job.ok() ? host_->BucketFailed(status) : job;
+  }
+  if (f->timeline) {
+    // Recorded before the handles complete, so that a StopTimeline right after a wait
+    // returned still finds the bucket.
+    f->timeline->completed_us = TimelineNowUs();
+    if (!status.ok()) f->timeline->error = status.message();
+    timeline_->BucketDone(std::move(*f->timeline));
+    f->timeline.reset();
   }
   for (size_t i = 0; i < f->slot.size(); ++i) {
     if (f->slot[i] == SIZE_MAX) continue;

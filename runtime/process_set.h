@@ -32,6 +32,7 @@
 #include "runtime/completion_queue.h"
 #include "runtime/handle_table.h"
 #include "runtime/tensor_queue.h"
+#include "runtime/timeline.h"
 
 namespace hora {
 
@@ -52,8 +53,9 @@ class ProcessSetRuntime {
   };
 
   // ranks: the members (global ranks, sorted); global_rank: this process's rank in the job.
+  // timeline (may be null; not owned) records each bucket while it is on.
   ProcessSetRuntime(int32_t id, std::vector<int> ranks, int global_rank, Host* host,
-                    CompletionQueue* completion);
+                    CompletionQueue* completion, Timeline* timeline = nullptr);
   ~ProcessSetRuntime();  // Stop()
   ProcessSetRuntime(const ProcessSetRuntime&) = delete;
   ProcessSetRuntime& operator=(const ProcessSetRuntime&) = delete;
@@ -85,6 +87,9 @@ class ProcessSetRuntime {
   void Loop();
   void Run(const BucketPlan& bucket);
   void Finish(const std::shared_ptr<InFlight>& f, Status status);
+  // Fills the timeline's record of a bucket about to start.
+  void TraceStart(const BucketPlan& bucket, const std::vector<const Request*>& requests,
+                  TimelineBucket* t) const;
 
   // Constant after construction.
   const int32_t id_;
@@ -92,6 +97,7 @@ class ProcessSetRuntime {
   const int rank_;
   Host* const host_;
   CompletionQueue* const completion_;
+  Timeline* const timeline_;
 
   // Set by Start, before the thread starts; used by that thread (Abort: any thread).
   std::unique_ptr<Communicator> cpu_;

@@ -459,6 +459,23 @@ const char* hora_error_string(hora_status_t status) {
   return hora::CodeName(static_cast<Code>(status));
 }
 
+hora_status_t hora_start_timeline(const char* file_path) {
+  if (file_path == nullptr || *file_path == '\0') {
+    return Fail(Code::kInvalidArgument, "start_timeline: the file path is NULL or empty");
+  }
+  hora_status_t st = HORA_OK;
+  auto e = Running(&st);
+  if (!e) return st;
+  return Report(e->StartTimeline(file_path));
+}
+
+hora_status_t hora_stop_timeline(void) {
+  hora_status_t st = HORA_OK;
+  auto e = Running(&st);
+  if (!e) return st;
+  return Report(e->StopTimeline());
+}
+
 const char* hora_last_error(void) { return t_last_error.c_str(); }
 
 hora_status_t hora_async_error(const char** message) {

@@ -41,7 +41,8 @@
  *             (they write one ready notice to the coordinator before returning).
  * Blocking.   Only hora_init (bounded by the start timeout), hora_wait (bounded by its
  *             timeout argument and by the runtime's failure detection), hora_process_set_add
- *             / _remove (bounded by the start timeout) and hora_shutdown block.
+ *             / _remove (bounded by the start timeout), hora_start_timeline (a few round
+ *             trips to the coordinator, each bounded by 2 s) and hora_shutdown block.
  * Env.        hora_init reads HORA_* environment variables (see README, "Options"); fields set
  *             in hora_config_t take precedence.
  */
@@ -237,6 +238,19 @@ HORA_API hora_status_t hora_result_shape(hora_handle_t handle, int64_t* shape, i
 HORA_API hora_status_t hora_result_copy(hora_handle_t handle, void* dst, size_t dst_bytes);
 HORA_API hora_status_t hora_result_splits(hora_handle_t handle, int64_t* splits, int32_t n);
 HORA_API hora_status_t hora_result_join_rank(hora_handle_t handle, int32_t* last_rank);
+
+/* ---- Timeline ---- */
+
+/* Starts writing this rank's timeline: Chrome trace events (open them in Perfetto) of every
+ * operation's phases, timestamped on the coordinator's clock so that the ranks' files line up
+ * (docs/timeline.md). The file is file_path with ".rank<R>" inserted before a ".json" ending
+ * (else appended); `hora-timeline merge` joins the ranks' files. Call it on every rank, like
+ * a collective (each rank writes its own file); it does not wait for the others.
+ * HORA_ERR_FAILED_PRECONDITION when a timeline is already on (HORA_TIMELINE starts one at
+ * init); HORA_ERR_INVALID_ARGUMENT when the file cannot be written. */
+HORA_API hora_status_t hora_start_timeline(const char* file_path);
+/* Writes what was recorded and closes the file. HORA_OK when no timeline is on. */
+HORA_API hora_status_t hora_stop_timeline(void);
 
 /* ---- Errors and build info ---- */
 HORA_API const char* hora_error_string(hora_status_t status);

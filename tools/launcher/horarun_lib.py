@@ -160,6 +160,9 @@ def build_parser():
                    help="HORA_FUSION_THRESHOLD in bytes (MB * 1048576; 0 = no fusion)")
     p.add_argument("--cycle-time-ms", type=_number(0, True), metavar="MS",
                    help="HORA_CYCLE_TIME_MS: longest wait to fill a fusion bucket")
+    p.add_argument("--timeline-filename", metavar="FILE",
+                   help="HORA_TIMELINE: every rank writes its timeline (FILE with .rankN "
+                        "before .json); `hora-timeline merge FILE` joins them")
     p.add_argument("--heartbeat-timeout", type=_number(0, True), metavar="SECONDS",
                    help="HORA_HEARTBEAT_TIMEOUT_SECONDS: silence after which a rank is dead")
     p.add_argument("--grace", type=_number(0, False), default=5.0, metavar="SECONDS",
@@ -241,6 +244,8 @@ def option_env(args):
         env["HORA_CYCLE_TIME_MS"] = _format_number(args.cycle_time_ms)
     if args.heartbeat_timeout is not None:
         env["HORA_HEARTBEAT_TIMEOUT_SECONDS"] = _format_number(args.heartbeat_timeout)
+    if args.timeline_filename:
+        env["HORA_TIMELINE"] = os.path.abspath(args.timeline_filename)
     if args.gloo:
         env[CPU_BACKEND_VAR] = "gloo"
     return env

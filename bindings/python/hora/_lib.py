@@ -88,6 +88,8 @@ _PROTOTYPES = {
     "hora_result_copy": (c_status, [c_handle, ctypes.c_void_p, ctypes.c_size_t]),
     "hora_result_splits": (c_status, [c_handle, c_int64_p, ctypes.c_int32]),
     "hora_result_join_rank": (c_status, [c_handle, c_int32_p]),
+    "hora_start_timeline": (c_status, [ctypes.c_char_p]),
+    "hora_stop_timeline": (c_status, []),
     "hora_error_string": (ctypes.c_char_p, [c_status]),
     "hora_last_error": (ctypes.c_char_p, []),
     "hora_async_error": (c_status, [ctypes.POINTER(ctypes.c_char_p)]),

@@ -4,6 +4,7 @@ descriptor. Framework bindings (hora.numpy_ops, hora.torch) build on this module
 import atexit
 import ctypes
 import itertools
+import os
 import threading
 
 from . import _lib
@@ -121,6 +122,19 @@ def async_error():
     if status == errors.OK:
         return None
     return errors.error_class(status)(status, message, "background")
+
+
+def start_timeline(file_path):
+    """Starts writing this rank's timeline (Chrome trace events, docs/timeline.md) to
+    file_path with ".rank<R>" before ".json". Call it on every rank; it does not wait for the
+    others. Raises HoraPreconditionError when a timeline is already on."""
+    path = os.fspath(file_path)
+    _lib.check(_lib.lib().hora_start_timeline(path.encode("utf-8")), "start_timeline")
+
+
+def stop_timeline():
+    """Finishes this rank's timeline file; does nothing when no timeline is on."""
+    _lib.check(_lib.lib().hora_stop_timeline(), "stop_timeline")
 
 
 # ---- names ----

@@ -1,0 +1,295 @@
+#include "runtime/timeline.h"
+
+#include <cerrno>
+#include <cstring>
+
+namespace hora {
+namespace {
+
+constexpr int kStepsTrack = 0;
+constexpr int kFirstSetTrack = 1;             // + process set id: the set's buckets
+constexpr int kFirstTensorTrack = 1000000;    // tensors, in order of first sight
+constexpr size_t kFlushBytes = 1 << 16;
+
+void AppendEscaped(std::string* out, const std::string& s) {
+  for (char c : s) {
+    switch (c) {
+      case '"': *out += "\\\""; break;
+      case '\\': *out += "\\\\"; break;
+      case '\n': *out += "\\n"; break;
+      case '\t': *out += "\\t"; break;
+      default:
+        if (static_cast<unsigned char>(c) < 0x20) {
+          char buf[8];
+          std::snprintf(buf, sizeof(buf), "\\u%04x", c);
+          *out += buf;
+        } else {
+          *out += c;
+        }
+    }
+  }
+}
+
+std::string Quoted(const std::string& s) {
+  std::string out = "\"";
+  AppendEscaped(&out, s);
+  return out + "\"";
+}
+
+std::string Kv(const char* key, int64_t v) { return std::string("\"") + key + "\":" + std::to_string(v); }
+std::string Kv(const char* key, const std::string& v) { return std::string("\"") + key + "\":" + Quoted(v); }
+
+}  // namespace
+
+std::string TimelineRankPath(const std::string& path, int rank) {
+  const std::string tag = ".rank" + std::to_string(rank);
+  const std::string ext = ".json";
+  if (path.size() > ext.size() && path.compare(path.size() - ext.size(), ext.size(), ext) == 0) {
+    return path.substr(0, path.size() - ext.size()) + tag + ext;
+  }
+  return path + tag;
+}
+
+Timeline::~Timeline() { Stop(); }
+
+std::string Timeline::path() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return path_;
+}
+
+Status Timeline::Start(const std::string& path, int rank, const std::string& label,
+                       int64_t clock_offset_us) {
+  std::lock_guard<std::mutex> serial(start_mu_);
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (open_) {
+      return Status(Code::kFailedPrecondition,
+                    "the timeline is already being written to '" + path_ + "'; stop it first");
+    }
+  }
+  if (path.empty()) return InvalidArgument("the timeline needs a file name");
+  std::FILE* f = std::fopen(path.c_str(), "w");
+  if (f == nullptr) {
+    return InvalidArgument("cannot write the timeline to '" + path + "': " + std::strerror(errno));
+  }
+  file_ = f;
+  rank_ = rank;
+  offset_us_ = clock_offset_us;
+  first_event_ = true;
+  out_ = "[\n";
+  submitted_.clear();
+  planned_.clear();
+  tracks_.clear();
+  set_tracks_.clear();
+  step_anchor_.clear();
+  step_start_us_ = -1;
+  steps_ = 0;
+  Metadata("process_name", 0, Kv("name", label));
+  Metadata("process_sort_index", 0, Kv("sort_index", rank));
+  Metadata("process_labels", 0,
+           Kv("labels", "clock offset to rank 0: " + std::to_string(clock_offset_us) + " us"));
+  Metadata("thread_name", kStepsTrack, Kv("name", "steps"));
+  Metadata("thread_sort_index", kStepsTrack, Kv("sort_index", kStepsTrack));
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    path_ = path;
+    open_ = true;
+    stop_ = false;
+    pending_ = Pending();
+  }
+  writer_ = std::thread([this] { WriterLoop(); });
+  on_.store(true, std::memory_order_relaxed);
+  return Status::Ok();
+}
+
+Status Timeline::Stop() {
+  std::lock_guard<std::mutex> serial(start_mu_);
+  on_.store(false, std::memory_order_relaxed);
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!open_) return Status::Ok();
+    open_ = false;
+    stop_ = true;
+  }
+  cv_.notify_all();
+  writer_.join();
+  out_ += "\n]\n";
+  const bool wrote = std::fwrite(out_.data(), 1, out_.size(), file_) == out_.size();
+  const bool closed = std::fclose(file_) == 0;
+  file_ = nullptr;
+  out_.clear();
+  std::string path;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    path = path_;
+  }
+  if (!wrote || !closed) return Internal("writing the timeline '" + path + "' failed");
+  return Status::Ok();
+}
+
+void Timeline::Submitted(int64_t handle, const TensorSpec& spec, int64_t at_us) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!open_) return;
+  const bool wake = pending_.empty();
+  pending_.submissions.push_back({handle, at_us, spec.process_set, spec.collective, spec.name});
+  if (wake) cv_.notify_one();
+}
+
+void Timeline::Planned(int32_t process_set, uint64_t seq, int64_t at_us) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!open_) return;
+  const bool wake = pending_.empty();
+  pending_.planned.push_back({{process_set, seq}, at_us});
+  if (wake) cv_.notify_one();
+}
+
+void Timeline::BucketDone(TimelineBucket bucket) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!open_) return;
+  const bool wake = pending_.empty();
+  pending_.buckets.push_back(std::move(bucket));
+  if (wake) cv_.notify_one();
+}
+
+void Timeline::WriterLoop() {
+  for (;;) {
+    Pending batch;
+    bool last = false;
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      cv_.wait(lock, [&] { return stop_ || !pending_.empty(); });
+      std::swap(batch, pending_);
+      last = stop_;
+    }
+    Write(&batch);
+    if (last) return;  // Stop writes the rest of out_ and closes the file
+    if (out_.size() >= kFlushBytes) {
+      std::fwrite(out_.data(), 1, out_.size(), file_);
+      std::fflush(file_);
+      out_.clear();
+    }
+  }
+}
+
+// Submissions before plans before buckets: a bucket done in this batch may have been
+// submitted and planned in it too.
+void Timeline::Write(Pending* batch) {
+  for (Submission& s : batch->submissions) {
+    WriteStep(s);
+    submitted_[s.handle] = Tensor{TrackOf(s.process_set, s.name), s.at_us, std::move(s.name)};
+  }
+  for (const auto& [key, at] : batch->planned) planned_[key] = at;
+  for (const TimelineBucket& b : batch->buckets) WriteBucket(b);
+}
+
+void Timeline::WriteStep(const Submission& s) {
+  if (s.process_set != kGlobalProcessSet) return;
+  if (step_anchor_.empty()) step_anchor_ = s.name;
+  if (s.name != step_anchor_) return;
+  if (step_start_us_ >= 0) {
+    Event("step", kStepsTrack, step_start_us_, s.at_us, Kv("step", steps_));
+    ++steps_;
+  }
+  step_start_us_ = s.at_us;
+}
+
+int Timeline::TrackOf(int32_t process_set, const std::string& name) {
+  auto [it, inserted] = tracks_.try_emplace({process_set, name}, 0);
+  if (inserted) {
+    it->second = kFirstTensorTrack + static_cast<int>(tracks_.size()) - 1;
+    const std::string track =
+        process_set == kGlobalProcessSet ? name : "set " + std::to_string(process_set) + ": " + name;
+    Metadata("thread_name", it->second, Kv("name", track));
+    Metadata("thread_sort_index", it->second, Kv("sort_index", it->second));
+  }
+  return it->second;
+}
+
+void Timeline::WriteBucket(const TimelineBucket& b) {
+  const int set_tid = kFirstSetTrack + b.process_set;
+  if (set_tracks_.emplace(b.process_set, true).second) {
+    Metadata("thread_name", set_tid, Kv("name", "set " + std::to_string(b.process_set) + " buckets"));
+    Metadata("thread_sort_index", set_tid, Kv("sort_index", set_tid));
+  }
+  const std::string op = std::string(CollectiveName(b.collective)) +
+                         (b.inline_reduced ? " (inline)" : "");
+  const std::string common = Kv("process_set", b.process_set) + "," +
+                             Kv("bucket", static_cast<int64_t>(b.seq)) + "," +
+                             Kv("backend", b.backend) + "," + Kv("bucket_bytes", b.bytes) +
+                             "," + Kv("tensors", static_cast<int64_t>(b.tensors.size())) +
+                             (b.error.empty() ? "" : "," + Kv("error", b.error));
+  const auto planned = planned_.find({b.process_set, b.seq});
+  const int64_t planned_us = planned == planned_.end() ? 0 : planned->second;
+  if (planned != planned_.end()) planned_.erase(planned);
+  const int64_t start = b.start_us;
+  const int64_t coll = b.collective_us > 0 ? b.collective_us : start;
+  const int64_t coll_done = b.collective_done_us > 0 ? b.collective_done_us : coll;
+  const int64_t unpacked = b.unpacked_us > 0 ? b.unpacked_us : coll_done;
+  const int64_t done = b.completed_us > 0 ? b.completed_us : unpacked;
+
+  // The bucket's own track: its span with the phases nested.
+  std::string names = "[";
+  for (size_t i = 0; i < b.tensors.size(); ++i) {
+    auto it = submitted_.find(b.tensors[i].handle);
+    names += (i ? "," : "") + Quoted(it == submitted_.end() ? "?" : it->second.name);
+  }
+  names += "]";
+  Event("bucket", set_tid, start, done, common + "," + Kv("collective", op) + ",\"names\":" + names);
+  if (!b.inline_reduced) {
+    if (coll > start) Event("pack", set_tid, start, coll, "");
+    Event(op.c_str(), set_tid, coll, coll_done, "");
+    if (unpacked > coll_done) Event("unpack", set_tid, coll_done, unpacked, "");
+  }
+
+  for (const TimelineBucket::Tensor& t : b.tensors) {
+    auto it = submitted_.find(t.handle);
+    if (it == submitted_.end()) continue;  // submitted before the timeline started
+    const Tensor& tensor = it->second;
+    const int64_t got_plan = planned_us > 0 ? planned_us : start;
+    Event("negotiate", tensor.tid, tensor.at_us, got_plan,
+          Kv("last_rank", t.last_rank) + "," + Kv("lag_us", t.lag_us) + "," +
+              Kv("wait_us", t.wait_us) + "," + Kv("process_set", b.process_set) + "," +
+              Kv("bucket", static_cast<int64_t>(b.seq)) + "," + Kv("collective", op) + "," +
+              Kv("bytes", t.bytes));
+    if (b.inline_reduced) {
+      Event(op.c_str(), tensor.tid, got_plan, done, common + "," + Kv("bytes", t.bytes));
+    } else {
+      if (start > got_plan) Event("queue", tensor.tid, got_plan, start, "");
+      if (coll > start) Event("pack", tensor.tid, start, coll, "");
+      Event(op.c_str(), tensor.tid, coll, coll_done, common + "," + Kv("bytes", t.bytes));
+      if (unpacked > coll_done) Event("unpack", tensor.tid, coll_done, unpacked, "");
+    }
+    Instant("done", tensor.tid, done);
+    submitted_.erase(it);
+  }
+}
+
+void Timeline::Event(const char* name, int tid, int64_t begin_us, int64_t end_us,
+                     const std::string& args) {
+  out_ += first_event_ ? "" : ",\n";
+  first_event_ = false;
+  out_ += "{\"name\":";
+  out_ += Quoted(name);
+  out_ += ",\"ph\":\"X\",\"pid\":" + std::to_string(rank_) + ",\"tid\":" + std::to_string(tid) +
+          ",\"ts\":" + std::to_string(Ts(begin_us)) +
+          ",\"dur\":" + std::to_string(end_us > begin_us ? end_us - begin_us : 0);
+  if (!args.empty()) out_ += ",\"args\":{" + args + "}";
+  out_ += "}";
+}
+
+void Timeline::Instant(const char* name, int tid, int64_t at_us) {
+  out_ += first_event_ ? "" : ",\n";
+  first_event_ = false;
+  out_ += "{\"name\":\"" + std::string(name) + "\",\"ph\":\"i\",\"s\":\"t\",\"pid\":" +
+          std::to_string(rank_) + ",\"tid\":" + std::to_string(tid) +
+          ",\"ts\":" + std::to_string(Ts(at_us)) + "}";
+}
+
+void Timeline::Metadata(const char* what, int tid, const std::string& args) {
+  out_ += first_event_ ? "" : ",\n";
+  first_event_ = false;
+  out_ += "{\"name\":\"" + std::string(what) + "\",\"ph\":\"M\",\"pid\":" +
+          std::to_string(rank_) + ",\"tid\":" + std::to_string(tid) + ",\"args\":{" + args + "}}";
+}
+
+}  // namespace hora

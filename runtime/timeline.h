@@ -1,0 +1,171 @@
+// The timeline: where this rank's time goes, as Chrome trace events (chrome://tracing and
+// Perfetto open the file; tools/timeline merges the ranks' files and writes a straggler report).
+//
+// Every rank writes its own file. Per tensor (one track per tensor name) the phases follow each
+// other on the same track:
+//   negotiate   submission until this rank got the plan, i.e. until every rank had submitted
+//               it; args: the rank that came last (global), how long after the first rank it
+//               came (lag_us) and how long this rank waited for it (wait_us), both as the
+//               coordinator saw the arrivals.
+//   queue       plan received until the set's executor started the bucket.
+//   pack        taking the requests and packing the fusion buffer (prescale included).
+//   <collective> the data-plane call ("allreduce", ...; "allreduce (inline)" when the
+//               coordinator reduced it); args: backend, bucket bytes, process set, bucket seq.
+//   unpack      copying out of the fusion buffer (postscale included).
+//   done        (an instant) the handles complete: the framework's wait returns.
+// Per process set a track "set N buckets" holds one span per bucket (its tensors, bytes,
+// backend) with pack / collective / unpack nested. A track "steps" marks the job's steps: a
+// step starts each time the first tensor name this timeline saw (in the global set) is
+// submitted again. Timestamps are microseconds on the coordinator's steady clock: each rank
+// adds its offset (measured when the timeline starts, see CoordinatorClient::ClockOffsetUs), so
+// the ranks' events line up. pid = global rank.
+//
+// Cost: when off, every hook is one relaxed atomic load and a branch at the call site
+// (`if (timeline.on())`). When on, a hook takes a lock and appends a small record; the writer
+// thread, woken when records wait, turns them into JSON and writes them, so formatting and I/O
+// never run on the framework's or the executors' threads.
+//
+// Thread safety: every method may be called from any thread. Start and Stop are serialized
+// with each other. Records that arrive while the timeline is off are dropped.
+#ifndef HORA_RUNTIME_TIMELINE_H_
+#define HORA_RUNTIME_TIMELINE_H_
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <cstdio>
+#include <map>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include "common/status.h"
+#include "common/types.h"
+
+namespace hora {
+
+// The timeline's clock: the steady clock in microseconds.
+inline int64_t TimelineNowUs() {
+  return std::chrono::duration_cast<std::chrono::microseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+// The file rank `rank` writes for HORA_TIMELINE=path: "t.json" -> "t.rank3.json", other names
+// get ".rank3" appended.
+std::string TimelineRankPath(const std::string& path, int rank);
+
+// One bucket as it ran on this rank, recorded as its handles are about to complete.
+struct TimelineBucket {
+  struct Tensor {
+    int64_t handle = 0;     // joins the tensor's submission
+    int64_t bytes = 0;
+    int32_t last_rank = -1; // from the plan (global rank)
+    int64_t lag_us = 0;
+    int64_t wait_us = 0;
+  };
+  int32_t process_set = 0;
+  uint64_t seq = 0;
+  CollectiveType collective = CollectiveType::kAllreduce;
+  std::string backend;      // the communicator's name; "coordinator" when inline
+  bool inline_reduced = false;
+  int64_t bytes = 0;
+  std::vector<Tensor> tensors;
+  // Steady-clock microseconds (TimelineNowUs); 0 = did not happen.
+  int64_t start_us = 0;           // the executor took the bucket
+  int64_t collective_us = 0;      // the data-plane call began (packing done)
+  int64_t collective_done_us = 0; // the communicator's work was done
+  int64_t unpacked_us = 0;
+  int64_t completed_us = 0;       // the handles are completed
+  std::string error;              // non-empty: the bucket failed
+};
+
+class Timeline {
+ public:
+  Timeline() = default;
+  ~Timeline();  // Stop()
+  Timeline(const Timeline&) = delete;
+  Timeline& operator=(const Timeline&) = delete;
+
+  // Starts writing to `path` (this rank's own file, truncated). clock_offset_us: the
+  // coordinator's clock minus ours. label names the process in the trace ("rank 1 (host a)").
+  // FAILED_PRECONDITION when already on; INVALID_ARGUMENT naming the path when it cannot be
+  // opened.
+  Status Start(const std::string& path, int rank, const std::string& label,
+               int64_t clock_offset_us);
+  // Writes what was recorded, closes the JSON array and the file. OK when already off.
+  Status Stop();
+  bool on() const { return on_.load(std::memory_order_relaxed); }
+  std::string path() const;
+
+  // Hooks (call when on(); they drop the record if the timeline stopped meanwhile).
+  // A tensor was submitted on this rank (before it could be announced).
+  void Submitted(int64_t handle, const TensorSpec& spec, int64_t at_us);
+  // This rank received the plan of bucket (set, seq).
+  void Planned(int32_t process_set, uint64_t seq, int64_t at_us);
+  void BucketDone(TimelineBucket bucket);
+
+ private:
+  struct Submission {
+    int64_t handle;
+    int64_t at_us;
+    int32_t process_set;
+    CollectiveType collective;
+    std::string name;
+  };
+  struct Pending {
+    std::vector<Submission> submissions;
+    std::vector<std::pair<std::pair<int32_t, uint64_t>, int64_t>> planned;
+    std::vector<TimelineBucket> buckets;
+    bool empty() const { return submissions.empty() && planned.empty() && buckets.empty(); }
+  };
+  // The writer thread's own state: tracks and the joins between records.
+  struct Tensor {
+    int tid;
+    int64_t at_us;
+    std::string name;
+  };
+  void WriterLoop();
+  void Write(Pending* batch);
+  void WriteBucket(const TimelineBucket& b);
+  void WriteStep(const Submission& s);
+  int TrackOf(int32_t process_set, const std::string& name);
+  void Event(const char* name, int tid, int64_t begin_us, int64_t end_us,
+             const std::string& args);
+  void Instant(const char* name, int tid, int64_t at_us);
+  void Metadata(const char* what, int tid, const std::string& args);
+  int64_t Ts(int64_t us) const { return us + offset_us_; }
+
+  std::mutex start_mu_;  // serializes Start and Stop
+  std::atomic<bool> on_{false};
+
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  bool open_ = false;  // guarded by mu_: records are accepted
+  bool stop_ = false;  // guarded by mu_: the writer drains and exits
+  Pending pending_;    // guarded by mu_
+  std::string path_;   // guarded by mu_
+
+  // Set by Start before the writer starts; then the writer's alone until Stop joins it.
+  std::FILE* file_ = nullptr;
+  int rank_ = 0;
+  int64_t offset_us_ = 0;
+  bool first_event_ = true;
+  std::string out_;  // the batch being formatted
+  std::unordered_map<int64_t, Tensor> submitted_;      // by handle, until its bucket is done
+  std::map<std::pair<int32_t, uint64_t>, int64_t> planned_;  // (set, seq) -> received
+  std::map<std::pair<int32_t, std::string>, int> tracks_;   // (set, name) -> tid
+  std::map<int32_t, bool> set_tracks_;                       // sets whose bucket track is named
+  std::string step_anchor_;  // the first name seen in the global set
+  int64_t step_start_us_ = -1;
+  int64_t steps_ = 0;
+  std::thread writer_;
+};
+
+}  // namespace hora
+
+#endif  // HORA_RUNTIME_TIMELINE_H_

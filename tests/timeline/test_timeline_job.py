@@ -1,0 +1,138 @@
+"""The timeline in real jobs: horarun --timeline-filename at 2 and 3 ranks with one rank made
+late (a sleep before its submissions), then hora-timeline merge and report.
+
+Checks: every rank's file is valid JSON with events of every kind of tensor, each tensor's
+phases in order; the plans name the late rank as the last arrival; the report names it the
+straggler and draws the picture; the timeline stopped and started again mid-job holds only
+what came after. No time is asserted.
+"""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+REPO = os.getcwd()
+sys.path.insert(0, os.path.join(REPO, "tools", "timeline"))
+import hora_timeline  # noqa: E402
+
+JOB = "tests/timeline/timeline_job"
+HORARUN = ["/usr/bin/python3", "tools/launcher/horarun"]
+TOOL = ["/usr/bin/python3", "tools/timeline/hora-timeline"]
+PHASES = ["negotiate", "queue", "pack", None, "unpack", "done"]  # None: the collective
+KINDS = {"allreduce", "allreduce (inline)", "broadcast", "allgather", "reducescatter",
+         "alltoall", "barrier", "send"}
+
+
+def job_binary():
+    return JOB if os.access(JOB, os.X_OK) else os.path.join("bazel-bin", JOB)
+
+
+def run_job(tmp_path, np, late):
+    base = str(tmp_path / "trace.json")
+    second = str(tmp_path / "second.json")
+    cmd = HORARUN + ["-np", str(np), "--timeline-filename", base, job_binary(), str(late),
+                     "40", second]
+    p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=300,
+                       universal_newlines=True)
+    assert p.returncode == 0, p.stdout
+    return base, second
+
+
+def tracks(events):
+    """The tensors' tracks: (pid, tid) -> tensor name."""
+    return {(e["pid"], e["tid"]): e["args"]["name"] for e in events
+            if e.get("ph") == "M" and e.get("name") == "thread_name"
+            and e["tid"] >= hora_timeline.TENSOR_TRACKS}
+
+
+def check_phase_order(events):
+    """On every tensor track: rounds that start with negotiate, then phases in order."""
+    by_track = {}
+    for e in events:
+        if e.get("ph") in ("X", "i") and e["tid"] >= hora_timeline.TENSOR_TRACKS:
+            by_track.setdefault((e["pid"], e["tid"]), []).append(e)
+    assert by_track
+    for key, evs in by_track.items():
+        evs.sort(key=lambda e: e["ts"])
+        at = -1
+        for e in evs:
+            name = e["name"]
+            i = PHASES.index(name) if name in PHASES else 3
+            if i == 0:
+                at = 0
+                continue
+            assert at >= 0 and i > at, (key, [x["name"] for x in evs])
+            at = i
+            # each phase starts where the one before it ended, or later
+        for a, b in zip(evs, evs[1:]):
+            assert a["ts"] <= b["ts"]
+
+
+@pytest.mark.parametrize("np,late", [(2, 0), (3, 2)])
+def test_timeline_job(tmp_path, np, late):
+    base, second = run_job(tmp_path, np, late)
+    files = hora_timeline.rank_files(base)
+    assert [os.path.basename(f) for f in files] == ["trace.rank%d.json" % r for r in range(np)]
+    for r, f in enumerate(files):
+        with open(f) as fh:
+            events = json.load(fh)  # strict: the file was closed properly
+        assert {e["pid"] for e in events} == {r}
+        names = {e["name"] for e in events if e.get("ph") == "X"}
+        assert KINDS <= names, KINDS - names
+        assert "step" in names
+        check_phase_order(events)
+        t = tracks(events)
+        assert not any(n.startswith("untraced.") or n.startswith("second.") for n in t.values())
+        assert "hora.barrier.5" in t.values() and "hora.barrier.6" not in t.values()
+        lasts = {}
+        for e in events:
+            if e["name"] != "negotiate":
+                continue
+            assert e["args"]["last_rank"] in range(np)
+            assert e["args"]["lag_us"] >= e["args"]["wait_us"] >= 0
+            kind = e["args"]["collective"]
+            if kind not in ("barrier", "send"):
+                lasts.setdefault(e["args"]["last_rank"], 0)
+                lasts[e["args"]["last_rank"]] += 1
+        assert set(lasts) == {late}, lasts
+
+    out = str(tmp_path / "merged.json")
+    p = subprocess.run(TOOL + ["merge", base, "-o", out], stdout=subprocess.PIPE,
+                       stderr=subprocess.STDOUT, universal_newlines=True)
+    assert p.returncode == 0, p.stdout
+    with open(out) as fh:
+        merged = json.load(fh)
+    assert {e["pid"] for e in merged["traceEvents"]} == set(range(np))
+    assert min(e["ts"] for e in merged["traceEvents"] if "ts" in e) == 0
+
+    png = str(tmp_path / "report.png")
+    p = subprocess.run(TOOL + ["report", out, "--json", "--png", png], stdout=subprocess.PIPE,
+                       stderr=subprocess.PIPE, universal_newlines=True)
+    assert p.returncode == 0, p.stderr
+    summary = json.loads(p.stdout)
+    assert summary["straggler"] == late, summary["per_rank"]
+    per = {x["rank"]: x for x in summary["per_rank"]}
+    assert per[late]["last_share"] > 0.5
+    assert per[late]["waited_for_us"] == max(x["waited_for_us"] for x in per.values())
+    assert len(summary["steps"]) >= 4
+    try:
+        import matplotlib  # noqa: F401
+        assert os.path.getsize(png) > 0
+    except ImportError:
+        assert "matplotlib is missing" in p.stderr
+    text = subprocess.run(TOOL + ["report", base, "--no-png"], stdout=subprocess.PIPE,
+                          universal_newlines=True).stdout
+    assert "Straggler: rank %d" % late in text
+
+    # Stopped, then started again mid-job: the second timeline holds the second step alone.
+    for r, f in enumerate(hora_timeline.rank_files(second)):
+        with open(f) as fh:
+            events = json.load(fh)
+        names = set(tracks(events).values())
+        user = {n for n in names if not n.startswith("hora.")}
+        internal = names - user  # barriers and transfers are numbered: the 8th of each
+        assert user and all(n.startswith("second.") for n in user), names
+        assert internal and all(n.endswith(".7") for n in internal), internal
