@@ -136,3 +136,21 @@ def test_timeline_job(tmp_path, np, late):
         internal = names - user  # barriers and transfers are numbered: the 8th of each
         assert user and all(n.startswith("second.") for n in user), names
         assert internal and all(n.endswith(".7") for n in internal), internal
+
+
+def test_torch_start_and_stop_timeline_mid_job(tmp_path):
+    base = str(tmp_path / "torch.json")
+    p = subprocess.run(HORARUN + ["-np", "2", "/usr/bin/python3",
+                                  "tests/timeline/torch_timeline_worker.py", base],
+                       stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=300,
+                       universal_newlines=True)
+    assert p.returncode == 0, p.stdout
+    files = hora_timeline.rank_files(base)
+    assert len(files) == 2
+    for f in files:
+        with open(f) as fh:
+            events = json.load(fh)
+        names = set(tracks(events).values())
+        assert names == {"allreduce.during.%d" % i for i in range(3)}, names
+        assert sum(e["name"] == "negotiate" for e in events) == 9
+        check_phase_order(events)

@@ -87,11 +87,13 @@ def rocm_built():
 
 
 def start_timeline(file_path, mark_cycles=False):
-    """Not supported at run time by Hora's C API: set the runtime's timeline option in the
-    environment before the job starts instead (see the README)."""
-    _log.warning("hora.torch.start_timeline(%r) is not supported at run time; set the "
-                 "timeline option in the environment before starting the job", file_path)
+    """Starts this rank's timeline at any point of the job; call it on every rank. Each rank
+    writes file_path with ".rank<R>" before ".json"; `hora-timeline merge file_path` joins
+    them (docs/timeline.md). mark_cycles is accepted for Horovod's sake: Hora has no cycles
+    (its steps are marked instead)."""
+    _core.start_timeline(file_path)
 
 
 def stop_timeline():
-    _log.warning("hora.torch.stop_timeline() is not supported at run time")
+    """Finishes this rank's timeline file (nothing when none is on)."""
+    _core.stop_timeline()
