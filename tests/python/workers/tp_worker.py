@@ -206,7 +206,7 @@ def sizes_that_do_not_divide_are_errors():
            % (4 * n + 1, n))
     raises(ValueError, hvd.VocabParallelEmbedding, 4 * n + 1, D, process_set=ps,
            contains="num_embeddings %d is not divisible" % (4 * n + 1))
-    raises(ValueError, hvd.ColumnParallelLinear, D, 3 * n * 2, chunks=4,
+    raises(ValueError, hvd.ColumnParallelLinear, D, 4 * n + 2, chunks=4,
            contains="not divisible by chunks 4")
     row = hvd.RowParallelLinear(2 * n, D, input_is_parallel=True)
     raises(ValueError, row, torch.ones(2, 2 * n), contains="this rank's slice is 2")

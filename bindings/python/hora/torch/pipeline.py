@@ -187,12 +187,11 @@ class Pipeline(nn.Module):
         x, y = saved.pop(i)
         t0 = time.perf_counter()
         grad = None
-        if not self.is_last:
-            if not (y.requires_grad and y.is_floating_point()):
-                grad = None
-            else:
-                grad = recv(torch.empty(y.shape, dtype=y.dtype), self.next, TAG_GRADIENT,
-                            self.process_set)
+        if not self.is_last and y.is_floating_point():
+            # the next stage sends a gradient for every floating-point activation (zeros if
+            # it did not use it); a non-floating one has none
+            grad = recv(torch.empty(y.shape, dtype=y.dtype), self.next, TAG_GRADIENT,
+                        self.process_set)
         t1 = time.perf_counter()
         if y.requires_grad:
             torch.autograd.backward(y, grad)
