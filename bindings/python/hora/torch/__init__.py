@@ -9,6 +9,9 @@ from .mpi_ops import __all__ as _mpi_ops_all
 from .functions import (broadcast_parameters, broadcast_optimizer_state, broadcast_object,
                         allgather_object)
 from .optimizer import DistributedOptimizer
+from .zero import ZeroOptimizer
+from .tensor_parallel import *  # noqa: F401,F403 - tensor_parallel.__all__
+from .pipeline import Pipeline, split_sequential
 from .sync_batch_norm import SyncBatchNorm
 
 
