@@ -104,7 +104,19 @@ void ClientImpl::AddToken(grpc::ClientContext* ctx) const {
   ctx->AddMetadata(kTokenMetadataKey, config_.token);
 }
 
+// A rank that shuts down and starts again may reach rank 0's previous coordinator while it
+// still drains: that one answers UNAVAILABLE (or cancels the call as its server stops), and
+// Join tries again, until the deadline, at the same address where the new one will listen.
 Status ClientImpl::DoJoin(SystemTime deadline) {
+  for (;;) {
+    bool again = false;
+    Status s = JoinOnce(deadline, &again);
+    if (!again || std::chrono::system_clock::now() >= deadline) return s;
+    std::this_thread::sleep_for(milliseconds(50));
+  }
+}
+
+Status ClientImpl::JoinOnce(SystemTime deadline, bool* again) {
   grpc::ClientContext ctx;
   AddToken(&ctx);
   ctx.set_deadline(deadline);
@@ -118,6 +130,8 @@ Status ClientImpl::DoJoin(SystemTime deadline) {
   request.set_options_digest(config_.options_digest);
   proto::JoinResponse response;
   grpc::Status st = stub_->Join(&ctx, request, &response);
+  *again = st.error_code() == grpc::StatusCode::UNAVAILABLE ||
+           st.error_code() == grpc::StatusCode::CANCELLED;
   if (!st.ok()) {
     return FromGrpcStatus(st, "rank " + std::to_string(config_.rank) +
                                   ": Join with the coordinator at " + config_.address);

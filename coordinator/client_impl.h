@@ -26,6 +26,7 @@ class ClientImpl final : public CoordinatorClient {
   ~ClientImpl() override;
 
   // Sends Join and waits for the topology until `deadline`.
+  Status JoinOnce(std::chrono::system_clock::time_point deadline, bool* again);
   Status DoJoin(std::chrono::system_clock::time_point deadline);
 
   const Topology& topology() const override { return topology_; }

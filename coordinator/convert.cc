@@ -133,6 +133,7 @@ void ToProto(const BucketPlan& plan, proto::Bucket* out) {
   out->set_joined_ranks(plan.joined_ranks);
   out->set_inline_reduced(plan.inline_reduced);
   out->set_process_set(plan.process_set);
+  out->set_device(static_cast<int32_t>(plan.device));
   out->clear_participants();
   for (int32_t p : plan.participants) out->add_participants(p);
   out->clear_entries();
@@ -166,6 +167,11 @@ Status FromProto(const proto::Bucket& in, BucketPlan* out) {
     return InvalidArgument(what + ": invalid process set " + std::to_string(in.process_set()));
   }
   out->process_set = in.process_set();
+  if (in.device() != static_cast<int32_t>(Device::kCpu) &&
+      in.device() != static_cast<int32_t>(Device::kCuda)) {
+    return InvalidArgument(what + ": invalid device " + std::to_string(in.device()));
+  }
+  out->device = static_cast<Device>(in.device());
   out->participants.assign(in.participants().begin(), in.participants().end());
   for (int32_t p : out->participants) {
     if (p < 0) return InvalidArgument(what + ": invalid participant " + std::to_string(p));

@@ -61,6 +61,7 @@ struct BucketPlan {
   CollectiveType collective = CollectiveType::kAllreduce;
   DataType dtype = DataType::kFloat32;
   ReduceOp op = ReduceOp::kSum;
+  Device device = Device::kCpu;  // picks the set's communicator for the bucket
   int root = 0;
   double prescale = 1.0;
   double postscale = 1.0;

@@ -119,6 +119,12 @@ grpc::Status CoordinatorServiceImpl::Join(grpc::ServerContext* ctx,
   }
   const int rank = request->rank();
   RankState& state = ranks_[rank];
+  if (state.joined && state.had_session && !state.session && !state.lost) {
+    // The rank said goodbye and is starting again (shutdown, then init), while this
+    // coordinator still drains the old job: it should wait for the new coordinator.
+    return grpc::Status(grpc::StatusCode::UNAVAILABLE,
+                        "the coordinator of the previous job is shutting down");
+  }
   if (state.joined) {
     std::string msg = "rank " + std::to_string(rank) + " has already joined as " +
                       DescribeRank(rank) + "; refused host " + request->hostname() +

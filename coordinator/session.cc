@@ -198,6 +198,7 @@ BucketPlan CoordinatorServiceImpl::PlanForRankLocked(
   plan.collective = bucket.collective;
   plan.dtype = bucket.dtype;
   plan.op = bucket.op;
+  plan.device = bucket.device;
   plan.root = bucket.root;
   plan.prescale = bucket.prescale;
   plan.postscale = bucket.postscale;

@@ -84,6 +84,9 @@ TEST_CASE("PlanMessage round-trips and validates codes", "[convert]") {
   b.collective = CollectiveType::kAllgather;
   b.dtype = DataType::kInt64;
   b.joined_ranks = 1;
+  b.process_set = 4;
+  b.participants = {0, 2};
+  b.device = Device::kCuda;
   b.entries.push_back({3, 10, {1, 2}, {}});
   b.entries.push_back({-1, 4, {}, {2, 2}});
   in.buckets.push_back(b);
@@ -96,6 +99,9 @@ TEST_CASE("PlanMessage round-trips and validates codes", "[convert]") {
   CHECK(out.buckets[0].seq == 7);
   CHECK(out.buckets[0].collective == CollectiveType::kAllgather);
   CHECK(out.buckets[0].joined_ranks == 1);
+  CHECK(out.buckets[0].process_set == 4);
+  CHECK(out.buckets[0].participants == std::vector<int32_t>{0, 2});
+  CHECK(out.buckets[0].device == Device::kCuda);
   REQUIRE(out.buckets[0].entries.size() == 2);
   CHECK(out.buckets[0].entries[0].id == 3);
   CHECK(out.buckets[0].entries[0].first_dims == std::vector<int64_t>{1, 2});
@@ -104,6 +110,12 @@ TEST_CASE("PlanMessage round-trips and validates codes", "[convert]") {
   REQUIRE(out.errors.size() == 1);
   CHECK(out.errors[0].status.code() == Code::kMismatch);
 
+  p.mutable_buckets(0)->set_device(7);
+  CHECK(FromProto(p, &out).code() == Code::kInvalidArgument);
+  p.mutable_buckets(0)->set_device(0);
+  p.mutable_buckets(0)->set_process_set(-1);
+  CHECK(FromProto(p, &out).code() == Code::kInvalidArgument);
+  p.mutable_buckets(0)->set_process_set(0);
   p.mutable_errors(0)->set_code(1000);
   CHECK(FromProto(p, &out).code() == Code::kInvalidArgument);
   p.mutable_errors(0)->set_code(0);
@@ -142,6 +154,35 @@ TEST_CASE("gRPC status codes map to Hora codes", "[convert]") {
   CHECK(FromGrpcStatus(grpc::Status(grpc::StatusCode::DEADLINE_EXCEEDED, ""), "").code() ==
         Code::kDeadlineExceeded);
   CHECK(ToGrpcStatus(InvalidArgument("x")).error_code() == grpc::StatusCode::INVALID_ARGUMENT);
+}
+
+TEST_CASE("ProcessSetOp and ProcessSetResult round-trip", "[convert]") {
+  ProcessSetOp op;
+  op.seq = 9;
+  op.ranks = {0, 3};
+  op.cpu_operations = "loopback";
+  op.refused = "why";
+  proto::ProcessSetOp p;
+  ToProto(op, &p);
+  ProcessSetOp back;
+  REQUIRE(FromProto(p, &back).ok());
+  CHECK(back.seq == 9);
+  CHECK(back.ranks == std::vector<int32_t>{0, 3});
+  CHECK(back.cpu_operations == "loopback");
+  CHECK(back.refused == "why");
+  ProcessSetResult r;
+  r.seq = 9;
+  r.status = Status(Code::kAlreadyExists, "dup");
+  r.process_set = 2;
+  proto::CoordinatorMessage::ProcessSetResult pr;
+  ToProto(r, &pr);
+  ProcessSetResult rb;
+  REQUIRE(FromProto(pr, &rb).ok());
+  CHECK(rb.status.code() == Code::kAlreadyExists);
+  CHECK(rb.status.message() == "dup");
+  CHECK(rb.process_set == 2);
+  pr.set_code(999);
+  CHECK_FALSE(FromProto(pr, &rb).ok());
 }
 
 }  // namespace

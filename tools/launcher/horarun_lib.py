@@ -56,6 +56,11 @@ Examples:
   horarun -np 4 --hostfile hosts --mpi /usr/bin/python3 train.py"""
 
 
+# The per-rank variables that are also given under Horovod's names (HOROVOD_RANK, ...).
+HOROVOD_ALIASES = ("HORA_RANK", "HORA_SIZE", "HORA_LOCAL_RANK", "HORA_LOCAL_SIZE",
+                   "HORA_CROSS_RANK", "HORA_CROSS_SIZE", "HORA_HOSTNAME")
+
+
 class UsageError(Exception):
     """A bad command line; the message is printed as `horarun: error: ...`."""
 
@@ -349,6 +354,8 @@ def make_plan(args, environ, cwd):
             "HORA_COORDINATOR_ADDR": plan.coordinator, "HORA_JOB_TOKEN": plan.token,
             "HORA_HOSTNAME": hostnames[rank],
         })
+        # Horovod's names too (horovodrun sets them; scripts and Horovod's tests read them).
+        env.update({"HOROVOD_" + k[5:]: env[k] for k in HOROVOD_ALIASES})
         plan.specs.append(RankSpec(rank, name, local[name], hostnames[rank], env))
     plan.ssh = ssh
     return plan

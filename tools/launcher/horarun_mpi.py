@@ -34,13 +34,16 @@ for c in $HORARUN_CROSS_RANKS; do
   i=$((i + 1))
 done
 export HORA_CROSS_RANK
+export HOROVOD_RANK="$HORA_RANK" HOROVOD_SIZE="$HORA_SIZE" HOROVOD_LOCAL_RANK="$HORA_LOCAL_RANK"
+export HOROVOD_LOCAL_SIZE="$HORA_LOCAL_SIZE" HOROVOD_CROSS_RANK="$HORA_CROSS_RANK"
+export HOROVOD_CROSS_SIZE="$HORA_CROSS_SIZE"
 unset HORARUN_CROSS_RANKS
 exec "$@"
 """
 
 # Variables never passed with -x: those of an outer launcher, and those the shim sets.
 NOT_PASSED = re.compile(r"^(OMPI_|PMIX_|PMI_|HORA_RANK$|HORA_SIZE$|HORA_LOCAL_|HORA_HOSTNAME$"
-                        r"|HORA_CROSS_RANK$)")
+                        r"|HORA_CROSS_RANK$|HOROVOD_(RANK|SIZE|LOCAL_|CROSS_RANK$|HOSTNAME$))")
 
 
 def split_tagged(line):
