@@ -1,10 +1,16 @@
 """hora.torch.Pipeline (GPipe, 1F1B, PP x DP) against one process, in jobs of 2 and 4 ranks."""
 
+import sys
+
 import pytest
 
 import harness
 
-CASES = harness.case_names("pipeline_worker")
+# This worker's cases only: workers/cases.py's list is shared by every worker module imported
+# into this pytest process.
+harness.case_names("pipeline_worker")
+CASES = [fn.__name__ for fn in sys.modules["pipeline_worker"].cases.CASES
+         if fn.__module__ == "pipeline_worker"]
 
 
 @pytest.fixture(scope="module", params=[2, 4], ids=["np2", "np4"])

@@ -219,7 +219,10 @@ def memory_falls_as_one_over_n():
         zopt = hvd.ZeroOptimizer(torch.optim.Adam(m.parameters()), model=m, stage=stage)
         m(torch.randn(2, 64)).sum().backward()
         zopt.step()
-        got[stage] = zopt.memory_bytes()
+        got[stage] = zopt.step_memory
+        after = zopt.memory_bytes()
+        check(after["gradients"] == 0, "stage %d keeps %d gradient bytes after step()"
+              % (stage, after["gradients"]))
     slack = 4 * n * 4   # padding: fewer than n elements per unit
     for stage in (1, 2, 3):
         mem = got[stage]

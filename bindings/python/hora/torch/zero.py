@@ -11,9 +11,9 @@ would over the whole model; optimizers that take a norm per tensor (LAMB, LARS) 
 as one tensor.
 
 Step, per stage:
-  1: gradients stay whole on every rank; step() reducescatters each unit's flat gradient
-     (Average over the set), steps the chunks, then allgathers the chunks into the flat
-     buffers, which the parameters view.
+  1: gradients stay whole on every rank until step(), which reducescatters each unit's flat
+     gradient (Average over the set), steps the chunks, then allgathers the chunks into the
+     flat buffers, which the parameters view.
   2: a hook on each parameter's gradient accumulator counts the unit's ready gradients; the
      last one starts the unit's reducescatter during backward and drops the parameters'
      .grad, so a rank holds whole gradients only of the units still in backward.
@@ -22,6 +22,8 @@ Step, per stage:
      forward hook frees it and wraps the outputs in an identity Function whose backward
      gathers it again; once its gradients are reduced it is freed. Freeing the storage rather
      than swapping .data keeps the views that autograd saved valid.
+In every stage the parameters' .grad are dropped once reduced, and the averaged chunks once
+stepped: after step() a rank holds no gradient (clip with clip_grad_norm_ before step()).
 Every rank submits every unit's reducescatter once per backward pass (a unit nobody used is
 reduced at step() with zeros), named by the unit, so submissions match across ranks.
 """
@@ -200,6 +202,7 @@ class ZeroOptimizer(torch.optim.Optimizer):
         self.state = self.optimizer.state
         self._grad_hooks = []
         self._synced = False
+        self.step_memory = None
         if stage >= 2:
             self._hook_gradients()
         self._order = []        # stage 3: units in the order forward met them
@@ -296,9 +299,8 @@ class ZeroOptimizer(torch.optim.Optimizer):
         u.ready = 0
         u.reduced = True
         self._synced = False
-        if self.stage >= 2:
-            for p in u.params:
-                p.grad = None
+        for p in u.params:   # the unit's whole gradients are in `flat` now
+            p.grad = None
         if self.stage == 3 and u.state != _FREE:
             self._free(u)
 
@@ -418,10 +420,18 @@ class ZeroOptimizer(torch.optim.Optimizer):
         if closure is not None:
             with torch.enable_grad():
                 loss = closure()
+        grads = self.memory_bytes()["gradients"]
         if not self._synced:
             self.synchronize()
+        grads = max(grads, self.memory_bytes()["gradients"])
         self.optimizer.step()
         self._synced = False
+        for u in self._units:    # the averaged chunks were only for this step
+            u.shard.grad = None
+        mem = self.memory_bytes()
+        mem["gradients"] = grads
+        mem["total"] = mem["parameters"] + grads + mem["optimizer_state"]
+        self.step_memory = mem
         if self.stage < 3:
             handles = [_GatherInto(u.shard, u.flat, "zero%d.ag.%d" % (self._id, u.index),
                                    self.process_set) for u in self._units]
@@ -462,14 +472,16 @@ class ZeroOptimizer(torch.optim.Optimizer):
 
     def memory_bytes(self):
         """Bytes this rank holds now: parameters (whole buffers, or chunks plus gathered units
-        in stage 3), gradients (whole .grad plus averaged chunks) and optimizer state."""
+        in stage 3), gradients (whole .grad plus averaged chunks) and optimizer state. After
+        each step, `step_memory` holds the same with the gradients held when step() began
+        (stage 1: every whole .grad) or after their reduction, whichever was more."""
         params = sum(u.shard.numel() * u.shard.element_size() for u in self._units
                      if self.stage == 3)
         params += sum(u.flat.storage().size() * u.flat.element_size() for u in self._units)
         grads = sum(p.grad.numel() * p.grad.element_size() for u in self._units
                     for p in u.params if p.grad is not None)
-        grads += sum(u.shard.grad.numel() * u.shard.grad.element_size() for u in self._units
-                     if u.shard.grad is not None)
+        grads += sum(g.numel() * g.element_size() for u in self._units
+                     for g in (u.shard.grad, u.grad) if g is not None)
         state = sum(v.numel() * v.element_size() for s in self.optimizer.state.values()
                     for v in s.values() if torch.is_tensor(v))
         return {"parameters": params, "gradients": grads, "optimizer_state": state,

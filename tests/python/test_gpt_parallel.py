@@ -1,0 +1,30 @@
+"""examples/gpt_parallel.py end to end: TP 2 x DP 2, PP 2 x DP 2 with ZeRO-1, TP 2 x PP 2
+(GPipe), DP 2 with ZeRO-3; each run's training loss must fall (the example exits 1 if not)."""
+
+import os
+
+import pytest
+
+import harness
+
+LAYOUTS = {
+    "tp2_dp2": (4, ["--tp", "2"]),
+    "pp2_dp2_zero1": (4, ["--pp", "2", "--zero", "1"]),
+    "tp2_pp2_gpipe": (4, ["--tp", "2", "--pp", "2", "--schedule", "gpipe"]),
+    "dp2_zero3": (2, ["--zero", "3"]),
+}
+
+
+@pytest.mark.parametrize("layout", sorted(LAYOUTS))
+def test_layout(layout):
+    np, args = LAYOUTS[layout]
+    job = harness.run_job(np, os.path.join(harness.REPO, "examples", "gpt_parallel.py"),
+                          args + ["--steps", "8", "--warmup", "2", "--log-every", "4",
+                                  "--n-layer", "2", "--n-embd", "64"], timeout=300)
+    out = "\n".join(job.lines.get(0, []))
+    assert job.rc == 0, job.tail()
+    assert "PASS" in out, job.tail()
+    for r in range(np):
+        assert any(l.startswith("rank %d (" % r) and "optimizer state" in l
+                   for l in job.lines.get(r, [])), "rank %d printed no memory line:\n%s" % (
+                       r, job.tail())
