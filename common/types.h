@@ -79,6 +79,9 @@ struct TensorSpec {
   // The process set the operation runs in; ranks (root, peer, splits) are ranks in that set.
   int32_t process_set = kGlobalProcessSet;
   int32_t peer = -1;  // send / recv only: the other side
+  // Non-empty: the submitting rank could not make this operation and says why; the name
+  // then fails on every rank of the set with this message (so the ranks stay in step).
+  std::string refused;
 
   int64_t NumElements() const;
   // Elements per index of the first dimension (product of shape[1:]); 1 for scalars.

@@ -60,6 +60,7 @@ void ToProto(const TensorSpec& spec, proto::TensorSignature* out) {
   CopyInts(spec.splits, out->mutable_splits());
   out->set_process_set(spec.process_set);
   out->set_peer(spec.peer);
+  out->set_refused(spec.refused);
 }
 
 Status FromProto(const proto::TensorSignature& in, TensorSpec* out) {
@@ -95,6 +96,7 @@ Status FromProto(const proto::TensorSignature& in, TensorSpec* out) {
   }
   out->process_set = in.process_set();
   out->peer = in.peer();
+  out->refused = in.refused();
   return Status::Ok();
 }
 

@@ -205,8 +205,11 @@ void Planner::State::Complete(std::unordered_map<std::string, NameState>::iterat
   NameState& s = it->second;
   Uncount(s);
   const CompleteName c{it->first, s.specs, s.submitted, joined, config.size};
-  Status status = s.required.empty() ? planner_internal::CheckComplete(c)
-                                     : planner_internal::CheckPointToPoint(c, s.required);
+  Status status = planner_internal::CheckRefused(c);
+  if (status.ok()) {
+    status = s.required.empty() ? planner_internal::CheckComplete(c)
+                                : planner_internal::CheckPointToPoint(c, s.required);
+  }
   if (!status.ok()) {
     failures.push_back({now, TensorFailure{it->first, s.submitted, std::move(status)}});
     names.erase(it);

@@ -5,7 +5,9 @@
 // What it does, per job:
 //   Readiness  Each rank submits TensorSpecs by name. A name is complete when every rank
 //              that has not joined has submitted it.
-//   Validation When a name is complete, its specs are compared field by field across ranks
+//   Validation When a name is complete, a spec that a rank submitted as refused (it could not
+//              make the operation) fails the name on every rank with that rank's reason. Else
+//              its specs are compared field by field across ranks
 //              (collective, dtype, op, shape, root, prescale, postscale, device). Allgather and
 //              alltoall compare shape[1:] only. Any difference becomes a TensorFailure
 //              (code kMismatch) for every rank, naming the field and which ranks had which

@@ -214,6 +214,15 @@ Status CheckComplete(const CompleteName& c) {
   return CheckSanity(c);
 }
 
+Status CheckRefused(const CompleteName& c) {
+  for (int r = 0; r < c.size; ++r) {
+    if (c.submitted[r] && !c.specs[r].refused.empty()) {
+      return InvalidArgument("tensor '" + c.name + "' cannot run: " + c.specs[r].refused);
+    }
+  }
+  return Status::Ok();
+}
+
 Status CheckPointToPoint(const CompleteName& c, const std::vector<int>& pair) {
   const int from = pair[0], to = pair[1];
   const TensorSpec& s = c.specs[from];

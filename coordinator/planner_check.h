@@ -41,6 +41,10 @@ Status CheckComplete(const CompleteName& c);
 // one send and one recv naming each other, or their dtype, device or element count differ.
 Status CheckPointToPoint(const CompleteName& c, const std::vector<int>& pair);
 
+// kInvalidArgument with the refusing rank's reason when a rank refused the name (its spec's
+// `refused`); OK otherwise.
+Status CheckRefused(const CompleteName& c);
+
 // The bucket entry of a name that passed CheckComplete (or CheckPointToPoint).
 PlannedBucket::Entry MakeEntry(const CompleteName& c);
 

@@ -110,6 +110,11 @@ class Engine : private ProcessSetRuntime::Host {
   Status StopTimeline();
   const Timeline& timeline() const { return timeline_; }
 
+  // This rank cannot make the operation `spec` names (process set and name): tells the
+  // coordinator, so that the operation fails on every rank of the set with `why` instead of
+  // leaving the others waiting. `why` is returned (with this rank's number in it).
+  Status Refuse(TensorSpec spec, const Status& why);
+
   // Stops the threads; pending operations fail with ABORTED. Idempotent.
   Status Shutdown();
 
@@ -118,6 +123,8 @@ class Engine : private ProcessSetRuntime::Host {
   Status Init();
   void BackgroundLoop();
   void AnnounceFresh();
+  StatusOr<int64_t> EnqueueTransfer(TensorSpec spec, const void* input, void* output, int peer,
+                                    int tag, bool send);
   // The key this rank gave tensor id `id`, if any.
   std::optional<TensorKey> KeyOfId(int32_t id);
   // Runs on the thread that delivers plans (see above).
@@ -126,6 +133,10 @@ class Engine : private ProcessSetRuntime::Host {
   void CompleteInline(const BucketPlan& bucket, int set_size);
   void SetError(Status status);
   void FailEverything(const Status& status);
+  // The name, the collective and the process set: errors here are this rank's alone.
+  Status ValidateIdentity(const TensorSpec& spec) const;
+  // Everything else (dtype, op, device, shape, buffers, root, peer, splits): an error here
+  // is announced as a refusal, so the operation fails on every rank of the set (Refuse).
   Status ValidateSpec(const TensorSpec& spec, const void* input, const void* output) const;
   std::shared_ptr<ProcessSetRuntime> FindSet(int32_t id) const;
   // Sends the n-th process-set operation and waits for the coordinator's answer.

@@ -158,8 +158,44 @@ void Engine::CompleteInline(const BucketPlan& bucket, int set_size) {
   for (int64_t handle : done) handles_.Complete(handle, error);
 }
 
+Status Engine::Refuse(TensorSpec spec, const Status& why) {
+  HORA_RETURN_IF_ERROR(ValidateIdentity(spec));
+  const Status refused(why.code(), "rank " + std::to_string(options_.rank) + ": " + why.message());
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!error_.ok() || stop_) return refused;
+  }
+  // What the coordinator needs to parse and pair the notice; the other fields do not matter.
+  if (!IsValidDataType(static_cast<int32_t>(spec.dtype))) spec.dtype = DataType::kUint8;
+  if (!IsValidReduceOp(static_cast<int32_t>(spec.op))) spec.op = ReduceOp::kSum;
+  spec.device = Device::kCpu;
+  spec.shape.clear();
+  spec.splits.clear();
+  spec.refused = refused.message();
+  ReadyNotice n;
+  {
+    std::lock_guard<std::mutex> lock(announce_mu_);
+    const TensorKey key = TensorKeyOf(spec);
+    auto it = ids_.find(key);
+    if (it == ids_.end()) {
+      n.id = next_id_++;
+      ids_.emplace(key, n.id);
+      id_keys_.emplace(n.id, key);
+    } else {
+      n.id = it->second;
+    }
+    id_specs_[n.id] = spec;
+    n.spec = spec;
+  }
+  std::vector<ReadyNotice> notices;
+  notices.push_back(std::move(n));
+  client_->SendReady(std::move(notices));
+  return refused;
+}
+
 StatusOr<int64_t> Engine::Enqueue(TensorSpec spec, const void* input, void* output, void* stream) {
-  HORA_RETURN_IF_ERROR(ValidateSpec(spec, input, output));
+  HORA_RETURN_IF_ERROR(ValidateIdentity(spec));
+  if (Status bad = ValidateSpec(spec, input, output); !bad.ok()) return Refuse(std::move(spec), bad);
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (!error_.ok()) return error_;
@@ -221,34 +257,38 @@ StatusOr<int64_t> Engine::EnqueueJoin(int32_t process_set) {
 }
 
 // The transfer's name is the same on both sides: the n-th transfer from s to d with tag t.
-StatusOr<int64_t> Engine::EnqueueSend(TensorSpec spec, const void* input, int peer, int tag) {
-  spec.collective = CollectiveType::kSend;
+// A peer outside the set is this rank's error alone (nothing can be paired); any other bad
+// input is refused under the transfer's name, so the peer's side fails too (Enqueue).
+StatusOr<int64_t> Engine::EnqueueTransfer(TensorSpec spec, const void* input, void* output,
+                                          int peer, int tag, bool send) {
+  spec.collective = send ? CollectiveType::kSend : CollectiveType::kRecv;
   spec.peer = peer;
   spec.name = "hora.p2p";
-  HORA_RETURN_IF_ERROR(ValidateSpec(spec, input, nullptr));
-  const int me = FindSet(spec.process_set)->rank();
+  HORA_RETURN_IF_ERROR(ValidateIdentity(spec));
+  std::shared_ptr<ProcessSetRuntime> set = FindSet(spec.process_set);
+  const int me = set->rank();
+  if (peer < 0 || peer >= set->size() || peer == me) {
+    return InvalidArgument(std::string(send ? "send" : "recv") + " in process set " +
+                           std::to_string(spec.process_set) + ": peer " + std::to_string(peer) +
+                           " is out of range [0, " + std::to_string(set->size()) +
+                           ") of the set, or this rank itself");
+  }
+  const int from = send ? me : peer, to = send ? peer : me;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    const int64_t n = transfers_[{spec.process_set, me, peer, tag}]++;
-    spec.name = "hora.p2p." + std::to_string(me) + ">" + std::to_string(peer) + ".t" +
+    const int64_t n = transfers_[{spec.process_set, from, to, tag}]++;
+    spec.name = "hora.p2p." + std::to_string(from) + ">" + std::to_string(to) + ".t" +
                 std::to_string(tag) + "." + std::to_string(n);
   }
-  return Enqueue(std::move(spec), input, nullptr);
+  return Enqueue(std::move(spec), input, output);
+}
+
+StatusOr<int64_t> Engine::EnqueueSend(TensorSpec spec, const void* input, int peer, int tag) {
+  return EnqueueTransfer(std::move(spec), input, nullptr, peer, tag, true);
 }
 
 StatusOr<int64_t> Engine::EnqueueRecv(TensorSpec spec, void* output, int peer, int tag) {
-  spec.collective = CollectiveType::kRecv;
-  spec.peer = peer;
-  spec.name = "hora.p2p";
-  HORA_RETURN_IF_ERROR(ValidateSpec(spec, nullptr, output));
-  const int me = FindSet(spec.process_set)->rank();
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    const int64_t n = transfers_[{spec.process_set, peer, me, tag}]++;
-    spec.name = "hora.p2p." + std::to_string(peer) + ">" + std::to_string(me) + ".t" +
-                std::to_string(tag) + "." + std::to_string(n);
-  }
-  return Enqueue(std::move(spec), nullptr, output);
+  return EnqueueTransfer(std::move(spec), nullptr, output, peer, tag, false);
 }
 
 }  // namespace hora

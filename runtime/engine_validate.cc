@@ -79,7 +79,7 @@ Status CheckSplits(const TensorSpec& spec, int size) {
 
 }  // namespace
 
-Status Engine::ValidateSpec(const TensorSpec& spec, const void* input, const void* output) const {
+Status Engine::ValidateIdentity(const TensorSpec& spec) const {
   if (spec.name.empty()) return InvalidArgument("the operation needs a non-empty name");
   if (spec.name.size() > kMaxNameLength) {
     return InvalidArgument("name of " + std::to_string(spec.name.size()) + " bytes is longer than " +
@@ -87,15 +87,6 @@ Status Engine::ValidateSpec(const TensorSpec& spec, const void* input, const voi
   }
   if (!IsUtf8(spec.name)) return InvalidArgument("the operation's name is not valid UTF-8");
   if (!IsValidCollective(static_cast<int32_t>(spec.collective))) return InvalidArgument("unknown collective");
-  if (!IsValidDataType(static_cast<int32_t>(spec.dtype))) {
-    return Bad(spec, "unknown dtype " + std::to_string(static_cast<int>(spec.dtype)));
-  }
-  if (!IsValidReduceOp(static_cast<int32_t>(spec.op))) {
-    return Bad(spec, "unknown reduce op " + std::to_string(static_cast<int>(spec.op)));
-  }
-  if (spec.device != Device::kCpu) {
-    return Bad(spec, "CUDA tensors need the NCCL backend, which is not available in this build");
-  }
   std::shared_ptr<ProcessSetRuntime> set = FindSet(spec.process_set);
   if (!set) {
     return Bad(spec, "process set " + std::to_string(spec.process_set) +
@@ -107,6 +98,21 @@ Status Engine::ValidateSpec(const TensorSpec& spec, const void* input, const voi
     return Bad(spec, "rank " + std::to_string(options_.rank) + " is not a member of process set " +
                          std::to_string(spec.process_set) + " (ranks " + ranks + ")");
   }
+  return Status::Ok();
+}
+
+Status Engine::ValidateSpec(const TensorSpec& spec, const void* input, const void* output) const {
+  HORA_RETURN_IF_ERROR(ValidateIdentity(spec));
+  if (!IsValidDataType(static_cast<int32_t>(spec.dtype))) {
+    return Bad(spec, "unknown dtype " + std::to_string(static_cast<int>(spec.dtype)));
+  }
+  if (!IsValidReduceOp(static_cast<int32_t>(spec.op))) {
+    return Bad(spec, "unknown reduce op " + std::to_string(static_cast<int>(spec.op)));
+  }
+  if (spec.device != Device::kCpu) {
+    return Bad(spec, "CUDA tensors need the NCCL backend, which is not available in this build");
+  }
+  std::shared_ptr<ProcessSetRuntime> set = FindSet(spec.process_set);
   if (spec.collective == CollectiveType::kBarrier) return Status::Ok();
   HORA_RETURN_IF_ERROR(CheckShape(spec));
   if (!std::isfinite(spec.prescale) || !std::isfinite(spec.postscale)) {

@@ -294,6 +294,22 @@ hora_status_t hora_recv_async(const hora_tensor_t* tensor, int32_t peer, int32_t
   });
 }
 
+hora_status_t hora_refuse(const char* name, int32_t process_set, const char* message) {
+  if (name == nullptr || message == nullptr) {
+    return Fail(Code::kInvalidArgument, "name or message is NULL");
+  }
+  hora_status_t st = HORA_OK;
+  auto e = Running(&st);
+  if (!e) return st;
+  hora::TensorSpec spec;
+  spec.name = name;
+  spec.process_set = process_set;
+  Status s = e->Refuse(std::move(spec), hora::InvalidArgument(message));
+  return s.code() == Code::kInvalidArgument && s.message().find(message) != std::string::npos
+             ? Report(Status::Ok())
+             : Report(s);
+}
+
 hora_status_t hora_process_set_add(const int32_t* ranks, int32_t nranks,
                                    const char* cpu_operations, int32_t* id) {
   if (id == nullptr) return Fail(Code::kInvalidArgument, "id pointer is NULL");

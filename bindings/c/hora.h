@@ -196,6 +196,13 @@ HORA_API hora_status_t hora_send_async(const hora_tensor_t* tensor, int32_t peer
 HORA_API hora_status_t hora_recv_async(const hora_tensor_t* tensor, int32_t peer, int32_t tag,
                                        int32_t process_set, hora_handle_t* handle);
 
+/* This rank cannot make the operation `name` of `process_set` (a framework found its input
+ * bad before enqueueing): the operation fails on every rank of the set with HORA_ERR_INVALID_
+ * ARGUMENT and `message`, instead of the other ranks waiting for this one. Collective in the
+ * same sense as the enqueue it replaces. The enqueue calls do this themselves for bad input
+ * other than the name and the process set. */
+HORA_API hora_status_t hora_refuse(const char* name, int32_t process_set, const char* message);
+
 /* ---- Process sets ---- */
 
 /* Collective over every rank of the job (see Conventions). ranks: nranks distinct global

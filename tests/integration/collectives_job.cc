@@ -270,6 +270,27 @@ void TestMismatch(int rank) {
               "%s: message does not name the field, tensor and ranks: %s", c.name, msg.c_str());
     hora_release(h);
   }
+  // Bad input on one rank only (alltoall splits that do not add up on rank 1): rank 1 hears it
+  // at once, every other rank from the negotiation, naming rank 1; nobody is left waiting.
+  {
+    std::vector<int32_t> data(g_size * 2, 1);
+    std::vector<int64_t> shape = {g_size * 2};
+    std::vector<int64_t> splits(g_size, 2);
+    if (rank == 1) splits[0] = 5;
+    hora_tensor_t x = Tensor(data.data(), shape, HORA_INT32);
+    hora_handle_t h = 0;
+    hora_status_t s = hora_alltoall_async("mm.refused", &x, splits.data(), g_size, g_set, &h);
+    std::string msg = hora_last_error();
+    if (rank != 1) {
+      Must(s, "enqueue");
+      s = hora_wait(h, 30);
+      msg = hora_last_error();
+      hora_release(h);
+    }
+    JOB_CHECK(s == HORA_ERR_INVALID_ARGUMENT && msg.find("splits") != std::string::npos &&
+                  (rank == 1 || msg.find("cannot run: rank ") != std::string::npos),
+              "one-sided bad input: %s (%s)", hora_error_string(s), msg.c_str());
+  }
   // The job goes on.
   std::vector<int64_t> shape = {3};
   std::vector<float> buf(3, 1.0f);
@@ -303,16 +324,9 @@ std::thread BatteryOn(int32_t set, std::vector<int> ranks) {
   });
 }
 
-}  // namespace
-
-int main() {
-  Must(hora_init(nullptr), "hora_init");
-  Must(hora_rank(&g_rank), "rank");
-  int32_t size = 0;
-  Must(hora_size(&size), "size");
-  g_size = size;
-  Battery(g_rank);
-  // Two overlapping sets (they share rank 2 from 3 ranks on), the second on another backend.
+// Two overlapping sets (they share rank 2 from 3 ranks on), the second on another backend,
+// each running the battery on a thread of its own. (With one rank, every set is the global one.)
+void SetBatteries(int size) {
   std::vector<int> a = size >= 3 ? std::vector<int>{0, 2} : std::vector<int>{0};
   std::vector<int> b = size >= 4 ? std::vector<int>{1, 2, 3}
                        : size == 3 ? std::vector<int>{1, 2}
@@ -326,6 +340,18 @@ int main() {
   tb.join();
   Must(hora_process_set_remove(set_a), "remove a");
   Must(hora_process_set_remove(set_b), "remove b");
+}
+
+}  // namespace
+
+int main() {
+  Must(hora_init(nullptr), "hora_init");
+  Must(hora_rank(&g_rank), "rank");
+  int32_t size = 0;
+  Must(hora_size(&size), "size");
+  g_size = size;
+  Battery(g_rank);
+  if (size >= 2) SetBatteries(size);
   hora_handle_t h = 0;
   Must(hora_barrier_async(HORA_GLOBAL_PROCESS_SET, &h), "barrier");
   Must(hora_wait(h, 60), "barrier wait");

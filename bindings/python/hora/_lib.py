@@ -74,6 +74,7 @@ _PROTOTYPES = {
                                    ctypes.POINTER(c_handle)]),
     "hora_recv_async": (c_status, [_T, ctypes.c_int32, ctypes.c_int32, ctypes.c_int32,
                                    ctypes.POINTER(c_handle)]),
+    "hora_refuse": (c_status, [ctypes.c_char_p, ctypes.c_int32, ctypes.c_char_p]),
     "hora_process_set_add": (c_status, [c_int32_p, ctypes.c_int32, ctypes.c_char_p, c_int32_p]),
     "hora_process_set_remove": (c_status, [ctypes.c_int32]),
     "hora_process_set_rank": (c_status, [ctypes.c_int32, c_int32_p]),
