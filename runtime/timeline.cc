@@ -9,7 +9,10 @@ namespace {
 constexpr int kStepsTrack = 0;
 constexpr int kFirstSetTrack = 1;             // + process set id: the set's buckets
 constexpr int kFirstTensorTrack = 1000000;    // tensors, in order of first sight
-constexpr size_t kFlushBytes = 1 << 16;
+// The writer wakes for a batch of this many records, or this long after the first record
+// of a batch, whichever comes first: a record costs its producer no wake-up of another thread.
+constexpr size_t kBatchRecords = 1024;
+constexpr std::chrono::milliseconds kBatchWait(200);
 
 void AppendEscaped(std::string* out, const std::string& s) {
   for (char c : s) {
@@ -96,6 +99,7 @@ Status Timeline::Start(const std::string& path, int rank, const std::string& lab
     open_ = true;
     stop_ = false;
     pending_ = Pending();
+    pending_records_ = 0;
   }
   writer_ = std::thread([this] { WriterLoop(); });
   on_.store(true, std::memory_order_relaxed);
@@ -130,25 +134,22 @@ Status Timeline::Stop() {
 void Timeline::Submitted(int64_t handle, const TensorSpec& spec, int64_t at_us) {
   std::lock_guard<std::mutex> lock(mu_);
   if (!open_) return;
-  const bool wake = pending_.empty();
   pending_.submissions.push_back({handle, at_us, spec.process_set, spec.collective, spec.name});
-  if (wake) cv_.notify_one();
+  if (++pending_records_ == 1 || pending_records_ == kBatchRecords) cv_.notify_one();
 }
 
 void Timeline::Planned(int32_t process_set, uint64_t seq, int64_t at_us) {
   std::lock_guard<std::mutex> lock(mu_);
   if (!open_) return;
-  const bool wake = pending_.empty();
   pending_.planned.push_back({{process_set, seq}, at_us});
-  if (wake) cv_.notify_one();
+  if (++pending_records_ == 1 || pending_records_ == kBatchRecords) cv_.notify_one();
 }
 
 void Timeline::BucketDone(TimelineBucket bucket) {
   std::lock_guard<std::mutex> lock(mu_);
   if (!open_) return;
-  const bool wake = pending_.empty();
   pending_.buckets.push_back(std::move(bucket));
-  if (wake) cv_.notify_one();
+  if (++pending_records_ == 1 || pending_records_ == kBatchRecords) cv_.notify_one();
 }
 
 void Timeline::WriterLoop() {
@@ -157,17 +158,17 @@ void Timeline::WriterLoop() {
     bool last = false;
     {
       std::unique_lock<std::mutex> lock(mu_);
-      cv_.wait(lock, [&] { return stop_ || !pending_.empty(); });
+      cv_.wait(lock, [&] { return stop_ || pending_records_ > 0; });
+      cv_.wait_for(lock, kBatchWait, [&] { return stop_ || pending_records_ >= kBatchRecords; });
       std::swap(batch, pending_);
+      pending_records_ = 0;
       last = stop_;
     }
     Write(&batch);
     if (last) return;  // Stop writes the rest of out_ and closes the file
-    if (out_.size() >= kFlushBytes) {
-      std::fwrite(out_.data(), 1, out_.size(), file_);
-      std::fflush(file_);
-      out_.clear();
-    }
+    std::fwrite(out_.data(), 1, out_.size(), file_);
+    std::fflush(file_);
+    out_.clear();
   }
 }
 

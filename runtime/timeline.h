@@ -22,8 +22,9 @@
 //
 // Cost: when off, every hook is one relaxed atomic load and a branch at the call site
 // (`if (timeline.on())`). When on, a hook takes a lock and appends a small record; the writer
-// thread, woken when records wait, turns them into JSON and writes them, so formatting and I/O
-// never run on the framework's or the executors' threads.
+// thread turns them into JSON and writes them, so formatting and I/O never run on the
+// framework's or the executors' threads. The writer wakes once per batch (1024 records, or
+// 200 ms after a batch's first record), so the file lags the job by up to that much.
 //
 // Thread safety: every method may be called from any thread. Start and Stop are serialized
 // with each other. Records that arrive while the timeline is off are dropped.
@@ -148,6 +149,7 @@ class Timeline {
   bool open_ = false;  // guarded by mu_: records are accepted
   bool stop_ = false;  // guarded by mu_: the writer drains and exits
   Pending pending_;    // guarded by mu_
+  size_t pending_records_ = 0;  // guarded by mu_
   std::string path_;   // guarded by mu_
 
   // Set by Start before the writer starts; then the writer's alone until Stop joins it.

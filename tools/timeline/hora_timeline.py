@@ -97,6 +97,20 @@ def _names(events):
     return names
 
 
+def covered(spans):
+    """The length of the union of (begin, end) intervals."""
+    total = 0
+    end = None
+    for b, e in sorted(spans):
+        if end is None or b > end:
+            total += e - b
+            end = e
+        elif e > end:
+            total += e - end
+            end = e
+    return total
+
+
 def analyze(events, top=10):
     """The straggler report as a dict (see report_text for what each part means)."""
     names = _names(events)
@@ -123,6 +137,8 @@ def analyze(events, top=10):
                                          "lag_us": args.get("lag_us", 0), "waits": {},
                                          "ts": e["ts"]})
         o["waits"][pid] = args.get("wait_us", 0)
+        o["starts"] = o.get("starts", {})
+        o["starts"][pid] = e["ts"]
         o["ts"] = min(o["ts"], e["ts"])
     # A tensor's time on a rank in one round: from its negotiate to the end of its last phase
     # before the next negotiate on the same track.
@@ -139,7 +155,10 @@ def analyze(events, top=10):
         if begin is not None:
             tensor_time.setdefault(name, []).append(end_so_far - begin)
 
-    waited_for = {r: 0 for r in ranks}
+    # How long the others waited for rank L: on each other rank r, the time covered by the
+    # waits [r's submission, + r's wait] of the tensors where L came last (overlapping waits
+    # of tensors submitted together count once), summed over r.
+    waits = {}  # (last, waiting rank) -> [(begin, end)]
     last_count = {r: 0 for r in ranks}
     counted = 0
     for o in occurrences.values():
@@ -148,8 +167,12 @@ def analyze(events, top=10):
             continue
         counted += 1
         last_count[last] = last_count.get(last, 0) + 1
-        waited_for[last] = waited_for.get(last, 0) + sum(
-            w for r, w in o["waits"].items() if r != last)
+        for r, w in o["waits"].items():
+            if r != last and w > 0:
+                waits.setdefault((last, r), []).append((o["starts"][r], o["starts"][r] + w))
+    waited_for = {r: 0 for r in ranks}
+    for (last, r), spans in waits.items():
+        waited_for[last] = waited_for.get(last, 0) + covered(spans)
     per_rank = []
     for r in sorted(set(ranks) | set(waited_for)):
         per_rank.append({"rank": r, "waited_for_us": waited_for.get(r, 0),
@@ -176,15 +199,12 @@ def analyze(events, top=10):
                     row["duration_us"][r] = s[idx][1]
             row["max_us"] = max(row["duration_us"].values())
             step_rows.append(row)
-        for o in occurrences.values():
-            last = o["last_rank"]
-            if last < 0 or o["lag_us"] <= 0 or len(o["waits"]) < 2:
-                continue
+        for (last, r), spans in waits.items():
             for (idx, (ts, dur)), row in zip(order, step_rows):
-                if ts <= o["ts"] < ts + dur:
-                    row["wait_caused_us"][last] = row["wait_caused_us"].get(last, 0) + sum(
-                        w for r, w in o["waits"].items() if r != last)
-                    break
+                inside = [sp for sp in spans if ts <= sp[0] < ts + dur]
+                if inside:
+                    row["wait_caused_us"][last] = row["wait_caused_us"].get(last, 0) + \
+                        covered(inside)
     slowest_steps = sorted(step_rows, key=lambda s: -s["max_us"])[:top]
     return {"ranks": ranks, "per_rank": per_rank, "counted_tensors": counted,
             "straggler": straggler["rank"] if straggler else None,
@@ -203,8 +223,8 @@ def report_text(summary):
     lines.append("Hora timeline report: %d ranks, %d tensor rounds with a last arrival" % (
         len(summary["ranks"]), n))
     lines.append("")
-    lines.append("Per rank: how long the other ranks waited for it (their negotiation wait "
-                 "where it came last), and its share of last arrivals")
+    lines.append("Per rank: how long the other ranks waited for it (their time waiting for "
+                 "tensors it submitted last, summed over them), and its share of last arrivals")
     lines.append("  %-6s %16s %14s %8s" % ("rank", "others waited", "last arrivals", "share"))
     for p in summary["per_rank"]:
         lines.append("  %-6d %16s %14d %7.1f%%" % (p["rank"], _ms(p["waited_for_us"]),
@@ -241,7 +261,10 @@ def picture(summary, out):
         return False
     ranks = summary["ranks"]
     steps = summary["steps"]
+    from matplotlib.ticker import MaxNLocator
     fig, axes = plt.subplots(3, 1, figsize=(10, 11))
+    for ax in axes[:2]:
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax = axes[0]
     if steps:
         xs = [s["step"] for s in steps]
