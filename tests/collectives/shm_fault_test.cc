@@ -43,6 +43,17 @@ bool Has(const Status& s, const std::string& text) {
   return s.message().find(text) != std::string::npos;
 }
 
+ShmConfig Config(int rank, int size, KvStore* store, const std::string& prefix,
+                 std::chrono::milliseconds timeout) {
+  ShmConfig c;
+  c.rank = rank;
+  c.size = size;
+  c.store = store;
+  c.key_prefix = prefix;
+  c.timeout = timeout;
+  return c;
+}
+
 std::string MakeTempDir() {
   char tmpl[] = "/tmp/hora-shm-test-XXXXXX";
   const char* d = mkdtemp(tmpl);
@@ -55,12 +66,7 @@ TEST_CASE("shm fault: a member that never attaches -> DEADLINE_EXCEEDED naming i
           "[shm][fault]") {
   MemoryStore store;
   const std::string prefix = UniquePrefix("noattach");
-  ShmConfig c;
-  c.rank = 0;
-  c.size = 3;
-  c.store = &store;
-  c.key_prefix = prefix;
-  c.timeout = kShort;
+  ShmConfig c = Config(0, 3, &store, prefix, kShort);
   auto comm = CreateShmCommunicator(c);  // ranks 1 and 2 never come
   REQUIRE_FALSE(comm.ok());
   CHECK(comm.status().code() == Code::kDeadlineExceeded);
@@ -169,23 +175,13 @@ TEST_CASE("shm fault: a peer process that dies -> PEER_FAILURE naming it, long b
   if (child == 0) {
     // Rank 1: attach, take part in one barrier, then die without any cleanup.
     FileStore store(dir);
-    ShmConfig c;
-    c.rank = 1;
-    c.size = 2;
-    c.store = &store;
-    c.key_prefix = prefix;
-    c.timeout = kLong;
-    auto comm = CreateShmCommunicator(c);
+    auto comm = CreateShmCommunicator(Config(1, 2, &store, prefix, kLong));
     if (comm.ok() && comm.value()->Barrier().ok()) raise(SIGKILL);
     _exit(3);
   }
   FileStore store(dir);
-  ShmConfig c;
-  c.rank = 0;
-  c.size = 2;
-  c.store = &store;
-  c.key_prefix = prefix;
-  c.timeout = kLong;  // only the dead-process check can end the wait with PEER_FAILURE
+  // A long timeout: only the dead-process check can end the wait with PEER_FAILURE.
+  const ShmConfig c = Config(0, 2, &store, prefix, kLong);
   Status barrier, allreduce, again;
   {
     auto comm = CreateShmCommunicator(c);
