@@ -7,10 +7,13 @@
 #include <mutex>
 #include <string>
 
+#include "bindings/c/api_util.h"
 #include "collectives/registry.h"
 #include "runtime/engine.h"
 #include "runtime/options.h"
 
+namespace hora {
+namespace capi {
 namespace {
 
 using hora::Code;
@@ -23,7 +26,9 @@ std::shared_ptr<Engine> g_last;    // guarded by g_mu: the last one shut down (i
 bool g_was_shut_down = false;      // guarded by g_mu
 std::string g_async_message;       // guarded by g_mu
 
-thread_local std::string t_last_error;
+thread_local std::string t_last_error;  // hora_last_error()
+
+}  // namespace
 
 hora_status_t Fail(const Status& s) {
   t_last_error = s.message();
@@ -94,31 +99,6 @@ hora_status_t ToSpec(const char* name, const hora_tensor_t* t, hora::CollectiveT
   return HORA_OK;
 }
 
-// Returns the handle of what `enqueue` produced (or its error).
-template <typename Fn>
-hora_status_t EnqueueWith(hora_handle_t* handle, Fn enqueue) {
-  if (handle == nullptr) return Fail(Code::kInvalidArgument, "handle pointer is NULL");
-  hora_status_t st = HORA_OK;
-  auto e = Running(&st);
-  if (!e) return st;
-  hora::StatusOr<int64_t> h = enqueue(*e);
-  if (!h.ok()) return Fail(h.status());
-  *handle = h.value();
-  t_last_error.clear();
-  return HORA_OK;
-}
-
-// Runs fn on the running engine's view of process set `id`.
-template <typename Fn>
-hora_status_t WithSet(int32_t id, Fn fn) {
-  hora_status_t st = HORA_OK;
-  auto e = Running(&st);
-  if (!e) return st;
-  auto info = e->ProcessSet(id);
-  if (!info.ok()) return Fail(info.status());
-  return Report(fn(info.value()));
-}
-
 hora_status_t CheckOp(hora_reduce_op_t op) {
   if (!hora::IsValidReduceOp(static_cast<int32_t>(op))) {
     return Fail(Code::kInvalidArgument, "unknown reduce op " + std::to_string(static_cast<int>(op)));
@@ -139,7 +119,10 @@ hora_status_t Submit(hora::TensorSpec spec, const void* in, void* out, void* str
   return HORA_OK;
 }
 
-}  // namespace
+}  // namespace capi
+}  // namespace hora
+
+using namespace hora::capi;
 
 extern "C" {
 
@@ -262,126 +245,6 @@ hora_status_t hora_alltoall_async(const char* name, const hora_tensor_t* input,
   }
   spec.process_set = process_set;
   return Submit(std::move(spec), input->data, nullptr, input->stream, handle);
-}
-
-hora_status_t hora_barrier_async(int32_t process_set, hora_handle_t* handle) {
-  return EnqueueWith(handle, [&](Engine& e) { return e.EnqueueBarrier(process_set); });
-}
-
-hora_status_t hora_join_async(int32_t process_set, hora_handle_t* handle) {
-  return EnqueueWith(handle, [&](Engine& e) { return e.EnqueueJoin(process_set); });
-}
-
-hora_status_t hora_send_async(const hora_tensor_t* tensor, int32_t peer, int32_t tag,
-                              int32_t process_set, hora_handle_t* handle) {
-  hora::TensorSpec spec;
-  if (hora_status_t s = ToSpec("send", tensor, hora::CollectiveType::kSend, &spec)) return s;
-  if (tag < 0) return Fail(Code::kInvalidArgument, "send: tag " + std::to_string(tag) + " is negative");
-  spec.process_set = process_set;
-  return EnqueueWith(handle, [&](Engine& e) {
-    return e.EnqueueSend(std::move(spec), tensor->data, peer, tag);
-  });
-}
-
-hora_status_t hora_recv_async(const hora_tensor_t* tensor, int32_t peer, int32_t tag,
-                              int32_t process_set, hora_handle_t* handle) {
-  hora::TensorSpec spec;
-  if (hora_status_t s = ToSpec("recv", tensor, hora::CollectiveType::kRecv, &spec)) return s;
-  if (tag < 0) return Fail(Code::kInvalidArgument, "recv: tag " + std::to_string(tag) + " is negative");
-  spec.process_set = process_set;
-  return EnqueueWith(handle, [&](Engine& e) {
-    return e.EnqueueRecv(std::move(spec), tensor->data, peer, tag);
-  });
-}
-
-hora_status_t hora_refuse(const char* name, int32_t process_set, const char* message) {
-  if (name == nullptr || message == nullptr) {
-    return Fail(Code::kInvalidArgument, "name or message is NULL");
-  }
-  hora_status_t st = HORA_OK;
-  auto e = Running(&st);
-  if (!e) return st;
-  hora::TensorSpec spec;
-  spec.name = name;
-  spec.process_set = process_set;
-  Status s = e->Refuse(std::move(spec), hora::InvalidArgument(message));
-  return s.code() == Code::kInvalidArgument && s.message().find(message) != std::string::npos
-             ? Report(Status::Ok())
-             : Report(s);
-}
-
-hora_status_t hora_process_set_add(const int32_t* ranks, int32_t nranks,
-                                   const char* cpu_operations, int32_t* id) {
-  if (id == nullptr) return Fail(Code::kInvalidArgument, "id pointer is NULL");
-  if (nranks < 0 || nranks > (1 << 20) || (nranks > 0 && ranks == nullptr)) {
-    return Fail(Code::kInvalidArgument, "ranks is NULL or nranks " + std::to_string(nranks) +
-                                            " is out of range");
-  }
-  hora_status_t st = HORA_OK;
-  auto e = Running(&st);
-  if (!e) return st;
-  auto r = e->AddProcessSet(std::vector<int>(ranks, ranks + nranks),
-                            cpu_operations == nullptr ? "" : cpu_operations);
-  if (!r.ok()) return Fail(r.status());
-  *id = r.value();
-  t_last_error.clear();
-  return HORA_OK;
-}
-
-hora_status_t hora_process_set_remove(int32_t id) {
-  hora_status_t st = HORA_OK;
-  auto e = Running(&st);
-  if (!e) return st;
-  return Report(e->RemoveProcessSet(id));
-}
-
-hora_status_t hora_process_set_rank(int32_t id, int32_t* rank) {
-  if (rank == nullptr) return Fail(Code::kInvalidArgument, "rank pointer is NULL");
-  return WithSet(id, [&](const hora::ProcessSetInfo& s) {
-    *rank = s.rank;
-    return Status::Ok();
-  });
-}
-
-hora_status_t hora_process_set_size(int32_t id, int32_t* size) {
-  if (size == nullptr) return Fail(Code::kInvalidArgument, "size pointer is NULL");
-  return WithSet(id, [&](const hora::ProcessSetInfo& s) {
-    *size = static_cast<int32_t>(s.ranks.size());
-    return Status::Ok();
-  });
-}
-
-hora_status_t hora_process_set_included(int32_t id, int* included) {
-  if (included == nullptr) return Fail(Code::kInvalidArgument, "included pointer is NULL");
-  return WithSet(id, [&](const hora::ProcessSetInfo& s) {
-    *included = s.rank >= 0 ? 1 : 0;
-    return Status::Ok();
-  });
-}
-
-hora_status_t hora_process_set_ranks(int32_t id, int32_t* ranks, int32_t max, int32_t* n) {
-  if (n == nullptr || (ranks == nullptr && max > 0)) {
-    return Fail(Code::kInvalidArgument, "ranks or n pointer is NULL");
-  }
-  return WithSet(id, [&](const hora::ProcessSetInfo& s) {
-    *n = static_cast<int32_t>(s.ranks.size());
-    for (int32_t i = 0; i < *n && i < max; ++i) ranks[i] = s.ranks[i];
-    return Status::Ok();
-  });
-}
-
-hora_status_t hora_process_set_ids(int32_t* ids, int32_t max, int32_t* n) {
-  if (n == nullptr || (ids == nullptr && max > 0)) {
-    return Fail(Code::kInvalidArgument, "ids or n pointer is NULL");
-  }
-  hora_status_t st = HORA_OK;
-  auto e = Running(&st);
-  if (!e) return st;
-  std::vector<int32_t> all = e->ProcessSetIds();
-  *n = static_cast<int32_t>(all.size());
-  for (int32_t i = 0; i < *n && i < max; ++i) ids[i] = all[i];
-  t_last_error.clear();
-  return HORA_OK;
 }
 
 hora_status_t hora_poll(hora_handle_t handle, int* done) {
