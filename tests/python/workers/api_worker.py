@@ -428,5 +428,19 @@ def numpy_api():
     hora.barrier()
 
 
+@case
+def profiler_ranges():
+    """Hora's ops show in torch.profiler under their own names."""
+    from torch.profiler import profile, ProfilerActivity
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        hvd.allreduce(torch.ones(4), name="prof.ar")
+        hvd.synchronize(hvd.allgather_async(torch.ones(2, 2)))
+        hvd.broadcast(torch.ones(3), root_rank=0)
+    names = {e.key for e in prof.key_averages()}
+    for want in ("hora.allreduce", "hora.allgather_async", "hora.synchronize", "hora.broadcast"):
+        check(want in names, "%s not in the profile: %s" % (want, sorted(n for n in names
+                                                                     if "hora" in n)))
+
+
 if __name__ == "__main__":
     cases.run_all(hvd.init, hvd.shutdown, only=sys.argv[1:])

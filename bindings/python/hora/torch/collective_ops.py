@@ -3,6 +3,7 @@
 import torch
 
 from .. import core
+from . import profiling as _profiling
 from .compression import Compression
 from .mpi_ops import (Average, Sum, _check_devices, _check_input, _contig, _describe,
                       _gathered, _invalid, _register, _resolve_op, _set_id, _set_root,
@@ -469,3 +470,12 @@ def send(tensor, dst, tag=0, process_set=global_process_set):
 def recv(tensor, src, tag=0, process_set=global_process_set):
     """Receives into `tensor` from global rank `src`; returns `tensor`."""
     return synchronize(irecv(tensor, src, tag, process_set))
+
+
+# torch.profiler ranges (profiling.py).
+_profiling.wrap(globals(), [
+    "allgather", "allgather_async", "grouped_allgather", "grouped_allgather_async", "broadcast",
+    "broadcast_", "broadcast_async", "broadcast_async_", "alltoall", "alltoall_async",
+    "reducescatter", "reducescatter_async", "grouped_reducescatter",
+    "grouped_reducescatter_async", "sparse_allreduce_async", "barrier", "join", "send", "recv",
+    "isend", "irecv"])

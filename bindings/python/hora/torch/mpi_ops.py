@@ -9,6 +9,7 @@ import torch
 
 from .. import core
 from .. import errors
+from . import profiling as _profiling
 from .compression import Compression
 
 # Reduce ops: Horovod's public values.
@@ -475,6 +476,11 @@ def grouped_allreduce(tensors, average=None, name=None, compression=Compression.
                                       *[p[0] for p in pairs])
     return [compression.decompress(o, p[1]) for o, p in zip(outs, pairs)]
 
+
+# torch.profiler ranges (profiling.py), before other modules import these names.
+_profiling.wrap(globals(), ["synchronize", "allreduce", "allreduce_", "allreduce_async",
+                            "allreduce_async_", "grouped_allreduce", "grouped_allreduce_",
+                            "grouped_allreduce_async", "grouped_allreduce_async_"])
 
 # ---- horovod.torch.mpi_ops's names: `from horovod.torch.mpi_ops import ...` keeps working ----
 # (imported last: these modules import the helpers above)
