@@ -1,4 +1,5 @@
-"""hora.torch tensor parallelism (column/row/embedding layers, TP x DP grids) against one process, in jobs of 2 and 4 ranks."""
+"""hora.torch tensor parallelism (column/row/embedding layers, TP x DP grids) against one
+process, in jobs of 2 and 4 ranks."""
 
 import sys
 

@@ -2,8 +2,8 @@
 
 Usage: parallel_fault_worker.py pipeline|zero3. pipeline: the stage holding the Killer module
 (rank 1 of 2, rank 2 of 4) kills itself in the second step; zero3: the last rank kills itself
-in the second forward, between two allgathers. Every other rank prints `SURVIVOR <exception type>: <message>` and exits 0
-(run under horarun --keep-going)."""
+in the second forward, between two allgathers. Every other rank prints
+`SURVIVOR <exception type>: <message>` and exits 0 (run under horarun --keep-going)."""
 
 import os
 import shutil
