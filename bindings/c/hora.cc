@@ -24,7 +24,9 @@ std::mutex g_mu;
 std::shared_ptr<Engine> g_engine;  // guarded by g_mu: the running engine
 std::shared_ptr<Engine> g_last;    // guarded by g_mu: the last one shut down (its handles stay valid)
 bool g_was_shut_down = false;      // guarded by g_mu
-std::string g_async_message;       // guarded by g_mu
+// guarded by g_mu: the sticky error's text, set once per engine (the error never changes
+// once set), so a pointer hora_async_error handed out stays valid until hora_shutdown.
+std::string g_async_message;
 
 thread_local std::string t_last_error;  // hora_last_error()
 
@@ -146,6 +148,7 @@ hora_status_t hora_init(const hora_config_t* config) {
   g_engine = std::move(engine).value();
   g_last.reset();
   g_was_shut_down = false;
+  g_async_message.clear();  // a new engine: the last one's pointers were valid until shutdown
   t_last_error.clear();
   return HORA_OK;
 }
@@ -360,8 +363,8 @@ const char* hora_last_error(void) { return t_last_error.c_str(); }
 hora_status_t hora_async_error(const char** message) {
   std::lock_guard<std::mutex> lock(g_mu);
   Status s = g_engine ? g_engine->AsyncError() : Status::Ok();
-  g_async_message = s.message();
-  if (message != nullptr) *message = g_async_message.c_str();
+  if (g_async_message.empty() && !s.ok()) g_async_message = s.message();
+  if (message != nullptr) *message = s.ok() ? "" : g_async_message.c_str();
   return static_cast<hora_status_t>(s.code());
 }
 
