@@ -94,4 +94,7 @@ def case_names(module_name):
     sys.path.insert(0, os.path.join(REPO, "bindings", "python"))
     import importlib
     mod = importlib.import_module(module_name)
-    return [fn.__name__ for fn in mod.cases.CASES] if hasattr(mod, "cases") else []
+    if not hasattr(mod, "cases"):
+        return []
+    # cases.CASES is shared by every worker imported into this process: keep this module's.
+    return [fn.__name__ for fn in mod.cases.CASES if fn.__module__ == mod.__name__]

@@ -11,6 +11,7 @@ from .functions import (broadcast_parameters, broadcast_optimizer_state, broadca
 from .optimizer import DistributedOptimizer
 from .zero import ZeroOptimizer
 from .tensor_parallel import *  # noqa: F401,F403 - tensor_parallel.__all__
+from .tensor_parallel import __all__ as _tensor_parallel_all
 from .pipeline import Pipeline, split_sequential
 from .sync_batch_norm import SyncBatchNorm
 
@@ -24,4 +25,5 @@ __all__ = sorted(set(_mpi_ops_all) | {
     "HoraError", "HoraPeerFailureError", "HoraMismatchError", "HoraTimeoutError",
     "HoraPreconditionError", "HoraInvalidArgumentError", "Compression",
     "broadcast_parameters", "broadcast_optimizer_state", "broadcast_object",
-    "allgather_object", "DistributedOptimizer", "SyncBatchNorm", "HostsUpdatedInterrupt"})
+    "allgather_object", "DistributedOptimizer", "SyncBatchNorm", "HostsUpdatedInterrupt",
+    "ZeroOptimizer", "Pipeline", "split_sequential"} | set(_tensor_parallel_all))
