@@ -93,8 +93,13 @@ Tuning Tuning::Resolve(const ShmConfig& c) {
                      ? c.ring_bytes
                      : std::max<size_t>(16 << 10, std::min<size_t>(256 << 10, (16 << 20) / pairs));
   t.ring_bytes = AlignUp(t.ring_bytes, 4096);
-  const int spin_us = c.spin_us >= 0 ? c.spin_us : (c.size <= CpusAvailable() ? 20 : 1);
+  // Automatic: 20 us, growing up to 250 us while waits keep ending just after the spin;
+  // 1 us and no growth when the members outnumber the cores (spinning takes the core the
+  // awaited member needs). An explicit spin_us is used as is.
+  const bool oversubscribed = c.size > CpusAvailable();
+  const int spin_us = c.spin_us >= 0 ? c.spin_us : (oversubscribed ? 1 : 20);
   t.spin_ns = int64_t{spin_us} * 1000;
+  t.max_spin_ns = c.spin_us >= 0 || oversubscribed ? t.spin_ns : 250000;
   return t;
 }
 
@@ -109,7 +114,9 @@ ShmCommunicator::ShmCommunicator(const ShmConfig& config, const Tuning& tuning,
       seen_(config.size, 0),
       incoming_(config.size),
       out_head_(config.size, 0),
-      pid_visible_(config.size, false) {}
+      pid_visible_(config.size, false) {
+  spin_ns_ = tuning_.spin_ns;
+}
 
 ShmCommunicator::~ShmCommunicator() {
   // Peers that wait for this member from now on fail at once instead of at their timeout.

@@ -31,7 +31,8 @@ struct Tuning {
   size_t half_bytes = 0;
   size_t small_bytes = 0;
   size_t ring_bytes = 0;
-  int64_t spin_ns = 0;
+  int64_t spin_ns = 0;      // the spin a wait starts with
+  int64_t max_spin_ns = 0;  // how far it may grow (see WaitUntil)
   static Tuning Resolve(const ShmConfig& c);
 };
 
@@ -137,6 +138,7 @@ class ShmCommunicator : public Communicator {
 
   // Used by the driving thread only.
   uint64_t step_ = 0;                 // the last step this member published
+  int64_t spin_ns_ = 0;               // the current spin of a wait (see WaitUntil)
   std::vector<uint64_t> seen_;        // per peer: the highest ready step observed
   std::vector<Incoming> incoming_;    // per peer
   std::vector<uint64_t> out_head_;    // per peer: bytes written into this member -> peer
@@ -191,8 +193,8 @@ Status ShmCommunicator::WaitUntil(const Cond& cond, int peer, const char* what,
   if (cond()) return Status::Ok();
   if (failed()) return Error();
   const auto start = Clock::now();
-  if (tuning_.spin_ns > 0) {
-    const auto spin_end = start + std::chrono::nanoseconds(tuning_.spin_ns);
+  if (spin_ns_ > 0) {
+    const auto spin_end = start + std::chrono::nanoseconds(spin_ns_);
     for (uint32_t i = 1;; ++i) {
       CpuRelax();
       if (cond()) return Status::Ok();
@@ -213,6 +215,15 @@ Status ShmCommunicator::WaitUntil(const Cond& cond, int peer, const char* what,
     now = Clock::now();
     if (done || now >= deadline) {
       self_->sleepers.fetch_sub(1, std::memory_order_seq_cst);
+      // A wait that slept only briefly means the peer came just after the spin ended, and
+      // the wake-up (tens of us on a VM) then makes the peer late in turn: the two would
+      // keep putting each other to sleep. So such a wait doubles the spin (up to
+      // max_spin_ns); a long sleep (a really late peer) resets it.
+      if (s.ok()) {
+        spin_ns_ = now - start < std::chrono::milliseconds(2)
+                       ? std::min(tuning_.max_spin_ns, std::max<int64_t>(2 * spin_ns_, 1000))
+                       : tuning_.spin_ns;
+      }
       if (done) return s;
       return Fail(DeadlineExceeded(
           std::string("shm ") + what + ": rank " + std::to_string(me_) + " waited " +
