@@ -59,18 +59,16 @@ void CoordinatorServiceImpl::AddSetLocked(int32_t id, std::vector<int> ranks,
 Status CoordinatorServiceImpl::CheckMembershipLocked(int rank, const TensorSpec& spec,
                                                      SetState** set) {
   *set = FindSetLocked(spec.process_set);
+  if (*set != nullptr && (*set)->index_of[rank] >= 0) return Status::Ok();  // the hot path
   const std::string what = std::string(CollectiveName(spec.collective)) + " " +
                            DescribeTensor(TensorKeyOf(spec));
   if (*set == nullptr) {
     return InvalidArgument(what + ": process set " + std::to_string(spec.process_set) +
                            " does not exist (never added, or removed)");
   }
-  if ((*set)->index_of[rank] < 0) {
-    return InvalidArgument(what + ": rank " + std::to_string(rank) +
-                           " is not a member of process set " + std::to_string(spec.process_set) +
-                           " (ranks " + JoinRanks((*set)->ranks) + ")");
-  }
-  return Status::Ok();
+  return InvalidArgument(what + ": rank " + std::to_string(rank) +
+                         " is not a member of process set " + std::to_string(spec.process_set) +
+                         " (ranks " + JoinRanks((*set)->ranks) + ")");
 }
 
 void CoordinatorServiceImpl::HandleSetOpLocked(int rank, const ProcessSetOp& op,
