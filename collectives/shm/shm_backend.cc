@@ -1,6 +1,6 @@
 // Registers the shm backend: CPU tensors, the members of one process set on one host.
-// auto_priority 0 for now: "auto" keeps Gloo until the whole suite has run on shm; it is used
-// when named (HORA_CPU_OPERATIONS=shm).
+// auto_priority 20, above Gloo's 10: "auto" takes it for every set on one host; sets that span
+// hosts are refused by CanServe and get Gloo.
 #include <set>
 
 #include "collectives/registry.h"
@@ -22,7 +22,7 @@ BackendInfo ShmInfo() {
   BackendInfo info;
   info.name = "shm";
   info.device = Device::kCpu;
-  info.auto_priority = 0;
+  info.auto_priority = 20;
   info.can_serve = CanServe;
   info.create = [](const BackendConfig& c) {
     ShmConfig sc;

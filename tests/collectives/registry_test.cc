@@ -83,10 +83,20 @@ TEST_CASE("registry: the built list, selection, and errors that name the option"
   s = CheckSelection("gloo", Device::kCuda, "HORA_GPU_OPERATIONS");
   REQUIRE(s.message().find("serves cpu tensors, not cuda") != std::string::npos);
   MemoryStore store;
-  // auto never picks a test backend: with one rank it builds gloo.
+  // auto never picks a test backend; on one host it takes shm (when built) over gloo.
   auto comm = CreateCommunicator("auto", "HORA_CPU_OPERATIONS", ConfigFor(0, 1, &store, "a/"));
   REQUIRE(comm.ok());
-  REQUIRE(std::string(comm.value()->name()) == "gloo");
+  REQUIRE(std::string(comm.value()->name()) == (IsBackendBuilt("shm") ? "shm" : "gloo"));
+  // A set on two hosts: shm cannot serve it, auto falls back to gloo; naming shm says why.
+  BackendConfig two_hosts = ConfigFor(0, 1, &store, "b/");
+  two_hosts.global_ranks = {0, 1};
+  two_hosts.hostnames = {"host-a", "host-b"};
+  if (IsBackendBuilt("shm")) {
+    auto refused = CreateCommunicator("shm", "HORA_CPU_OPERATIONS", two_hosts);
+    REQUIRE_FALSE(refused.ok());
+    REQUIRE(refused.status().message().find("HORA_CPU_OPERATIONS=shm: backend 'shm' cannot "
+                                            "serve") != std::string::npos);
+  }
   // No CUDA backend in a CPU build: "auto" for CUDA says what is built.
   BackendConfig cuda = ConfigFor(0, 1, &store, "c/");
   cuda.device = Device::kCuda;
@@ -98,7 +108,8 @@ TEST_CASE("registry: the built list, selection, and errors that name the option"
 }
 
 TEST_CASE("registry: every CPU backend serves sets of 1, 2, 3, 4 and 7 ranks") {
-  for (const char* backend : {"gloo", "loopback"}) {
+  for (const char* backend : {"gloo", "loopback", "shm"}) {
+    if (!IsBackendBuilt(backend)) continue;
     for (int size : {1, 2, 3, 4, 7}) {
       MemoryStore store;
       auto errors = RunRanks(backend, size, [size](Communicator& c) -> std::string {
@@ -162,7 +173,8 @@ TEST_CASE("loopback: calls only queue the work; Fence covers what was queued bef
 }
 
 TEST_CASE("registry backends: Abort ends a receive whose sender never sends") {
-  for (const char* backend : {"gloo", "loopback"}) {
+  for (const char* backend : {"gloo", "loopback", "shm"}) {
+    if (!IsBackendBuilt(backend)) continue;
     MemoryStore store;
     std::atomic<Communicator*> receiver{nullptr};
     std::atomic<bool> done{false};
