@@ -109,8 +109,11 @@ Status Engine::Shutdown() {
     sets.swap(sets_);
   }
   const Status aborted = Aborted("Hora was shut down while the operation was pending");
+  // A healthy job's communicators are not aborted: a backend may record an abort for every
+  // member (shm does), and a peer still finishing the last collective would fail with it.
+  const bool broken = !AsyncError().ok();
   for (auto& [id, set] : sets) {
-    set->Abort(aborted);
+    if (broken) set->Abort(aborted);
     set->Stop();
   }
   sets.clear();

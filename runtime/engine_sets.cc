@@ -164,10 +164,12 @@ Status Engine::RemoveProcessSet(int32_t id) {
   if (set) {
     // Buckets planned before the removal run on every member: let them finish, so that no
     // member is left waiting on this one.
+    // Abort only what is stuck: a backend may record an abort for every member (shm does),
+    // and a member still finishing the last bucket would fail with it.
     if (!set->Drain(CollectiveTimeout(options_))) {
       HORA_LOG_WARN("process set {}: buckets still running when it was removed", id);
+      set->Abort(removed);
     }
-    set->Abort(removed);
     set->Stop();
   }
   for (Request& r : queue_.TakeSet(id)) handles_.Complete(r.handle, removed);

@@ -295,7 +295,9 @@ StatusOr<std::unique_ptr<Communicator>> CreateShmCommunicator(const ShmConfig& c
   const std::string key = c.key_prefix + "shm/segment";
   std::unique_ptr<shm::Segment> segment;
   if (c.rank == 0) {
-    CleanStaleShmSegments();
+    // No CleanStaleShmSegments() here: a job in another PID namespace sharing /dev/shm (a
+    // container, a Bazel sandbox) has creator pids this process cannot see, so its live
+    // segments would look stale. Found when parallel test jobs removed each other's.
     auto created = shm::Segment::Create(shm::SanitizeTag(c.key_prefix), layout);
     if (!created.ok()) return created.status();
     segment = std::move(created).value();

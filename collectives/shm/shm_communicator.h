@@ -72,8 +72,10 @@ struct ShmConfig {
 StatusOr<std::unique_ptr<Communicator>> CreateShmCommunicator(const ShmConfig& config);
 
 // Removes /dev/shm/hora-shm.* names whose creating process is gone (only a job killed while
-// its members were attaching leaves one). Returns how many were removed. Safe to call at any
-// time: a live job's segments are never touched.
+// its members were attaching leaves one). Returns how many were removed. Only safe when every
+// job using this /dev/shm runs in this PID namespace: a job in another one (a container, a
+// Bazel sandbox) has creator pids that look gone from here, and its live segments would be
+// removed. Nothing in Hora calls it; it is for an administrator's cleanup.
 int CleanStaleShmSegments();
 
 }  // namespace hora
