@@ -133,6 +133,7 @@ class CoordinatorServiceImpl final : public CoordinatorService,
   void SendPlannerOutputLocked(const SetState& set, PlannerOutput out,
                                std::vector<PlanMessage>* extra, Touched* touched);
   void SendExtraLocked(std::vector<PlanMessage>* extra, Touched* touched);
+  void PushPlanLocked(SessionStream& session, const PlanMessage& plan);
   BucketPlan PlanForRankLocked(const SetState& set, const PlannedBucket& bucket, int rank,
                                const std::vector<std::string>& inline_results) const;
 

@@ -262,6 +262,11 @@ void CoordinatorServiceImpl::SendPlannerOutputLocked(const SetState& set, Planne
   std::vector<std::vector<std::string>> inline_results(out.buckets.size());
   for (size_t b = 0; b < out.buckets.size(); ++b) {
     inline_results[b] = InlineReduceLocked(set, out.buckets[b]);
+    // A bucket whose results would not fit one message runs on the data plane instead (every
+    // rank still holds its input); the same decision for every rank, from the same sizes.
+    size_t bytes = 0;
+    for (const std::string& r : inline_results[b]) bytes += r.size();
+    if (bytes > static_cast<size_t>(config_.max_message_bytes) / 4) inline_results[b].clear();
   }
   DropPayloadsLocked(set, out);
   for (size_t i = 0; i < set.ranks.size(); ++i) {
@@ -287,9 +292,7 @@ void CoordinatorServiceImpl::SendPlannerOutputLocked(const SetState& set, Planne
     }
     bool pushed = false;
     if (!plan.buckets.empty() || !plan.errors.empty()) {
-      proto::CoordinatorMessage message;
-      ToProto(plan, message.mutable_plan());
-      session->Push(std::move(message));
+      PushPlanLocked(*session, plan);
       pushed = true;
     }
     if (out.join_done) {
@@ -305,13 +308,39 @@ void CoordinatorServiceImpl::SendPlannerOutputLocked(const SetState& set, Planne
   }
 }
 
+// A plan goes out in as many messages as keep each under half the message limit: under load
+// one Poll can emit thousands of buckets (small allreduces carry their results inline), and
+// one message past the limit would fail the write and drop the rank's session. Buckets keep
+// their order; the receiver handles each message as it comes.
+void CoordinatorServiceImpl::PushPlanLocked(SessionStream& session, const PlanMessage& plan) {
+  const size_t limit = static_cast<size_t>(config_.max_message_bytes) / 2;
+  proto::CoordinatorMessage message;
+  size_t bytes = 0;
+  auto flush = [&] {
+    session.Push(std::move(message));
+    message = proto::CoordinatorMessage();
+    bytes = 0;
+  };
+  for (const BucketPlan& b : plan.buckets) {
+    proto::Bucket* pb = message.mutable_plan()->add_buckets();
+    ToProto(b, pb);
+    bytes += pb->ByteSizeLong() + 8;
+    if (bytes >= limit) flush();
+  }
+  for (const TensorErrorNotice& e : plan.errors) {
+    proto::TensorError* pe = message.mutable_plan()->add_errors();
+    ToProto(e, pe);
+    bytes += pe->ByteSizeLong() + 8;
+    if (bytes >= limit) flush();
+  }
+  if (message.has_plan()) flush();
+}
+
 void CoordinatorServiceImpl::SendExtraLocked(std::vector<PlanMessage>* extra, Touched* touched) {
   for (int r = 0; r < config_.size; ++r) {
     if ((*extra)[r].errors.empty() || !ranks_[r].session) continue;
-    proto::CoordinatorMessage message;
-    ToProto((*extra)[r], message.mutable_plan());
+    PushPlanLocked(*ranks_[r].session, (*extra)[r]);
     (*extra)[r].errors.clear();
-    ranks_[r].session->Push(std::move(message));
     if (std::find(touched->begin(), touched->end(), ranks_[r].session) == touched->end()) {
       touched->push_back(ranks_[r].session);
     }

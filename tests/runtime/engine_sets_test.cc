@@ -220,3 +220,30 @@ TEST_CASE("send/recv: a ring through every rank with tags out of order, at 2, 3,
     REQUIRE(Joined(errors) == "");
   }
 }
+
+TEST_CASE("many small tensors at once: plans larger than the message limit go out in pieces") {
+  // 3000 inline allreduces submitted as fast as possible with a 64 KiB message limit: one Poll
+  // emits far more than 64 KiB of plans (results travel inline), which must not drop a session.
+  auto errors = RunRanks(3, [](int rank, Engine& e) -> std::string {
+    const int kN = 3000;
+    std::vector<std::vector<float>> bufs(kN, std::vector<float>(64, static_cast<float>(rank + 1)));
+    std::vector<int64_t> handles;
+    for (int i = 0; i < kN; ++i) {
+      auto h = Allreduce(e, "small." + std::to_string(i), &bufs[i], ReduceOp::kSum);
+      if (!h.ok()) return "enqueue " + std::to_string(i) + ": " + h.status().ToString();
+      handles.push_back(h.value());
+    }
+    for (int i = 0; i < kN; ++i) {
+      Status s = e.handles().Wait(handles[i], std::chrono::seconds(60));
+      e.handles().Release(handles[i]);
+      if (!s.ok()) return "tensor " + std::to_string(i) + ": " + s.ToString();
+      if (bufs[i][0] != 6.0f) return "tensor " + std::to_string(i) + " = " + std::to_string(bufs[i][0]);
+    }
+    return Check(e.AsyncError().ok(), "job error: " + e.AsyncError().ToString());
+  }, [](Options* o) {
+    o->max_message_bytes = 65536;
+    o->fusion_threshold_bytes = 1 << 20;
+  });
+  REQUIRE(Joined(errors) == "");
+}
+

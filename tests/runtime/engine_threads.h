@@ -46,13 +46,16 @@ inline Options MakeOptions(int rank, int size, int port) {
 }
 
 // Runs body(rank, engine) on `size` threads; returns each rank's failure text ("" = ok).
-inline std::vector<std::string> RunRanks(int size, const std::function<std::string(int, Engine&)>& body) {
+inline std::vector<std::string> RunRanks(int size, const std::function<std::string(int, Engine&)>& body,
+                                         const std::function<void(Options*)>& tweak = nullptr) {
   int port = FreePort();
   std::vector<std::string> errors(size);
   std::vector<std::thread> threads;
   for (int r = 0; r < size; ++r) {
     threads.emplace_back([&, r] {
-      auto engine = Engine::Start(MakeOptions(r, size, port));
+      Options o = MakeOptions(r, size, port);
+      if (tweak) tweak(&o);
+      auto engine = Engine::Start(o);
       if (!engine.ok()) {
         errors[r] = "start: " + engine.status().ToString();
         return;
