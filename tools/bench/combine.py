@@ -25,7 +25,8 @@ FIELDS = ["kind", "impl", "np", "bytes", "count", "type", "op", "iters", "time_u
 ROW = re.compile(r"((?:bw|lat),[A-Za-z0-9_.-]+,\d+,.*)$")
 ORDER = ["hora", "hora-poll", "torch-gloo", "mpi-shm", "mpi-tcp"]
 LABELS = {
-    "hora": "Hora (gloo)",
+    # The backend is HORA_CPU_OPERATIONS's choice: shm for ranks on one host since it is built.
+    "hora": "Hora (%s)" % os.environ.get("HORA_CPU_OPERATIONS", "auto: shm on one host"),
     "hora-poll": "Hora, hora_poll spin",
     "torch-gloo": "torch gloo",
     "mpi-shm": "Open MPI (shm, vader)",
