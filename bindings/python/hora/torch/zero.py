@@ -487,121 +487,23 @@ class ZeroOptimizer(torch.optim.Optimizer):
         return {"parameters": params, "gradients": grads, "optimizer_state": state,
                 "total": params + grads + state}
 
-    # ---- checkpoints ----
+    # ---- checkpoints (zero_checkpoint.py) ----
 
     def state_dict(self, gather=True, root=0):
         """gather=True (collective): the state of the wrapped optimizer as if it had run
         unsharded (its own format, indexed by the original parameters), returned on global
         rank `root` (None elsewhere; root=None: on every member). gather=False (local): this
         rank's shard, for load_state_dict on the same rank of the same layout."""
-        inner = self.optimizer.state_dict()
+        from . import zero_checkpoint
         if not gather:
-            return {"zero_shard": {"stage": self.stage, "set_size": self._n,
-                                   "set_rank": self._rank,
-                                   "units": [u.numels for u in self._units]},
-                    "inner": inner}
-        keys = self._state_keys(inner)
-        index_of = self._unit_to_inner()
-        state = {}
-        for u in self._units:
-            s = inner["state"].get(index_of[u.index], {})
-            full = {}
-            for k in keys:
-                v = s.get(k)
-                if torch.is_tensor(v) and v.dim() == 1 and v.numel() == u.chunk:
-                    out = torch.empty(u.padded, dtype=v.dtype)
-                    _GatherInto(v, out, "zero%d.sd.%d.%s" % (self._id, u.index, k),
-                                self.process_set).wait()
-                    full[k] = out
-                elif v is not None:
-                    full[k] = v
-            offset = 0
-            for p, n in zip(u.params, u.numels):
-                if full:
-                    state[self._param_index[id(p)]] = {
-                        k: (v[offset:offset + n].view_as(p).clone()
-                            if torch.is_tensor(v) and v.dim() == 1 and v.numel() == u.padded
-                            else v) for k, v in full.items()}
-                offset += n
-        groups = []
-        for gi, g in enumerate(inner["param_groups"]):
-            hyper = {k: v for k, v in g.items() if k != "params"}
-            hyper["params"] = [self._param_index[id(p)] for p in self._groups[gi]["params"]]
-            groups.append(hyper)
-        if root is not None and core.rank() != root:
-            return None
-        return {"state": state, "param_groups": groups}
-
-    def _state_keys(self, inner):
-        """The state's keys, the same on every member (a rank may hold none yet)."""
-        mine = sorted({k for s in inner["state"].values() for k in s})
-        every = allgather(torch.tensor([zlib.crc32(repr(mine).encode())], dtype=torch.int64),
-                          name="zero%d.sdkeys" % self._id, process_set=self.process_set)
-        if len(set(every.tolist())) != 1:
-            raise ValueError("ZeroOptimizer.state_dict: the optimizer state differs across "
-                             "ranks (keys %s on rank %d)" % (mine, core.rank()))
-        return mine
-
-    def _unit_to_inner(self):
-        """unit index -> the index of its chunk in the wrapped optimizer's state_dict."""
-        index, i = {}, 0
-        for gi in range(len(self._groups)):
-            for u in self._units:
-                if u.group_index == gi:
-                    index[u.index] = i
-                    i += 1
-        return index
+            return zero_checkpoint.shard_state(self)
+        return zero_checkpoint.gathered_state(self, root)
 
     def load_state_dict(self, state_dict):
         """Loads either format of state_dict(): a shard saved by this rank of the same layout,
         or the gathered state (every rank passes it, and takes its chunks)."""
-        if "zero_shard" in state_dict:
-            meta = state_dict["zero_shard"]
-            mine = {"stage": self.stage, "set_size": self._n, "set_rank": self._rank,
-                    "units": [u.numels for u in self._units]}
-            for k in ("set_size", "set_rank", "units"):
-                if meta.get(k) != mine[k]:
-                    raise ValueError("ZeroOptimizer.load_state_dict: the shard was saved with "
-                                     "%s=%r, this optimizer has %r" % (k, meta.get(k), mine[k]))
-            self.optimizer.load_state_dict(state_dict["inner"])
-            return
-        index_of = self._unit_to_inner()
-        state = {}
-        for u in self._units:
-            per = [state_dict["state"].get(self._param_index[id(p)]) for p in u.params]
-            if all(s is None for s in per):
-                continue
-            if any(s is None for s in per):
-                raise ValueError("ZeroOptimizer.load_state_dict: parameters %s have no state "
-                                 "while others of their unit do" % [
-                                     self._param_index[id(p)] for p, s in zip(u.params, per)
-                                     if s is None])
-            chunk = {}
-            for k, v in per[0].items():
-                if self._per_element(k, [s.get(k) for s in per], u.params):
-                    parts = [s[k].reshape(-1) for s in per]
-                    if u.padded > u.numel:
-                        parts.append(torch.zeros(u.padded - u.numel, dtype=v.dtype))
-                    chunk[k] = torch.cat(parts)[u.rank * u.chunk:(u.rank + 1) * u.chunk].clone()
-                else:
-                    chunk[k] = v
-            state[index_of[u.index]] = chunk
-        groups = []
-        for gi, g in enumerate(state_dict["param_groups"]):
-            hyper = {k: v for k, v in g.items() if k != "params"}
-            hyper["params"] = self.optimizer.state_dict()["param_groups"][gi]["params"]
-            groups.append(hyper)
-        self.optimizer.load_state_dict({"state": state, "param_groups": groups})
-
-    @staticmethod
-    def _per_element(key, values, params):
-        """Whether a state entry has one value per parameter element (exp_avg) rather than
-        one per tensor (step): shaped like each parameter; for 0-d parameters, by name."""
-        if not all(torch.is_tensor(v) and v.shape == p.shape for v, p in zip(values, params)):
-            return False
-        if all(p.dim() == 0 for p in params):
-            return key != "step"
-        return True
+        from . import zero_checkpoint
+        zero_checkpoint.load_state(self, state_dict)
 
     def __repr__(self):
         return "ZeroOptimizer(stage=%d, set size %d, %d units, %r)" % (
