@@ -2,8 +2,8 @@
 // itself), parameterized over world size (1, 2, 3, 4, 7), element count (0, 1, odd, large),
 // every dtype and op, with the default sizes and with tiny chunks and rings (so every chunked,
 // pipelined and ring-wrapping path runs on small data). Values are small integers so every
-// reduction is exact and the expectations are byte-for-byte. The value helpers follow
-// gloo_test.cc's.
+// reduction is exact and the expectations are byte-for-byte. The value helpers are
+// tests/collectives/dtype_values.h.
 #include <atomic>
 #include <catch2/catch.hpp>
 #include <chrono>
@@ -15,9 +15,11 @@
 #include "collectives/shm/shm_communicator.h"
 #include "common/reduce.h"
 #include "common/types.h"
+#include "tests/collectives/dtype_values.h"
 #include "tests/collectives/shm_test_util.h"
 
 using namespace hora;
+using namespace hora::testing;
 using hora::testing::CompareBytes;
 using hora::testing::JoinFailures;
 using hora::testing::RunShmRanks;
@@ -26,100 +28,6 @@ using hora::testing::ShmTweak;
 using hora::testing::TinyChunks;
 
 namespace {
-
-const DataType kAllTypes[] = {DataType::kUint8,   DataType::kInt8,    DataType::kInt32,
-                              DataType::kInt64,   DataType::kFloat16, DataType::kBfloat16,
-                              DataType::kFloat32, DataType::kFloat64, DataType::kBool};
-const ReduceOp kAllOps[] = {ReduceOp::kSum, ReduceOp::kMin, ReduceOp::kMax, ReduceOp::kProduct};
-
-bool IsUnsigned(DataType t) { return t == DataType::kUint8 || t == DataType::kBool; }
-
-// The value rank r contributes at index i: small integers chosen per op so that the
-// reduction over up to 7 ranks is exact in every dtype (sums within [-21, 28], products
-// within [-8, 8], bool 0/1).
-double Value(DataType t, ReduceOp op, size_t i, int r) {
-  const size_t k = i + static_cast<size_t>(r) * 5;
-  if (t == DataType::kBool) return (k % 3) == 0 ? 1 : ((i % 4 == 0) ? 1 : 0);
-  switch (op) {
-    case ReduceOp::kProduct:
-      if (k % 3 == 0) return 2;
-      return (k % 3 == 1 || IsUnsigned(t)) ? 1 : -1;
-    case ReduceOp::kMin:
-    case ReduceOp::kMax:
-      return IsUnsigned(t) ? static_cast<double>((i * 7 + r * 13) % 11)
-                           : static_cast<double>((i * 7 + r * 13) % 11) - 5;
-    default:
-      return IsUnsigned(t) ? static_cast<double>(k % 5) : static_cast<double>(k % 7) - 3;
-  }
-}
-
-double Fold(DataType t, ReduceOp op, double a, double b) {
-  if (t == DataType::kBool) {
-    bool x = a != 0, y = b != 0;
-    return (op == ReduceOp::kSum || op == ReduceOp::kMax) ? (x || y) : (x && y);
-  }
-  switch (op) {
-    case ReduceOp::kMin:
-      return a < b ? a : b;
-    case ReduceOp::kMax:
-      return a > b ? a : b;
-    case ReduceOp::kProduct:
-      return a * b;
-    default:
-      return a + b;
-  }
-}
-
-void Put(DataType t, void* buf, size_t i, double v) {
-  switch (t) {
-    case DataType::kUint8:
-      static_cast<uint8_t*>(buf)[i] = static_cast<uint8_t>(v);
-      break;
-    case DataType::kInt8:
-      static_cast<int8_t*>(buf)[i] = static_cast<int8_t>(v);
-      break;
-    case DataType::kInt32:
-      static_cast<int32_t*>(buf)[i] = static_cast<int32_t>(v);
-      break;
-    case DataType::kInt64:
-      static_cast<int64_t*>(buf)[i] = static_cast<int64_t>(v);
-      break;
-    case DataType::kFloat16:
-      static_cast<uint16_t*>(buf)[i] = FloatToHalf(float(v));
-      break;
-    case DataType::kBfloat16:
-      static_cast<uint16_t*>(buf)[i] = FloatToBfloat16(float(v));
-      break;
-    case DataType::kFloat32:
-      static_cast<float*>(buf)[i] = static_cast<float>(v);
-      break;
-    case DataType::kFloat64:
-      static_cast<double*>(buf)[i] = v;
-      break;
-    case DataType::kBool:
-      static_cast<uint8_t*>(buf)[i] = v != 0 ? 1 : 0;
-      break;
-  }
-}
-
-// Fills buf with rank r's contribution; `offset` shifts the index (for reducescatter slices).
-void FillInput(DataType t, ReduceOp op, int r, void* buf, size_t count, size_t offset = 0) {
-  for (size_t i = 0; i < count; ++i) Put(t, buf, i, Value(t, op, i + offset, r));
-}
-
-void FillExpected(DataType t, ReduceOp op, int size, void* buf, size_t count, size_t offset = 0) {
-  for (size_t i = 0; i < count; ++i) {
-    double acc = Value(t, op, i + offset, 0);
-    for (int r = 1; r < size; ++r) acc = Fold(t, op, acc, Value(t, op, i + offset, r));
-    Put(t, buf, i, acc);
-  }
-}
-
-std::string Label(const char* what, DataType t, ReduceOp op, size_t count) {
-  return std::string(what) + " " + DataTypeName(t) + " " + ReduceOpName(op) + " x" +
-         std::to_string(count);
-}
-
 
 // The configurations every correctness test runs under: the defaults, and tiny chunks.
 ShmTweak Tweak(int which) { return which == 0 ? ShmTweak() : ShmTweak(TinyChunks); }
