@@ -133,11 +133,19 @@ class Engine : private ProcessSetRuntime::Host {
   void CompleteInline(const BucketPlan& bucket, int set_size);
   void SetError(Status status);
   void FailEverything(const Status& status);
-  // The name, the collective and the process set: errors here are this rank's alone.
-  Status ValidateIdentity(const TensorSpec& spec) const;
-  // Everything else (dtype, op, device, shape, buffers, root, peer, splits): an error here
-  // is announced as a refusal, so the operation fails on every rank of the set (Refuse).
-  Status ValidateSpec(const TensorSpec& spec, const void* input, const void* output) const;
+  // The name, the collective and the process set: errors here are this rank's alone. On
+  // success *set (if given) is the spec's process set.
+  Status ValidateIdentity(const TensorSpec& spec,
+                          std::shared_ptr<ProcessSetRuntime>* set = nullptr) const;
+  // Everything else (dtype, op, device, shape, buffers, root, peer, splits), for a spec that
+  // passed ValidateIdentity: an error here is announced as a refusal, so the operation fails
+  // on every rank of the set (Refuse).
+  Status ValidateSpec(const TensorSpec& spec, const ProcessSetRuntime& set, const void* input,
+                      const void* output) const;
+  // Enqueue once ValidateIdentity passed: the other checks (a refusal on failure), the queue,
+  // the announcement.
+  StatusOr<int64_t> EnqueueIn(const ProcessSetRuntime& set, TensorSpec spec, const void* input,
+                              void* output, void* stream);
   std::shared_ptr<ProcessSetRuntime> FindSet(int32_t id) const;
   // Sends the n-th process-set operation and waits for the coordinator's answer.
   StatusOr<ProcessSetResult> RunSetOp(ProcessSetOp op, const std::string& refused);

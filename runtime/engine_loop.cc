@@ -103,7 +103,7 @@ void Engine::OnPlan(PlanMessage plan) {
     if (!key) continue;
     if (auto r = queue_.Take(*key)) handles_.Complete(r->handle, e.status);
   }
-  std::map<int32_t, std::vector<BucketPlan>> by_set;
+  std::map<int32_t, std::pair<std::shared_ptr<ProcessSetRuntime>, std::vector<BucketPlan>>> by_set;
   for (BucketPlan& bucket : plan.buckets) {
     std::shared_ptr<ProcessSetRuntime> set = FindSet(bucket.process_set);
     if (!set || !set->included()) {
@@ -114,10 +114,12 @@ void Engine::OnPlan(PlanMessage plan) {
     if (bucket.inline_reduced) {
       CompleteInline(bucket, set->size());
     } else {
-      by_set[bucket.process_set].push_back(std::move(bucket));
+      auto& entry = by_set[bucket.process_set];
+      entry.first = set;
+      entry.second.push_back(std::move(bucket));
     }
   }
-  for (auto& [id, buckets] : by_set) FindSet(id)->Push(std::move(buckets));
+  for (auto& [id, entry] : by_set) entry.first->Push(std::move(entry.second));
 }
 
 void Engine::CompleteInline(const BucketPlan& bucket, int set_size) {
@@ -194,8 +196,16 @@ Status Engine::Refuse(TensorSpec spec, const Status& why) {
 }
 
 StatusOr<int64_t> Engine::Enqueue(TensorSpec spec, const void* input, void* output, void* stream) {
-  HORA_RETURN_IF_ERROR(ValidateIdentity(spec));
-  if (Status bad = ValidateSpec(spec, input, output); !bad.ok()) return Refuse(std::move(spec), bad);
+  std::shared_ptr<ProcessSetRuntime> set;
+  HORA_RETURN_IF_ERROR(ValidateIdentity(spec, &set));
+  return EnqueueIn(*set, std::move(spec), input, output, stream);
+}
+
+StatusOr<int64_t> Engine::EnqueueIn(const ProcessSetRuntime& set, TensorSpec spec,
+                                    const void* input, void* output, void* stream) {
+  if (Status bad = ValidateSpec(spec, set, input, output); !bad.ok()) {
+    return Refuse(std::move(spec), bad);
+  }
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (!error_.ok()) return error_;
@@ -224,12 +234,13 @@ StatusOr<int64_t> Engine::EnqueueBarrier(int32_t process_set) {
   spec.collective = CollectiveType::kBarrier;
   spec.dtype = DataType::kUint8;
   spec.name = "hora.barrier";
-  HORA_RETURN_IF_ERROR(ValidateSpec(spec, nullptr, nullptr));
+  std::shared_ptr<ProcessSetRuntime> set;
+  HORA_RETURN_IF_ERROR(ValidateIdentity(spec, &set));
   {
     std::lock_guard<std::mutex> lock(mu_);
     spec.name = "hora.barrier." + std::to_string(barrier_count_[process_set]++);
   }
-  return Enqueue(std::move(spec), nullptr, nullptr);
+  return EnqueueIn(*set, std::move(spec), nullptr, nullptr, nullptr);
 }
 
 StatusOr<int64_t> Engine::EnqueueJoin(int32_t process_set) {
@@ -264,8 +275,8 @@ StatusOr<int64_t> Engine::EnqueueTransfer(TensorSpec spec, const void* input, vo
   spec.collective = send ? CollectiveType::kSend : CollectiveType::kRecv;
   spec.peer = peer;
   spec.name = "hora.p2p";
-  HORA_RETURN_IF_ERROR(ValidateIdentity(spec));
-  std::shared_ptr<ProcessSetRuntime> set = FindSet(spec.process_set);
+  std::shared_ptr<ProcessSetRuntime> set;
+  HORA_RETURN_IF_ERROR(ValidateIdentity(spec, &set));
   const int me = set->rank();
   if (peer < 0 || peer >= set->size() || peer == me) {
     return InvalidArgument(std::string(send ? "send" : "recv") + " in process set " +
@@ -280,7 +291,7 @@ StatusOr<int64_t> Engine::EnqueueTransfer(TensorSpec spec, const void* input, vo
     spec.name = "hora.p2p." + std::to_string(from) + ">" + std::to_string(to) + ".t" +
                 std::to_string(tag) + "." + std::to_string(n);
   }
-  return Enqueue(std::move(spec), input, output);
+  return EnqueueIn(*set, std::move(spec), input, output, nullptr);
 }
 
 StatusOr<int64_t> Engine::EnqueueSend(TensorSpec spec, const void* input, int peer, int tag) {

@@ -79,7 +79,8 @@ Status CheckSplits(const TensorSpec& spec, int size) {
 
 }  // namespace
 
-Status Engine::ValidateIdentity(const TensorSpec& spec) const {
+Status Engine::ValidateIdentity(const TensorSpec& spec,
+                                std::shared_ptr<ProcessSetRuntime>* found) const {
   if (spec.name.empty()) return InvalidArgument("the operation needs a non-empty name");
   if (spec.name.size() > kMaxNameLength) {
     return InvalidArgument("name of " + std::to_string(spec.name.size()) + " bytes is longer than " +
@@ -98,11 +99,12 @@ Status Engine::ValidateIdentity(const TensorSpec& spec) const {
     return Bad(spec, "rank " + std::to_string(options_.rank) + " is not a member of process set " +
                          std::to_string(spec.process_set) + " (ranks " + ranks + ")");
   }
+  if (found != nullptr) *found = std::move(set);
   return Status::Ok();
 }
 
-Status Engine::ValidateSpec(const TensorSpec& spec, const void* input, const void* output) const {
-  HORA_RETURN_IF_ERROR(ValidateIdentity(spec));
+Status Engine::ValidateSpec(const TensorSpec& spec, const ProcessSetRuntime& set,
+                            const void* input, const void* output) const {
   if (!IsValidDataType(static_cast<int32_t>(spec.dtype))) {
     return Bad(spec, "unknown dtype " + std::to_string(static_cast<int>(spec.dtype)));
   }
@@ -112,7 +114,6 @@ Status Engine::ValidateSpec(const TensorSpec& spec, const void* input, const voi
   if (spec.device != Device::kCpu) {
     return Bad(spec, "CUDA tensors need the NCCL backend, which is not available in this build");
   }
-  std::shared_ptr<ProcessSetRuntime> set = FindSet(spec.process_set);
   if (spec.collective == CollectiveType::kBarrier) return Status::Ok();
   HORA_RETURN_IF_ERROR(CheckShape(spec));
   if (!std::isfinite(spec.prescale) || !std::isfinite(spec.postscale)) {
@@ -122,11 +123,11 @@ Status Engine::ValidateSpec(const TensorSpec& spec, const void* input, const voi
   if (has_data && input == nullptr && spec.collective != CollectiveType::kRecv) {
     return Bad(spec, "input data is NULL");
   }
-  const int size = set->size();
+  const int size = set.size();
   switch (spec.collective) {
     case CollectiveType::kSend:
     case CollectiveType::kRecv:
-      if (spec.peer < 0 || spec.peer >= size || spec.peer == set->rank()) {
+      if (spec.peer < 0 || spec.peer >= size || spec.peer == set.rank()) {
         return Bad(spec, "peer " + std::to_string(spec.peer) + " is out of range [0, " +
                              std::to_string(size) + ") of process set " +
                              std::to_string(spec.process_set) + ", or this rank itself");
