@@ -13,7 +13,6 @@ void CompletionQueue::Add(std::unique_ptr<Work> work, Done done) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     incoming_.push_back(Item{std::move(work), std::move(done)});
-    ++outstanding_;
   }
   cv_.notify_all();
 }
@@ -25,11 +24,6 @@ void CompletionQueue::Stop() {
   }
   cv_.notify_all();
   if (thread_.joinable()) thread_.join();
-}
-
-size_t CompletionQueue::outstanding() const {
-  std::lock_guard<std::mutex> lock(mu_);
-  return outstanding_;
 }
 
 void CompletionQueue::Loop() {
@@ -59,8 +53,6 @@ void CompletionQueue::Loop() {
       ++finished;
     }
     if (finished > 0) {
-      std::lock_guard<std::mutex> lock(mu_);
-      outstanding_ -= finished;
       sleep = std::chrono::microseconds(0);
     } else {
       // Spin a few rounds, then back off to at most 1 ms per poll.

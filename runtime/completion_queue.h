@@ -37,7 +37,6 @@ class CompletionQueue {
   void Add(std::unique_ptr<Work> work, Done done);
   // Waits for every outstanding Work, runs its function, joins the thread. Idempotent.
   void Stop();
-  size_t outstanding() const;
 
  private:
   struct Item {
@@ -49,7 +48,6 @@ class CompletionQueue {
   mutable std::mutex mu_;
   std::condition_variable cv_;
   std::vector<Item> incoming_;  // guarded by mu_
-  size_t outstanding_ = 0;      // guarded by mu_: added and not yet finished
   bool stop_ = false;           // guarded by mu_
   std::thread thread_;
 };

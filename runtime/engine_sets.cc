@@ -86,7 +86,7 @@ StatusOr<ProcessSetResult> Engine::RunSetOp(ProcessSetOp op, const std::string& 
   const auto bound = std::chrono::milliseconds(
       static_cast<int64_t>((options_.start_timeout_s + 2 * options_.heartbeat_timeout_s) * 1000));
   std::unique_lock<std::mutex> lock(mu_);
-  const bool answered = cv_.wait_for(lock, bound, [&] {
+  cv_.wait_for(lock, bound, [&] {
     return set_results_.count(op.seq) != 0 || !error_.ok() || stop_;
   });
   auto it = set_results_.find(op.seq);
@@ -98,7 +98,6 @@ StatusOr<ProcessSetResult> Engine::RunSetOp(ProcessSetOp op, const std::string& 
   }
   if (!error_.ok()) return error_;
   if (stop_) return Aborted("Hora is shutting down");
-  (void)answered;
   return DeadlineExceeded("the coordinator did not answer process set operation #" +
                           std::to_string(op.seq));
 }
