@@ -10,6 +10,7 @@
 
 #include "coordinator/service_impl.h"
 #include "tests/coordinator/coordinator_test_util.h"
+#include "tests/harness/hang_bound.h"
 
 namespace hora {
 namespace testing {
@@ -88,7 +89,7 @@ TEST_CASE("The start timeout names the missing ranks", "[service]") {
     CHECK(errors[r].code() == Code::kDeadlineExceeded);
     CHECK(Contains(errors[r].message(), "ranks 2,3 of 4 did not join within 0.5 s"));
   }
-  CHECK(took < milliseconds(1500));
+  CHECK(took < testing::HangBound(milliseconds(500)));
   // A rank that comes later is refused at once with the same reason.
   auto late = CoordinatorClient::Connect(ClientFor(config, service->port(), 2));
   CHECK(late.status().code() == Code::kDeadlineExceeded);
@@ -217,7 +218,7 @@ TEST_CASE("Store: set, get, wait for a key, timeout", "[service]") {
   CHECK(missing.status().code() == Code::kDeadlineExceeded);
   CHECK(Contains(missing.status().message(), "'never'"));
   CHECK(took >= milliseconds(200));
-  CHECK(took < milliseconds(1500));
+  CHECK(took < testing::HangBound(milliseconds(200)));
 }
 
 TEST_CASE("Garbage bytes and oversized messages do not hurt the service", "[service]") {

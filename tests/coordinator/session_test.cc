@@ -238,7 +238,8 @@ TEST_CASE("Tensor errors reach the ranks that submitted, with their ids", "[sess
 }
 
 // Round trip of a 4-byte allreduce through the coordinator: SendReady on every rank until the
-// plan arrives on rank 0. Prints the latency; asserts only a loose bound (shared CI machines).
+// plan arrives on rank 0. Asserts every plan arrives; prints the latency, never asserts it
+// (shared CI machines; tools/bench measures speed).
 TEST_CASE("Round-trip latency of a small allreduce", "[session][latency]") {
   for (int size : {1, 2}) {
     Job job;
@@ -268,7 +269,6 @@ TEST_CASE("Round-trip latency of a small allreduce", "[session][latency]") {
     const double p50 = us[us.size() / 2];
     const double p99 = us[us.size() * 99 / 100];
     std::printf("coordinator round trip, size %d: p50 %.0f us, p99 %.0f us\n", size, p50, p99);
-    CHECK(p50 < 2000);
   }
 }
 

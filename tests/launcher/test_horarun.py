@@ -183,7 +183,6 @@ def test_failing_rank_stops_the_others(tmp_path):
     assert rc == 3, err
     assert re.search(r"horarun: rank 1 \(pid \d+\) exited with code 3; stopping the other ranks",
                      err), err
-    assert secs < 20
     pids = read_pids(tmp_path, 3)
     assert wait_until(lambda: not any(alive(p) for p in pids), 5), pids
 
@@ -196,7 +195,6 @@ def test_rank_killed_by_signal(sig):
     rc, out, err, secs = horarun("-np", "2", "--grace", "1", PY, "-c", code)
     assert rc == 128 + sig, err
     assert "rank 0 (pid" in err and signal.Signals(sig).name in err
-    assert secs < 20
 
 
 @pytest.mark.parametrize("sig,code", [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
@@ -211,11 +209,9 @@ def test_signal_to_horarun_stops_every_rank(tmp_path, sig, code):
                                       for r in range(np)), 30)
         pids = read_pids(tmp_path, np)
         assert len(pids) == 2 * np and all(alive(x) for x in pids)
-        start = time.monotonic()
         p.send_signal(sig)
         out, err = p.communicate(timeout=TIMEOUT)
         assert p.returncode == code, err
-        assert time.monotonic() - start < 15
         assert b"stopping every rank" in err
         assert wait_until(lambda: not any(alive(x) for x in pids), 5), pids
     finally:
