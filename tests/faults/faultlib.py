@@ -26,6 +26,13 @@ def find(path):
                             os.path.dirname(path) + ":" + os.path.basename(path) + ")")
 
 
+def hang_bound(deadline):
+    """How long a test lets a wait run that the product ends after `deadline` seconds: loose
+    enough for shared, loaded machines, tight enough to fail a hang or a missing deadline (the
+    same rule as tests/harness/hang_bound.h). The measured times are printed, not asserted."""
+    return 4 * deadline + 10
+
+
 HORARUN = os.environ.get("HORARUN") or os.path.join(ROOT, "tools", "launcher", "horarun")
 READY_RE = re.compile(r"READY rank=(\d+) pid=(\d+)")
 FAILED_RE = re.compile(r"FAILED rank=(-?\d+) t=([0-9.]+) status=(\S+) msg=(.*)$")

@@ -4,7 +4,7 @@ Mismatched shapes are covered by tests/integration (collectives_job)."""
 
 import re
 
-from faultlib import find, horarun_job
+from faultlib import find, hang_bound, horarun_job
 
 JOB = find("tests/faults/probe_job")
 WAIT_S = 60
@@ -47,7 +47,8 @@ def test_stall_timeout_aborts_every_rank_with_the_report():
         assert f.msg.startswith("stall timeout: " + REPORT), f
         dt = f.t - t_submit
         worst = max(worst, dt)
-        # Fires between the timeout and the timeout plus one stall check (<= warning / 2).
-        assert timeout - 0.1 <= dt <= 2 * timeout, (r, dt, f)
+        # Never before the timeout; after it within one stall check (<= warning / 2) on an idle
+        # machine, which is printed below; the test only rules out a hang.
+        assert timeout - 0.1 <= dt <= hang_bound(timeout), (r, dt, f)
     print("\nSTALL timeout %.1f s: every rank failed %.3f s after the submission at worst"
           % (timeout, worst))
