@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Installs every system package Hora needs (Debian 12, non-interactive, idempotent).
+# Installs every system package Hora needs (Debian 12, non-interactive, idempotent), then
+# torch 2.x from PyPI in its own environment (tools/setup_torch2.sh).
 # Usage: tools/setup.sh            (as root, or with sudo available)
 set -euo pipefail
 
@@ -8,7 +9,7 @@ PACKAGES=(
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   libspdlog-dev libfmt-dev catch2
   libopenmpi-dev openmpi-bin libgloo-dev
-  python3-torch python3-numpy python3-pytest python3-matplotlib
+  python3-torch python3-numpy python3-pytest python3-matplotlib python3-venv
   openssh-server openssh-client iproute2 procps openssl
 )
 
@@ -17,15 +18,15 @@ for p in "${PACKAGES[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
 done
 
-if [ ${#missing[@]} -eq 0 ]; then
-  echo "setup: all ${#PACKAGES[@]} packages present"
-  exit 0
-fi
-
 SUDO=""
 [ "$(id -u)" -ne 0 ] && SUDO="sudo"
-echo "setup: installing ${missing[*]}"
-export DEBIAN_FRONTEND=noninteractive
-$SUDO apt-get update -qq
-$SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+if [ ${#missing[@]} -eq 0 ]; then
+  echo "setup: all ${#PACKAGES[@]} packages present"
+else
+  echo "setup: installing ${missing[*]}"
+  export DEBIAN_FRONTEND=noninteractive
+  $SUDO apt-get update -qq
+  $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+$SUDO "$(dirname "$0")/setup_torch2.sh"
 echo "setup: done"

@@ -138,14 +138,19 @@ def first_nic_address(nics):
     return None
 
 
-def free_port(host):
-    """A port of `host` that was free a moment ago (bind port 0, read it back, close)."""
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+def free_ports(host, n):
+    """n different ports of `host` that were free a moment ago (bind port 0 n times, read
+    them back, close)."""
+    socks = []
     try:
-        sock.bind((host, 0))
-        return sock.getsockname()[1]
+        for _ in range(n):
+            sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            socks.append(sock)
+            sock.bind((host, 0))
+        return [s.getsockname()[1] for s in socks]
     finally:
-        sock.close()
+        for s in socks:
+            s.close()
 
 
 def start_command(command, env, cwd=None):
@@ -168,7 +173,8 @@ def start_command(command, env, cwd=None):
 def probe(cfg):
     """Facts about this host: its name, the ssh connection's two addresses, the addresses
     of the requested interfaces, whether the working directory exists and, for the first
-    host of a job, the coordinator's address and a free port on it."""
+    host of a job, the coordinator's address and two free ports on it (the coordinator's and
+    the one torch.distributed's store gets as MASTER_PORT)."""
     conn = os.environ.get("SSH_CONNECTION", "").split()
     info = {
         "hostname": socket.gethostname(),
@@ -180,7 +186,7 @@ def probe(cfg):
     }
     if cfg.get("want_port"):
         addr = info["nic"][1] if info["nic"] else info["server_addr"] or "127.0.0.1"
-        info["coordinator"] = [addr, free_port(addr)]
+        info["coordinator"] = [addr] + free_ports(addr, 2)
     return info
 
 

@@ -45,7 +45,9 @@ output line with the rank, and stop the whole job when one rank fails."""
 EPILOG = """\
 Each rank gets HORA_RANK, HORA_SIZE, HORA_LOCAL_RANK, HORA_LOCAL_SIZE, HORA_CROSS_RANK,
 HORA_CROSS_SIZE, HORA_COORDINATOR_ADDR, HORA_JOB_TOKEN and HORA_HOSTNAME, plus the options
-above. Exit status: 0 when every rank exits 0; otherwise the code of the first rank that
+above, the same under Horovod's names (HOROVOD_RANK, ...) and torchrun's (RANK, WORLD_SIZE,
+LOCAL_RANK, LOCAL_WORLD_SIZE, GROUP_RANK, MASTER_ADDR, MASTER_PORT: a port of its own for
+torch.distributed's store; -x overrides them). Exit status: 0 when every rank exits 0; otherwise the code of the first rank that
 failed (128+N for a rank killed by signal N), 130/143 when horarun itself is interrupted,
 2 for a bad command line, 127 when the command cannot be found, 255 when a host cannot be
 reached.
@@ -59,6 +61,12 @@ Examples:
 # The per-rank variables that are also given under Horovod's names (HOROVOD_RANK, ...).
 HOROVOD_ALIASES = ("HORA_RANK", "HORA_SIZE", "HORA_LOCAL_RANK", "HORA_LOCAL_SIZE",
                    "HORA_CROSS_RANK", "HORA_CROSS_SIZE", "HORA_HOSTNAME")
+
+
+# torchrun's per-rank variables, given under horarun too (torch_env).
+TORCH_ALIASES = (("RANK", "HORA_RANK"), ("WORLD_SIZE", "HORA_SIZE"),
+                 ("LOCAL_RANK", "HORA_LOCAL_RANK"), ("LOCAL_WORLD_SIZE", "HORA_LOCAL_SIZE"),
+                 ("GROUP_RANK", "HORA_CROSS_RANK"))
 
 
 class UsageError(Exception):
@@ -321,12 +329,13 @@ def make_plan(args, environ, cwd):
                                   "(no SSH_CONNECTION); use --network-interface" % remote[0])
         else:
             addr = "127.0.0.1"
-        port = agent.free_port(addr)
+        port, store_port = agent.free_ports(addr, 2)
     else:
-        addr, port = probes[first]["coordinator"]
+        addr, port, store_port = probes[first]["coordinator"]
     plan = Plan()
     plan.hosts, plan.local = used, local
     plan.coordinator = "%s:%d" % (addr, port)
+    plan.torch_store = (addr, store_port)
     plan.token = secrets.token_hex(16)
 
     common = parse_env_pairs(args.env, environ)
@@ -356,9 +365,22 @@ def make_plan(args, environ, cwd):
         })
         # Horovod's names too (horovodrun sets them; scripts and Horovod's tests read them).
         env.update({"HOROVOD_" + k[5:]: env[k] for k in HOROVOD_ALIASES})
+        env.update(torch_env(env, plan, common))
         plan.specs.append(RankSpec(rank, name, local[name], hostnames[rank], env))
     plan.ssh = ssh
     return plan
+
+
+def torch_env(env, plan, explicit):
+    """torchrun's variables for a rank (RANK, WORLD_SIZE, LOCAL_RANK, ..., MASTER_ADDR and
+    MASTER_PORT, a port of its own beside the coordinator's), so that
+    torch.distributed.init_process_group works under horarun as under torchrun. A variable
+    given with -x is left as given."""
+    values = {"MASTER_ADDR": plan.torch_store[0], "MASTER_PORT": str(plan.torch_store[1])}
+    for torch_name, hora_name in TORCH_ALIASES:
+        if hora_name in env:
+            values[torch_name] = env[hora_name]
+    return {k: v for k, v in values.items() if k not in explicit}
 
 
 def make_launchers(args, plan, environ, cwd):
@@ -366,11 +388,13 @@ def make_launchers(args, plan, environ, cwd):
     if args.mpi:
         env = dict(environ)
         env.update(plan.common)
+        env.update(torch_env({}, plan, plan.common))
         env.update({"HORA_COORDINATOR_ADDR": plan.coordinator, "HORA_JOB_TOKEN": plan.token,
                     "HORA_CROSS_SIZE": plan.specs[0].env["HORA_CROSS_SIZE"],
                     "HORARUN_CROSS_RANKS": " ".join(s.env["HORA_CROSS_RANK"]
                                                     for s in plan.specs)})
-        passed = plan.forwarded | {"HORA_COORDINATOR_ADDR", "HORA_JOB_TOKEN",
+        passed = plan.forwarded | {"HORA_COORDINATOR_ADDR", "HORA_JOB_TOKEN", "MASTER_ADDR",
+                                   "MASTER_PORT",
                                    "HORA_CROSS_SIZE", "HORARUN_CROSS_RANKS"}
         remote = not all(plan.local.values())
         return [MpiLauncher(args.command, plan.hosts, args.np, env, passed,

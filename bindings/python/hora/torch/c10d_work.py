@@ -1,0 +1,131 @@
+"""The Work objects of the "hora" torch.distributed backend (distributed.py).
+
+A Work holds the hora.torch handles of one torch.distributed call and a `finish` that turns
+their results into what torch expects (the output tensors). One completer thread per process
+finishes Works in the order they were started, so that get_future() completes without anybody
+calling wait() (DDP's reducer only waits on the future). wait() waits for that thread.
+"""
+
+import collections
+import datetime
+import threading
+
+import torch
+import torch.distributed as dist
+
+from .. import errors
+from . import mpi_ops
+
+# torch 2.x names the error of a failed collective; older torch has only RuntimeError.
+DistBackendError = getattr(dist, "DistBackendError", RuntimeError)
+
+
+def _seconds(timeout):
+    """torch's timeout (a timedelta, 0 meaning none) as seconds, or None for no timeout."""
+    if timeout is None:
+        return None
+    if isinstance(timeout, datetime.timedelta):
+        timeout = timeout.total_seconds()
+    return float(timeout) if timeout > 0 else None
+
+
+class Work(dist.Work):
+    """One call: `handles` (hora.torch handles), `finish(results)` -> the call's outputs."""
+
+    def __init__(self, what, handles, finish):
+        super().__init__()
+        self._what = what
+        self._handles = handles
+        self._finish = finish
+        self._done = threading.Event()
+        self._outputs = None
+        self._error = None
+        self._future = torch.futures.Future()
+        _completer.add(self)
+
+    def _complete(self):
+        results, error = [], None
+        for h in self._handles:  # wait for every handle, keep the first error
+            try:
+                results.append(mpi_ops.synchronize(h))
+            except BaseException as e:  # noqa: B902 - reported through wait() / the future
+                if error is None:
+                    error = e
+                results.append(None)
+        if error is None:
+            try:
+                self._outputs = self._finish(results)
+            except BaseException as e:  # noqa: B902
+                error = e
+        if error is not None:
+            text = str(error) if isinstance(error, errors.HoraError) else repr(error)
+            self._error = DistBackendError("hora: %s failed: %s" % (self._what, text))
+            self._future.set_exception(self._error)
+        else:
+            self._future.set_result(self._outputs)
+        self._done.set()
+
+    def wait(self, timeout=None):
+        seconds = _seconds(timeout)
+        if not self._done.wait(seconds):
+            raise DistBackendError("hora: %s did not complete within %.3f s (wait timeout)"
+                                   % (self._what, seconds))
+        if self._error is not None:
+            raise self._error
+        return True
+
+    def is_completed(self):
+        return self._done.is_set()
+
+    def is_success(self):
+        return self._done.is_set() and self._error is None
+
+    def exception(self):
+        return self._error
+
+    def result(self):
+        self.wait()
+        return self._outputs
+
+    def get_future(self):
+        return self._future
+
+    def synchronize(self):
+        self.wait()
+
+    def source_rank(self):
+        return -1
+
+
+def done(what, outputs):
+    """A Work with nothing to wait for (an empty call)."""
+    return Work(what, [], lambda _: outputs)
+
+
+class _Completer(object):
+    """Finishes Works in start order on one daemon thread (started at the first Work)."""
+
+    def __init__(self):
+        self._cv = threading.Condition()
+        self._queue = collections.deque()
+        self._thread = None
+
+    def add(self, work):
+        with self._cv:
+            self._queue.append(work)
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, name="hora-c10d-completer",
+                                                daemon=True)
+                self._thread.start()
+            self._cv.notify()
+
+    def _run(self):
+        while True:
+            with self._cv:
+                while not self._queue:
+                    self._cv.wait()
+                work = self._queue.popleft()
+            work._complete()
+
+
+_completer = _Completer()
