@@ -12,7 +12,21 @@ import sys
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(os.path.dirname(HERE))
 WORKERS = os.path.join(HERE, "workers")
-PYTHON = "/usr/bin/python3" if os.path.exists("/usr/bin/python3") else sys.executable
+# The ranks' interpreter: $HORA_TEST_PYTHON (the *_torch2 targets), else Debian's.
+PYTHON = os.environ.get("HORA_TEST_PYTHON") or (
+    "/usr/bin/python3" if os.path.exists("/usr/bin/python3") else sys.executable)
+if not os.path.exists(PYTHON):
+    raise RuntimeError("HORA_TEST_PYTHON=%s does not exist: run tools/setup.sh" % PYTHON)
+# torch 2.x from PyPI, beside Debian's 1.13 (tools/setup_torch2.sh installs it).
+TORCH2_PYTHON = os.path.join(os.environ.get("HORA_TORCH2", "/opt/hora/torch2"), "bin", "python")
+
+
+def torch2_python():
+    """The torch 2.x interpreter; a missing one fails the test (setup installs it)."""
+    if not os.path.exists(TORCH2_PYTHON):
+        raise RuntimeError("torch 2.x is not installed at %s: run tools/setup.sh"
+                           % TORCH2_PYTHON)
+    return TORCH2_PYTHON
 
 _LINE = re.compile(r"^\[(\d+)\]<(?:stdout|stderr)>: ?(.*)$")
 _CASE = re.compile(r"^CASE (\S+) (PASS|FAIL)(?: (.*))?$")
@@ -74,10 +88,11 @@ class JobResult(object):
                                     "\n".join(problems), self.tail()))
 
 
-def run_job(np, script, args=(), timeout=240, extra_env=None, launcher_args=()):
-    """Runs `horarun -np N python workers/<script> args...`; returns a JobResult."""
+def run_job(np, script, args=(), timeout=240, extra_env=None, launcher_args=(), python=None):
+    """Runs `horarun -np N python workers/<script> args...` (python: the interpreter of the
+    ranks, Debian's by default); returns a JobResult."""
     cmd = [horarun(), "-np", str(np)] + list(launcher_args) + [
-        PYTHON, os.path.join(WORKERS, script)] + list(args)  # an absolute script stays
+        python or PYTHON, os.path.join(WORKERS, script)] + list(args)  # an absolute script stays
     try:
         p = subprocess.run(cmd, cwd=REPO, env=job_env(extra_env), stdout=subprocess.PIPE,
                            stderr=subprocess.PIPE, timeout=timeout, universal_newlines=True)

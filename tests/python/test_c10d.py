@@ -1,0 +1,47 @@
+"""torch.distributed on Hora: init_process_group("hora") under horarun with torch 2.x (PyPI,
+tools/setup_torch2.sh), 2 and 3 ranks: every collective, subgroups, DDP and
+ZeroRedundancyOptimizer against gloo in the same job (workers/c10d_worker.py); a rank killed
+mid-step and a one-sided call end with DistBackendError on every survivor
+(workers/c10d_fault_worker.py)."""
+
+import pytest
+
+import harness
+
+CASES = harness.case_names("c10d_worker")
+
+
+@pytest.fixture(scope="module", params=[2, 3], ids=["np2", "np3"])
+def job(request):
+    return harness.run_job(request.param, "c10d_worker.py", timeout=300,
+                           python=harness.torch2_python())
+
+
+def test_job_exits_cleanly(job):
+    assert job.rc == 0, job.tail()
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_case(job, case):
+    job.assert_case(case)
+
+
+def test_dead_rank_is_named_by_every_survivor():
+    job = harness.run_job(3, "c10d_fault_worker.py", args=["peer_failure"], timeout=120,
+                          python=harness.torch2_python(),
+                          extra_env={"HORA_HEARTBEAT_TIMEOUT_SECONDS": "2"})
+    got = job.cases.get("peer_failure", {})
+    for rank in (0, 1):
+        status, why = got.get(rank, ("MISSING", ""))
+        assert status == "PASS", "rank %d: %s %s\n%s" % (rank, status, why, job.tail())
+
+
+def test_one_sided_call_is_named_by_the_stall_report():
+    job = harness.run_job(2, "c10d_fault_worker.py", args=["stall"], timeout=120,
+                          python=harness.torch2_python(),
+                          extra_env={"HORA_STALL_TIMEOUT_SECONDS": "3",
+                                     "HORA_STALL_WARNING_SECONDS": "1"})
+    got = job.cases.get("stall", {})
+    for rank in (0, 1):
+        status, why = got.get(rank, ("MISSING", ""))
+        assert status == "PASS", "rank %d: %s %s\n%s" % (rank, status, why, job.tail())
