@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Installs torch 2.x from PyPI into its own virtual environment, $HORA_TORCH2 (default
 # /opt/hora/torch2), beside Debian's torch 1.13 in /usr/bin/python3: Hora's Python tests run
-# on both, and hora.torch.distributed (the c10d backend) needs 2.x. Idempotent.
+# on both, and hora.torch.distributed (the c10d backend) needs 2.x; Accelerate and
+# transformers for examples/accelerate_clm.py. Versions: tools/torch2-requirements.txt.
+# Idempotent.
 #
 # PyPI's Linux wheels of torch are CUDA builds. On a machine without a GPU they still import
 # when the CUDA libraries they link can be found: this machine's CUDA toolkit provides most,
@@ -11,14 +13,11 @@
 set -euo pipefail
 
 VENV="${HORA_TORCH2:-/opt/hora/torch2}"
-TORCH="torch==2.15.0"
-SMALL_DEPS=(filelock "typing-extensions>=4.13" "sympy>=1.13.3" "networkx>=2.5.1" jinja2
-            "fsspec>=0.8.5" numpy pytest)
-CUDA_LIBS=(nvidia-nccl-cu13==2.30.7 nvidia-cusparselt-cu13==0.8.1
-           nvidia-nvshmem-cu13==3.7.2 nvidia-cufile)
+REQUIREMENTS="$(dirname "$0")/torch2-requirements.txt"
+TORCH="$(grep -E '^torch==' "$REQUIREMENTS")"
 
-works() { "$VENV/bin/python" -c "import torch, torch.distributed as d; assert d.is_available()" \
-            >/dev/null 2>&1; }
+works() { "$VENV/bin/python" -c "import torch, torch.distributed as d, accelerate, transformers
+assert d.is_available()" >/dev/null 2>&1; }
 
 if [ -x "$VENV/bin/python" ] && works; then
   echo "setup_torch2: $("$VENV/bin/python" -c 'import torch; print(torch.__version__)') in $VENV"
@@ -28,8 +27,7 @@ echo "setup_torch2: installing $TORCH into $VENV"
 mkdir -p "$(dirname "$VENV")"
 /usr/bin/python3 -m venv "$VENV"
 pip() { "$VENV/bin/python" -m pip install -q --disable-pip-version-check --retries 5 "$@"; }
-pip "${SMALL_DEPS[@]}"
-pip --no-deps "$TORCH" "${CUDA_LIBS[@]}"
+pip --no-deps -r "$REQUIREMENTS"
 if ! works; then
   echo "setup_torch2: torch does not import with this machine's CUDA libraries;" \
        "installing its full dependency set"

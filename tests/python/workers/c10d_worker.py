@@ -1,7 +1,8 @@
 """torch.distributed on the "hora" backend (torch 2.x): every collective against a reference
 computed here from what each rank contributes, sync and async, on the default group and on a
-subset; DDP and ZeroRedundancyOptimizer on "hora" against the same on a gloo group of the same
-job (parameters equal); Work timeouts; unsupported ops. Run through horarun."""
+subset; DDP, ZeroRedundancyOptimizer and FSDP2 (fully_shard) on "hora" against the same on a
+gloo group of the same job (parameters equal); Work timeouts; unsupported ops. Run through
+horarun. (FSDP1 needs an accelerator in torch 2.x: a GPU test.)"""
 
 import datetime
 import os
@@ -306,6 +307,29 @@ def zero_redundancy_optimizer_matches_gloo():
 
     for a, b in zip(train(None), train(GLOO)):
         close(a, b, atol=1e-6, msg="ZeroRedundancyOptimizer on hora vs gloo")
+
+
+@case
+def fsdp2_fully_shard_matches_gloo():
+    from torch.distributed.device_mesh import DeviceMesh
+    from torch.distributed.fsdp import fully_shard
+
+    def train(group):
+        model = _model(4)
+        mesh = DeviceMesh.from_group(group or dist.group.WORLD, "cpu")
+        for layer in model:
+            if isinstance(layer, torch.nn.Linear):
+                fully_shard(layer, mesh=mesh)
+        fully_shard(model, mesh=mesh)
+        opt = torch.optim.Adam(model.parameters(), lr=0.01)
+        for x, y in _batches(3):
+            torch.nn.functional.mse_loss(model(x), y).backward()
+            opt.step()
+            opt.zero_grad()
+        return [p.full_tensor().detach().clone() for p in model.parameters()]
+
+    for a, b in zip(train(None), train(GLOO)):
+        close(a, b, atol=1e-6, msg="FSDP2 on hora vs gloo")
 
 
 @case
