@@ -4,6 +4,8 @@ ZeroRedundancyOptimizer against gloo in the same job (workers/c10d_worker.py); a
 mid-step and a one-sided call end with DistBackendError on every survivor
 (workers/c10d_fault_worker.py)."""
 
+import os
+
 import pytest
 
 import harness
@@ -45,3 +47,14 @@ def test_one_sided_call_is_named_by_the_stall_report():
     for rank in (0, 1):
         status, why = got.get(rank, ("MISSING", ""))
         assert status == "PASS", "rank %d: %s %s\n%s" % (rank, status, why, job.tail())
+
+
+def test_accelerate_fsdp_example_trains(tmp_path):
+    """examples/accelerate_clm.py: a GPT-2 with Accelerate + FSDP2 on "hora", 2 CPU ranks."""
+    script = os.path.join(harness.REPO, "examples", "accelerate_clm.py")
+    job = harness.run_job(2, script, args=["--steps", "40", "--check-dir", str(tmp_path)],
+                          timeout=300, python=harness.torch2_python())
+    text = "\n".join(job.lines.get(0, []))
+    assert job.rc == 0, job.tail()
+    assert "2 ranks on hora" in text and "(fell)" in text, job.tail()
+    assert "parameters identical on every rank" in text, job.tail()
