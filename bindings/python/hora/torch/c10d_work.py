@@ -3,12 +3,15 @@
 A Work holds the hora.torch handles of one torch.distributed call and a `finish` that turns
 their results into what torch expects (the output tensors). One completer thread per process
 finishes Works in the order they were started, so that get_future() completes without anybody
-calling wait() (DDP's reducer only waits on the future). wait() waits for that thread.
+calling wait() (DDP's reducer only waits on the future). wait() without a timeout finishes the
+Work itself when the completer has not yet (no thread hop on the synchronous path); whoever
+comes first does it, under the Work's lock.
 """
 
 import collections
 import datetime
 import threading
+import time
 
 import torch
 import torch.distributed as dist
@@ -38,12 +41,18 @@ class Work(dist.Work):
         self._handles = handles
         self._finish = finish
         self._done = threading.Event()
+        self._lock = threading.Lock()
         self._outputs = None
         self._error = None
         self._future = torch.futures.Future()
         _completer.add(self)
 
     def _complete(self):
+        with self._lock:
+            if not self._done.is_set():
+                self._finish_now()
+
+    def _finish_now(self):
         results, error = [], None
         for h in self._handles:  # wait for every handle, keep the first error
             try:
@@ -67,14 +76,40 @@ class Work(dist.Work):
 
     def wait(self, timeout=None):
         seconds = _seconds(timeout)
-        if not self._done.wait(seconds):
+        if seconds is None:
+            self._complete()
+        elif not self._wait_for(seconds):
             raise DistBackendError("hora: %s did not complete within %.3f s (wait timeout)"
                                    % (self._what, seconds))
         if self._error is not None:
             raise self._error
         return True
 
+    def _try_complete(self):
+        """Finishes the Work here if its handles are done and nobody is finishing it now;
+        never blocks (the completer may hold the lock while it waits for the handles)."""
+        if not self._lock.acquire(blocking=False):
+            return
+        try:
+            if not self._done.is_set() and all(mpi_ops.poll(h) for h in self._handles):
+                self._finish_now()
+        finally:
+            self._lock.release()
+
+    def _wait_for(self, seconds):
+        """Waits up to `seconds`, finishing the Work here once its handles are done (the
+        completer may be busy with an older Work that is still running)."""
+        deadline = time.monotonic() + seconds
+        while not self._done.is_set():
+            self._try_complete()
+            left = deadline - time.monotonic()
+            if self._done.is_set() or left <= 0:
+                break
+            self._done.wait(min(left, 0.001))
+        return self._done.is_set()
+
     def is_completed(self):
+        self._try_complete()
         return self._done.is_set()
 
     def is_success(self):
