@@ -7,6 +7,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <cstdio>
 #include <string>
 #include <thread>
 #include <vector>
@@ -71,7 +72,10 @@ MPI_CASE("a collective entered by one rank only times out naming the op and byte
   for (int r = 0; r < WorldSize(); ++r) everyone.push_back(r);
   auto comm = CreateCommunicator("mpi", "HORA_CPU_OPERATIONS", ConfigOf(21, everyone, timeout));
   if (!comm.ok()) return comm.status().ToString();
-  std::vector<float> x(256, 1.0f);
+  // Rank 0's allreduce is abandoned inside MPI and completes later, writing its buffer
+  // (mpi_communicator.h): the buffer must outlive this case, so it is never freed.
+  static std::vector<float>* kept = new std::vector<float>(256, 1.0f);
+  std::vector<float>& x = *kept;
   std::string error;
   if (WorldRank() == 0) {
     const auto start = std::chrono::steady_clock::now();
