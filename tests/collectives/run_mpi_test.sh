@@ -8,6 +8,14 @@ np="$1"
 bin=tests/collectives/mpi_test
 [ -x "$bin" ] || bin="bazel-bin/$bin"
 command -v mpirun >/dev/null || { echo "mpirun is missing (tools/setup.sh installs openmpi-bin)"; echo "0 passed, 1 failed, 0 skipped"; exit 1; }
+# Bazel runs tests side by side in sandboxes with their own PID namespaces, so two mpiruns
+# can have the same pid and so the same job id, and their files in the shared /dev/shm
+# collide: PMIx's shared-memory store ("PMIX ERROR: OUT-OF-RESOURCE") and vader's segments
+# (a segfault in mca_btl_vader_poll_handle_frag, one job reading the other's fragments).
+# PMIx's hash store, and a session directory and vader backing directory per test, avoid it.
+export PMIX_MCA_gds=hash
+export OMPI_MCA_orte_tmpdir_base="${TEST_TMPDIR:-/tmp}"
+export OMPI_MCA_btl_vader_backing_directory="${TEST_TMPDIR:-/tmp}"
 store=$(mktemp -d "${TEST_TMPDIR:-/tmp}/mpi_test_store.XXXXXX")
 timeout -k 10 540 mpirun --allow-run-as-root --oversubscribe --bind-to none \
   --mca btl self,vader,tcp --mca btl_tcp_if_include lo --mca oob_tcp_if_include lo \
