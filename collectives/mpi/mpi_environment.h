@@ -4,7 +4,12 @@
 // Launcher. Open MPI's mpirun gives every rank OMPI_COMM_WORLD_SIZE / _RANK. These are the
 // launcher's variables, not Hora options (runtime/options.h reads Hora's own); this file is
 // the one place the MPI backend reads the environment, through an injected lookup so tests
-// can feed it tables.
+// can feed it tables (and, at init, whether the user chose libnbc's allreduce algorithm).
+//
+// Tuning. Unless OMPI_MCA_coll_libnbc_iallreduce_algorithm is set, the first Acquire selects
+// libnbc's ring for MPI_Iallreduce through the MPI tool interface (MPI_T_cvar_write), for
+// every rank alike: its default for in-place calls is a binomial tree, about twice
+// MPI_Allreduce's time at 64 MiB (docs/benchmarks-mpi.md).
 //
 // Initialization. The first MpiEnvironment::Acquire() calls
 // MPI_Init_thread(MPI_THREAD_MULTIPLE): each process set's executor drives its own MPI
