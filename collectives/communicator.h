@@ -2,7 +2,7 @@
 //
 // A Communicator knows nothing of tensor names or negotiation: the runtime hands it one fused
 // buffer at a time, in the same order on every member of its set (the coordinator's order).
-// Backends live in subfolders (gloo/, loopback/, later mpi/, nccl/, shm/) and register with
+// Backends live in subfolders (gloo/, loopback/, mpi/, shm/, later nccl/) and register with
 // collectives/registry.h; a hierarchical backend is a Communicator built from two others
 // (intra-host and inter-host), which is why every method takes plain buffers and sizes.
 // Ranks here are ranks within the set: 0 .. size()-1.

@@ -1,6 +1,6 @@
 // Registers the shm backend: CPU tensors, the members of one process set on one host.
 // auto_priority 20, above Gloo's 10: "auto" takes it for every set on one host; sets that span
-// hosts are refused by CanServe and get Gloo.
+// hosts are refused by CanServe and get MPI under an MPI launcher (mpi_backend.cc), else Gloo.
 #include <set>
 
 #include "collectives/registry.h"

@@ -203,3 +203,19 @@ TEST_CASE("registry backends: Abort ends a receive whose sender never sends") {
     REQUIRE(AllFine(errors) == "");
   }
 }
+
+TEST_CASE("registry: mpi outside an MPI launcher is refused naming the option and why") {
+  REQUIRE(IsBackendBuilt("mpi"));
+  MemoryStore store;
+  BackendConfig c = ConfigFor(0, 1, &store, "mpi/");
+  c.global_ranks = {0, 1};
+  c.hostnames = {"host-a", "host-b"};
+  c.process_set = 0;
+  // Bazel runs tests outside mpirun: OMPI_COMM_WORLD_SIZE is not set.
+  auto refused = CreateCommunicator("mpi", "HORA_CPU_OPERATIONS", c);
+  REQUIRE_FALSE(refused.ok());
+  REQUIRE(refused.status().code() == Code::kFailedPrecondition);
+  REQUIRE(refused.status().message().find("HORA_CPU_OPERATIONS=mpi: backend 'mpi' cannot serve") !=
+          std::string::npos);
+  REQUIRE(refused.status().message().find("OMPI_COMM_WORLD_SIZE is not set") != std::string::npos);
+}

@@ -23,11 +23,12 @@ import sys
 FIELDS = ["kind", "impl", "np", "bytes", "count", "type", "op", "iters", "time_us", "algbw_gbs",
           "busbw_gbs", "p50_us", "p90_us", "min_us", "extra_us", "wrong"]
 ROW = re.compile(r"((?:bw|lat),[A-Za-z0-9_.-]+,\d+,.*)$")
-ORDER = ["hora", "hora-poll", "torch-gloo", "mpi-shm", "mpi-tcp"]
+ORDER = ["hora", "hora-poll", "hora-mpi", "hora-mpi-poll", "torch-gloo", "mpi-shm", "mpi-tcp"]
 LABELS = {
     # The backend is HORA_CPU_OPERATIONS's choice: shm for ranks on one host since it is built.
     "hora": "Hora (%s)" % os.environ.get("HORA_CPU_OPERATIONS", "auto: shm on one host"),
     "hora-poll": "Hora, hora_poll spin",
+    "hora-mpi": "Hora (HORA_CPU_OPERATIONS=mpi)",
     "torch-gloo": "torch gloo",
     "mpi-shm": "Open MPI (shm, vader)",
     "mpi-tcp": "Open MPI (TCP lo)",
@@ -118,7 +119,7 @@ def impls_present(rows, kind, np):
 
 def bandwidth_table(rows, np):
     bw = [r for r in rows if r["kind"] == "bw" and r["np"] == np]
-    impls = [i for i in impls_present(rows, "bw", np) if i != "hora-poll"]
+    impls = [i for i in impls_present(rows, "bw", np) if not i.endswith("-poll")]
     if not bw:
         return []
     by = {(r["impl"], int(r["bytes"])): r for r in bw}
@@ -130,6 +131,9 @@ def bandwidth_table(rows, np):
     ratio = "hora" in impls and BASELINE in impls
     if ratio:
         head.append("Hora / torch gloo busbw")
+    mpi_ratio = "hora-mpi" in impls and "mpi-shm" in impls
+    if mpi_ratio:
+        head.append("Hora mpi / MPI_Allreduce time")
     out = ["| " + " | ".join(head) + " |", "|" + "|".join(["---:"] * len(head)) + "|"]
     for s in sizes:
         any_row = next(by[(i, s)] for i in impls if (i, s) in by)
@@ -148,6 +152,10 @@ def bandwidth_table(rows, np):
             h, g = by.get(("hora", s)), by.get((BASELINE, s))
             cells.append(fmt_ratio(fnum(g["time_us"]) if g else None,
                                    fnum(h["time_us"]) if h else None))
+        if mpi_ratio:
+            h, m = by.get(("hora-mpi", s)), by.get(("mpi-shm", s))
+            cells.append(fmt_ratio(fnum(h["time_us"]) if h else None,
+                                   fnum(m["time_us"]) if m else None))
         out.append("| " + " | ".join(cells) + " |")
     return out
 

@@ -14,7 +14,7 @@
 //
 // Flags: --min-bytes N (4) --max-bytes N (256 MiB) --step-factor F (4) --target-seconds S
 // (0.6) --max-iters N (100000) --lat-iters N (2000) --lat-mode wait|poll|both (wait) --debug
-// --no-latency --no-bandwidth --csv. Sizes accept K, M, G suffixes (powers of 1024).
+// --no-latency --no-bandwidth --csv --impl NAME (the CSV rows' implementation, default "hora"). Sizes accept K, M, G suffixes (powers of 1024).
 #include <sched.h>
 
 #include <algorithm>
@@ -85,6 +85,7 @@ int64_t ParseBytes(const char* flag, const char* v) {
 
 // --debug: print every rank's contribution to MaxOverRanks.
 bool g_debug = false;
+std::string g_impl = "hora";  // --impl: the CSV rows' implementation name
 
 Flags ParseFlags(int argc, char** argv) {
   Flags f;
@@ -109,6 +110,7 @@ Flags ParseFlags(int argc, char** argv) {
     else if (a == "--lat-iters") f.lat_iters = std::atoll(value());
     else if (a == "--lat-mode") f.lat_mode = value();
     else if (a == "--debug") g_debug = true;
+    else if (a == "--impl") g_impl = value();
     else {
       std::fprintf(stderr, "unknown flag %s\n", a.c_str());
       std::exit(2);
@@ -249,7 +251,7 @@ int64_t BenchSize(const Flags& f, int64_t bytes) {
   double busbw = algbw * 2.0 * (g_size - 1) / g_size;
   if (g_rank == 0) {
     if (f.csv) {
-      std::printf("bw,hora,%d,%lld,%lld,float,sum,%lld,%.3f,%.4f,%.4f,,,,,%lld\n", g_size,
+      std::printf("bw,%s,%d,%lld,%lld,float,sum,%lld,%.3f,%.4f,%.4f,,,,,%lld\n", g_impl.c_str(), g_size,
                   (long long)bytes, (long long)count, (long long)iters, per_op * 1e6, algbw, busbw,
                   (long long)wrong);
     } else {
@@ -297,7 +299,8 @@ void BenchLatency(const Flags& f, bool poll) {
   mean = MaxOverRanks(mean / total.size());
   double enq = MaxOverRanks(Percentile(enqueue, 0.5));
   if (g_rank == 0) {
-    const char* impl = poll ? "hora-poll" : "hora";
+    const std::string impl_name = poll ? g_impl + "-poll" : g_impl;
+    const char* impl = impl_name.c_str();
     if (f.csv) {
       std::printf("lat,%s,%d,4,1,float,sum,%lld,%.3f,,,%.3f,%.3f,%.3f,%.3f,0\n", impl, g_size,
                   (long long)f.lat_iters, mean, p50, p90, mn, enq);

@@ -1,14 +1,15 @@
 #!/usr/bin/env bash
 # Runs the allreduce benchmarks side by side in one run and writes the report:
 #   Hora (through hora.h, under horarun), torch.distributed gloo, Open MPI MPI_Allreduce over
-#   shared memory (its default) and over TCP loopback; for 2 and 4 ranks.
+#   shared memory (its default) and over TCP loopback; for 2 and 4 ranks. On request
+#   (--only "hora-mpi ..."): Hora on its mpi backend, under horarun --mpi.
 # Then tools/bench/combine.py merges the CSV rows into a markdown report on stdout and in
 # docs/benchmarks.md.
 #
 #   tools/bench/run_allreduce_bench.sh [--np "2 4"] [--max-bytes 256M] [--min-bytes 4]
 #       [--step-factor 4] [--target-seconds 0.6] [--lat-iters 2000] [--out-dir DIR]
 #       [--report docs/benchmarks.md | --no-report] [--no-build] [--quick]
-#       [--only "hora torch-gloo mpi-shm mpi-tcp"] [--notes FILE] [--appendix FILE]
+#       [--only "hora hora-mpi torch-gloo mpi-shm mpi-tcp"] [--notes FILE] [--appendix FILE]
 #
 # --quick: tiny sizes (4 B to 64 KiB), short timing, no report file (a smoke run).
 # The full default run takes about 5-8 minutes on 2 cores. Nothing here asserts a time.
@@ -96,9 +97,15 @@ run_one() {  # run_one NAME NP CMD...
 t_start=$(date +%s)
 load_start=$(cut -d' ' -f1-3 /proc/loadavg)
 for np in $NPS; do
+  MPI_EXTRA=$(mpirun_for "$np")
   for impl in $ONLY; do
     case "$impl" in
       hora) run_one hora "$np" "$PY" tools/launcher/horarun -np "$np" "$HORA_BIN" "${COMMON[@]}" ;;
+      # Hora on its mpi backend: the whole job under mpirun (horarun --mpi), Open MPI's defaults
+      # (vader between local ranks), as the mpi-shm row.
+      hora-mpi) run_one hora-mpi "$np" "$PY" tools/launcher/horarun -np "$np" --mpi \
+                  ${MPI_EXTRA:+--mpi-args "$MPI_EXTRA"} -x HORA_CPU_OPERATIONS=mpi "$HORA_BIN" \
+                  --impl hora-mpi "${COMMON[@]}" ;;
       torch-gloo) run_one torch-gloo "$np" "$PY" tools/bench/torch_gloo_allreduce_bench.py \
                     --np "$np" "${COMMON[@]}" ;;
       mpi-shm) run_one mpi-shm "$np" "${MPIRUN[@]}" $(mpirun_for "$np") -np "$np" "$MPI_BIN" --impl mpi-shm "${COMMON[@]}" ;;
