@@ -16,7 +16,7 @@ import time
 
 import pytest
 
-HERE = os.path.dirname(os.path.realpath(__file__))
+HERE = os.path.dirname(os.path.abspath(__file__))  # the runfiles tree under Bazel
 REPO = os.path.dirname(os.path.dirname(HERE))
 PYTHON = "/usr/bin/python3"
 WORKER = os.path.join(HERE, "launch_env_worker.py")
