@@ -186,6 +186,8 @@ Status ParseToken(const EnvLookup& env, const OptionOverrides& ov, Options* o) {
     o->token = o->launch.token;
     return Status::Ok();
   }
+  // A launcher that gave none (horarun's variables set by hand inside another launcher's job):
+  // any job id in sight.
   const char* which = nullptr;
   if (const char* id = FirstSet(env, {"PMIX_NAMESPACE", "OMPI_MCA_orte_ess_jobid", "SLURM_JOB_ID",
                                       "TORCHELASTIC_RUN_ID"}, &which)) {
