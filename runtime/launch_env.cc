@@ -127,6 +127,16 @@ Status ReadTorchrun(const EnvLookup& env, LaunchEnv* l) {
 
 }  // namespace
 
+const char* FirstSet(const EnvLookup& env, std::initializer_list<const char*> names, const char** which) {
+  for (const char* n : names) {
+    if (const char* v = Get(env, n)) {
+      *which = n;
+      return v;
+    }
+  }
+  return nullptr;
+}
+
 const char* LauncherName(Launcher l) {
   switch (l) {
     case Launcher::kNone: return "none";

@@ -16,6 +16,7 @@
 #define HORA_RUNTIME_LAUNCH_ENV_H_
 
 #include <functional>
+#include <initializer_list>
 #include <string>
 
 #include "common/status.h"
@@ -24,6 +25,9 @@ namespace hora {
 
 // Returns the value of an environment variable, or nullptr when it is not set.
 using EnvLookup = std::function<const char*(const char*)>;
+
+// The value of the first of `names` that is set and not empty (its name in *which), else nullptr.
+const char* FirstSet(const EnvLookup& env, std::initializer_list<const char*> names, const char** which);
 
 constexpr const char kEnvCoordinatorPort[] = "HORA_COORDINATOR_PORT";
 

@@ -13,20 +13,10 @@ namespace hora {
 namespace launch_env_internal {
 namespace {
 
-const char* FirstOf(const EnvLookup& env, std::initializer_list<const char*> names, const char** which) {
-  for (const char* n : names) {
-    if (const char* v = Get(env, n)) {
-      *which = n;
-      return v;
-    }
-  }
-  return nullptr;
-}
-
 // Local size and node count from the tasks-per-node list, checked against the rest.
 Status ReadTasksPerNode(const EnvLookup& env, LaunchEnv* l) {
   const char* var = nullptr;
-  const char* v = FirstOf(env, {"SLURM_STEP_TASKS_PER_NODE", "SLURM_TASKS_PER_NODE"}, &var);
+  const char* v = FirstSet(env, {"SLURM_STEP_TASKS_PER_NODE", "SLURM_TASKS_PER_NODE"}, &var);
   if (v == nullptr) {
     long long per_node = -1;
     HORA_RETURN_IF_ERROR(ReadInt(env, "SLURM_NTASKS_PER_NODE", 1, l->size, false, "", &per_node));
@@ -52,7 +42,7 @@ Status ReadTasksPerNode(const EnvLookup& env, LaunchEnv* l) {
 
 Status ReadAddress(const EnvLookup& env, LaunchEnv* l) {
   const char* var = nullptr;
-  const char* list = FirstOf(env, {"SLURM_STEP_NODELIST", "SLURM_JOB_NODELIST", "SLURM_NODELIST"}, &var);
+  const char* list = FirstSet(env, {"SLURM_STEP_NODELIST", "SLURM_JOB_NODELIST", "SLURM_NODELIST"}, &var);
   if (list == nullptr) return Status::Ok();  // the address must come from HORA_COORDINATOR_ADDR
   auto hosts = ExpandSlurmNodelist(var, list);
   if (!hosts.ok()) return hosts.status();

@@ -14,18 +14,6 @@
 namespace hora {
 namespace {
 
-const char* FirstSet(const EnvLookup& env, std::initializer_list<const char*> names,
-                     const char** which) {
-  for (const char* n : names) {
-    const char* v = env(n);
-    if (v != nullptr && *v != '\0') {
-      *which = n;
-      return v;
-    }
-  }
-  return nullptr;
-}
-
 Status ParseInt(const char* name, const char* value, int64_t lo, int64_t hi, int64_t* out) {
   errno = 0;
   char* end = nullptr;
