@@ -14,6 +14,7 @@
 #include <pmix.h>
 
 #include <cmath>
+#include <cstdio>
 #include <condition_variable>
 #include <mutex>
 
@@ -117,8 +118,9 @@ class PmixExchange : public AddressExchange {
     std::unique_lock<std::mutex> lock(p->mu);
     if (!p->cv.wait_until(lock, deadline, [&p] { return p->done; })) {
       abandoned_ = true;
-      return DeadlineExceeded("PMIx: waited " + std::to_string(timeout.count() / 1000.0) +
-                              " s (the start timeout) for " + what +
+      char seconds[32];
+      std::snprintf(seconds, sizeof(seconds), "%g", timeout.count() / 1000.0);
+      return DeadlineExceeded(std::string("PMIx: waited ") + seconds + " s (the start timeout) for " + what +
                               " in namespace " + me_.nspace + "; a rank did not start Hora");
     }
     if (p->status == PMIX_ERR_TIMEOUT) {
