@@ -51,13 +51,9 @@ Status Engine::Init() {
   if (ParseLogLevel(options_.log_level, &level)) SetLogLevel(level);
   SetLogRank(options_.rank);
   HORA_LOG_INFO("starting: {}; backends built: {}", options_.Describe(), BuiltBackendsString());
-  std::string address = options_.coordinator_address;
-  if (options_.rank == 0) {
-    auto service = CoordinatorService::Start(CoordinatorConfigFrom(options_));
-    if (!service.ok()) return service.status();
-    service_ = std::move(service).value();
-    address = HostOf(address) + ":" + std::to_string(service_->port());
-  }
+  auto address_or = StartCoordinator();
+  if (!address_or.ok()) return address_or.status();
+  const std::string address = std::move(address_or).value();
   coordinator_host_ = HostOf(address);
   ClientConfig cl = ClientConfigFrom(options_, address);
   if (service_) cl.local_host = service_->local_host();  // rank 0: session by function calls
@@ -65,6 +61,9 @@ Status Engine::Init() {
   if (!client.ok()) return client.status();
   client_ = std::move(client).value();
   topology_ = client_->topology();
+  const std::string differs = CompareWithTopology(options_.launch, self().local_rank, self().local_size,
+                                                  self().cross_rank, self().cross_size);
+  if (!differs.empty()) HORA_LOG_WARN("{}", differs);
   completion_ = std::make_unique<CompletionQueue>();
 
   std::vector<int> everyone(options_.size);
@@ -92,6 +91,41 @@ Status Engine::Init() {
                 self().local_size, self().cross_rank, self().cross_size,
                 FindSet(kGlobalProcessSet)->backend());
   return Status::Ok();
+}
+
+// Rank 0 starts the coordinator on CoordinatorListenAddress. Everyone then knows where to
+// connect: the configured address (rank 0: its host with the port it got), or, with an
+// exchange, what rank 0 published (rank 0: its listen address with the port it got).
+StatusOr<std::string> Engine::StartCoordinator() {
+  std::string address = options_.coordinator_address;
+  if (!options_.coordinator_exchange.empty()) {
+    auto exchange = OpenAddressExchange(options_.coordinator_exchange);
+    if (!exchange.ok()) return exchange.status();
+    exchange_ = std::move(exchange).value();
+    if (exchange_->rank() != options_.rank) {
+      return InvalidArgument(options_.coordinator_exchange + " says this process is rank " +
+                             std::to_string(exchange_->rank()) + " but Hora's rank is " +
+                             std::to_string(options_.rank) + ": set " + kEnvCoordinatorAddr);
+    }
+  }
+  if (options_.rank == 0) {
+    auto listen = CoordinatorListenAddress(options_);
+    if (!listen.ok()) return listen.status();
+    CoordinatorConfig cc = CoordinatorConfigFrom(options_);
+    cc.listen_address = listen.value();
+    auto service = CoordinatorService::Start(cc);
+    if (!service.ok()) return service.status();
+    service_ = std::move(service).value();
+    address = JoinHostPort(HostOf(exchange_ ? listen.value() : address), service_->port());
+  }
+  if (exchange_) {
+    const auto timeout = std::chrono::milliseconds(static_cast<int64_t>(options_.start_timeout_s * 1000));
+    auto published = exchange_->Exchange(options_.rank == 0 ? address : "", timeout);
+    if (!published.ok()) return published.status();
+    address = published.value();
+    HORA_LOG_INFO("coordinator address {} through {}", address, options_.coordinator_exchange);
+  }
+  return address;
 }
 
 Engine::~Engine() { Shutdown(); }

@@ -45,6 +45,7 @@
 #include "coordinator/service.h"
 #include "runtime/completion_queue.h"
 #include "runtime/handle_table.h"
+#include "runtime/bootstrap/address_exchange.h"
 #include "runtime/options.h"
 #include "runtime/process_set.h"
 #include "runtime/tensor_queue.h"
@@ -147,6 +148,8 @@ class Engine : private ProcessSetRuntime::Host {
   StatusOr<int64_t> EnqueueIn(const ProcessSetRuntime& set, TensorSpec spec, const void* input,
                               void* output, void* stream);
   std::shared_ptr<ProcessSetRuntime> FindSet(int32_t id) const;
+  // Starts rank 0's coordinator (rank 0) and learns the address every rank connects to.
+  StatusOr<std::string> StartCoordinator();
   // Sends the n-th process-set operation and waits for the coordinator's answer.
   StatusOr<ProcessSetResult> RunSetOp(ProcessSetOp op, const std::string& refused);
   // Builds (members) and registers the set's runtime.
@@ -164,6 +167,7 @@ class Engine : private ProcessSetRuntime::Host {
   Topology topology_;
   std::string coordinator_host_;
   std::unique_ptr<CoordinatorService> service_;  // rank 0 only
+  std::unique_ptr<AddressExchange> exchange_;    // open for the job's life when one was used
   std::unique_ptr<CoordinatorClient> client_;
   std::unique_ptr<CompletionQueue> completion_;
 

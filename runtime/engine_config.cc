@@ -2,6 +2,8 @@
 
 #include <unistd.h>
 
+#include "runtime/interface_address.h"
+
 namespace hora {
 namespace {
 
@@ -15,7 +17,7 @@ TlsFiles TlsFrom(const Options& o) { return TlsFiles{o.tls_cert, o.tls_key, o.tl
 
 CoordinatorConfig CoordinatorConfigFrom(const Options& o) {
   CoordinatorConfig cc;
-  cc.listen_address = o.coordinator_address;
+  cc.listen_address = o.coordinator_address;  // the engine sets CoordinatorListenAddress's
   cc.size = o.size;
   cc.token = o.token;
   cc.options_digest = o.Digest();
@@ -57,6 +59,37 @@ std::string HostOf(const std::string& address) {
   std::string host = address.substr(0, address.rfind(':'));
   if (host.size() >= 2 && host.front() == '[') host = host.substr(1, host.size() - 2);
   return host;
+}
+
+std::string JoinHostPort(const std::string& host, int port) {
+  const bool v6 = host.find(':') != std::string::npos;
+  return (v6 ? "[" + host + "]" : host) + ":" + std::to_string(port);
+}
+
+StatusOr<std::string> CoordinatorListenAddress(const Options& o) {
+  const bool exchange = !o.coordinator_exchange.empty();
+  std::string host;
+  if (!o.coordinator_iface.empty()) {
+    auto a = InterfaceAddress(kEnvCoordinatorIface, o.coordinator_iface);
+    if (!a.ok()) return a.status();
+    host = a.value();
+  } else if (exchange && o.launch.SingleHost()) {
+    host = "127.0.0.1";
+  } else if (exchange) {
+    auto a = FirstExternalAddress();
+    if (!a.ok()) {
+      return Status(a.status().code(), a.status().message() + ": set " + kEnvCoordinatorIface +
+                                           " to the interface the other hosts reach");
+    }
+    host = a.value();
+  } else if (o.coordinator_listen_any) {
+    host = "0.0.0.0";
+  } else {
+    host = HostOf(o.coordinator_address);
+  }
+  if (exchange) return JoinHostPort(host, o.coordinator_listen_port);
+  const std::string port = o.coordinator_address.substr(o.coordinator_address.rfind(':') + 1);
+  return JoinHostPort(host, std::stoi(port));
 }
 
 }  // namespace hora

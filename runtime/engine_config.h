@@ -18,6 +18,13 @@ ClientConfig ClientConfigFrom(const Options& o, const std::string& address);
 std::chrono::milliseconds CollectiveTimeout(const Options& o);
 // "host" of "host:port" (brackets of an IPv6 literal removed).
 std::string HostOf(const std::string& address);
+// "host:port", "[host]:port" for an IPv6 literal.
+std::string JoinHostPort(const std::string& host, int port);
+// Where rank 0's coordinator listens (the rule in Options: HORA_COORDINATOR_IFACE's address;
+// with an exchange, 127.0.0.1 on one host, else the first external interface's; 0.0.0.0 for
+// a launcher's host name; else the address's own host), at the address's port or, with an
+// exchange, at coordinator_listen_port. Reads the host's interfaces.
+StatusOr<std::string> CoordinatorListenAddress(const Options& o);
 
 }  // namespace hora
 

@@ -14,18 +14,6 @@
 namespace hora {
 namespace {
 
-const char* FirstSet(const EnvLookup& env, std::initializer_list<const char*> names,
-                     const char** which) {
-  for (const char* n : names) {
-    const char* v = env(n);
-    if (v != nullptr && *v != '\0') {
-      *which = n;
-      return v;
-    }
-  }
-  return nullptr;
-}
-
 Status ParseInt(const char* name, const char* value, int64_t lo, int64_t hi, int64_t* out) {
   errno = 0;
   char* end = nullptr;
@@ -54,21 +42,11 @@ Status ParseSeconds(const EnvLookup& env, const char* name, bool allow_zero, dou
 }
 
 Status ParseIdentity(const EnvLookup& env, const OptionOverrides& ov, Options* o) {
-  const char* rank_var = nullptr;
-  const char* size_var = nullptr;
-  const char* r = FirstSet(env, {kEnvRank, "OMPI_COMM_WORLD_RANK", "PMI_RANK", "SLURM_PROCID", "RANK"},
-                           &rank_var);
-  const char* s = FirstSet(env, {kEnvSize, "OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "SLURM_NTASKS", "WORLD_SIZE"},
-                           &size_var);
-  int64_t v = 0;
-  if (s != nullptr) {
-    HORA_RETURN_IF_ERROR(ParseInt(size_var, s, 1, 1 << 20, &v));
-    o->size = static_cast<int>(v);
-  }
-  if (r != nullptr) {
-    HORA_RETURN_IF_ERROR(ParseInt(rank_var, r, 0, 1 << 20, &v));
-    o->rank = static_cast<int>(v);
-  }
+  auto launch = DetectLaunchEnv(env);
+  if (!launch.ok()) return launch.status();
+  o->launch = std::move(launch).value();
+  o->rank = o->launch.rank;
+  o->size = o->launch.size;
   if (ov.size >= 0) o->size = ov.size;
   if (ov.rank >= 0) o->rank = ov.rank;
   if (o->size < 1) return InvalidArgument("size " + std::to_string(o->size) + " must be at least 1");
@@ -79,20 +57,41 @@ Status ParseIdentity(const EnvLookup& env, const OptionOverrides& ov, Options* o
   return Status::Ok();
 }
 
+// Why no address could be chosen, for the launcher that started us.
+std::string NoAddressReason(const LaunchEnv& l) {
+  const std::string unset = std::string(kEnvCoordinatorAddr) + " is not set";
+  switch (l.launcher) {
+    case Launcher::kOpenMpi:
+      return unset + " and Open MPI gave no PMIx namespace (PMIX_NAMESPACE) to publish rank 0's "
+                     "address through: set it (host:port of rank 0) on every rank (mpirun -x)";
+    case Launcher::kTorchrun:
+      return unset + " and neither is MASTER_ADDR (torchrun sets it): set one of them on every rank";
+    case Launcher::kSlurm:
+      return unset + " and no Slurm node list (SLURM_STEP_NODELIST, SLURM_JOB_NODELIST) is: set " +
+             kEnvCoordinatorAddr + " on every rank";
+    default:
+      return unset + ": start the job with horarun, or set it (host:port of rank 0) on every rank";
+  }
+}
+
 Status ParseAddress(const EnvLookup& env, const OptionOverrides& ov, Options* o) {
+  if (const char* i = env(kEnvCoordinatorIface); i != nullptr) o->coordinator_iface = i;
+  const char* given = env(kEnvCoordinatorAddr);
   if (!ov.coordinator_address.empty()) {
     o->coordinator_address = ov.coordinator_address;
-  } else if (const char* a = env(kEnvCoordinatorAddr); a != nullptr && *a != '\0') {
-    o->coordinator_address = a;
-  } else if (const char* m = env("MASTER_ADDR"); m != nullptr && *m != '\0') {
-    const char* p = env("MASTER_PORT");
-    o->coordinator_address = std::string(m) + ":" + (p != nullptr ? p : "29500");
+  } else if (given != nullptr && *given != '\0') {
+    o->coordinator_address = given;
   } else if (o->size == 1) {
     o->coordinator_address = "127.0.0.1:0";
+  } else if (!o->launch.coordinator_address.empty()) {
+    o->coordinator_address = o->launch.coordinator_address;
+    o->coordinator_listen_any = o->launch.listen_any;
+  } else if (o->launch.address_through_pmix) {
+    o->coordinator_exchange = "pmix";
+    o->coordinator_listen_port = o->launch.listen_port;
+    return Status::Ok();
   } else {
-    return InvalidArgument(std::string(kEnvCoordinatorAddr) +
-                           " is not set: start the job with horarun, or set it (host:port of rank 0) "
-                           "on every rank");
+    return InvalidArgument(NoAddressReason(o->launch));
   }
   auto colon = o->coordinator_address.rfind(':');
   if (colon == std::string::npos || colon == 0 || colon + 1 == o->coordinator_address.size()) {
@@ -171,6 +170,12 @@ Status ParseToken(const EnvLookup& env, const OptionOverrides& ov, Options* o) {
     o->token = t;
     return Status::Ok();
   }
+  if (!o->launch.token.empty()) {
+    o->token = o->launch.token;
+    return Status::Ok();
+  }
+  // A launcher that gave none (horarun's variables set by hand inside another launcher's job):
+  // any job id in sight.
   const char* which = nullptr;
   if (const char* id = FirstSet(env, {"PMIX_NAMESPACE", "OMPI_MCA_orte_ess_jobid", "SLURM_JOB_ID",
                                       "TORCHELASTIC_RUN_ID"}, &which)) {
@@ -219,8 +224,9 @@ std::string Options::Digest() const {
 
 std::string Options::Describe() const {
   std::ostringstream s;
-  s << "rank " << rank << "/" << size << " host " << hostname << " coordinator "
-    << coordinator_address << " fusion_threshold=" << fusion_threshold_bytes
+  s << "rank " << rank << "/" << size << " (launcher " << LauncherName(launch.launcher) << ") host "
+    << hostname << " coordinator "
+    << (coordinator_exchange.empty() ? coordinator_address : "through " + coordinator_exchange) << " fusion_threshold=" << fusion_threshold_bytes
     << " cycle_time_ms=" << cycle_time_ms << " inline_threshold=" << inline_threshold_bytes << " start_timeout_s=" << start_timeout_s
     << " heartbeat=" << heartbeat_interval_s << "/" << heartbeat_timeout_s
     << "s collective_timeout_s=" << collective_timeout_s << " stall_warning_s=" << stall_warning_s

@@ -10,6 +10,7 @@
 
 #include "common/limits.h"
 #include "common/status.h"
+#include "runtime/launch_env.h"
 
 namespace hora {
 
@@ -17,6 +18,8 @@ namespace hora {
 constexpr const char kEnvRank[] = "HORA_RANK";
 constexpr const char kEnvSize[] = "HORA_SIZE";
 constexpr const char kEnvCoordinatorAddr[] = "HORA_COORDINATOR_ADDR";
+constexpr const char kEnvCoordinatorIface[] = "HORA_COORDINATOR_IFACE";
+// HORA_COORDINATOR_PORT: kEnvCoordinatorPort in runtime/launch_env.h, which reads it.
 constexpr const char kEnvJobToken[] = "HORA_JOB_TOKEN";
 constexpr const char kEnvHostname[] = "HORA_HOSTNAME";
 constexpr const char kEnvFusionThreshold[] = "HORA_FUSION_THRESHOLD";
@@ -40,15 +43,31 @@ constexpr const char kEnvTimeline[] = "HORA_TIMELINE";
 constexpr const char kEnvHorovodTimeline[] = "HOROVOD_TIMELINE";
 
 struct Options {
-  // Identity. From HORA_RANK/HORA_SIZE, else Open MPI (OMPI_COMM_WORLD_*), PMI (PMI_*),
-  // Slurm (SLURM_PROCID/SLURM_NTASKS), torchrun (RANK/WORLD_SIZE). Without any: rank 0 of 1.
+  // Identity: the launcher's (runtime/launch_env.h: horarun's HORA_RANK/HORA_SIZE, Open MPI,
+  // PMI, torchrun, Slurm), else rank 0 of 1. The init config's rank and size win.
   int rank = 0;
   int size = 1;
-  // host:port of the coordinator, which rank 0 listens on. Without HORA_COORDINATOR_ADDR:
-  // MASTER_ADDR:MASTER_PORT (torchrun), else 127.0.0.1:0 for a single-rank job.
+  // What the launcher said, local and cross ranks included (checked against the topology at
+  // start), and its rules for the address and the token.
+  LaunchEnv launch;
+  // host:port of the coordinator, which the ranks connect to: the init config's, else
+  // HORA_COORDINATOR_ADDR, else 127.0.0.1:0 for a single-rank job, else the launcher's rule
+  // (Slurm: first host and a port from the job id; torchrun: MASTER_ADDR:MASTER_PORT+1).
+  // "" when rank 0 publishes it at start through coordinator_exchange.
   std::string coordinator_address;
+  // "pmix" under Open MPI without an address: rank 0 listens on coordinator_listen_port (0 =
+  // a free port) and publishes host:port through PMIx; the others read it. "" = no exchange.
+  std::string coordinator_exchange;
+  int coordinator_listen_port = 0;
+  // Rank 0 listens on every interface (0.0.0.0) at the address's port, because the address is
+  // a name that may resolve to loopback on rank 0's own host (Slurm, torchrun).
+  bool coordinator_listen_any = false;
+  // HORA_COORDINATOR_IFACE: interface names ("eth0" or "ib0,eth0"); rank 0 listens on the
+  // first one's IPv4 address (and publishes it). "" = the rules above, and for a published
+  // address 127.0.0.1 when every rank is on one host, else the first non-loopback interface.
+  std::string coordinator_iface;
   // HORA_JOB_TOKEN; else derived from the launcher's job id (Open MPI / PMIx namespace, Slurm
-  // job and step, torchrun run id); else random for a single-rank job; else an error.
+  // job and step, torchrun run id and master); else random for a single-rank job; else an error.
   std::string token;
   std::string hostname;  // HORA_HOSTNAME, else gethostname(); decides local ranks
 
@@ -90,9 +109,6 @@ struct OptionOverrides {
   std::string coordinator_address;
   std::string token;
 };
-
-// Returns the value of an environment variable, or nullptr when it is not set.
-using EnvLookup = std::function<const char*(const char*)>;
 
 // Reads and validates every option. A bad value is InvalidArgument naming the variable and
 // the value ("HORA_FUSION_THRESHOLD='12x' is not a non-negative integer number of bytes").

@@ -8,7 +8,7 @@ PACKAGES=(
   bazel-bootstrap g++ pkg-config
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   libspdlog-dev libfmt-dev catch2
-  libopenmpi-dev openmpi-bin libgloo-dev
+  libopenmpi-dev openmpi-bin libpmix-dev libgloo-dev
   python3-torch python3-numpy python3-pytest python3-matplotlib python3-venv
   openssh-server openssh-client iproute2 procps openssl
 )

@@ -210,7 +210,7 @@ def test_training_across_hosts_ends_with_identical_parameters(kit, mode):
 
 def test_plain_mpirun_without_horarun(kit):
     # Rank and size from Open MPI's variables and the token from its job id; the coordinator
-    # address is still given by hand (-x), until the runtime learns it through MPI/PMIx.
+    # address given by hand (-x), which wins over the PMIx exchange (next test).
     job = find("tests/integration/collectives_job")
     env_sh = open(os.path.join(kit.state, "env.sh")).read()
     mpirun_args = re.search(r'NK_MPIRUN_ARGS="(.*)"', env_sh).group(1)
@@ -222,6 +222,31 @@ def test_plain_mpirun_without_horarun(kit):
     out = p.stdout.decode("utf-8", "replace")
     assert p.returncode == 0, out + p.stderr.decode("utf-8", "replace")
     assert len(re.findall(r"rank \d of 4: \d+ checks, 0 failed", out)) == 4, out
+    check_clean(kit)
+
+
+@pytest.mark.parametrize("iface", [None, "eth0"])
+def test_plain_mpirun_without_an_address(kit, iface):
+    # No HORA_COORDINATOR_ADDR: rank 0 listens on an address of its host that the other host
+    # reaches (HORA_COORDINATOR_IFACE's, else the first external interface's) and publishes it
+    # through PMIx; every rank reads it there.
+    job = find("tests/integration/collectives_job")
+    env_sh = open(os.path.join(kit.state, "env.sh")).read()
+    mpirun_args = re.search(r'NK_MPIRUN_ARGS="(.*)"', env_sh).group(1)
+    argv = ["mpirun", "-np", "4", "-H", "%s:2,%s:2" % tuple(kit.addrs[:2])]
+    argv += shlex.split(mpirun_args) + ["-x", "HORA_LOG_LEVEL=info"]
+    if iface:
+        argv += ["-x", "HORA_COORDINATOR_IFACE=" + iface]
+    env = {k: v for k, v in kit.env.items() if k != "HORA_COORDINATOR_ADDR"}
+    p = subprocess.run(kit.on(kit.hosts[0], argv + [job]), env=env, capture_output=True,
+                       timeout=TIMEOUT, stdin=subprocess.DEVNULL, cwd=ROOT)
+    out, err = p.stdout.decode("utf-8", "replace"), p.stderr.decode("utf-8", "replace")
+    assert p.returncode == 0, out[-3000:] + err[-3000:]
+    assert len(re.findall(r"rank \d of 4: \d+ checks, 0 failed", out)) == 4, out
+    published = re.findall(r"\[hora (\d)\] \[info\] coordinator address (\S+) through pmix", out + err)
+    assert sorted(r for r, _ in published) == ["0", "1", "2", "3"], err[-3000:]
+    assert {a for _, a in published} == {published[0][1]}
+    assert published[0][1].startswith(kit.addrs[0] + ":"), published
     check_clean(kit)
 
 

@@ -29,21 +29,61 @@ TEST_CASE("defaults for a single process without a launcher") {
   REQUIRE(o.value().collective_timeout_s == o.value().heartbeat_timeout_s);
 }
 
-TEST_CASE("identity comes from HORA_* first, then MPI, Slurm, torchrun") {
+TEST_CASE("identity comes from HORA_* first, then Open MPI, torchrun, Slurm") {
   auto o = ParseOptions(Env({{"HORA_RANK", "2"}, {"HORA_SIZE", "4"}, {"RANK", "1"}, {"WORLD_SIZE", "9"},
                              {"HORA_COORDINATOR_ADDR", "10.0.0.1:5000"}, {"HORA_JOB_TOKEN", "t"}}), {});
   REQUIRE(o.ok());
   REQUIRE(o.value().rank == 2);
   REQUIRE(o.value().size == 4);
+  REQUIRE(o.value().launch.launcher == Launcher::kHorarun);
   auto m = ParseOptions(Env({{"OMPI_COMM_WORLD_RANK", "1"}, {"OMPI_COMM_WORLD_SIZE", "2"},
                              {"MASTER_ADDR", "node1"}, {"MASTER_PORT", "1234"}, {"PMIX_NAMESPACE", "ns1"}}), {});
   REQUIRE(m.ok());
   REQUIRE(m.value().rank == 1);
-  REQUIRE(m.value().coordinator_address == "node1:1234");
+  REQUIRE(m.value().coordinator_address.empty());  // published by rank 0 through PMIx
+  REQUIRE(m.value().coordinator_exchange == "pmix");
   REQUIRE(m.value().token == "PMIX_NAMESPACE=ns1");
-  auto t = ParseOptions(Env({{"RANK", "3"}, {"WORLD_SIZE", "4"}, {"MASTER_ADDR", "h"}, {"TORCHELASTIC_RUN_ID", "r"}}), {});
+  auto t = ParseOptions(Env({{"RANK", "3"}, {"WORLD_SIZE", "4"}, {"MASTER_ADDR", "h"}, {"MASTER_PORT", "29500"},
+                             {"TORCHELASTIC_RUN_ID", "r"}, {"SLURM_PROCID", "0"}, {"SLURM_NTASKS", "1"}}), {});
   REQUIRE(t.ok());
-  REQUIRE(t.value().coordinator_address == "h:29500");
+  REQUIRE(t.value().rank == 3);
+  REQUIRE(t.value().coordinator_address == "h:29501");  // torchrun's own store has MASTER_PORT
+  REQUIRE(t.value().coordinator_listen_any);
+  REQUIRE(t.value().coordinator_exchange.empty());
+  REQUIRE(t.value().token == "torchrun:r@h:29500");
+}
+
+TEST_CASE("the coordinator address: given, single rank, the launcher's rule, or an error naming it") {
+  std::map<std::string, std::string> slurm{{"SLURM_PROCID", "1"}, {"SLURM_NTASKS", "3"},
+                                           {"SLURM_STEP_NODELIST", "gpu[07-09]"}, {"SLURM_JOB_ID", "4242"},
+                                           {"SLURM_STEP_ID", "0"}};
+  auto s = ParseOptions(Env(slurm), {});
+  REQUIRE(s.ok());
+  REQUIRE(s.value().coordinator_address == "gpu07:" + std::to_string(20000 + 242 * 20));
+  REQUIRE(s.value().token == "SLURM_JOB_ID=4242.0");
+  slurm["HORA_COORDINATOR_ADDR"] = "10.1.1.1:7777";
+  slurm["HORA_COORDINATOR_IFACE"] = "ib0";
+  auto given = ParseOptions(Env(slurm), {});
+  REQUIRE(given.value().coordinator_address == "10.1.1.1:7777");
+  REQUIRE_FALSE(given.value().coordinator_listen_any);
+  REQUIRE(given.value().coordinator_iface == "ib0");
+  auto one = ParseOptions(Env({{"RANK", "0"}, {"WORLD_SIZE", "1"}, {"MASTER_ADDR", "h"}, {"MASTER_PORT", "1"}}), {});
+  REQUIRE(one.value().coordinator_address == "127.0.0.1:0");
+  auto no_pmix = ParseOptions(Env({{"OMPI_COMM_WORLD_RANK", "0"}, {"OMPI_COMM_WORLD_SIZE", "2"}, {"HORA_JOB_TOKEN", "t"}}), {});
+  REQUIRE_FALSE(no_pmix.ok());
+  REQUIRE(no_pmix.status().message().find("PMIX_NAMESPACE") != std::string::npos);
+  auto no_master = ParseOptions(Env({{"RANK", "0"}, {"WORLD_SIZE", "2"}, {"HORA_JOB_TOKEN", "t"}}), {});
+  REQUIRE_FALSE(no_master.ok());
+  REQUIRE(no_master.status().message().find("MASTER_ADDR") != std::string::npos);
+  auto no_list = ParseOptions(Env({{"SLURM_PROCID", "0"}, {"SLURM_NTASKS", "2"}, {"SLURM_JOB_ID", "1"}}), {});
+  REQUIRE_FALSE(no_list.ok());
+  REQUIRE(no_list.status().message().find("SLURM_STEP_NODELIST") != std::string::npos);
+  auto bad_list = ParseOptions(Env({{"SLURM_PROCID", "0"}, {"SLURM_NTASKS", "2"}, {"SLURM_JOB_NODELIST", "n[1-"}}), {});
+  REQUIRE_FALSE(bad_list.ok());
+  REQUIRE(bad_list.status().message().find("SLURM_JOB_NODELIST='n[1-'") != std::string::npos);
+  auto bad_rank = ParseOptions(Env({{"RANK", "4"}, {"WORLD_SIZE", "4"}, {"MASTER_ADDR", "h"}}), {});
+  REQUIRE_FALSE(bad_rank.ok());
+  REQUIRE(bad_rank.status().message().find("RANK='4' is not below WORLD_SIZE='4'") != std::string::npos);
 }
 
 TEST_CASE("the job token is given, derived from the launcher's job id, or required") {
@@ -52,9 +92,9 @@ TEST_CASE("the job token is given, derived from the launcher's job id, or requir
   auto single = ParseOptions(Env({}), {});
   REQUIRE_FALSE(single.value().token.empty());
   auto slurm = ParseOptions(Env({{"SLURM_PROCID", "0"}, {"SLURM_NTASKS", "2"}, {"SLURM_JOB_ID", "77"},
-                                 {"SLURM_STEP_ID", "3"}, {"MASTER_ADDR", "h"}}), {});
+                                 {"SLURM_STEP_ID", "3"}, {"SLURM_JOB_NODELIST", "h"}}), {});
   REQUIRE(slurm.value().token == "SLURM_JOB_ID=77.3");
-  auto missing = ParseOptions(Env({{"HORA_SIZE", "2"}, {"HORA_COORDINATOR_ADDR", "h:1"}}), {});
+  auto missing = ParseOptions(Env({{"HORA_RANK", "1"}, {"HORA_SIZE", "2"}, {"HORA_COORDINATOR_ADDR", "h:1"}}), {});
   REQUIRE_FALSE(missing.ok());
   REQUIRE(missing.status().message().find("HORA_JOB_TOKEN") != std::string::npos);
 }
@@ -92,13 +132,14 @@ TEST_CASE("bad values name the variable") {
   check({{"HORA_CPU_OPERATIONS", "mpi2"}}, "HORA_CPU_OPERATIONS=mpi2: no backend 'mpi2' is built");
   check({{"HORA_CPU_OPERATIONS", "mpi2"}}, "(built: gloo, loopback");
   check({{"HORA_GPU_OPERATIONS", "gloo"}}, "HORA_GPU_OPERATIONS=gloo: backend 'gloo' serves cpu");
-  check({{"HORA_RANK", "5"}, {"HORA_SIZE", "2"}}, "rank 5");
-  check({{"HORA_SIZE", "0"}}, "HORA_SIZE");
+  check({{"HORA_RANK", "5"}, {"HORA_SIZE", "2"}}, "HORA_RANK='5' is not below HORA_SIZE='2'");
+  check({{"HORA_RANK", "0"}, {"HORA_SIZE", "0"}}, "HORA_SIZE");
+  check({{"HORA_SIZE", "2"}}, "HORA_RANK is not set (HORA_SIZE is)");
   check({{"HORA_TLS_CERT", "/c.pem"}}, "HORA_TLS_KEY");
   auto no_addr = ParseOptions(Env({{"HORA_SIZE", "2"}, {"HORA_RANK", "0"}, {"HORA_JOB_TOKEN", "t"}}), {});
   REQUIRE_FALSE(no_addr.ok());
   REQUIRE(no_addr.status().message().find("HORA_COORDINATOR_ADDR") != std::string::npos);
-  auto bad_addr = ParseOptions(Env({{"HORA_SIZE", "2"}, {"HORA_COORDINATOR_ADDR", "nohost"}, {"HORA_JOB_TOKEN", "t"}}), {});
+  auto bad_addr = ParseOptions(Env({{"HORA_RANK", "0"}, {"HORA_SIZE", "2"}, {"HORA_COORDINATOR_ADDR", "nohost"}, {"HORA_JOB_TOKEN", "t"}}), {});
   REQUIRE_FALSE(bad_addr.ok());
   REQUIRE(bad_addr.status().message().find("host:port") != std::string::npos);
 }
