@@ -178,10 +178,12 @@ TEST_CASE("registry backends: Abort ends a receive whose sender never sends") {
     MemoryStore store;
     std::atomic<Communicator*> receiver{nullptr};
     std::atomic<bool> done{false};
+    std::atomic<bool> abort_returned{false};
     std::thread aborter([&] {
       while (receiver.load() == nullptr) std::this_thread::sleep_for(std::chrono::milliseconds(5));
       std::this_thread::sleep_for(std::chrono::milliseconds(200));
       receiver.load()->Abort(PeerFailure("rank 1 (host h, pid 7) is lost: test"));
+      abort_returned = true;
     });
     auto errors = RunRanks(backend, 2, [&](Communicator& c) -> std::string {
       if (c.rank() == 1) {  // never sends; waits until rank 0 is done
@@ -192,6 +194,9 @@ TEST_CASE("registry backends: Abort ends a receive whose sender never sends") {
       receiver = &c;
       Status s = c.Recv(buf.data(), buf.size(), 1, 0);
       if (s.ok()) s = Done(c);
+      // The receiver wakes while Abort may still run on the aborter's thread: the
+      // communicator must outlive that call (RunRanks destroys it when this returns).
+      while (!abort_returned) std::this_thread::sleep_for(std::chrono::milliseconds(1));
       done = true;
       if (s.code() != Code::kPeerFailure || s.message().find("rank 1 (host h") == std::string::npos) {
         return "recv ended with " + s.ToString();
