@@ -58,3 +58,22 @@ def test_accelerate_fsdp_example_trains(tmp_path):
     assert job.rc == 0, job.tail()
     assert "2 ranks on hora" in text and "(fell)" in text, job.tail()
     assert "parameters identical on every rank" in text, job.tail()
+
+
+def test_under_torchrun(tmp_path):
+    """init_process_group("hora") under torchrun (no horarun): Hora's coordinator takes
+    MASTER_PORT + 1 beside torch's store on MASTER_PORT (docs/launching.md)."""
+    import socket
+    import subprocess
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    some = ["all_reduce_every_op_and_dtype", "subgroup_collectives", "ddp_matches_ddp_on_gloo"]
+    cmd = [harness.torch2_python(), "-m", "torch.distributed.run", "--nproc_per_node", "2",
+           "--master_addr", "127.0.0.1", "--master_port", str(port),
+           os.path.join(harness.WORKERS, "c10d_worker.py")] + some
+    p = subprocess.run(cmd, cwd=str(tmp_path), env=harness.job_env(), stdout=subprocess.PIPE,
+                       stderr=subprocess.STDOUT, universal_newlines=True, timeout=240)
+    passed = [l for l in p.stdout.splitlines() if " PASS" in l and "CASE " in l]
+    assert p.returncode == 0, p.stdout[-4000:]
+    assert len(passed) == 2 * len(some), p.stdout[-4000:]
