@@ -158,9 +158,31 @@ def reset_names(process_set=None):
                 del _counters[key]
 
 
+_calls = threading.local()
+
+
+def begin_call():
+    """Marks the start of a call's checks on this thread (torch/refusal.py); name_taken(token)
+    then says whether op_name has been called since."""
+    _calls.serial = getattr(_calls, "serial", 0) + 1
+    _calls.named = None
+    return _calls.serial
+
+
+def name_taken(token):
+    return getattr(_calls, "named", None) == token
+
+
+def refuse(name, process_set, message):
+    """hora_refuse: the call `name` of the set fails on every rank with `message`."""
+    _lib.check(_lib.lib().hora_refuse(_encode_name(name), int(process_set),
+                                      message.encode("utf-8", "replace")), "refuse(%s)" % name)
+
+
 def op_name(op, name, process_set=0):
     """Names are unique per process set; the counters of unnamed calls are per set too, since
     only a set's members make its calls."""
+    _calls.named = getattr(_calls, "serial", None)
     if name is not None:
         return "%s.%s" % (op, name)
     with _name_lock:

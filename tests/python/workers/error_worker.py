@@ -67,6 +67,34 @@ def bad_alltoall_splits():
 
 
 @case
+def one_sided_bad_input_fails_every_rank():
+    # The last rank alone passes what hora.torch refuses before the C API; every rank's call
+    # fails at once (not at the stall timeout), naming that rank, and the names stay in step.
+    me, last = hvd.rank(), hvd.size() - 1
+    bad = me == last
+    calls = [
+        ("allreduce", lambda: hvd.allreduce(
+            torch.ones(3, dtype=torch.complex64) if bad else torch.ones(3))),
+        ("allgather", lambda: hvd.allgather(torch.ones(()) if bad else torch.ones(2))),
+        ("broadcast", lambda: hvd.broadcast("not a tensor" if bad else torch.ones(2), 0)),
+        ("alltoall", lambda: hvd.alltoall(torch.ones(hvd.size()),
+                                          splits=[1] * (hvd.size() + bad))),
+        ("reducescatter", lambda: hvd.reducescatter(torch.ones(()) if bad else
+                                                    torch.ones(hvd.size()))),
+        ("grouped_allreduce", lambda: hvd.grouped_allreduce(
+            [torch.ones(2), torch.ones(2, dtype=torch.complex64) if bad else torch.ones(2)])),
+    ]
+    for what, call in calls:
+        e = raises(hora.HoraError, call)
+        check(isinstance(e, ValueError), "%s: %s is not a ValueError" % (what, type(e).__name__))
+        if not bad:
+            check("rank %d:" % last in e.message, "%s names rank %d: %r" % (what, last, e.message))
+            check("cannot run" in e.message, "%s: %r" % (what, e.message))
+    y = hvd.allreduce(torch.ones(2) * me, op=hvd.Sum)  # an unnamed call: counters in step
+    close(y, torch.full((2,), float(sum(range(hvd.size())))))
+
+
+@case
 def duplicate_name_in_flight():
     # Rank 0 enqueues "dup" before the others (they wait at the barrier), so its "dup" is
     # surely still in flight when it enqueues the name again.

@@ -5,6 +5,7 @@ import torch
 from .. import core
 from . import profiling as _profiling
 from .compression import Compression
+from .refusal import refusing
 from .mpi_ops import (Average, Sum, _check_devices, _check_input, _contig, _describe,
                       _gathered, _invalid, _register, _resolve_op, _set_id, _set_root,
                       _set_size, _unwire, _wire, global_process_set, synchronize, allreduce,
@@ -23,8 +24,10 @@ def _nonscalar(tensors, what):
 
 def _allgather_submit(tensors, name, set_id, group):
     """One allgather per tensor ("<name>.<i>" in a group), each input checked first."""
-    _nonscalar(tensors, "allgather")
-    wired = [_wire(t) for t in tensors]
+    with refusing("grouped_allgather" if group else "allgather", name, set_id,
+                  parts=len(tensors) if group else None):
+        _nonscalar(tensors, "allgather")
+        wired = [_wire(t) for t in tensors]
     base = core.op_name("grouped_allgather" if group else "allgather", name, set_id)
     handles = []
     try:
@@ -81,7 +84,8 @@ class HoraAllgather(torch.autograd.Function):
 def allgather(tensor, name=None, process_set=global_process_set):
     """Concatenation of every rank's `tensor` along dimension 0. Autograd-aware."""
     set_id = _set_id(process_set)
-    _nonscalar([tensor], "allgather")
+    with refusing("allgather", name, set_id):
+        _nonscalar([tensor], "allgather")
     return HoraAllgather.apply(tensor, name, set_id)
 
 
@@ -106,7 +110,8 @@ def grouped_allgather(tensors, name=None, process_set=global_process_set):
     tensors = list(tensors)
     if not tensors:
         return []
-    _nonscalar(tensors, "grouped_allgather")
+    with refusing("grouped_allgather", name, set_id, parts=len(tensors)):
+        _nonscalar(tensors, "grouped_allgather")
     return list(HoraGroupedAllgather.apply(name, set_id, *tensors))
 
 
@@ -119,8 +124,9 @@ def _check_root(root_rank):
 
 
 def _broadcast_async(tensor, inplace, root_rank, name, set_id=0):
-    _check_input(tensor)
-    root = _set_root(set_id, _check_root(root_rank))
+    with refusing("broadcast", name, set_id):
+        _check_input(tensor)
+        root = _set_root(set_id, _check_root(root_rank))
     if inplace:
         buf, back = _wire(tensor)
     else:
@@ -213,9 +219,10 @@ def alltoall_async(tensor, splits=None, name=None, process_set=global_process_se
     """Starts sending splits[r] rows of `tensor` to rank r. synchronize() returns
     (output, received_splits)."""
     set_id = _set_id(process_set)
-    _nonscalar([tensor], "alltoall")
-    n = _set_size(set_id)
-    split_list = _splits_list(splits, tensor, n)
+    with refusing("alltoall", name, set_id):
+        _nonscalar([tensor], "alltoall")
+        n = _set_size(set_id)
+        split_list = _splits_list(splits, tensor, n)
     c, back = _wire(tensor)
     h = core.alltoall_async(core.op_name("alltoall", name, set_id), _describe(c), split_list,
                             keep=c, process_set=set_id)
@@ -251,8 +258,9 @@ def alltoall(tensor, splits=None, name=None, process_set=global_process_set):
     """Scatters rows of `tensor` to every rank and gathers what they send (rank order).
     Returns the output, or (output, received_splits) when `splits` is given, as Horovod."""
     set_id = _set_id(process_set)
-    _nonscalar([tensor], "alltoall")
-    _splits_list(splits, tensor, _set_size(set_id))  # a ValueError here, not in autograd
+    with refusing("alltoall", name, set_id):
+        _nonscalar([tensor], "alltoall")
+        _splits_list(splits, tensor, _set_size(set_id))  # a ValueError here, not in autograd
     out, received = HoraAlltoall.apply(tensor, splits, name, set_id)
     if splits is None:
         return out
@@ -270,8 +278,10 @@ def _reducescatter_op(op):
 
 
 def _reducescatter_submit(tensors, name, op, prescale, postscale, set_id, group):
-    _nonscalar(tensors, "reducescatter")
-    wired = [_wire(t) for t in tensors]
+    with refusing("grouped_reducescatter" if group else "reducescatter", name, set_id,
+                  parts=len(tensors) if group else None):
+        _nonscalar(tensors, "reducescatter")
+        wired = [_wire(t) for t in tensors]
     base = core.op_name("grouped_reducescatter" if group else "reducescatter", name, set_id)
     handles = []
     try:
@@ -332,7 +342,8 @@ def reducescatter(tensor, name=None, compression=Compression.none, op=Average,
     """Reduces `tensor` over ranks; rank r keeps its part of dimension 0. Autograd-aware."""
     set_id = _set_id(process_set)
     op = _reducescatter_op(op)
-    _nonscalar([tensor], "reducescatter")
+    with refusing("reducescatter", name, set_id):
+        _nonscalar([tensor], "reducescatter")
     compressed, cctx = compression.compress(tensor)
     out = HoraReducescatter.apply(compressed, name, op, prescale_factor, postscale_factor, set_id)
     return compression.decompress(out, cctx)
@@ -361,7 +372,8 @@ def grouped_reducescatter(tensors, name=None, compression=Compression.none, op=A
     tensors = list(tensors)
     if not tensors:
         return []
-    _nonscalar(tensors, "grouped_reducescatter")
+    with refusing("grouped_reducescatter", name, set_id, parts=len(tensors)):
+        _nonscalar(tensors, "grouped_reducescatter")
     pairs = [compression.compress(t) for t in tensors]
     outs = HoraGroupedReducescatter.apply(name, op, prescale_factor, postscale_factor, set_id,
                                           *[p[0] for p in pairs])

@@ -11,6 +11,7 @@ from .. import core
 from .. import errors
 from . import profiling as _profiling
 from .compression import Compression
+from .refusal import refusing
 
 # Reduce ops: Horovod's public values.
 Average = core.AVERAGE
@@ -221,9 +222,11 @@ def _allreduce_submit(tensors, outputs, name, op, prescale, postscale, group=Fal
 
 
 def _allreduce_async_impl(tensors, name, op, prescale, postscale, inplace, group, set_id=0):
-    for t in tensors:  # every input is checked before anything is submitted
-        _check_input(t)
-    _check_devices(tensors)
+    with refusing("grouped_allreduce" if group else "allreduce", name, set_id,
+                  parts=len(tensors) if group else None):
+        for t in tensors:  # every input is checked before anything is submitted
+            _check_input(t)
+        _check_devices(tensors)
     prepared, outputs, copy_back, backs = [], [], [], []
     for t in tensors:
         c, back = _wire(t)
