@@ -4,6 +4,8 @@ report; gradients stay correct throughout (checked by the worker at every step).
 
 import csv
 import json
+import os
+import sys
 
 import pytest
 
@@ -73,6 +75,11 @@ def test_log_parses_with_one_chosen_row(job):
     # The first trial is the configured default (64 MiB, 1 ms).
     assert (int(body[0]["fusion_threshold_bytes"]), float(body[0]["cycle_time_ms"])) == (
         64 << 20, 1.0)
+    # The shipped reader (hora-timeline autotune-plot) parses it too.
+    sys.path.insert(0, os.path.join(harness.REPO, "tools", "timeline"))
+    import autotune_plot
+    parsed = autotune_plot.read_log(str(log))
+    assert [t["chosen"] for t in parsed] == [r["chosen"] == "1" for r in body]
     state = states(result)[0]
     assert int(chosen[0]["fusion_threshold_bytes"]) == state["fusion_threshold_bytes"]
     assert float(chosen[0]["cycle_time_ms"]) == pytest.approx(state["cycle_time_ms"])
