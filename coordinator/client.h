@@ -52,6 +52,7 @@ struct SessionCallbacks {
   std::function<void(PlanMessage)> on_plan;
   std::function<void(int32_t process_set, int last_joined_rank)> on_join_done;
   std::function<void(ProcessSetResult)> on_process_set;
+  std::function<void(TuningNotice)> on_tuning;  // HORA_AUTOTUNE: the settings changed
   // Called at most once: the job is broken (another rank died, the coordinator is lost,
   // a stall timeout fired). The status names the cause.
   std::function<void(Status)> on_abort;

@@ -202,6 +202,13 @@ void ClientImpl::Dispatch(const proto::CoordinatorMessage& message) {
       if (callbacks_.on_process_set) callbacks_.on_process_set(std::move(result));
       return;
     }
+    case proto::CoordinatorMessage::kTuning:
+      if (callbacks_.on_tuning) {
+        const auto& t = message.tuning();
+        callbacks_.on_tuning(
+            TuningNotice{t.fusion_threshold_bytes(), t.cycle_time_us(), t.trial(), t.done()});
+      }
+      return;
     case proto::CoordinatorMessage::kAbort: {
       Code code;
       if (!CodeFromWire(message.abort().code(), &code).ok() || code == Code::kOk) {

@@ -89,6 +89,14 @@ struct ProcessSetResult {
   std::vector<int32_t> ranks;
 };
 
+// The autotuner's settings as the coordinator last announced them (every rank gets the same).
+struct TuningNotice {
+  int64_t fusion_threshold_bytes = 0;
+  int64_t cycle_time_us = 0;
+  int32_t trial = 0;   // the trial being measured; the number of trials once done
+  bool done = false;   // the chosen settings, kept for the rest of the job
+};
+
 struct TensorErrorNotice {
   int32_t id = 0;
   Status status;

@@ -157,7 +157,7 @@ struct Planner::State {
   void Emit(const BucketKey& key, std::vector<Ready>::iterator begin,
             std::vector<Ready>::iterator end, std::vector<Scheduled>* out);
 
-  const PlannerConfig config;
+  PlannerConfig config;  // the autotuner may change the threshold and cycle time
   std::unordered_map<std::string, NameState> names;
   std::map<BucketKey, int> partial;
   GroupMap groups;
@@ -478,5 +478,16 @@ std::vector<StallReport> Planner::Stalled(TimePoint now,
 }
 
 size_t Planner::PendingCount() const { return state_->names.size(); }
+
+void Planner::SetTuning(int64_t fusion_threshold_bytes, std::chrono::microseconds cycle_time) {
+  HORA_CHECK(fusion_threshold_bytes >= 0 && cycle_time.count() >= 0);
+  State& st = *state_;
+  st.config.fusion_threshold_bytes = fusion_threshold_bytes;
+  st.config.cycle_time = cycle_time;
+  for (auto g = st.groups.begin(); g != st.groups.end(); ++g) {
+    st.SetDeadline(g);
+    st.MarkDirty(g);
+  }
+}
 
 }  // namespace hora

@@ -146,6 +146,12 @@ class Planner {
   // Number of names with at least one submission and not yet emitted.
   size_t PendingCount() const;
 
+  // The autotuner (coordinator/autotuner.h) changes the fusion threshold and cycle time from
+  // now on. Tensors already waiting are judged with the new values at the next Poll (a smaller
+  // threshold may make their buckets full; a shorter cycle time may make them due).
+  // REQUIRES: fusion_threshold_bytes >= 0, cycle_time >= 0 (checked).
+  void SetTuning(int64_t fusion_threshold_bytes, std::chrono::microseconds cycle_time);
+
  private:
   struct State;
   std::unique_ptr<State> state_;

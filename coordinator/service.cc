@@ -80,6 +80,7 @@ CoordinatorServiceImpl::CoordinatorServiceImpl(const CoordinatorConfig& config)
       ranks_(config.size) {
   std::vector<int> everyone(config.size);
   for (int r = 0; r < config.size; ++r) everyone[r] = r;
+  if (config_.autotune.enabled) tuner_ = std::make_unique<Autotuner>(config_.autotune);
   AddSetLocked(kGlobalProcessSet, std::move(everyone), "");
   next_heartbeat_ = start_time_ + config_.heartbeat_interval;
   next_stall_check_ = start_time_ + stall_check_interval_;

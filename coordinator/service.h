@@ -20,6 +20,7 @@
 
 #include "common/limits.h"
 #include "common/status.h"
+#include "coordinator/autotuner.h"
 #include "coordinator/planner.h"
 
 namespace hora {
@@ -39,6 +40,9 @@ struct CoordinatorConfig {
   std::string token;                  // required, non-empty
   std::string options_digest;         // ranks whose digest differs are refused, saying which
   PlannerConfig planner;
+  // HORA_AUTOTUNE: the coordinator tunes the planners' fusion threshold and cycle time
+  // (coordinator/autotuner.h) and tells every rank the settings (TuningNotice).
+  AutotuneConfig autotune;
   std::chrono::milliseconds start_timeout = kDefaultStartTimeout;
   std::chrono::milliseconds heartbeat_interval = kDefaultHeartbeatInterval;
   std::chrono::milliseconds heartbeat_timeout = kDefaultHeartbeatTimeout;

@@ -4,7 +4,8 @@
 // rendezvous store), session.cc (session streams, ready notices, plan translation),
 // service_liveness.cc (the timer and sender threads: cycle-time flushes, heartbeats, dead
 // ranks, stalls, aborts), service_sets.cc (process sets: one planner per set, collective add
-// and remove).
+// and remove), service_autotune.cc (the autotuner: observes the emitted buckets, retunes the
+// planners, tells the ranks).
 //
 // Threads: gRPC's handler threads (one per call in flight; a session's handler thread reads
 // that rank's stream for the whole job and runs the planner inline on each Ready), the timer
@@ -137,6 +138,11 @@ class CoordinatorServiceImpl final : public CoordinatorService,
   BucketPlan PlanForRankLocked(const SetState& set, const PlannedBucket& bucket, int rank,
                                const std::vector<std::string>& inline_results) const;
 
+  // service_autotune.cc: feeds the buckets of `out` to the autotuner; when the settings change,
+  // applies them to every planner, tells every rank and rewrites the CSV log.
+  void ObserveTuningLocked(const PlannerOutput& out, TimePoint now, Touched* touched);
+  void SendTuningLocked(Touched* touched);
+
   // session_inline.cc: small allreduces reduced here from the data the ranks sent inline.
   // Returns one result per entry, or nothing when some rank did not send its data.
   std::vector<std::string> InlineReduceLocked(const SetState& set,
@@ -197,6 +203,7 @@ class CoordinatorServiceImpl final : public CoordinatorService,
   std::map<int32_t, SetState> sets_;  // 0 = every rank
   int32_t next_set_id_ = 1;           // ids are never reused within a job
   std::map<uint64_t, PendingSetOp> set_ops_;
+  std::unique_ptr<Autotuner> tuner_;  // set when config_.autotune.enabled
   std::vector<RankState> ranks_;
   int joined_count_ = 0;
   bool topology_ready_ = false;

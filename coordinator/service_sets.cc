@@ -50,6 +50,10 @@ void CoordinatorServiceImpl::AddSetLocked(int32_t id, std::vector<int> ranks,
   for (size_t i = 0; i < ranks.size(); ++i) set.index_of[ranks[i]] = static_cast<int>(i);
   PlannerConfig pc = config_.planner;
   pc.size = static_cast<int>(ranks.size());
+  if (tuner_ != nullptr) {  // a set added while (or after) tuning plans with the current point
+    pc.fusion_threshold_bytes = tuner_->Current().fusion_threshold_bytes;
+    pc.cycle_time = std::chrono::microseconds(tuner_->Current().cycle_time_us);
+  }
   set.planner = std::make_unique<Planner>(pc);
   set.ranks = std::move(ranks);
   set.cpu_operations = std::move(cpu_operations);

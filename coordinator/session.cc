@@ -243,10 +243,15 @@ BucketPlan CoordinatorServiceImpl::PlanForRankLocked(
 
 void CoordinatorServiceImpl::PollLocked(TimePoint now, SetState* only,
                                         std::vector<PlanMessage>* extra, Touched* touched) {
+  auto poll = [&](SetState& set) {
+    PlannerOutput out = set.planner->Poll(now);
+    if (tuner_ != nullptr) ObserveTuningLocked(out, now, touched);
+    SendPlannerOutputLocked(set, std::move(out), extra, touched);
+  };
   if (only != nullptr) {
-    SendPlannerOutputLocked(*only, only->planner->Poll(now), extra, touched);
+    poll(*only);
   } else {
-    for (auto& [id, set] : sets_) SendPlannerOutputLocked(set, set.planner->Poll(now), extra, touched);
+    for (auto& [id, set] : sets_) poll(set);
   }
   WakeTimerLocked(NextSetDeadlineLocked());
 }

@@ -33,7 +33,11 @@ class ScopedBlockSigpipe {
 
 }  // namespace
 
-Engine::Engine(const Options& options) : options_(options) {}
+Engine::Engine(const Options& options) : options_(options) {
+  tuning_.fusion_threshold_bytes = options.fusion_threshold_bytes;
+  tuning_.cycle_time_us = static_cast<int64_t>(options.cycle_time_ms * 1000);
+  tuning_.done = !options.autotune;
+}
 
 StatusOr<std::unique_ptr<Engine>> Engine::Start(const Options& options) {
   std::unique_ptr<Engine> engine(new Engine(options));
@@ -80,6 +84,10 @@ Status Engine::Init() {
     cv_.notify_all();
   };
   callbacks.on_process_set = [this](ProcessSetResult r) { OnProcessSetResult(std::move(r)); };
+  callbacks.on_tuning = [this](TuningNotice t) {
+    std::lock_guard<std::mutex> lock(mu_);
+    tuning_ = t;
+  };
   callbacks.on_abort = [this](Status status) { SetError(std::move(status)); };
   HORA_RETURN_IF_ERROR(client_->StartSession(std::move(callbacks)));
   thread_ = std::thread([this] { BackgroundLoop(); });
@@ -161,6 +169,11 @@ Status Engine::Shutdown() {
                        std::chrono::milliseconds(static_cast<int64_t>(options_.heartbeat_timeout_s * 1000)));
   }
   return Status::Ok();
+}
+
+TuningNotice Engine::Tuning() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return tuning_;
 }
 
 Status Engine::AsyncError() const {

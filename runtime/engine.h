@@ -111,6 +111,11 @@ class Engine : private ProcessSetRuntime::Host {
   Status StopTimeline();
   const Timeline& timeline() const { return timeline_; }
 
+  // The fusion threshold and cycle time the coordinator plans with, as it last announced them
+  // (HORA_AUTOTUNE changes them during the first steps, the same on every rank); before any
+  // announcement, and without autotuning, the configured values with done = !autotune.
+  TuningNotice Tuning() const;
+
   // This rank cannot make the operation `spec` names (process set and name): tells the
   // coordinator, so that the operation fails on every rank of the set with `why` instead of
   // leaving the others waiting. `why` is returned (with this rank's number in it).
@@ -185,6 +190,7 @@ class Engine : private ProcessSetRuntime::Host {
   std::condition_variable cv_;
   bool stop_ = false;                           // guarded by mu_
   std::deque<std::pair<int32_t, int>> join_done_;  // guarded by mu_: (set, last rank)
+  TuningNotice tuning_;                         // guarded by mu_: the coordinator's last word
   std::map<uint64_t, ProcessSetResult> set_results_;  // guarded by mu_: by seq
   Status error_;                                // guarded by mu_: the sticky error
   bool error_handled_ = false;                  // guarded by mu_: pending ops failed with error_

@@ -24,6 +24,17 @@ CoordinatorConfig CoordinatorConfigFrom(const Options& o) {
   cc.planner.size = o.size;
   cc.planner.fusion_threshold_bytes = o.fusion_threshold_bytes;
   cc.planner.cycle_time = std::chrono::microseconds(static_cast<int64_t>(o.cycle_time_ms * 1000));
+  AutotuneConfig& at = cc.autotune;
+  at.enabled = o.autotune;
+  at.log_path = o.autotune_log;
+  at.warmup_samples = o.autotune_warmup_samples;
+  at.steps_per_sample = o.autotune_steps_per_sample;
+  at.samples_per_trial = o.autotune_samples_per_trial;
+  at.space.start = {cc.planner.fusion_threshold_bytes, cc.planner.cycle_time.count()};
+  at.space.fusion_candidates = DefaultFusionCandidates();
+  at.space.cycle_candidates = DefaultCycleCandidates();
+  at.space.tune_fusion = !o.fusion_threshold_set;
+  at.space.tune_cycle = !o.cycle_time_set;
   cc.start_timeout = Ms(o.start_timeout_s);
   cc.heartbeat_interval = Ms(o.heartbeat_interval_s);
   cc.heartbeat_timeout = Ms(o.heartbeat_timeout_s);

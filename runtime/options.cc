@@ -108,10 +108,46 @@ Status ParseAddress(const EnvLookup& env, const OptionOverrides& ov, Options* o)
   return Status::Ok();
 }
 
+// An integer knob under its Hora name or its Horovod alias (the Hora one wins).
+Status ParseCount(const EnvLookup& env, std::initializer_list<const char*> names, int64_t lo,
+                  int64_t hi, int* out) {
+  const char* which = nullptr;
+  const char* v = FirstSet(env, names, &which);
+  if (v == nullptr || *v == '\0') return Status::Ok();
+  int64_t parsed = 0;
+  HORA_RETURN_IF_ERROR(ParseInt(which, v, lo, hi, &parsed));
+  *out = static_cast<int>(parsed);
+  return Status::Ok();
+}
+
+Status ParseAutotune(const EnvLookup& env, Options* o) {
+  const char* which = nullptr;
+  if (const char* v = FirstSet(env, {kEnvAutotune, kEnvHorovodAutotune}, &which); v != nullptr) {
+    const std::string s = v;
+    if (s == "1" || s == "true") {
+      o->autotune = true;
+    } else if (!(s.empty() || s == "0" || s == "false")) {
+      return InvalidArgument(std::string(which) + "='" + s + "' is not 0, 1, true or false");
+    }
+  }
+  if (const char* v = FirstSet(env, {kEnvAutotuneLog, kEnvHorovodAutotuneLog}, &which)) {
+    o->autotune_log = v;
+  }
+  HORA_RETURN_IF_ERROR(ParseCount(env, {kEnvAutotuneWarmupSamples, kEnvHorovodAutotuneWarmupSamples},
+                                  0, 1000000, &o->autotune_warmup_samples));
+  HORA_RETURN_IF_ERROR(ParseCount(env, {kEnvAutotuneStepsPerSample, kEnvHorovodAutotuneStepsPerSample},
+                                  1, 1000000, &o->autotune_steps_per_sample));
+  HORA_RETURN_IF_ERROR(ParseCount(env, {kEnvAutotuneSamplesPerTrial}, 1, 1000000,
+                                  &o->autotune_samples_per_trial));
+  return Status::Ok();
+}
+
 Status ParseRest(const EnvLookup& env, Options* o) {
   if (const char* v = env(kEnvFusionThreshold); v != nullptr && *v != '\0') {
     HORA_RETURN_IF_ERROR(ParseInt(kEnvFusionThreshold, v, 0, 1ll << 40, &o->fusion_threshold_bytes));
+    o->fusion_threshold_set = true;
   }
+  if (const char* v = env(kEnvCycleTimeMs); v != nullptr && *v != '\0') o->cycle_time_set = true;
   HORA_RETURN_IF_ERROR(ParseSeconds(env, kEnvCycleTimeMs, true, &o->cycle_time_ms));
   if (const char* v = env(kEnvInlineThreshold); v != nullptr && *v != '\0') {
     HORA_RETURN_IF_ERROR(ParseInt(kEnvInlineThreshold, v, 0, 1 << 20, &o->inline_threshold_bytes));
@@ -153,6 +189,7 @@ Status ParseRest(const EnvLookup& env, Options* o) {
   if (const char* v = FirstSet(env, {kEnvTimeline, kEnvHorovodTimeline}, &timeline_var)) {
     o->timeline = v;
   }
+  HORA_RETURN_IF_ERROR(ParseAutotune(env, o));
   if (o->tls_cert.empty() != o->tls_key.empty()) {
     return InvalidArgument(std::string(kEnvTlsCert) + " and " + kEnvTlsKey + " must be set together");
   }
@@ -233,7 +270,13 @@ std::string Options::Describe() const {
     << " stall_timeout_s=" << stall_timeout_s << " cpu_operations=" << cpu_operations
     << " gpu_operations=" << gpu_operations
     << " tls=" << (tls_cert.empty() ? "off" : "on")
-    << " timeline=" << (timeline.empty() ? "off" : timeline);
+    << " timeline=" << (timeline.empty() ? "off" : timeline)
+    << " autotune=" << (autotune ? "on" : "off");
+  if (autotune) {
+    s << " (log=" << (autotune_log.empty() ? "none" : autotune_log) << " warmup_samples="
+      << autotune_warmup_samples << " steps_per_sample=" << autotune_steps_per_sample
+      << " samples_per_trial=" << autotune_samples_per_trial << ")";
+  }
   return s.str();
 }
 

@@ -41,6 +41,15 @@ constexpr const char kEnvTlsKey[] = "HORA_TLS_KEY";
 constexpr const char kEnvTlsCa[] = "HORA_TLS_CA";
 constexpr const char kEnvTimeline[] = "HORA_TIMELINE";
 constexpr const char kEnvHorovodTimeline[] = "HOROVOD_TIMELINE";
+constexpr const char kEnvAutotune[] = "HORA_AUTOTUNE";
+constexpr const char kEnvHorovodAutotune[] = "HOROVOD_AUTOTUNE";
+constexpr const char kEnvAutotuneLog[] = "HORA_AUTOTUNE_LOG";
+constexpr const char kEnvHorovodAutotuneLog[] = "HOROVOD_AUTOTUNE_LOG";
+constexpr const char kEnvAutotuneWarmupSamples[] = "HORA_AUTOTUNE_WARMUP_SAMPLES";
+constexpr const char kEnvHorovodAutotuneWarmupSamples[] = "HOROVOD_AUTOTUNE_WARMUP_SAMPLES";
+constexpr const char kEnvAutotuneStepsPerSample[] = "HORA_AUTOTUNE_STEPS_PER_SAMPLE";
+constexpr const char kEnvHorovodAutotuneStepsPerSample[] = "HOROVOD_AUTOTUNE_STEPS_PER_SAMPLE";
+constexpr const char kEnvAutotuneSamplesPerTrial[] = "HORA_AUTOTUNE_SAMPLES_PER_TRIAL";
 
 struct Options {
   // Identity: the launcher's (runtime/launch_env.h: horarun's HORA_RANK/HORA_SIZE, Open MPI,
@@ -95,6 +104,17 @@ struct Options {
   // HORA_TIMELINE (else HOROVOD_TIMELINE): write the timeline from init on; each rank writes
   // its own file (runtime/timeline.h: "t.json" -> "t.rank3.json"). "" = off.
   std::string timeline;
+
+  // HORA_AUTOTUNE (else HOROVOD_AUTOTUNE) = 1: rank 0's coordinator tunes the fusion threshold
+  // and cycle time during the first steps (coordinator/autotuner.h, docs/autotune.md). A
+  // threshold or cycle time set explicitly is kept fixed and not searched.
+  bool autotune = false;
+  bool fusion_threshold_set = false;  // HORA_FUSION_THRESHOLD was given
+  bool cycle_time_set = false;        // HORA_CYCLE_TIME_MS was given
+  std::string autotune_log;           // HORA_AUTOTUNE_LOG (else HOROVOD_): CSV by rank 0; "" = none
+  int autotune_warmup_samples = 3;    // HORA_AUTOTUNE_WARMUP_SAMPLES: samples thrown away first
+  int autotune_steps_per_sample = 10; // HORA_AUTOTUNE_STEPS_PER_SAMPLE: steps in one sample
+  int autotune_samples_per_trial = 5; // HORA_AUTOTUNE_SAMPLES_PER_TRIAL: median of these per trial
 
   // The options that must agree on every rank, as one string the coordinator compares.
   std::string Digest() const;

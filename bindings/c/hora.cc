@@ -358,6 +358,19 @@ hora_status_t hora_stop_timeline(void) {
   return Report(e->StopTimeline());
 }
 
+hora_status_t hora_autotune_state(int64_t* fusion_threshold_bytes, double* cycle_time_ms,
+                                  int32_t* trial, int* done) {
+  hora_status_t st = HORA_OK;
+  auto e = Running(&st);
+  if (!e) return st;
+  const hora::TuningNotice t = e->Tuning();
+  if (fusion_threshold_bytes != nullptr) *fusion_threshold_bytes = t.fusion_threshold_bytes;
+  if (cycle_time_ms != nullptr) *cycle_time_ms = static_cast<double>(t.cycle_time_us) / 1000.0;
+  if (trial != nullptr) *trial = t.trial;
+  if (done != nullptr) *done = t.done ? 1 : 0;
+  return HORA_OK;
+}
+
 const char* hora_last_error(void) { return t_last_error.c_str(); }
 
 hora_status_t hora_async_error(const char** message) {

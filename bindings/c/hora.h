@@ -259,6 +259,16 @@ HORA_API hora_status_t hora_start_timeline(const char* file_path);
 /* Writes what was recorded and closes the file. HORA_OK when no timeline is on. */
 HORA_API hora_status_t hora_stop_timeline(void);
 
+/* ---- Autotuning ---- */
+
+/* The fusion threshold (bytes) and cycle time (ms) rank 0's coordinator plans with, as it last
+ * told this rank. With HORA_AUTOTUNE=1 they change during the first steps while trials run
+ * (*trial: the trial being measured) and stop changing once *done is 1 (*trial: the number of
+ * trials); every rank is told the same values. Without autotuning: the configured values,
+ * done = 1. Any pointer may be NULL. Thread-safe; not collective. */
+HORA_API hora_status_t hora_autotune_state(int64_t* fusion_threshold_bytes, double* cycle_time_ms,
+                                           int32_t* trial, int* done);
+
 /* ---- Errors and build info ---- */
 HORA_API const char* hora_error_string(hora_status_t status);
 HORA_API const char* hora_last_error(void);

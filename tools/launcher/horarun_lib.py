@@ -176,6 +176,18 @@ def build_parser():
     p.add_argument("--timeline-filename", metavar="FILE",
                    help="HORA_TIMELINE: every rank writes its timeline (FILE with .rankN "
                         "before .json); `hora-timeline merge FILE` joins them")
+    p.add_argument("--autotune", action="store_true",
+                   help="HORA_AUTOTUNE=1: rank 0 tunes the fusion threshold and cycle time "
+                        "during the first steps (docs/autotune.md)")
+    p.add_argument("--autotune-log-file", metavar="FILE",
+                   help="HORA_AUTOTUNE_LOG: rank 0 writes one CSV row per trial to FILE")
+    p.add_argument("--autotune-warmup-samples", type=int, metavar="N",
+                   help="HORA_AUTOTUNE_WARMUP_SAMPLES: samples thrown away first (default 3)")
+    p.add_argument("--autotune-steps-per-sample", type=int, metavar="N",
+                   help="HORA_AUTOTUNE_STEPS_PER_SAMPLE: training steps per sample (default 10)")
+    p.add_argument("--autotune-samples-per-trial", type=int, metavar="N",
+                   help="HORA_AUTOTUNE_SAMPLES_PER_TRIAL: samples whose median scores a trial "
+                        "(default 5)")
     p.add_argument("--heartbeat-timeout", type=_number(0, True), metavar="SECONDS",
                    help="HORA_HEARTBEAT_TIMEOUT_SECONDS: silence after which a rank is dead")
     p.add_argument("--grace", type=_number(0, False), default=5.0, metavar="SECONDS",
@@ -259,6 +271,15 @@ def option_env(args):
         env["HORA_HEARTBEAT_TIMEOUT_SECONDS"] = _format_number(args.heartbeat_timeout)
     if args.timeline_filename:
         env["HORA_TIMELINE"] = os.path.abspath(args.timeline_filename)
+    if args.autotune or args.autotune_log_file:
+        env["HORA_AUTOTUNE"] = "1"
+    if args.autotune_log_file:
+        env["HORA_AUTOTUNE_LOG"] = os.path.abspath(args.autotune_log_file)
+    for flag, var in (("autotune_warmup_samples", "HORA_AUTOTUNE_WARMUP_SAMPLES"),
+                      ("autotune_steps_per_sample", "HORA_AUTOTUNE_STEPS_PER_SAMPLE"),
+                      ("autotune_samples_per_trial", "HORA_AUTOTUNE_SAMPLES_PER_TRIAL")):
+        if getattr(args, flag) is not None:
+            env[var] = str(getattr(args, flag))
     if args.gloo:
         env[CPU_BACKEND_VAR] = "gloo"
     return env

@@ -91,6 +91,8 @@ _PROTOTYPES = {
     "hora_result_join_rank": (c_status, [c_handle, c_int32_p]),
     "hora_start_timeline": (c_status, [ctypes.c_char_p]),
     "hora_stop_timeline": (c_status, []),
+    "hora_autotune_state": (c_status, [c_int64_p, ctypes.POINTER(ctypes.c_double), c_int32_p,
+                                       c_int_p]),
     "hora_error_string": (ctypes.c_char_p, [c_status]),
     "hora_last_error": (ctypes.c_char_p, []),
     "hora_async_error": (c_status, [ctypes.POINTER(ctypes.c_char_p)]),

@@ -137,6 +137,23 @@ def stop_timeline():
     _lib.check(_lib.lib().hora_stop_timeline(), "stop_timeline")
 
 
+def autotune_state():
+    """The fusion threshold and cycle time rank 0's coordinator plans with, as it last told
+    this rank: {"fusion_threshold_bytes", "cycle_time_ms", "trial", "done"}. With
+    HORA_AUTOTUNE=1 they change while the first steps' trials run and are final once done is
+    True (the same on every rank); otherwise the configured values, done True
+    (docs/autotune.md)."""
+    fusion = ctypes.c_int64()
+    cycle = ctypes.c_double()
+    trial = ctypes.c_int32()
+    done = ctypes.c_int()
+    _lib.check(_lib.lib().hora_autotune_state(ctypes.byref(fusion), ctypes.byref(cycle),
+                                              ctypes.byref(trial), ctypes.byref(done)),
+               "autotune_state")
+    return {"fusion_threshold_bytes": fusion.value, "cycle_time_ms": cycle.value,
+            "trial": trial.value, "done": bool(done.value)}
+
+
 # ---- names ----
 # Every collective needs a name that is the same on every rank. Unnamed calls get
 # "<op>.noname.<n>" from a per-op, per-set counter, so ranks that make the same calls in the same

@@ -94,6 +94,11 @@ def start_timeline(file_path, mark_cycles=False):
     _core.start_timeline(file_path)
 
 
+def autotune_state():
+    """The autotuner's settings on this rank (hora.autotune_state, docs/autotune.md)."""
+    return _core.autotune_state()
+
+
 def stop_timeline():
     """Finishes this rank's timeline file (nothing when none is on)."""
     _core.stop_timeline()

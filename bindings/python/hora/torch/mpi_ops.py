@@ -369,7 +369,7 @@ from .basics import (init, shutdown, is_initialized, rank, size, local_rank,  # 
                      local_size, cross_rank, cross_size, is_homogeneous, mpi_built,
                      gloo_built, nccl_built, cuda_built, rocm_built, ddl_built, ccl_built,
                      mpi_enabled, gloo_enabled, mpi_threads_supported, start_timeline,
-                     stop_timeline)
+                     stop_timeline, autotune_state)
 from .collective_ops import (allgather, allgather_async, grouped_allgather,  # noqa: E402
                              grouped_allgather_async, broadcast, broadcast_, broadcast_async,
                              broadcast_async_, alltoall, alltoall_async, reducescatter,
@@ -381,7 +381,7 @@ __all__ = [
     "init", "shutdown", "is_initialized", "rank", "size", "local_rank", "local_size",
     "cross_rank", "cross_size", "is_homogeneous", "mpi_built", "gloo_built", "nccl_built",
     "cuda_built", "rocm_built", "ddl_built", "ccl_built", "mpi_enabled", "gloo_enabled",
-    "mpi_threads_supported", "start_timeline", "stop_timeline",
+    "mpi_threads_supported", "start_timeline", "stop_timeline", "autotune_state",
     "Average", "Sum", "Min", "Max", "Product", "Adasum", "HorovodInternalError",
     "ProcessSet", "global_process_set", "add_process_set", "remove_process_set",
     "poll", "synchronize", "allreduce", "allreduce_", "allreduce_async", "allreduce_async_",
