@@ -55,6 +55,8 @@ Status Engine::Init() {
   if (ParseLogLevel(options_.log_level, &level)) SetLogLevel(level);
   SetLogRank(options_.rank);
   HORA_LOG_INFO("starting: {}; backends built: {}", options_.Describe(), BuiltBackendsString());
+  for (const std::string& note : options_.env_notes) HORA_LOG_INFO("{}", note);
+  for (const std::string& warning : options_.env_warnings) HORA_LOG_WARN("{}", warning);
   auto address_or = StartCoordinator();
   if (!address_or.ok()) return address_or.status();
   const std::string address = std::move(address_or).value();

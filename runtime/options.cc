@@ -8,8 +8,13 @@
 #include <random>
 #include <sstream>
 
+#include <cstring>
+
 #include "collectives/registry.h"
 #include "common/logging.h"
+#include "runtime/env_aliases.h"
+
+extern char** environ;
 
 namespace hora {
 namespace {
@@ -232,8 +237,10 @@ Status ParseToken(const EnvLookup& env, const OptionOverrides& ov, Options* o) {
 
 }  // namespace
 
-StatusOr<Options> ParseOptions(const EnvLookup& env, const OptionOverrides& overrides) {
+StatusOr<Options> ParseOptions(const EnvLookup& raw_env, const OptionOverrides& overrides) {
   Options o;
+  std::vector<std::string> notes;
+  const EnvLookup env = WithHorovodAliases(raw_env, &notes);
   HORA_RETURN_IF_ERROR(ParseIdentity(env, overrides, &o));
   HORA_RETURN_IF_ERROR(ParseAddress(env, overrides, &o));
   HORA_RETURN_IF_ERROR(ParseToken(env, overrides, &o));
@@ -245,11 +252,20 @@ StatusOr<Options> ParseOptions(const EnvLookup& env, const OptionOverrides& over
     o.hostname = buf;
   }
   HORA_RETURN_IF_ERROR(ParseRest(env, &o));
+  o.env_notes = std::move(notes);
   return o;
 }
 
 StatusOr<Options> OptionsFromEnvironment(const OptionOverrides& overrides) {
-  return ParseOptions([](const char* name) { return std::getenv(name); }, overrides);
+  auto o = ParseOptions([](const char* name) { return std::getenv(name); }, overrides);
+  if (!o.ok()) return o;
+  std::vector<std::string> names;
+  for (char** e = environ; e != nullptr && *e != nullptr; ++e) {
+    const char* eq = std::strchr(*e, '=');
+    if (eq != nullptr) names.emplace_back(*e, eq - *e);
+  }
+  o.value().env_warnings = UnknownHoraVariables(names);
+  return o;
 }
 
 std::string Options::Digest() const {

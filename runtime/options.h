@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <functional>
 #include <string>
+#include <vector>
 
 #include "common/limits.h"
 #include "common/status.h"
@@ -115,6 +116,11 @@ struct Options {
   int autotune_warmup_samples = 3;    // HORA_AUTOTUNE_WARMUP_SAMPLES: samples thrown away first
   int autotune_steps_per_sample = 10; // HORA_AUTOTUNE_STEPS_PER_SAMPLE: steps in one sample
   int autotune_samples_per_trial = 5; // HORA_AUTOTUNE_SAMPLES_PER_TRIAL: median of these per trial
+
+  // Horovod variables read as Hora's (or ignored), and HORA_* names Hora does not know
+  // (runtime/env_aliases.h): logged at start, at info and warning level.
+  std::vector<std::string> env_notes;
+  std::vector<std::string> env_warnings;
 
   // The options that must agree on every rank, as one string the coordinator compares.
   std::string Digest() const;

@@ -1,5 +1,7 @@
 #include "runtime/options.h"
 
+#include "runtime/env_aliases.h"
+
 #include <catch2/catch.hpp>
 
 #include <map>
@@ -163,4 +165,67 @@ TEST_CASE("cpu and gpu operations: auto by default, a built backend by name") {
   REQUIRE(o.ok());
   REQUIRE(o.value().cpu_operations == "loopback");
   REQUIRE(o.value().Digest().find("cpu_operations=loopback") != std::string::npos);
+}
+
+TEST_CASE("Horovod's variables are read as Hora's; Hora's name wins; each is reported") {
+  auto o = ParseOptions(Env({{"HOROVOD_FUSION_THRESHOLD", "1048576"}, {"HOROVOD_CYCLE_TIME", "3.5"},
+                             {"HOROVOD_STALL_CHECK_TIME_SECONDS", "7"},
+                             {"HOROVOD_STALL_SHUTDOWN_TIME_SECONDS", "20"},
+                             {"HOROVOD_LOG_LEVEL", "DEBUG"}, {"HOROVOD_CPU_OPERATIONS", "GLOO"},
+                             {"HOROVOD_GLOO_TIMEOUT_SECONDS", "45"},
+                             {"HOROVOD_CACHE_CAPACITY", "1024"}}),
+                        {});
+  REQUIRE(o.ok());
+  const Options& v = o.value();
+  CHECK(v.fusion_threshold_bytes == 1048576);
+  CHECK(v.cycle_time_ms == 3.5);
+  CHECK(v.stall_warning_s == 7);
+  CHECK(v.stall_timeout_s == 20);
+  CHECK(v.log_level == "debug");
+  CHECK(v.cpu_operations == "gloo");
+  CHECK(v.collective_timeout_s == 45);
+  auto has = [&](const std::string& text) {
+    for (const auto& n : v.env_notes) {
+      if (n.find(text) != std::string::npos) return true;
+    }
+    return false;
+  };
+  CHECK(has("HOROVOD_CYCLE_TIME=3.5 read as HORA_CYCLE_TIME_MS=3.5"));
+  CHECK(has("HOROVOD_CPU_OPERATIONS=GLOO read as HORA_CPU_OPERATIONS=gloo"));
+  CHECK(has("HOROVOD_CACHE_CAPACITY=1024 has no effect"));
+  size_t cycle_notes = 0;
+  for (const auto& n : v.env_notes) cycle_notes += n.find("HOROVOD_CYCLE_TIME=") == 0;
+  CHECK(cycle_notes == 1);  // once, though the option is read more than once
+
+  auto both = ParseOptions(Env({{"HORA_FUSION_THRESHOLD", "4096"}, {"HOROVOD_FUSION_THRESHOLD", "8192"}}), {});
+  REQUIRE(both.ok());
+  CHECK(both.value().fusion_threshold_bytes == 4096);
+  CHECK(both.value().env_notes.empty());
+
+  auto off = ParseOptions(Env({{"HOROVOD_STALL_CHECK_DISABLE", "1"}}), {});
+  REQUIRE(off.ok());
+  CHECK(off.value().stall_warning_s >= 1e6);
+
+  // A bad Horovod value is refused naming the Hora option it was read as.
+  auto bad = ParseOptions(Env({{"HOROVOD_FUSION_THRESHOLD", "lots"}}), {});
+  REQUIRE_FALSE(bad.ok());
+  CHECK(bad.status().message().find("HORA_FUSION_THRESHOLD='lots'") != std::string::npos);
+
+  // HOROVOD_RANK/SIZE (horovodrun's names) give the identity.
+  auto ids = ParseOptions(Env({{"HOROVOD_RANK", "1"}, {"HOROVOD_SIZE", "2"},
+                               {"HORA_COORDINATOR_ADDR", "127.0.0.1:5000"}, {"HORA_JOB_TOKEN", "t"}}),
+                          {});
+  REQUIRE(ids.ok());
+  CHECK(ids.value().rank == 1);
+  CHECK(ids.value().size == 2);
+}
+
+TEST_CASE("an unknown HORA_ variable is named with the closest known one") {
+  auto w = UnknownHoraVariables({"HORA_FUSION_TRESHOLD", "HORA_RANK", "PATH", "HORA_LIBRARY",
+                                 "HORA_XYZZY_PLUGH_QUUX"});
+  REQUIRE(w.size() == 2);
+  CHECK(w[0] == "HORA_FUSION_TRESHOLD is not a Hora variable (did you mean HORA_FUSION_THRESHOLD?); "
+               "it is ignored");
+  CHECK(w[1].find("HORA_XYZZY_PLUGH_QUUX is not a Hora variable") == 0);
+  CHECK(w[1].find("did you mean") == std::string::npos);
 }
