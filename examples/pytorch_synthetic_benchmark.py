@@ -57,9 +57,6 @@ def build_model(name, num_classes):
 def main():
     args = parser.parse_args()
     args.cuda = not args.no_cuda and torch.cuda.is_available()
-    if args.use_adasum:
-        sys.exit("--use-adasum: hora does not implement Adasum")
-
     hvd.init()
     if args.cuda:
         torch.cuda.set_device(hvd.local_rank())
@@ -67,13 +64,14 @@ def main():
         torch.set_num_threads(max(1, (os.cpu_count() or 1) // hvd.local_size()))
 
     model = build_model(args.model, args.num_classes)
-    lr_scaler = hvd.size()
+    lr_scaler = hvd.size() if not args.use_adasum else 1  # Adasum does not scale the step
     if args.cuda:
         model.cuda()
     optimizer = optim.SGD(model.parameters(), lr=0.01 * lr_scaler)
     compression = hvd.Compression.fp16 if args.fp16_allreduce else hvd.Compression.none
     optimizer = hvd.DistributedOptimizer(optimizer, named_parameters=model.named_parameters(),
-                                         compression=compression, op=hvd.Average,
+                                         compression=compression,
+                                         op=hvd.Adasum if args.use_adasum else hvd.Average,
                                          gradient_predivide_factor=args.gradient_predivide_factor)
     hvd.broadcast_parameters(model.state_dict(), root_rank=0)
     hvd.broadcast_optimizer_state(optimizer, root_rank=0)

@@ -19,7 +19,7 @@ Sum = core.SUM
 Min = core.MIN
 Max = core.MAX
 Product = core.PRODUCT
-Adasum = 100  # accepted as a name, rejected when used
+Adasum = 100  # Horovod's algorithm over send/recv (adasum.py)
 
 HorovodInternalError = errors.HorovodInternalError
 
@@ -66,9 +66,7 @@ def _resolve_op(op, average):
         return Average if average else Sum
     if op is None:
         return Average
-    if op == Adasum:
-        raise NotImplementedError("hora does not implement Adasum; use op=hvd.Average or hvd.Sum")
-    if op not in (Average, Sum, Min, Max, Product):
+    if op not in (Average, Sum, Min, Max, Product, Adasum):
         raise ValueError("unknown reduce op %r" % (op,))
     return op
 
@@ -227,6 +225,8 @@ def _allreduce_async_impl(tensors, name, op, prescale, postscale, inplace, group
         for t in tensors:  # every input is checked before anything is submitted
             _check_input(t)
         _check_devices(tensors)
+    if op == Adasum:
+        return _adasum_now(tensors, prescale, postscale, inplace, group, set_id)
     prepared, outputs, copy_back, backs = [], [], [], []
     for t in tensors:
         c, back = _wire(t)
@@ -251,6 +251,24 @@ def _allreduce_async_impl(tensors, name, op, prescale, postscale, inplace, group
         return results if group else results[0]
 
     return _register(handles, finish, keep=(tensors, prepared, outputs))
+
+
+def _adasum_now(tensors, prescale, postscale, inplace, group, set_id):
+    """op=Adasum: computed here, now (p2p transfers between pairs of ranks, adasum.py); the
+    handle returned is already complete."""
+    from .adasum import adasum
+    results = []
+    for t in tensors:
+        x = t * prescale if prescale != 1.0 else t
+        r = adasum(x, set_id)
+        if postscale != 1.0:
+            r = r * postscale
+        if inplace:
+            with torch.no_grad():
+                t.copy_(r)
+            r = t
+        results.append(r)
+    return _register([], lambda _: results if group else results[0], keep=tensors)
 
 
 def allreduce_async(tensor, average=None, name=None, op=None, prescale_factor=1.0,

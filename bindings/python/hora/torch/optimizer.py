@@ -19,6 +19,7 @@ import torch
 from . import buckets as _buckets
 from .compression import Compression
 from .. import core as _core
+from . import adasum as _adasum
 from .mpi_ops import (Adasum, Average, _resolve_op, _set_id, allreduce_async_,
                       global_process_set, synchronize as _synchronize_handle)
 
@@ -302,9 +303,6 @@ def DistributedOptimizer(optimizer, named_parameters=None, compression=Compressi
     """An optimizer of the same class as `optimizer` whose step() applies gradients
     averaged (op) over the ranks of process_set. See horovod.torch.DistributedOptimizer."""
     set_id = _set_id(process_set)
-    if op == Adasum:
-        raise NotImplementedError("hora does not implement Adasum; use op=hvd.Average or "
-                                  "hvd.Sum")
     op = _resolve_op(op, None)
     if gradient_predivide_factor != 1.0 and op != Average:
         raise ValueError("gradient_predivide_factor not supported with op != Average")
@@ -317,8 +315,11 @@ def DistributedOptimizer(optimizer, named_parameters=None, compression=Compressi
                       "removed in v0.23.0.", DeprecationWarning)
         if groups is None:
             groups = num_groups
-    if isinstance(optimizer, _DistributedMixin):
+    if isinstance(optimizer, (_DistributedMixin, _adasum._DistributedAdasumMixin)):
         raise ValueError("optimizer is already a DistributedOptimizer")
+    if op == Adasum:  # Horovod's: local steps, the parameters' changes combined by Adasum
+        return _adasum.distributed_adasum_optimizer(optimizer, compression,
+                                                    int(backward_passes_per_step), set_id)
     cls = type(optimizer.__class__.__name__, (_DistributedMixin, optimizer.__class__),
                {"__module__": optimizer.__class__.__module__})
     return cls(optimizer, named_parameters, compression, int(backward_passes_per_step), op,
