@@ -31,9 +31,13 @@ std::string Describe(const std::vector<std::string>& hosts) {
   return s;
 }
 
+// Checks the backend's name, then meets the others in a barrier: a member that destroyed
+// its communicator while a peer was still finishing its connections would fail that peer.
 RankBody NameIs(const std::string& want) {
   return [want](Communicator& c) -> std::string {
-    return c.name() == want ? "" : "backend " + std::string(c.name()) + ", expected " + want;
+    if (c.name() != want) return "backend " + std::string(c.name()) + ", expected " + want;
+    RANK_OK(c.Barrier());
+    return "";
   };
 }
 
