@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <mutex>
+#include <utility>
 
 #include "common/logging.h"
 
@@ -31,6 +32,45 @@ std::string Members(const BackendConfig& c) {
     s += std::to_string(c.global_ranks[i]);
   }
   return "process set " + std::to_string(c.process_set) + " (ranks " + s + ")";
+}
+
+struct Selection {
+  enum Mode { kAuto, kNamed, kPrefer, kAvoid } mode = kAuto;
+  std::string name;  // the backend named (kNamed, kPrefer, kAvoid)
+};
+
+Selection ParseSelection(const std::string& s) {
+  Selection sel;
+  if (s == "auto") return sel;
+  for (auto [prefix, mode] : {std::pair<const char*, Selection::Mode>{"prefer:", Selection::kPrefer},
+                              {"avoid:", Selection::kAvoid}}) {
+    const std::string p = prefix;
+    if (s.compare(0, p.size(), p) == 0) {
+      sel.mode = mode;
+      sel.name = s.substr(p.size());
+      return sel;
+    }
+  }
+  sel.mode = Selection::kNamed;
+  sel.name = s;
+  return sel;
+}
+
+// The "auto" choice for the set, never `avoid`; nullptr when none can serve it (each
+// refusal is appended to *refusals as "; name: why").
+const BackendInfo* AutoChoice(const BackendConfig& config, const std::string& avoid,
+                              std::string* refusals) {
+  const BackendInfo* chosen = nullptr;
+  for (const BackendInfo& b : Backends()) {
+    if (b.device != config.device || b.auto_priority <= 0 || b.name == avoid) continue;
+    Status s = b.can_serve ? b.can_serve(config) : Status::Ok();
+    if (!s.ok()) {
+      *refusals += "; " + b.name + ": " + s.message();
+      continue;
+    }
+    if (chosen == nullptr || b.auto_priority > chosen->auto_priority) chosen = &b;
+  }
+  return chosen;
 }
 
 }  // namespace
@@ -64,14 +104,19 @@ std::string BuiltBackendsString() {
 }
 
 Status CheckSelection(const std::string& selection, Device device, const std::string& option) {
-  if (selection == "auto") return Status::Ok();
-  const BackendInfo* b = Find(selection);
+  const Selection sel = ParseSelection(selection);
+  if (sel.mode == Selection::kAuto) return Status::Ok();
+  if (sel.name.empty()) {
+    return InvalidArgument(option + "=" + selection +
+                           ": 'prefer:' and 'avoid:' must be followed by a backend name");
+  }
+  const BackendInfo* b = Find(sel.name);
   if (b == nullptr) {
-    return InvalidArgument(option + "=" + selection + ": no backend '" + selection +
+    return InvalidArgument(option + "=" + selection + ": no backend '" + sel.name +
                            "' is built into this libhora (built: " + BuiltBackendsString() + ")");
   }
   if (b->device != device) {
-    return InvalidArgument(option + "=" + selection + ": backend '" + selection + "' serves " +
+    return InvalidArgument(option + "=" + selection + ": backend '" + sel.name + "' serves " +
                            DeviceName(b->device) + " tensors, not " + DeviceName(device));
   }
   return Status::Ok();
@@ -86,25 +131,28 @@ StatusOr<std::unique_ptr<Communicator>> CreateCommunicator(const std::string& se
     return InvalidArgument("backend config for " + Members(config) + ": rank " +
                            std::to_string(config.rank) + " or hostnames do not fit the members");
   }
+  const Selection sel = ParseSelection(selection);
   const BackendInfo* chosen = nullptr;
   std::string refusals;
-  if (selection == "auto") {
-    for (const BackendInfo& b : Backends()) {
-      if (b.device != config.device || b.auto_priority <= 0) continue;
-      Status s = b.can_serve ? b.can_serve(config) : Status::Ok();
-      if (!s.ok()) {
-        refusals += "; " + b.name + ": " + s.message();
-        continue;
-      }
-      if (chosen == nullptr || b.auto_priority > chosen->auto_priority) chosen = &b;
+  if (sel.mode == Selection::kPrefer) {
+    const BackendInfo* b = Find(sel.name);
+    Status s = b->can_serve ? b->can_serve(config) : Status::Ok();
+    if (s.ok()) {
+      chosen = b;
+    } else {
+      refusals += "; " + b->name + ": " + s.message();
     }
+  }
+  if (chosen == nullptr && sel.mode != Selection::kNamed) {
+    const std::string avoid = sel.mode == Selection::kAvoid ? sel.name : "";
+    chosen = AutoChoice(config, avoid, &refusals);
     if (chosen == nullptr) {
-      return Unavailable(option + "=auto: no built backend can serve " + DeviceName(config.device) +
-                         " tensors of " + Members(config) + " (built: " + BuiltBackendsString() +
-                         refusals + ")");
+      return Unavailable(option + "=" + selection + ": no built backend can serve " +
+                         DeviceName(config.device) + " tensors of " + Members(config) +
+                         " (built: " + BuiltBackendsString() + refusals + ")");
     }
-  } else {
-    chosen = Find(selection);
+  } else if (chosen == nullptr) {
+    chosen = Find(sel.name);
     Status s = chosen->can_serve ? chosen->can_serve(config) : Status::Ok();
     if (!s.ok()) {
       return Status(s.code(), option + "=" + selection + ": backend '" + selection +

@@ -6,11 +6,15 @@
 // `backends` target. Nothing above collectives/ names a backend: the runtime asks
 // CreateCommunicator for "the communicator that HORA_CPU_OPERATIONS selects for this set".
 //
-// Selection. `selection` is a backend name or "auto". "auto" takes, among the backends for
-// the device that can serve the set, the one with the highest auto_priority (> 0); a backend
-// with auto_priority 0 (test backends) is only used when named. A name that is not built,
-// serves another device, or cannot serve this set (CanServe says why) is an error naming the
-// option and its value. The choice is logged once per set and device.
+// Selection. `selection` is one of
+//   "auto"         among the backends for the device that can serve the set, the one with
+//                  the highest auto_priority (> 0); a backend with auto_priority 0 (test
+//                  backends) is only used when named;
+//   NAME           that backend; an error when it cannot serve the set (CanServe says why);
+//   "prefer:NAME"  NAME where it can serve the set, else "auto";
+//   "avoid:NAME"   "auto" without ever taking NAME (an error when nothing else can serve).
+// A name that is not built or serves another device is an error naming the option and its
+// value. The choice is logged once per set and device.
 //
 // Thread safety: registration happens during static initialization; everything else is
 // read-only afterwards and thread-safe.

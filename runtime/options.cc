@@ -125,6 +125,25 @@ Status ParseCount(const EnvLookup& env, std::initializer_list<const char*> names
   return Status::Ok();
 }
 
+// HORA_HIERARCHICAL_ALLREDUCE / HOROVOD_HIERARCHICAL_ALLREDUCE: 1 takes the hierarchical
+// backend for every set it can serve, 0 never lets "auto" take it. The knob names that
+// backend, so this is the one place above collectives/ that spells it; it only rewrites the
+// selection string, which the registry interprets. An explicitly named backend wins.
+Status ParseHierarchical(const EnvLookup& env, Options* o) {
+  const char* which = nullptr;
+  const char* v = FirstSet(env, {kEnvHierarchicalAllreduce, kEnvHorovodHierarchicalAllreduce}, &which);
+  if (v == nullptr || *v == '\0') return Status::Ok();
+  const std::string s = v;
+  const bool on = s == "1" || s == "true";
+  if (!on && s != "0" && s != "false") {
+    return InvalidArgument(std::string(which) + "='" + s + "' is not 0, 1, true or false");
+  }
+  if (o->cpu_operations == "auto") {
+    o->cpu_operations = on ? "prefer:hierarchical" : "avoid:hierarchical";
+  }
+  return Status::Ok();
+}
+
 Status ParseAutotune(const EnvLookup& env, Options* o) {
   const char* which = nullptr;
   if (const char* v = FirstSet(env, {kEnvAutotune, kEnvHorovodAutotune}, &which); v != nullptr) {
@@ -180,6 +199,7 @@ Status ParseRest(const EnvLookup& env, Options* o) {
     o->log_level = v;
   }
   if (const char* v = env(kEnvCpuOperations); v != nullptr && *v != '\0') o->cpu_operations = v;
+  HORA_RETURN_IF_ERROR(ParseHierarchical(env, o));
   HORA_RETURN_IF_ERROR(CheckSelection(o->cpu_operations, Device::kCpu, kEnvCpuOperations));
   if (const char* v = env(kEnvGpuOperations); v != nullptr && *v != '\0') o->gpu_operations = v;
   HORA_RETURN_IF_ERROR(CheckSelection(o->gpu_operations, Device::kCuda, kEnvGpuOperations));

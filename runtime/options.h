@@ -35,6 +35,8 @@ constexpr const char kEnvStallTimeout[] = "HORA_STALL_TIMEOUT_SECONDS";
 constexpr const char kEnvLogLevel[] = "HORA_LOG_LEVEL";
 constexpr const char kEnvCpuOperations[] = "HORA_CPU_OPERATIONS";
 constexpr const char kEnvGpuOperations[] = "HORA_GPU_OPERATIONS";
+constexpr const char kEnvHierarchicalAllreduce[] = "HORA_HIERARCHICAL_ALLREDUCE";
+constexpr const char kEnvHorovodHierarchicalAllreduce[] = "HOROVOD_HIERARCHICAL_ALLREDUCE";
 constexpr const char kEnvGlooIface[] = "HORA_GLOO_IFACE";
 constexpr const char kEnvMaxMessageBytes[] = "HORA_MAX_MESSAGE_BYTES";
 constexpr const char kEnvTlsCert[] = "HORA_TLS_CERT";
@@ -96,7 +98,8 @@ struct Options {
   std::string log_level = "warning";            // HORA_LOG_LEVEL
   // HORA_CPU_OPERATIONS: the data-plane backend for CPU tensors, "auto" or a built backend's
   // name (collectives/registry.h); a process set may name its own. HORA_GPU_OPERATIONS: the
-  // same for CUDA tensors.
+  // same for CUDA tensors. HORA_HIERARCHICAL_ALLREDUCE (else HOROVOD_) turns an "auto" here
+  // into "prefer:hierarchical" (1) or "avoid:hierarchical" (0); a named backend stays.
   std::string cpu_operations = "auto";
   std::string gpu_operations = "auto";
   std::string gloo_iface;                       // HORA_GLOO_IFACE: address to bind; "" = automatic

@@ -1,5 +1,5 @@
 """horarun across hosts, on the network-namespace kit (see kit.py): 2 and 3 hosts with 2
-slots each, through ssh and through --mpi; plain mpirun without horarun; an unreachable host;
+slots each, through ssh and through --mpi; the battery on the hierarchical backend; plain mpirun without horarun; an unreachable host;
 SIGINT and a failing remote rank leave no process on any host; no command line on any host
 holds the job token. Without the kit or root every test is skipped and says why (CI runs as
 root with ../shared beside the checkout, so there they run)."""
@@ -186,6 +186,28 @@ def test_collectives_job_across_hosts(kit, mode, n):
     for r in range(2 * n):
         assert any(re.search(r"rank %d of %d: \d+ checks, 0 failed" % (r, 2 * n), l)
                    for l in done[r]), done[r]
+    check_clean(kit)
+
+
+@pytest.mark.parametrize("mode,cross", [("ssh", "gloo"), ("mpi", "mpi")])
+def test_collectives_job_on_the_hierarchical_backend(kit, mode, cross):
+    # 2 hosts x 2 ranks: "auto" takes hierarchical (shm in each host, `cross` between them);
+    # the same battery of every collective x dtype x op against its references.
+    job = find("tests/integration/collectives_job")
+    extra = ["--mpi"] if mode == "mpi" else []
+    rc, out, err = horarun(kit, ["-np", "4", "-H", hostlist(kit, 2)] + extra + ssh_args(kit) +
+                           ["-x", "HORA_LOG_LEVEL", job], env={"HORA_LOG_LEVEL": "info"})
+    text = out + err
+    assert rc == 0, text[-4000:]
+    assert re.search(r"process set 0 \(ranks 0,1,2,3\): cpu operations by hierarchical "
+                     r"\(HORA_CPU_OPERATIONS=auto\)", text), text[-4000:]
+    assert re.search(r"\(ranks 0,2\): cpu operations by %s \(the hierarchical backend's "
+                     r"cross-host" % cross, text), text[-4000:]
+    assert "cpu operations by shm (the hierarchical backend's host-local" in text, text[-4000:]
+    done = rank_lines(out)
+    for r in range(4):
+        assert any(re.search(r"rank %d of 4: \d+ checks, 0 failed" % r, l)
+                   for l in done.get(r, [])), text[-4000:]
     check_clean(kit)
 
 

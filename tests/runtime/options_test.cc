@@ -132,7 +132,7 @@ TEST_CASE("bad values name the variable") {
         "HORA_HEARTBEAT_INTERVAL_SECONDS");
   check({{"HORA_LOG_LEVEL", "loud"}}, "HORA_LOG_LEVEL='loud'");
   check({{"HORA_CPU_OPERATIONS", "mpi2"}}, "HORA_CPU_OPERATIONS=mpi2: no backend 'mpi2' is built");
-  check({{"HORA_CPU_OPERATIONS", "mpi2"}}, "(built: gloo, loopback");
+  check({{"HORA_CPU_OPERATIONS", "mpi2"}}, "(built: gloo, hierarchical, loopback");
   check({{"HORA_GPU_OPERATIONS", "gloo"}}, "HORA_GPU_OPERATIONS=gloo: backend 'gloo' serves cpu");
   check({{"HORA_RANK", "5"}, {"HORA_SIZE", "2"}}, "HORA_RANK='5' is not below HORA_SIZE='2'");
   check({{"HORA_RANK", "0"}, {"HORA_SIZE", "0"}}, "HORA_SIZE");
@@ -228,4 +228,34 @@ TEST_CASE("an unknown HORA_ variable is named with the closest known one") {
                "it is ignored");
   CHECK(w[1].find("HORA_XYZZY_PLUGH_QUUX is not a Hora variable") == 0);
   CHECK(w[1].find("did you mean") == std::string::npos);
+
+TEST_CASE("HOROVOD_HIERARCHICAL_ALLREDUCE: 1 prefers the hierarchical backend, 0 avoids it") {
+  std::map<std::string, std::string> vars{{"HORA_COORDINATOR_ADDR", "127.0.0.1:5000"},
+                                          {"HORA_JOB_TOKEN", "t"}};
+  auto with = [&](std::map<std::string, std::string> extra) {
+    std::map<std::string, std::string> v = vars;
+    for (auto& kv : extra) v[kv.first] = kv.second;
+    return ParseOptions(Env(v), {});
+  };
+  auto o = with({{"HOROVOD_HIERARCHICAL_ALLREDUCE", "1"}});
+  REQUIRE(o.ok());
+  REQUIRE(o.value().cpu_operations == "prefer:hierarchical");
+  o = with({{"HOROVOD_HIERARCHICAL_ALLREDUCE", "0"}});
+  REQUIRE(o.ok());
+  REQUIRE(o.value().cpu_operations == "avoid:hierarchical");
+  // The Hora name wins over the Horovod alias; a named backend wins over both.
+  o = with({{"HORA_HIERARCHICAL_ALLREDUCE", "false"}, {"HOROVOD_HIERARCHICAL_ALLREDUCE", "1"}});
+  REQUIRE(o.ok());
+  REQUIRE(o.value().cpu_operations == "avoid:hierarchical");
+  o = with({{"HOROVOD_HIERARCHICAL_ALLREDUCE", "1"}, {"HORA_CPU_OPERATIONS", "gloo"}});
+  REQUIRE(o.ok());
+  REQUIRE(o.value().cpu_operations == "gloo");
+  o = with({{"HOROVOD_HIERARCHICAL_ALLREDUCE", "yes"}});
+  REQUIRE_FALSE(o.ok());
+  REQUIRE(o.status().message() == "HOROVOD_HIERARCHICAL_ALLREDUCE='yes' is not 0, 1, true or false");
+  // The selection forms themselves are checked like names.
+  o = with({{"HORA_CPU_OPERATIONS", "prefer:nope"}});
+  REQUIRE_FALSE(o.ok());
+  REQUIRE(o.status().message().find("HORA_CPU_OPERATIONS=prefer:nope: no backend 'nope' is built") !=
+          std::string::npos);
 }

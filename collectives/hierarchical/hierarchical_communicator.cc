@@ -1,0 +1,196 @@
+// The hierarchical allreduce, the delegation of the other collectives, and creation.
+//
+// Allreduce of `count` elements on a set of H hosts with L members each. The buffer is cut
+// into L shards (ShardCounts: the first count % L shards one element longer), shard i
+// belonging to local rank i.
+//   1. Host-local reducescatter: local rank i receives shard i reduced over its host's
+//      members, into a scratch buffer of shard-size.
+//   2. Cross-host allreduce of that shard among the members with local index i, one per
+//      host: afterwards the shard is reduced over the whole set, with the same bits on all
+//      of them (each inner backend gives every member the same bits).
+//   3. Host-local allgatherv of the shards back into the buffer.
+// So each byte crosses the network once per direction per host instead of once per member,
+// and inside a host the work is spread over every member. The result is op over all
+// members, grouped by host: exact for integers and min/max, within rounding of a flat
+// allreduce for floating-point sums and products. Counts below L leave some shards empty
+// (those members exchange zero elements across hosts). A zero count returns at once.
+#include "collectives/hierarchical/hierarchical_communicator.h"
+
+#include <mutex>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "collectives/hierarchical/host_layout.h"
+#include "common/types.h"
+
+namespace hora {
+namespace {
+
+class HierarchicalCommunicator : public Communicator {
+ public:
+  HierarchicalCommunicator(int rank, int size, std::unique_ptr<Communicator> local,
+                           std::unique_ptr<Communicator> cross, std::unique_ptr<Communicator> flat)
+      : rank_(rank), size_(size), local_(std::move(local)), cross_(std::move(cross)),
+        flat_(std::move(flat)) {}
+
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+  const char* name() const override { return kHierarchicalBackend; }
+
+  Status Allreduce(void* buf, size_t count, DataType dtype, ReduceOp op) override {
+    HORA_RETURN_IF_ERROR(Error());
+    if (count == 0) return Status::Ok();
+    const std::vector<size_t> counts = ShardCounts(count, local_->size());
+    const size_t esize = DataTypeSize(dtype);
+    const size_t mine = counts[local_->rank()];
+    shard_.resize(mine * esize);
+    std::vector<size_t> bytes(counts.size());
+    for (size_t i = 0; i < counts.size(); ++i) bytes[i] = counts[i] * esize;
+    const std::string n = " of " + std::to_string(count) + " elements";
+    HORA_RETURN_IF_ERROR(
+        Check(local_->Reducescatter(buf, shard_.data(), counts, dtype, op), *local_,
+              "allreduce, host-local reducescatter" + n));
+    HORA_RETURN_IF_ERROR(Check(cross_->Allreduce(shard_.data(), mine, dtype, op), *cross_,
+                               "allreduce, cross-host allreduce of a " + std::to_string(mine) +
+                                   "-element shard" + n));
+    return Check(local_->Allgatherv(shard_.data(), buf, bytes), *local_,
+                 "allreduce, host-local allgather" + n);
+  }
+
+  Status Broadcast(void* buf, size_t bytes, int root) override {
+    HORA_RETURN_IF_ERROR(Error());
+    return Check(flat_->Broadcast(buf, bytes, root), *flat_, "broadcast");
+  }
+
+  Status Allgatherv(const void* in, void* out, const std::vector<size_t>& bytes_per_rank) override {
+    HORA_RETURN_IF_ERROR(Error());
+    return Check(flat_->Allgatherv(in, out, bytes_per_rank), *flat_, "allgatherv");
+  }
+
+  Status Alltoallv(const void* in, const std::vector<size_t>& send_bytes, void* out,
+                   const std::vector<size_t>& recv_bytes) override {
+    HORA_RETURN_IF_ERROR(Error());
+    return Check(flat_->Alltoallv(in, send_bytes, out, recv_bytes), *flat_, "alltoallv");
+  }
+
+  Status Reducescatter(const void* in, void* out, const std::vector<size_t>& counts,
+                       DataType dtype, ReduceOp op) override {
+    HORA_RETURN_IF_ERROR(Error());
+    return Check(flat_->Reducescatter(in, out, counts, dtype, op), *flat_, "reducescatter");
+  }
+
+  Status Barrier() override {
+    HORA_RETURN_IF_ERROR(Error());
+    return Check(flat_->Barrier(), *flat_, "barrier");
+  }
+
+  Status Send(const void* buf, size_t bytes, int peer, uint32_t tag) override {
+    HORA_RETURN_IF_ERROR(Error());
+    return Check(flat_->Send(buf, bytes, peer, tag), *flat_,
+                 "send to rank " + std::to_string(peer));
+  }
+
+  Status Recv(void* buf, size_t bytes, int peer, uint32_t tag) override {
+    HORA_RETURN_IF_ERROR(Error());
+    return Check(flat_->Recv(buf, bytes, peer, tag), *flat_,
+                 "recv from rank " + std::to_string(peer));
+  }
+
+  void Abort(const Status& reason) override {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (error_.ok()) error_ = reason.ok() ? Aborted("the communicator was aborted") : reason;
+    }
+    AbortInner(Error());
+  }
+
+ private:
+  Status Error() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return error_;
+  }
+
+  // OK passes through. The first failure is recorded, naming the phase and the inner
+  // backend, and aborts every inner communicator; an earlier failure or Abort reason wins.
+  Status Check(Status s, const Communicator& inner, const std::string& what) {
+    if (s.ok()) return s;
+    Status first;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (error_.ok()) {
+        error_ = Status(s.code(), std::string("hierarchical ") + what + " (" + inner.name() +
+                                      "): " + s.message());
+      }
+      first = error_;
+    }
+    AbortInner(first);
+    return first;
+  }
+
+  void AbortInner(const Status& reason) {
+    local_->Abort(reason);
+    cross_->Abort(reason);
+    flat_->Abort(reason);
+  }
+
+  // Constant after construction.
+  const int rank_;
+  const int size_;
+  const std::unique_ptr<Communicator> local_;  // this host's members
+  const std::unique_ptr<Communicator> cross_;  // the members of this local index
+  const std::unique_ptr<Communicator> flat_;   // every member
+  // Used by the driving thread only.
+  std::vector<uint8_t> shard_;
+  // The first failure or the Abort reason; OK while healthy.
+  mutable std::mutex mu_;
+  Status error_;  // guarded by mu_
+};
+
+// Builds one inner communicator; refuses an asynchronous one (see the header).
+StatusOr<std::unique_ptr<Communicator>> BuildInner(const std::string& selection,
+                                                   const std::string& what,
+                                                   const BackendConfig& config) {
+  auto comm = CreateCommunicator(selection, "the hierarchical backend's " + what + " backend",
+                                 config);
+  if (!comm.ok()) {
+    return Status(comm.status().code(),
+                  "hierarchical: building the " + what + " communicator: " +
+                      comm.status().message());
+  }
+  if (comm.value()->Fence() != nullptr) {
+    return FailedPrecondition("hierarchical: the " + what + " backend " +
+                              comm.value()->name() +
+                              " is asynchronous; only synchronous backends can be composed");
+  }
+  return comm;
+}
+
+}  // namespace
+
+StatusOr<std::unique_ptr<Communicator>> CreateHierarchicalCommunicator(const BackendConfig& config) {
+  HORA_RETURN_IF_ERROR(CanServeHierarchical(config));
+  const HostLayout layout = LayoutOf(config.hostnames, config.rank);
+  const std::string base = config.key_prefix + "hier/";
+  // Host-local first, then cross-host, then flat: every member builds in this order, and
+  // each group's members all reach it (no group waits on a member stuck in a later one).
+  auto local = BuildInner("auto", "host-local",
+                          SubConfig(config, layout.host_ranks[layout.host],
+                                    base + "local/" + std::to_string(layout.host) + "/"));
+  if (!local.ok()) return local.status();
+  BackendConfig cross_config =
+      SubConfig(config, layout.cross_group(layout.local_rank),
+                base + "cross/" + std::to_string(layout.local_rank) + "/");
+  cross_config.process_set = kCrossSetBase + config.process_set;
+  auto cross = BuildInner(std::string("avoid:") + kHierarchicalBackend, "cross-host", cross_config);
+  if (!cross.ok()) return cross.status();
+  BackendConfig flat_config = config;
+  flat_config.key_prefix = base + "flat/";
+  auto flat = BuildInner(cross.value()->name(), "flat", flat_config);
+  if (!flat.ok()) return flat.status();
+  return std::unique_ptr<Communicator>(
+      new HierarchicalCommunicator(config.rank, config.size(), std::move(local).value(),
+                                   std::move(cross).value(), std::move(flat).value()));
+}
+
+}  // namespace hora

@@ -1,0 +1,141 @@
+// The hierarchical backend, members as threads with fake hostnames (tests/collectives/
+// hier_ranks.h): the layout helpers, when the registry picks it, and its allreduce over every
+// dtype and op at 2 hosts x 2, 2 x 3, 3 x 2 and interleaved hosts, with counts that leave
+// shards uneven or empty, 0, and a 16 MiB buffer. Values are small integers
+// (dtype_values.h), so every result is exact and compared byte for byte with a reference
+// computed from every rank's known input.
+#include <catch2/catch.hpp>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "collectives/hierarchical/hierarchical_communicator.h"
+#include "collectives/hierarchical/host_layout.h"
+#include "tests/collectives/dtype_values.h"
+#include "tests/collectives/hier_ranks.h"
+
+using namespace hora;
+using namespace hora::testing;
+
+namespace {
+
+// The layouts every correctness test runs on.
+std::vector<std::vector<std::string>> Layouts() {
+  return {Hosts(2, 2), Hosts(2, 3), Hosts(3, 2), {"a", "b", "a", "b", "b", "a"}};
+}
+
+std::string Describe(const std::vector<std::string>& hosts) {
+  std::string s;
+  for (const auto& h : hosts) s += (s.empty() ? "" : ",") + h;
+  return s;
+}
+
+// Checks the backend's name, then meets the others in a barrier: a member that destroyed
+// its communicator while a peer was still finishing its connections would fail that peer.
+RankBody NameIs(const std::string& want) {
+  return [want](Communicator& c) -> std::string {
+    if (c.name() != want) return "backend " + std::string(c.name()) + ", expected " + want;
+    RANK_OK(c.Barrier());
+    return "";
+  };
+}
+
+}  // namespace
+
+TEST_CASE("hierarchical layout: hosts in order of first member, shards, cross groups") {
+  const HostLayout l = LayoutOf({"b", "a", "b", "a", "a", "b"}, 3);
+  REQUIRE(l.host_names == std::vector<std::string>{"b", "a"});
+  REQUIRE(l.host_ranks == std::vector<std::vector<int>>{{0, 2, 5}, {1, 3, 4}});
+  REQUIRE(l.host == 1);
+  REQUIRE(l.local_rank == 1);
+  REQUIRE(l.cross_group(1) == std::vector<int>{2, 3});
+  REQUIRE(l.cross_group(2) == std::vector<int>{4, 5});
+  REQUIRE(l.uniform());
+  REQUIRE(ShardCounts(10, 3) == std::vector<size_t>{4, 3, 3});
+  REQUIRE(ShardCounts(2, 3) == std::vector<size_t>{1, 1, 0});
+  REQUIRE(ShardCounts(0, 2) == std::vector<size_t>{0, 0});
+  BackendConfig c;
+  c.rank = 3;
+  c.global_ranks = {1, 4, 6, 8, 9, 12};
+  c.hostnames = {"b", "a", "b", "a", "a", "b"};
+  const BackendConfig sub = SubConfig(c, l.cross_group(1), "p/");
+  REQUIRE(sub.rank == 1);
+  REQUIRE(sub.global_ranks == std::vector<int>{6, 8});
+  REQUIRE(sub.hostnames == std::vector<std::string>{"b", "a"});
+  REQUIRE(sub.key_prefix == "p/");
+}
+
+TEST_CASE("hierarchical selection: auto takes it across hosts, shm on one host, gloo at one per host") {
+  REQUIRE(IsBackendBuilt(kHierarchicalBackend));
+  REQUIRE(JoinFailures(RunHierRanks(Hosts(2, 2), NameIs("hierarchical"), "auto")) == "");
+  REQUIRE(JoinFailures(RunHierRanks(Hosts(3, 2), NameIs("hierarchical"), "auto")) == "");
+  REQUIRE(JoinFailures(RunHierRanks(Hosts(2, 2), NameIs("gloo"), "avoid:hierarchical")) == "");
+  REQUIRE(JoinFailures(RunHierRanks(Hosts(1, 3), NameIs("shm"), "prefer:hierarchical")) == "");
+  REQUIRE(JoinFailures(RunHierRanks(Hosts(1, 3), NameIs("shm"), "auto")) == "");
+  REQUIRE(JoinFailures(RunHierRanks(Hosts(3, 1), NameIs("gloo"), "prefer:hierarchical")) == "");
+  // Named where it cannot serve: the option, the reason and the layout.
+  BackendConfig c = HierConfig(0, {"a", "a", "b"}, nullptr, std::chrono::milliseconds(1000));
+  auto refused = CreateCommunicator("hierarchical", "HORA_CPU_OPERATIONS", c);
+  REQUIRE_FALSE(refused.ok());
+  REQUIRE(refused.status().message().find(
+              "HORA_CPU_OPERATIONS=hierarchical: backend 'hierarchical' cannot serve") !=
+          std::string::npos);
+  REQUIRE(refused.status().message().find(
+              "the same number of members on every host: a (2 ranks), b (1 ranks)") !=
+          std::string::npos);
+  c = HierConfig(0, Hosts(1, 2), nullptr, std::chrono::milliseconds(1000));
+  REQUIRE(CanServeHierarchical(c).message().find("span several hosts") != std::string::npos);
+  c = HierConfig(0, Hosts(2, 1), nullptr, std::chrono::milliseconds(1000));
+  REQUIRE(CanServeHierarchical(c).message().find("one per host") != std::string::npos);
+  // A selection prefix without a name is refused.
+  REQUIRE(CheckSelection("avoid:", Device::kCpu, "X").message().find("followed by a backend") !=
+          std::string::npos);
+}
+
+TEST_CASE("hierarchical allreduce: every dtype and op, uneven and empty shards, exact") {
+  for (const auto& hosts : Layouts()) {
+    auto failures = RunHierRanks(hosts, [](Communicator& comm) -> std::string {
+      for (size_t count : {size_t{0}, size_t{1}, size_t{2}, size_t{5}, size_t{1001}, size_t{40003}}) {
+        for (DataType t : kAllTypes) {
+          for (ReduceOp op : kAllOps) {
+            const size_t bytes = count * DataTypeSize(t);
+            std::vector<uint8_t> buf(bytes + 1), want(bytes + 1);
+            FillInput(t, op, comm.rank(), buf.data(), count);
+            FillExpected(t, op, comm.size(), want.data(), count);
+            buf[bytes] = want[bytes] = 0xA5;  // guard byte: nothing written past the end
+            RANK_OK(comm.Allreduce(count ? buf.data() : nullptr, count, t, op));
+            RANK_EXPECT(CompareBytes(buf.data(), want.data(), bytes + 1,
+                                     Label("allreduce", t, op, count)));
+          }
+        }
+      }
+      return "";
+    });
+    INFO("hosts " << Describe(hosts));
+    REQUIRE(JoinFailures(failures) == "");
+  }
+}
+
+TEST_CASE("hierarchical allreduce: 16 MiB of floats and 16 MiB of int32, twice") {
+  for (const auto& hosts : {Hosts(2, 2), Hosts(2, 3)}) {
+    auto failures = RunHierRanks(hosts, [](Communicator& comm) -> std::string {
+      const size_t count = (size_t{4} << 20) + 3;  // 16 MiB and an uneven tail
+      for (DataType t : {DataType::kFloat32, DataType::kInt32}) {
+        const size_t bytes = count * DataTypeSize(t);
+        std::vector<uint8_t> in(bytes), want(bytes);
+        FillInput(t, ReduceOp::kSum, comm.rank(), in.data(), count);
+        FillExpected(t, ReduceOp::kSum, comm.size(), want.data(), count);
+        for (int round = 0; round < 2; ++round) {
+          std::vector<uint8_t> b = in;
+          RANK_OK(comm.Allreduce(b.data(), count, t, ReduceOp::kSum));
+          RANK_EXPECT(CompareBytes(b.data(), want.data(), bytes,
+                                   Label("allreduce", t, ReduceOp::kSum, count)));
+        }
+      }
+      return "";
+    });
+    INFO("hosts " << Describe(hosts));
+    REQUIRE(JoinFailures(failures) == "");
+  }
+}
