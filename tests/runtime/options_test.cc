@@ -228,6 +228,7 @@ TEST_CASE("an unknown HORA_ variable is named with the closest known one") {
                "it is ignored");
   CHECK(w[1].find("HORA_XYZZY_PLUGH_QUUX is not a Hora variable") == 0);
   CHECK(w[1].find("did you mean") == std::string::npos);
+}
 
 TEST_CASE("HOROVOD_HIERARCHICAL_ALLREDUCE: 1 prefers the hierarchical backend, 0 avoids it") {
   std::map<std::string, std::string> vars{{"HORA_COORDINATOR_ADDR", "127.0.0.1:5000"},
