@@ -29,8 +29,9 @@ def test_case(job, case):
     job.assert_case(case)
 
 
-def test_dead_rank_is_named_by_every_survivor():
-    job = harness.run_job(3, "c10d_fault_worker.py", args=["peer_failure"], timeout=120,
+def test_dead_rank_is_named_by_every_survivor(tmp_path):
+    job = harness.run_job(3, "c10d_fault_worker.py", args=["peer_failure", str(tmp_path)],
+                          timeout=120,
                           python=harness.torch2_python(),
                           extra_env={"HORA_HEARTBEAT_TIMEOUT_SECONDS": "2"})
     got = job.cases.get("peer_failure", {})
@@ -39,8 +40,8 @@ def test_dead_rank_is_named_by_every_survivor():
         assert status == "PASS", "rank %d: %s %s\n%s" % (rank, status, why, job.tail())
 
 
-def test_one_sided_call_is_named_by_the_stall_report():
-    job = harness.run_job(2, "c10d_fault_worker.py", args=["stall"], timeout=120,
+def test_one_sided_call_is_named_by_the_stall_report(tmp_path):
+    job = harness.run_job(2, "c10d_fault_worker.py", args=["stall", str(tmp_path)], timeout=120,
                           python=harness.torch2_python(),
                           extra_env={"HORA_STALL_TIMEOUT_SECONDS": "3",
                                      "HORA_STALL_WARNING_SECONDS": "1"})

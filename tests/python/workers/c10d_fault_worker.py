@@ -14,13 +14,25 @@ import torch.distributed as dist
 
 import hora.torch.distributed  # noqa: F401 - registers "hora"
 
-scenario = sys.argv[1]
+scenario, done_dir = sys.argv[1], sys.argv[2]
 dist.init_process_group("hora")
 r, n = dist.get_rank(), dist.get_world_size()
 
 
 def report(name, ok, why):
     print("CASE %s %s %s" % (name, "PASS" if ok else "FAIL", why.replace("\n", " ")), flush=True)
+    open(os.path.join(done_dir, "rank%d" % r), "w").close()
+
+
+def leave(survivors):
+    """Rank 0 hosts the coordinator: it stays until every survivor has its error (else they
+    would see the coordinator vanish instead of the error it sent them)."""
+    if r == 0:
+        deadline = time.monotonic() + 60
+        while (time.monotonic() < deadline and
+               len(os.listdir(done_dir)) < len(survivors)):
+            time.sleep(0.05)
+    os._exit(0)  # the job is broken: no shutdown handshake
 
 
 if scenario == "peer_failure":
@@ -52,4 +64,4 @@ elif scenario == "stall":
         report("stall", ok, text)
 else:
     sys.exit("unknown scenario " + scenario)
-os._exit(0)  # the job is broken: no shutdown handshake
+leave(range(n - 1) if scenario == "peer_failure" else range(n))
