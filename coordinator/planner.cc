@@ -120,6 +120,7 @@ using GroupMap = std::map<BucketKey, Group>;
 struct NameState {
   std::vector<TensorSpec> specs;  // per rank, meaningful where submitted
   std::vector<bool> submitted;
+  int submitted_count = 0;        // ranks with submitted[r]
   std::vector<int> required;      // send/recv: {sender, receiver}; empty = every rank
   TimePoint first_submit;
   std::vector<TimePoint> submit_time;  // per rank, meaningful where submitted
@@ -180,6 +181,9 @@ bool Planner::State::IsComplete(const NameState& s) const {
     }
     return true;
   }
+  // Fewer submissions than ranks still working: incomplete, without a pass over the ranks
+  // (which would make each name cost O(size^2) over its submissions).
+  if (s.submitted_count + joined_count < config.size) return false;
   for (int r = 0; r < config.size; ++r) {
     if (!s.submitted[r] && !joined[r]) return false;
   }
@@ -373,6 +377,7 @@ void Planner::Submit(int rank, const TensorSpec& spec, TimePoint now) {
   }
   s.specs[rank] = spec;
   s.submitted[rank] = true;
+  ++s.submitted_count;
   s.submit_time[rank] = now;
   s.last_rank = rank;
   if (st.IsComplete(s)) st.Complete(it, now);
