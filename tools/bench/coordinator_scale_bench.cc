@@ -57,21 +57,28 @@ void PrintRow(const ScaleResult& r) {
   std::fflush(stdout);
 }
 
-int Main(int argc, char** argv) {
-  std::string modes = "planner,local,grpc", ranks = "64,256,1024", value;
+struct Args {
+  std::string modes = "planner,local,grpc";
+  std::string ranks = "64,256,1024";
   ScaleOptions base;
-  base.self_path = "/proc/self/exe";
   int max_service_ranks = 1024;
   bool serve = false;
-  int64_t timeout_ms = 600000;
+  int64_t timeout_ms = 600000;  // --serve only: the child's lifetime
+};
+
+// False (after saying why) on an unknown or invalid argument.
+bool ParseArgs(int argc, char** argv, Args* args) {
+  ScaleOptions& base = args->base;
+  base.self_path = "/proc/self/exe";
+  std::string value;
   for (int i = 1; i < argc; ++i) {
     const char* a = argv[i];
     if (std::strcmp(a, "--serve") == 0) {
-      serve = true;
+      args->serve = true;
     } else if (Flag(a, "--modes", &value)) {
-      modes = value;
+      args->modes = value;
     } else if (Flag(a, "--ranks", &value)) {
-      ranks = value;
+      args->ranks = value;
     } else if (Flag(a, "--tensors", &value)) {
       base.tensors = std::atoi(value.c_str());
     } else if (Flag(a, "--batch", &value)) {
@@ -85,32 +92,48 @@ int Main(int argc, char** argv) {
     } else if (Flag(a, "--step_timeout_ms", &value)) {
       base.step_timeout = std::chrono::milliseconds(std::atoll(value.c_str()));
     } else if (Flag(a, "--max_service_ranks", &value)) {
-      max_service_ranks = std::atoi(value.c_str());
+      args->max_service_ranks = std::atoi(value.c_str());
     } else if (Flag(a, "--timeout_ms", &value)) {
-      timeout_ms = std::atoll(value.c_str());
+      args->timeout_ms = std::atoll(value.c_str());
     } else {
       std::fprintf(stderr, "coordinator_scale_bench: unknown argument '%s'\n", a);
-      return 2;
+      return false;
     }
   }
-  SetLogLevel(spdlog::level::warn);  // the service's start and stop lines would fill the table
-  if (serve) return ServeMain(std::atoi(ranks.c_str()), std::chrono::milliseconds(timeout_ms));
   if (base.tensors < 1 || base.batch < 1 || base.steps < 1 || base.warmup < 0 ||
-      base.drivers < 1) {
-    std::fprintf(stderr, "coordinator_scale_bench: tensors, batch, steps and drivers must be "
-                         "positive, warmup non-negative\n");
-    return 2;
+      base.drivers < 1 || base.step_timeout.count() < 1) {
+    std::fprintf(stderr, "coordinator_scale_bench: tensors, batch, steps, drivers and "
+                         "step_timeout_ms must be positive, warmup non-negative\n");
+    return false;
+  }
+  for (const std::string& n : Split(args->ranks)) {
+    if (std::atoi(n.c_str()) < 1) {
+      std::fprintf(stderr, "coordinator_scale_bench: --ranks: '%s' is not a positive count\n",
+                   n.c_str());
+      return false;
+    }
+  }
+  return true;
+}
+
+int Main(int argc, char** argv) {
+  Args args;
+  if (!ParseArgs(argc, argv, &args)) return 2;
+  const ScaleOptions& base = args.base;
+  SetLogLevel(spdlog::level::warn);  // the service's start and stop lines would fill the table
+  if (args.serve) {
+    return ServeMain(std::atoi(args.ranks.c_str()), std::chrono::milliseconds(args.timeout_ms));
   }
   std::printf("| mode | ranks | tensors | notices/msg | steps/s | rank-0 CPU ms/step | msgs in/step "
               "| KiB in/step | msgs out/step | KiB out/step | buckets/step | client CPU ms/step |\n"
               "|---|---|---|---|---|---|---|---|---|---|---|---|\n");
   int failures = 0;
-  for (const std::string& mode : Split(modes)) {
-    for (const std::string& n : Split(ranks)) {
+  for (const std::string& mode : Split(args.modes)) {
+    for (const std::string& n : Split(args.ranks)) {
       ScaleOptions o = base;
       o.mode = mode;
       o.ranks = std::atoi(n.c_str());
-      if (mode != "planner" && o.ranks > max_service_ranks) continue;
+      if (mode != "planner" && o.ranks > args.max_service_ranks) continue;
       if (mode != "planner" && mode != "local" && mode != "grpc") {
         std::fprintf(stderr, "coordinator_scale_bench: unknown mode '%s'\n", mode.c_str());
         return 2;
