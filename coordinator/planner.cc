@@ -118,8 +118,13 @@ struct Group {
 using GroupMap = std::map<BucketKey, Group>;
 
 struct NameState {
-  std::vector<TensorSpec> specs;  // per rank, meaningful where submitted
+  // Rank r's spec is distinct[spec_of[r]] (meaningful where submitted). Ranks almost always
+  // submit equal specs, so one copy serves them all; a copy per rank was most of a
+  // submission's cost at 1,024 ranks (docs/coordinator-scale.md).
+  std::vector<TensorSpec> distinct;
+  std::vector<uint32_t> spec_of;
   std::vector<bool> submitted;
+  int submitted_count = 0;        // ranks with submitted[r]
   std::vector<int> required;      // send/recv: {sender, receiver}; empty = every rank
   TimePoint first_submit;
   std::vector<TimePoint> submit_time;  // per rank, meaningful where submitted
@@ -127,6 +132,18 @@ struct NameState {
   BucketKey fusion_key;    // of the first submission (joined = 0)
   bool counted = false;    // counted in partial[fusion_key]
   bool in_flight = false;  // complete and valid, waiting in a group or ready
+
+  // The index in `distinct` of a spec equal to `spec`, keeping a copy when there is none.
+  // Compares with the first and the last kept only (allgather's first dimension and
+  // alltoall's splits differ per rank: those keep a copy per rank, as before).
+  uint32_t Keep(const TensorSpec& spec) {
+    if (!distinct.empty() && distinct.front() == spec) return 0;
+    if (distinct.size() > 1 && distinct.back() == spec) {
+      return static_cast<uint32_t>(distinct.size() - 1);
+    }
+    distinct.push_back(spec);
+    return static_cast<uint32_t>(distinct.size() - 1);
+  }
 };
 
 // A bucket chosen by Poll, before it gets its seq.
@@ -180,6 +197,9 @@ bool Planner::State::IsComplete(const NameState& s) const {
     }
     return true;
   }
+  // Fewer submissions than ranks still working: incomplete, without a pass over the ranks
+  // (which would make each name cost O(size^2) over its submissions).
+  if (s.submitted_count + joined_count < config.size) return false;
   for (int r = 0; r < config.size; ++r) {
     if (!s.submitted[r] && !joined[r]) return false;
   }
@@ -204,7 +224,7 @@ void Planner::State::Complete(std::unordered_map<std::string, NameState>::iterat
                               TimePoint now) {
   NameState& s = it->second;
   Uncount(s);
-  const CompleteName c{it->first, s.specs, s.submitted, joined, config.size};
+  const CompleteName c{it->first, s.distinct, s.spec_of, s.submitted, joined, config.size};
   Status status = planner_internal::CheckRefused(c);
   if (status.ok()) {
     status = s.required.empty() ? planner_internal::CheckComplete(c)
@@ -215,7 +235,7 @@ void Planner::State::Complete(std::unordered_map<std::string, NameState>::iterat
     names.erase(it);
     return;
   }
-  const TensorSpec& ref = s.specs[planner_internal::ReferenceRank(c)];
+  const TensorSpec& ref = c.spec(planner_internal::ReferenceRank(c));
   Ready r{now, static_cast<int64_t>(ref.ByteSize()), planner_internal::MakeEntry(c)};
   r.entry.last_rank = s.last_rank;
   r.entry.arrival_us.assign(config.size, -1);
@@ -226,8 +246,10 @@ void Planner::State::Complete(std::unordered_map<std::string, NameState>::iterat
   }
   const BucketKey key = KeyOf(ref, joined_count);
   s.in_flight = true;
-  s.specs.clear();
-  s.specs.shrink_to_fit();
+  s.distinct.clear();
+  s.distinct.shrink_to_fit();
+  s.spec_of.clear();
+  s.spec_of.shrink_to_fit();
   if (Fusable(key.collective)) {
     Enqueue(key, std::move(r));
   } else {
@@ -345,7 +367,7 @@ void Planner::Submit(int rank, const TensorSpec& spec, TimePoint now) {
   auto [it, inserted] = st.names.try_emplace(spec.name);
   NameState& s = it->second;
   if (inserted) {
-    s.specs.resize(st.config.size);
+    s.spec_of.resize(st.config.size);
     s.submitted.assign(st.config.size, false);
     s.submit_time.resize(st.config.size);
     s.first_submit = now;
@@ -371,8 +393,9 @@ void Planner::Submit(int rank, const TensorSpec& spec, TimePoint now) {
                               " submitted it too"));
     return;
   }
-  s.specs[rank] = spec;
+  s.spec_of[rank] = s.Keep(spec);
   s.submitted[rank] = true;
+  ++s.submitted_count;
   s.submit_time[rank] = now;
   s.last_rank = rank;
   if (st.IsComplete(s)) st.Complete(it, now);

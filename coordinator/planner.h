@@ -125,6 +125,8 @@ class Planner {
   // reported by the next Poll. A name is in flight from its first submission until it is
   // emitted or fails; then it may be submitted again.
   // REQUIRES: 0 <= rank < config.size (checked).
+  // Cost: a hash lookup by name and a comparison with the spec already kept (a copy only when
+  // it differs); O(size) once, when the name completes.
   void Submit(int rank, const TensorSpec& spec, TimePoint now);
 
   // hora_join from `rank`. A second Join from a rank already joined is ignored.

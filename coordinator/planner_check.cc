@@ -61,12 +61,12 @@ Status CompareField(const CompleteName& c, const char* field, Get get, Same same
   const int ref = ReferenceRank(c);
   bool differs = false;
   for (int r = ref + 1; r < c.size && !differs; ++r) {
-    if (c.submitted[r] && !same(get(c.specs[ref]), get(c.specs[r]))) differs = true;
+    if (c.submitted[r] && !same(get(c.spec(ref)), get(c.spec(r)))) differs = true;
   }
   if (!differs) return Status::Ok();
   std::vector<std::pair<int, std::string>> values;
   for (int r = 0; r < c.size; ++r) {
-    if (c.submitted[r]) values.push_back({r, fmt(get(c.specs[r]))});
+    if (c.submitted[r]) values.push_back({r, fmt(get(c.spec(r)))});
   }
   return MismatchStatus(c, field, values);
 }
@@ -77,7 +77,7 @@ bool Equal(const T& a, const T& b) {
 }
 
 Status CheckFields(const CompleteName& c) {
-  const CollectiveType coll = c.specs[ReferenceRank(c)].collective;
+  const CollectiveType coll = c.spec(ReferenceRank(c)).collective;
   HORA_RETURN_IF_ERROR(CompareField(
       c, "collective", [](const TensorSpec& s) { return s.collective; }, Equal<CollectiveType>,
       [](CollectiveType v) { return std::string(CollectiveName(v)); }));
@@ -119,7 +119,7 @@ Status CheckFields(const CompleteName& c) {
 
 // Only allreduce can run with ranks that joined instead of submitting.
 Status CheckJoin(const CompleteName& c) {
-  const CollectiveType coll = c.specs[ReferenceRank(c)].collective;
+  const CollectiveType coll = c.spec(ReferenceRank(c)).collective;
   if (coll == CollectiveType::kAllreduce) return Status::Ok();
   std::vector<int> absent;
   for (int r = 0; r < c.size; ++r) {
@@ -132,7 +132,7 @@ Status CheckJoin(const CompleteName& c) {
 }
 
 Status CheckSplits(const CompleteName& c, int r) {
-  const TensorSpec& s = c.specs[r];
+  const TensorSpec& s = c.spec(r);
   const std::string prefix = "tensor '" + c.name + "': alltoall ";
   const std::string on = " on rank " + std::to_string(r);
   if (s.splits.empty()) {
@@ -163,13 +163,13 @@ Status CheckSplits(const CompleteName& c, int r) {
 }
 
 Status CheckSanity(const CompleteName& c) {
-  const TensorSpec& ref = c.specs[ReferenceRank(c)];
+  const TensorSpec& ref = c.spec(ReferenceRank(c));
   const CollectiveType coll = ref.collective;
   const bool needs_dim = coll == CollectiveType::kAllgather || coll == CollectiveType::kAlltoall ||
                          coll == CollectiveType::kReducescatter;
   for (int r = 0; r < c.size; ++r) {
     if (!c.submitted[r]) continue;
-    const TensorSpec& s = c.specs[r];
+    const TensorSpec& s = c.spec(r);
     for (int64_t d : s.shape) {
       if (d < 0) {
         return InvalidArgument("tensor '" + c.name + "': shape " + ShapeString(s.shape) +
@@ -216,8 +216,8 @@ Status CheckComplete(const CompleteName& c) {
 
 Status CheckRefused(const CompleteName& c) {
   for (int r = 0; r < c.size; ++r) {
-    if (c.submitted[r] && !c.specs[r].refused.empty()) {
-      return InvalidArgument("tensor '" + c.name + "' cannot run: " + c.specs[r].refused);
+    if (c.submitted[r] && !c.spec(r).refused.empty()) {
+      return InvalidArgument("tensor '" + c.name + "' cannot run: " + c.spec(r).refused);
     }
   }
   return Status::Ok();
@@ -225,8 +225,8 @@ Status CheckRefused(const CompleteName& c) {
 
 Status CheckPointToPoint(const CompleteName& c, const std::vector<int>& pair) {
   const int from = pair[0], to = pair[1];
-  const TensorSpec& s = c.specs[from];
-  const TensorSpec& r = c.specs[to];
+  const TensorSpec& s = c.spec(from);
+  const TensorSpec& r = c.spec(to);
   const std::string prefix = "transfer '" + c.name + "' from rank " + std::to_string(from) +
                              " to rank " + std::to_string(to) + ": ";
   if (s.collective != CollectiveType::kSend || s.peer != to || r.collective != CollectiveType::kRecv ||
@@ -255,19 +255,19 @@ Status CheckPointToPoint(const CompleteName& c, const std::vector<int>& pair) {
 }
 
 PlannedBucket::Entry MakeEntry(const CompleteName& c) {
-  const TensorSpec& ref = c.specs[ReferenceRank(c)];
+  const TensorSpec& ref = c.spec(ReferenceRank(c));
   PlannedBucket::Entry e;
   e.name = c.name;
   e.submitted = c.submitted;
   switch (ref.collective) {
     case CollectiveType::kAllgather:
       e.num_elements = ref.RowElements();
-      for (int r = 0; r < c.size; ++r) e.first_dims.push_back(c.specs[r].shape[0]);
+      for (int r = 0; r < c.size; ++r) e.first_dims.push_back(c.spec(r).shape[0]);
       break;
     case CollectiveType::kAlltoall:
       e.num_elements = ref.RowElements();
       for (int r = 0; r < c.size; ++r) {
-        const TensorSpec& s = c.specs[r];
+        const TensorSpec& s = c.spec(r);
         if (s.splits.empty()) {
           e.splits.emplace_back(c.size, s.shape[0] / c.size);
         } else {

@@ -3,6 +3,7 @@
 #ifndef HORA_COORDINATOR_PLANNER_CHECK_H_
 #define HORA_COORDINATOR_PLANNER_CHECK_H_
 
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -13,14 +14,17 @@
 namespace hora {
 namespace planner_internal {
 
-// The specs of one complete name. specs[r] is meaningful only where submitted[r]; a rank
-// that did not submit has joined (joined[r]). At least one rank submitted.
+// The specs of one complete name: rank r's is distinct[spec_of[r]], meaningful only where
+// submitted[r]; a rank that did not submit has joined (joined[r]). At least one rank submitted.
+// Ranks that submitted equal specs share one copy.
 struct CompleteName {
   const std::string& name;
-  const std::vector<TensorSpec>& specs;
+  const std::vector<TensorSpec>& distinct;
+  const std::vector<uint32_t>& spec_of;
   const std::vector<bool>& submitted;
   const std::vector<bool>& joined;
   int size;
+  const TensorSpec& spec(int rank) const { return distinct[spec_of[rank]]; }
 };
 
 // The lowest rank that submitted.

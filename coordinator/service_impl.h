@@ -26,6 +26,7 @@
 #include <string>
 #include <thread>
 #include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 #include "coordinator/local_session.h"
@@ -48,6 +49,27 @@ std::string JoinRanks(const std::vector<int>& ranks, size_t cap = 16);
 // Names the first key of two "k=v;k=v" digests whose values differ.
 std::string DescribeDigestDifference(const std::string& coordinator, const std::string& worker,
                                      int rank);
+
+// The sessions that got messages under the service lock, to be flushed once each after it is
+// released. Add is O(1): a Poll that plans for every rank adds every session, and a linear
+// search per add made that O(size^2) per Poll.
+class TouchedSessions {
+ public:
+  void Add(const std::shared_ptr<SessionStream>& session) {
+    if (seen_.insert(session.get()).second) list_.push_back(session);
+  }
+  void clear() {
+    if (list_.empty()) return;
+    list_.clear();
+    seen_.clear();
+  }
+  std::vector<std::shared_ptr<SessionStream>>::const_iterator begin() const { return list_.begin(); }
+  std::vector<std::shared_ptr<SessionStream>>::const_iterator end() const { return list_.end(); }
+
+ private:
+  std::vector<std::shared_ptr<SessionStream>> list_;  // in the order of their first Add
+  std::unordered_set<const SessionStream*> seen_;
+};
 
 class CoordinatorServiceImpl final : public CoordinatorService,
                                      public LocalSessionHost,
@@ -79,7 +101,7 @@ class CoordinatorServiceImpl final : public CoordinatorService,
                          proto::ClockResponse* response) override;
 
  private:
-  using Touched = std::vector<std::shared_ptr<SessionStream>>;
+  using Touched = TouchedSessions;
 
   struct RankState {
     bool joined = false;
@@ -219,7 +241,7 @@ class CoordinatorServiceImpl final : public CoordinatorService,
   TimePoint next_heartbeat_;
   TimePoint next_stall_check_;
   TimePoint next_stall_log_;  // stall warnings at most every stall_warning / 2
-  Touched flush_queue_;
+  std::vector<std::shared_ptr<SessionStream>> flush_queue_;  // for the sender thread
   bool sender_busy_ = false;
 
   std::mutex store_mu_;

@@ -187,7 +187,7 @@ void CoordinatorServiceImpl::SenderLoop() {
   while (true) {
     sender_cv_.wait(lock, [this] { return stop_threads_ || !flush_queue_.empty(); });
     if (flush_queue_.empty()) break;  // stop_threads_ and nothing left
-    Touched batch;
+    std::vector<std::shared_ptr<SessionStream>> batch;
     batch.swap(flush_queue_);
     sender_busy_ = true;
     lock.unlock();

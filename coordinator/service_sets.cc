@@ -188,9 +188,7 @@ void CoordinatorServiceImpl::SendSetResultLocked(int rank, const ProcessSetResul
   proto::CoordinatorMessage message;
   ToProto(result, message.mutable_process_set_result());
   session->Push(std::move(message));
-  if (std::find(touched->begin(), touched->end(), session) == touched->end()) {
-    touched->push_back(session);
-  }
+  touched->Add(session);
 }
 
 void CoordinatorServiceImpl::CheckSetOpTimeoutsLocked(TimePoint now, Touched* touched) {

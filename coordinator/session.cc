@@ -307,9 +307,7 @@ void CoordinatorServiceImpl::SendPlannerOutputLocked(const SetState& set, Planne
       session->Push(std::move(message));
       pushed = true;
     }
-    if (pushed && std::find(touched->begin(), touched->end(), session) == touched->end()) {
-      touched->push_back(session);
-    }
+    if (pushed) touched->Add(session);
   }
 }
 
@@ -346,9 +344,7 @@ void CoordinatorServiceImpl::SendExtraLocked(std::vector<PlanMessage>* extra, To
     if ((*extra)[r].errors.empty() || !ranks_[r].session) continue;
     PushPlanLocked(*ranks_[r].session, (*extra)[r]);
     (*extra)[r].errors.clear();
-    if (std::find(touched->begin(), touched->end(), ranks_[r].session) == touched->end()) {
-      touched->push_back(ranks_[r].session);
-    }
+    touched->Add(ranks_[r].session);
   }
 }
 
