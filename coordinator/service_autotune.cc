@@ -45,9 +45,7 @@ void CoordinatorServiceImpl::SendTuningLocked(Touched* touched) {
     t->set_trial(tuner_->trial());
     t->set_done(tuner_->Done());
     r.session->Push(std::move(message));
-    if (std::find(touched->begin(), touched->end(), r.session) == touched->end()) {
-      touched->push_back(r.session);
-    }
+    touched->Add(r.session);
   }
 }
 
