@@ -386,3 +386,26 @@ def test_check_build_without_the_list_reports_it_unavailable(tmp_path):
     rc, out = check_build(dict(os.environ, HORA_LIBRARY="/nonexistent/libhora.so",
                                PYTHONPATH=str(tmp_path / "none")))
     assert rc == 1 and "Hora: build information unavailable" in out, out
+
+
+def test_horovodrun_flags_apply_are_ignored_or_refused():
+    # Flags that apply become the Hora variables they mean.
+    code = ("import os; print(os.environ.get('HORA_STALL_WARNING_SECONDS'), "
+            "os.environ.get('HORA_STALL_TIMEOUT_SECONDS'), "
+            "os.environ.get('HORA_HIERARCHICAL_ALLREDUCE'), "
+            "os.environ.get('HORA_COLLECTIVE_TIMEOUT_SECONDS'))")
+    rc, out, err, _ = horarun("-np", "2", "--stall-check-warning-time-seconds", "7",
+                              "--stall-check-shutdown-time-seconds", "30",
+                              "--no-hierarchical-allreduce", "--gloo-timeout-seconds", "45",
+                              "--cache-capacity", "1024", PY, "-c", code)
+    assert rc == 0, err
+    lines = rank_lines(out)
+    assert lines[0] == ["7 30 0 45"] and lines[1] == ["7 30 0 45"], out
+    # One with no meaning in Hora is named on stderr with the reason, and the job runs.
+    assert "horarun: --cache-capacity has no effect: Hora has no response cache" in err, err
+    rc, out, err, _ = horarun("-np", "1", "--no-stall-check", PY, "-c",
+                              "import os; print(os.environ['HORA_STALL_WARNING_SECONDS'])")
+    assert rc == 0 and rank_lines(out)[0] == ["10000000"], out + err
+    # Elastic flags are refused: usage error, nothing started.
+    rc, out, err, _ = horarun("-np", "2", "--min-np", "1", PY, "-c", "print('ran')")
+    assert rc == 2 and "--min-np: Hora has no elastic mode" in err and "ran" not in out, err

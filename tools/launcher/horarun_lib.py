@@ -15,6 +15,7 @@ import socket
 import sys
 
 import horarun_agent as agent
+import horarun_horovod as horovod_flags
 import horarun_hosts as hosts_mod
 import horarun_job
 from horarun_launchers import LocalLauncher, RankSpec
@@ -198,6 +199,7 @@ def build_parser():
     p.add_argument("--verbose", action="store_true",
                    help="print the launch plan and each rank's pid to stderr")
     p.add_argument("--version", action="version", version="horarun (Hora) " + __version__)
+    horovod_flags.add_flags(p)
     p.add_argument("command", nargs=argparse.REMAINDER, metavar="command [args...]",
                    help="the program every rank runs")
     return p
@@ -234,6 +236,12 @@ def parse_args(argv):
         raise UsageError("missing the command to run: horarun -np N command [args...]")
     if args.mpi_args and not args.mpi:
         raise UsageError("--mpi-args needs --mpi")
+    try:
+        args.horovod_env, notes = horovod_flags.flag_env(args)
+    except ValueError as e:
+        raise UsageError(str(e))
+    for note in notes:
+        sys.stderr.write(note + "\n")
     for flag, path in (("--ssh-config-file", args.ssh_config_file),
                        ("--ssh-identity-file", args.ssh_identity_file),
                        ("--hostfile", args.hostfile)):
@@ -282,6 +290,7 @@ def option_env(args):
             env[var] = str(getattr(args, flag))
     if args.gloo:
         env[CPU_BACKEND_VAR] = "gloo"
+    env.update(getattr(args, "horovod_env", {}))
     return env
 
 
