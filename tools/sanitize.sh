@@ -36,4 +36,9 @@ TARGETS=(
   //tests/collectives:shm_test
 )
 
-exec .ci/test_summary.sh --config=ci --config="$config" "$@" "${TARGETS[@]}"
+extra=()
+if [ "$config" = tsan ]; then
+  # The system libraries' races (tools/tsan.supp); an absolute path, as the test runs elsewhere.
+  extra+=(--test_env=TSAN_OPTIONS=halt_on_error=0:second_deadlock_stack=1:report_signal_unsafe=0:suppressions=$PWD/tools/tsan.supp)
+fi
+exec .ci/test_summary.sh --config=ci --config="$config" "${extra[@]}" "$@" "${TARGETS[@]}"
