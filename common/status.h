@@ -26,13 +26,15 @@ enum class Code : int {
   kUnauthenticated = 8,     // wrong job token
   kUnavailable = 9,         // a connection could not be made
   kInternal = 10,           // a bug or an unexpected backend error
-  kAborted = 11,            // the job was shut down while the operation was pending
+  kAborted = 11,            // shut down while pending, or the job aborted (a stall timeout)
   kInProgress = 12,         // poll: not done yet (never an error)
 };
 
 const char* CodeName(Code code);
 
-class Status {
+// [[nodiscard]]: a call whose Status is dropped does not compile (.bazelrc builds with
+// -Werror=unused-result). Where ignoring one is right, write `(void)` and say why.
+class [[nodiscard]] Status {
  public:
   Status() = default;
   Status(Code code, std::string message) : code_(code), message_(std::move(message)) {}
@@ -60,7 +62,7 @@ inline Status Aborted(std::string m) { return Status(Code::kAborted, std::move(m
 
 // A value or the Status that explains why there is none.
 template <typename T>
-class StatusOr {
+class [[nodiscard]] StatusOr {
  public:
   StatusOr(Status status) : status_(std::move(status)) {}  // NOLINT: implicit by design
   StatusOr(T value) : value_(std::move(value)) {}           // NOLINT: implicit by design

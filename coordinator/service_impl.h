@@ -114,6 +114,7 @@ class CoordinatorServiceImpl final : public CoordinatorService,
     std::unordered_map<TensorKey, uint32_t, TensorKeyHash> ids;  // (set, name) -> this rank's id
     std::unordered_map<TensorKey, std::string, TensorKeyHash> payloads;  // pending inline data
     uint64_t next_set_op = 0;  // seq of this rank's next ProcessSetOp
+    uint64_t unexpected = 0;   // messages of no known kind (logged at powers of two)
   };
 
   // One process set: its members and its own planner (planner ranks are set ranks).

@@ -44,7 +44,7 @@ StatusOr<std::unique_ptr<Engine>> Engine::Start(const Options& options) {
   ScopedBlockSigpipe block_sigpipe;  // for the threads Init starts
   Status s = engine->Init();
   if (!s.ok()) {
-    engine->Shutdown();
+    (void)engine->Shutdown();  // cleanup after the failure that s reports (Shutdown logs its own)
     return s;
   }
   return engine;
@@ -138,7 +138,7 @@ StatusOr<std::string> Engine::StartCoordinator() {
   return address;
 }
 
-Engine::~Engine() { Shutdown(); }
+Engine::~Engine() { (void)Shutdown(); }  // a destructor reports nothing; Shutdown logs
 
 Status Engine::Shutdown() {
   {

@@ -221,7 +221,9 @@ StatusOr<int64_t> Engine::EnqueueIn(const ProcessSetRuntime& set, TensorSpec spe
   int64_t handle = r.handle;
   Status s = queue_.Push(std::move(r));
   if (!s.ok()) {
-    handles_.Release(handle);
+    // The handle was created above and never handed out, so Release cannot fail (its only
+    // error is an unknown handle); the caller needs the queue's refusal, not that.
+    (void)handles_.Release(handle);
     return s;
   }
   AnnounceFresh();

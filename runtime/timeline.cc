@@ -3,6 +3,8 @@
 #include <cerrno>
 #include <cstring>
 
+#include "common/logging.h"
+
 namespace hora {
 namespace {
 
@@ -53,7 +55,10 @@ std::string TimelineRankPath(const std::string& path, int rank) {
   return path + tag;
 }
 
-Timeline::~Timeline() { Stop(); }
+Timeline::~Timeline() {
+  Status s = Stop();  // a destructor cannot return it: say that the file is incomplete
+  if (!s.ok()) HORA_LOG_WARN("{}", s.message());
+}
 
 std::string Timeline::path() const {
   std::lock_guard<std::mutex> lock(mu_);

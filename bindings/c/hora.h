@@ -71,7 +71,8 @@ typedef enum {
   HORA_ERR_UNAUTHENTICATED = 8,
   HORA_ERR_UNAVAILABLE = 9,         /* could not reach the coordinator */
   HORA_ERR_INTERNAL = 10,
-  HORA_ERR_ABORTED = 11,            /* shut down while the operation was pending */
+  HORA_ERR_ABORTED = 11,            /* shut down while pending, or the job aborted (a stall
+                                       timeout: "stall timeout: ..."); docs/errors.md */
   HORA_IN_PROGRESS = 12             /* never returned as an error; see hora_poll */
 } hora_status_t;
 

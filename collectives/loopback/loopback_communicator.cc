@@ -229,7 +229,7 @@ class LoopbackCommunicator : public Communicator {
     return Enqueue([this, key, buf, bytes, peer]() -> Status {
       auto got = Fetch(key);
       if (!got.ok()) return got.status();
-      config_.store->Delete(key);
+      HORA_RETURN_IF_ERROR(config_.store->Delete(key));
       if (got.value().size() != bytes) return SizeMismatch("recv", peer, got.value().size(), bytes);
       if (bytes > 0) std::memcpy(buf, got.value().data(), bytes);
       return Status::Ok();
@@ -294,7 +294,7 @@ class LoopbackCommunicator : public Communicator {
       if (!got.ok()) return got.status();
       all[r] = std::move(got).value();
     }
-    if (k > 0) config_.store->Delete(CollectiveKey(k - 1, config_.rank));
+    if (k > 0) HORA_RETURN_IF_ERROR(config_.store->Delete(CollectiveKey(k - 1, config_.rank)));
     return all;
   }
 

@@ -204,7 +204,9 @@ Status ShmCommunicator::Fail(Status s) {
 }
 
 void ShmCommunicator::Abort(const Status& reason) {
-  Fail(reason.ok() ? Aborted("the shm communicator was aborted") : reason);
+  // Fail records the sticky error and returns it for the callers that propagate it; Abort
+  // reports nothing (the next operation returns that error).
+  (void)Fail(reason.ok() ? Aborted("the shm communicator was aborted") : reason);
 }
 
 Status ShmCommunicator::CheckOp(DataType dtype, ReduceOp op, const char* what) {
@@ -324,7 +326,10 @@ StatusOr<std::unique_ptr<Communicator>> CreateShmCommunicator(const ShmConfig& c
   const std::string name = segment->name();
   auto comm = std::make_unique<shm::ShmCommunicator>(c, tuning, std::move(segment));
   Status s = comm->Attach();
-  if (c.rank == 0 && c.size > 1) c.store->Delete(key);
+  // Cleanup only: every rank has read the segment's name by now; a key left behind (the
+  // store failing) costs a few bytes in the coordinator's store, and Attach's result is what
+  // the caller needs.
+  if (c.rank == 0 && c.size > 1) (void)c.store->Delete(key);
   if (!s.ok()) return s;
   if (c.rank == 0) {
     HORA_LOG_INFO("data plane: backend shm, {} ranks, segment {} ({} bytes: 2 x {} staging per "

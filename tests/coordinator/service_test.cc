@@ -203,12 +203,14 @@ TEST_CASE("Store: set, get, wait for a key, timeout", "[service]") {
   REQUIRE(v.ok());
   CHECK(v.value() == std::string("\0\1\2", 3));
 
+  Status late_set;
   std::thread setter([&] {
     std::this_thread::sleep_for(milliseconds(100));
-    clients[1]->Set("late", "here");
+    late_set = clients[1]->Set("late", "here");
   });
   auto late = clients[0]->Get("late", milliseconds(5000));
   setter.join();
+  CHECK(late_set.ok());
   REQUIRE(late.ok());
   CHECK(late.value() == "here");
 

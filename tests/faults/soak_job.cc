@@ -90,7 +90,10 @@ int main(int argc, char** argv) {
         std::printf("FAILED wait: %s\n", s.ToString().c_str());
         return 3;
       }
-      engine->handles().Release(handles[k]);
+      if (Status r = engine->handles().Release(handles[k]); !r.ok()) {
+        std::printf("FAILED release: %s\n", r.ToString().c_str());
+        return 3;
+      }
       for (int j = 0; j < kElems; ++j) {
         if (bufs[k][j] != static_cast<float>(size * (j + k) + size * (size - 1) / 2)) ++bad;
       }
@@ -101,7 +104,10 @@ int main(int argc, char** argv) {
   const long end_rss = RssKib();
   const int threads_end = Threads();
   const size_t handles_end = engine->handles().size();
-  engine->Shutdown();
+  if (Status s = engine->Shutdown(); !s.ok()) {
+    std::printf("FAILED shutdown: %s\n", s.ToString().c_str());
+    return 3;
+  }
   engine.reset();
   std::printf(
       "SOAK rank=%d n=%ld warm_rss_kib=%ld end_rss_kib=%ld growth_kib=%ld threads_init=%d "

@@ -29,8 +29,9 @@ std::string Joined(const std::vector<std::string>& errors) {
 std::string Wait(Engine& e, StatusOr<int64_t> h, double seconds = 30) {
   if (!h.ok()) return "enqueue: " + h.status().ToString();
   Status s = e.handles().Wait(h.value(), std::chrono::duration<double>(seconds));
-  e.handles().Release(h.value());
-  return s.ok() ? "" : s.ToString();
+  Status released = e.handles().Release(h.value());
+  if (!s.ok()) return s.ToString();
+  return released.ok() ? "" : "release: " + released.ToString();
 }
 
 std::vector<int> Members(int size, int parity) {
@@ -76,8 +77,9 @@ TEST_CASE("process sets: even ranks on gloo, odd ranks on loopback, at 1, 2, 3, 
       }
       for (int i = 0; i < 6; ++i) {
         Status s = e.handles().Wait(handles[i], std::chrono::seconds(30));
-        e.handles().Release(handles[i]);
+        Status released = e.handles().Release(handles[i]);
         if (!s.ok()) return "t" + std::to_string(i) + ": " + s.ToString();
+        if (!released.ok()) return "t" + std::to_string(i) + " release: " + released.ToString();
         for (float v : bufs[i]) {
           if (v != want) return "t" + std::to_string(i) + " = " + std::to_string(v);
         }
@@ -109,11 +111,12 @@ TEST_CASE("process sets: a set waiting for a slow member does not hold up anothe
       if (!ha.ok() || !hb.ok()) return "enqueue";
       Status sb = e.handles().Wait(hb.value(), std::chrono::seconds(30));
       bool a_done = false;
-      e.handles().Poll(ha.value(), &a_done);
+      if (Status p = e.handles().Poll(ha.value(), &a_done); !p.ok()) return "poll: " + p.ToString();
       b_done = true;
       std::string w = Wait(e, ha.value());
-      e.handles().Release(hb.value());
+      Status released = e.handles().Release(hb.value());
       if (!w.empty()) return "slow: " + w;
+      if (!released.ok()) return "release fast: " + released.ToString();
       if (!sb.ok()) return "fast: " + sb.ToString();
       if (a_done) return "the slow set finished before its member submitted";
       return Check(x[0] == 2 && y[0] == 2, "values");
@@ -207,7 +210,7 @@ TEST_CASE("send/recv: a ring through every rank with tags out of order, at 2, 3,
       if (rank < 2) {
         if (!bad.ok()) return "mismatch enqueue: " + bad.status().ToString();
         Status s = e.handles().Wait(bad.value(), std::chrono::seconds(30));
-        e.handles().Release(bad.value());
+        if (Status r = e.handles().Release(bad.value()); !r.ok()) return "release: " + r.ToString();
         if (s.code() != Code::kMismatch || s.message().find("size differs") == std::string::npos) {
           return "mismatch: " + s.ToString();
         }
@@ -235,8 +238,9 @@ TEST_CASE("many small tensors at once: plans larger than the message limit go ou
     }
     for (int i = 0; i < kN; ++i) {
       Status s = e.handles().Wait(handles[i], std::chrono::seconds(60));
-      e.handles().Release(handles[i]);
+      Status released = e.handles().Release(handles[i]);
       if (!s.ok()) return "tensor " + std::to_string(i) + ": " + s.ToString();
+      if (!released.ok()) return "tensor " + std::to_string(i) + " release: " + released.ToString();
       if (bufs[i][0] != 6.0f) return "tensor " + std::to_string(i) + " = " + std::to_string(bufs[i][0]);
     }
     return Check(e.AsyncError().ok(), "job error: " + e.AsyncError().ToString());

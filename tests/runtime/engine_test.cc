@@ -33,7 +33,7 @@ TEST_CASE("engine: topology and fused allreduce for 1, 2, 3, 4 and 7 ranks") {
       for (int64_t h : handles) {
         Status s = e.handles().Wait(h, std::chrono::seconds(30));
         if (!s.ok()) return s.ToString();
-        e.handles().Release(h);
+        if (Status r = e.handles().Release(h); !r.ok()) return "release: " + r.ToString();
       }
       for (int t = 0; t < kTensors; ++t) {
         float sum = 0;
@@ -87,7 +87,7 @@ TEST_CASE("engine: a name already in flight is rejected; shutdown fails pending 
       if (!h.ok()) return h.status().ToString();
       auto dup = Allreduce(e, "lonely", &a, ReduceOp::kSum);
       if (dup.ok() || dup.status().code() != Code::kAlreadyExists) return "duplicate accepted";
-      e.Shutdown();
+      if (Status down = e.Shutdown(); !down.ok()) return "shutdown: " + down.ToString();
       Status s = e.handles().Wait(h.value(), std::chrono::seconds(10));
       if (s.code() != Code::kAborted) return "want ABORTED after shutdown, got " + s.ToString();
     }

@@ -61,7 +61,8 @@ inline std::vector<std::string> RunRanks(int size, const std::function<std::stri
         return;
       }
       errors[r] = body(r, *engine.value());
-      engine.value()->Shutdown();
+      Status down = engine.value()->Shutdown();
+      if (!down.ok() && errors[r].empty()) errors[r] = "shutdown: " + down.ToString();
     });
   }
   for (auto& t : threads) t.join();

@@ -269,6 +269,13 @@ TEST_CASE("timeline: engines as threads, every rank's file, the late rank named 
         return;
       }
       Engine& e = *engine.value();
+      // Waits for and releases h; the first failure goes to errors[r].
+      auto finish = [&](int64_t h, const std::string& what) {
+        Status s = e.handles().Wait(h, std::chrono::seconds(30));
+        Status released = e.handles().Release(h);
+        if (errors[r].empty() && !s.ok()) errors[r] = what + ": " + s.ToString();
+        if (errors[r].empty() && !released.ok()) errors[r] = what + " release: " + released.ToString();
+      };
       if (!e.timeline().on()) errors[r] = "timeline off after init";
       for (int step = 0; step < 3 && errors[r].empty(); ++step) {
         if (r == late) std::this_thread::sleep_for(std::chrono::milliseconds(100));
@@ -279,11 +286,8 @@ TEST_CASE("timeline: engines as threads, every rank's file, the late rank named 
           errors[r] = "enqueue failed";
           break;
         }
-        for (int64_t h : {h1.value(), h2.value()}) {
-          Status s = e.handles().Wait(h, std::chrono::seconds(30));
-          if (!s.ok()) errors[r] = s.ToString();
-          e.handles().Release(h);
-        }
+        finish(h1.value(), "small");
+        finish(h2.value(), "big");
       }
       // Stopped and started again mid-job: the second file holds only what came after.
       if (errors[r].empty()) {
@@ -291,22 +295,19 @@ TEST_CASE("timeline: engines as threads, every rank's file, the late rank named 
         if (!s.ok()) errors[r] = "stop: " + s.ToString();
         std::vector<float> between(4, 1.0f);
         auto h = Allreduce(e, "between", &between, ReduceOp::kSum);
-        if (h.ok()) {
-          e.handles().Wait(h.value(), std::chrono::seconds(30));
-          e.handles().Release(h.value());
-        }
+        if (!h.ok()) errors[r] = "enqueue between: " + h.status().ToString();
+        else finish(h.value(), "between");
         s = e.StartTimeline(base + ".second.json");
         if (!s.ok()) errors[r] = "restart: " + s.ToString();
         Status again = e.StartTimeline(base + ".third.json");
         if (again.code() != Code::kFailedPrecondition) errors[r] = "second start: " + again.ToString();
         std::vector<float> after(3000, 2.0f);
         auto h2 = Allreduce(e, "after", &after, ReduceOp::kSum);
-        if (h2.ok()) {
-          e.handles().Wait(h2.value(), std::chrono::seconds(30));
-          e.handles().Release(h2.value());
-        }
+        if (!h2.ok() && errors[r].empty()) errors[r] = "enqueue after: " + h2.status().ToString();
+        if (h2.ok()) finish(h2.value(), "after");
       }
-      e.Shutdown();
+      Status down = e.Shutdown();
+      if (!down.ok() && errors[r].empty()) errors[r] = "shutdown: " + down.ToString();
     });
   }
   for (auto& t : threads) t.join();

@@ -53,8 +53,12 @@ int main(int argc, char** argv) {
     if (t.on()) t.BucketDone(std::move(b));
   }
   const auto t1 = std::chrono::steady_clock::now();
-  t.Stop();
+  const hora::Status stopped = t.Stop();
   const auto t2 = std::chrono::steady_clock::now();
+  if (!stopped.ok()) {
+    std::fprintf(stderr, "%s\n", stopped.message().c_str());
+    return 1;
+  }
   const double cpu = CpuSeconds() - cpu0;
   const double us = std::chrono::duration<double, std::micro>(t1 - t0).count() / n;
   const double all = std::chrono::duration<double, std::micro>(t2 - t0).count() / n;

@@ -54,8 +54,9 @@ class HoraError(RuntimeError):
 
 
 class HoraPeerFailureError(HoraError, HorovodInternalError):
-    """Another rank or the coordinator failed, or the runtime was shut down while the
-    operation was pending. The job cannot go on; a HorovodInternalError."""
+    """Another rank or the coordinator failed, the runtime was shut down while the
+    operation was pending, or the coordinator aborted the job (a stall timeout:
+    HORA_ERR_ABORTED, "stall timeout: ..."). The job cannot go on; a HorovodInternalError."""
 
 
 class HoraMismatchError(HoraError, HorovodInternalError):
