@@ -71,7 +71,7 @@ class ServiceChild {
   // Asks the child to shut down; kills it if it has not exited within 20 s.
   void Stop() {
     if (pid_ <= 0) return;
-    Send("quit\n");
+    (void)Send("quit\n");  // a child that cannot be told is killed below
     close(to_);
     const auto deadline = Clock::now() + milliseconds(20000);
     int status = 0;
