@@ -11,6 +11,8 @@
 #include <gloo/transport/unbound_buffer.h>
 #include <gloo/types.h>
 
+#include <signal.h>
+
 #include <algorithm>
 #include <cstring>
 #include <exception>
@@ -434,10 +436,25 @@ Status ValidateConfig(const GlooConfig& c) {
   return Status::Ok();
 }
 
+// Gloo writes to its sockets with writev, which raises SIGPIPE once a peer has closed its end
+// (a rank died or left); the signal's default action would kill this process instead of
+// letting the write fail with the error Hora reports. Ignored once, unless the program has a
+// handler of its own. (CPython ignores SIGPIPE itself; C and C++ programs do not.)
+void IgnoreSigpipe() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    struct sigaction current {};
+    if (sigaction(SIGPIPE, nullptr, &current) == 0 && current.sa_handler == SIG_DFL) {
+      signal(SIGPIPE, SIG_IGN);
+    }
+  });
+}
+
 }  // namespace
 
 StatusOr<std::unique_ptr<Communicator>> CreateGlooCommunicator(const GlooConfig& config) {
   HORA_RETURN_IF_ERROR(ValidateConfig(config));
+  IgnoreSigpipe();
   std::shared_ptr<gloo::transport::Device> device;
   try {
     gloo::transport::tcp::attr attr;

@@ -1,6 +1,8 @@
 // Faults: a rank that stops or leaves must turn into an error on the others within a bounded
 // time (the communicator's timeout; the test allows HangBound of it), never a hang; the error
 // is sticky afterwards: later calls return it without waiting on the network again.
+#include <signal.h>
+
 #include <atomic>
 #include <catch2/catch.hpp>
 #include <chrono>
@@ -126,4 +128,16 @@ TEST_CASE("create rejects a bad config", "[gloo]") {
   config.store = &store;
   config.timeout = std::chrono::milliseconds(0);
   CHECK(CreateGlooCommunicator(config).status().code() == Code::kInvalidArgument);
+}
+
+TEST_CASE("a gloo communicator leaves SIGPIPE ignored: a write to a dead peer is an error, "
+          "not the death of this process", "[gloo][fault]") {
+  auto failures = RunRanks(2, [](Communicator& comm) -> std::string {
+    RANK_OK(comm.Barrier());
+    return "";
+  }, kTimeout);
+  REQUIRE(JoinFailures(failures) == "");
+  struct sigaction current {};
+  REQUIRE(sigaction(SIGPIPE, nullptr, &current) == 0);
+  CHECK(current.sa_handler == SIG_IGN);
 }
