@@ -42,6 +42,8 @@ def init(rank=None, size=None, coordinator_address=None, token=None):
     cfg.token = token.encode() if token else None
     _lib.check(lib.hora_init(ctypes.byref(cfg)), "hora_init")
     reset_names()
+    with _held_lock:  # handles of an earlier init are gone with it
+        _held.clear()
     if not _atexit_registered:
         atexit.register(_shutdown_at_exit)
         _atexit_registered = True
@@ -233,14 +235,15 @@ class Handle(object):
     """One operation in flight in the runtime. `keep` holds the buffers the runtime reads or
     writes until the handle is done. Release exactly once (release() or wait(release=True))."""
 
-    __slots__ = ("_h", "name", "_keep", "_released", "_done")
+    __slots__ = ("_h", "name", "_keep", "_released", "_done", "_hold")
 
-    def __init__(self, raw, name, keep=None):
+    def __init__(self, raw, name, keep=None, hold=None):
         self._h = raw
         self.name = name
         self._keep = keep
         self._released = False
         self._done = False
+        self._hold = hold  # (name, process set) held in _held until release
 
     @property
     def raw(self):
@@ -306,6 +309,7 @@ class Handle(object):
             return
         self._released = True
         self._keep = None
+        _unhold(self._hold)
         status = _lib.lib().hora_release(self._h)
         if status != errors.OK and status != errors.ERR_NOT_FOUND:
             raise _lib.make_error(status, "release(%s)" % self.name)
@@ -315,42 +319,72 @@ class Handle(object):
         # operation needs). Never raise from a finalizer.
         if not getattr(self, "_released", True) and _lib._lib is not None:
             try:
+                _unhold(self._hold)
                 _lib._lib.hora_release(self._h)
             except Exception:
                 pass
 
 
-def _enqueue(fn_name, name, *args, keep=None):
+# A collective's name stays taken on this rank from its enqueue until its handle is released
+# (synchronize() releases it), not only until the runtime completes it: as in Horovod, where
+# the background thread's cycle keeps a name busy long enough that a second submission of it
+# right after the first always fails. Without this the second one would fail or not depending
+# on whether the first had already finished.
+_held = set()
+_held_lock = threading.Lock()
+
+
+def _unhold(key):
+    if key is not None:
+        with _held_lock:
+            _held.discard(key)
+
+
+def _enqueue(fn_name, name, *args, keep=None, hold=None):
+    if hold is not None:
+        with _held_lock:
+            if hold in _held:
+                code = errors.ERR_ALREADY_EXISTS
+                raise errors.error_class(code)(
+                    code, "an operation named '%s' is already in flight on this rank; wait for "
+                    "it before enqueueing the name again" % hold[0])
+            _held.add(hold)
     raw = _lib.c_handle()
     lib = _lib.lib()
-    status = getattr(lib, fn_name)(*args, ctypes.byref(raw))
+    try:
+        status = getattr(lib, fn_name)(*args, ctypes.byref(raw))
+    except BaseException:
+        _unhold(hold)
+        raise
     if status != errors.OK:
+        _unhold(hold)
         raise _lib.make_error(status, "%s(%s)" % (fn_name, name) if name else fn_name)
-    return Handle(raw.value, name or fn_name, keep)
+    return Handle(raw.value, name or fn_name, keep, hold)
 
 
 def allreduce_async(name, tensor, out_ptr, op, prescale=1.0, postscale=1.0, keep=None,
                     process_set=0):
     return _enqueue("hora_allreduce_async", name, _encode_name(name), ctypes.byref(tensor),
                     out_ptr or None, int(op), float(prescale), float(postscale),
-                    int(process_set), keep=(tensor, keep))
+                    int(process_set), keep=(tensor, keep), hold=(name, int(process_set)))
 
 
 def broadcast_async(name, tensor, root, keep=None, process_set=0):
     return _enqueue("hora_broadcast_async", name, _encode_name(name), ctypes.byref(tensor),
-                    int(root), int(process_set), keep=(tensor, keep))
+                    int(root), int(process_set), keep=(tensor, keep),
+                    hold=(name, int(process_set)))
 
 
 def allgather_async(name, tensor, keep=None, process_set=0):
     return _enqueue("hora_allgather_async", name, _encode_name(name), ctypes.byref(tensor),
-                    int(process_set), keep=(tensor, keep))
+                    int(process_set), keep=(tensor, keep), hold=(name, int(process_set)))
 
 
 def reducescatter_async(name, tensor, op, prescale=1.0, postscale=1.0, keep=None,
                         process_set=0):
     return _enqueue("hora_reducescatter_async", name, _encode_name(name), ctypes.byref(tensor),
                     int(op), float(prescale), float(postscale), int(process_set),
-                    keep=(tensor, keep))
+                    keep=(tensor, keep), hold=(name, int(process_set)))
 
 
 def alltoall_async(name, tensor, splits=None, keep=None, process_set=0):
@@ -360,7 +394,8 @@ def alltoall_async(name, tensor, splits=None, keep=None, process_set=0):
         n = len(splits)
         arr = (ctypes.c_int64 * max(n, 1))(*[int(s) for s in splits])
     return _enqueue("hora_alltoall_async", name, _encode_name(name), ctypes.byref(tensor),
-                    arr, n, int(process_set), keep=(tensor, arr, keep))
+                    arr, n, int(process_set), keep=(tensor, arr, keep),
+                    hold=(name, int(process_set)))
 
 
 def barrier_async(process_set=0):

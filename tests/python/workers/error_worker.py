@@ -2,6 +2,7 @@
 message, and the job goes on."""
 
 import sys
+import time
 
 import torch
 
@@ -108,6 +109,21 @@ def duplicate_name_in_flight():
         hvd.barrier()
         h = hvd.allreduce_async(torch.ones(2), name="dup")
     close(hvd.synchronize(h), torch.ones(2))
+
+
+@case
+def name_taken_until_synchronized():
+    # Done in the runtime but not synchronized yet: the name is still taken (as in Horovod's
+    # test_horovod_broadcast_duplicate_name_error, where the second rank's first broadcast
+    # completes at once); after synchronize it is free again.
+    h = hvd.allreduce_async(torch.ones(3), name="held", op=hvd.Sum)
+    while not hvd.poll(h):
+        time.sleep(0.001)
+    e = raises(hora.HoraError, hvd.allreduce_async, torch.ones(3), name="held")
+    check(e.status == 3, "ALREADY_EXISTS, got %r" % e.status)
+    close(hvd.synchronize(h), torch.full((3,), float(hvd.size())))
+    close(hvd.allreduce(torch.ones(3), name="held", op=hvd.Sum),
+          torch.full((3,), float(hvd.size())))
 
 
 def _shutdown():
