@@ -51,6 +51,10 @@ struct BackendConfig {
   std::string coordinator_host;
   std::chrono::milliseconds timeout{30000};  // bounds every wait; > 0
   int64_t max_message_bytes = kDefaultMaxMessageBytes;  // the control plane's limit (store values)
+  // The job's environment as runtime/options.cc read it (the one place that reads the process
+  // environment): a backend that needs its launcher's variables (mpi: OMPI_COMM_WORLD_*)
+  // looks them up here. Empty: no variables at all.
+  std::function<const char*(const char*)> env;
 
   int size() const { return static_cast<int>(global_ranks.size()); }
   bool SingleHost() const;

@@ -44,6 +44,12 @@ BackendConfig Engine::BackendConfigFor(int32_t id, const std::vector<int>& ranks
   c.coordinator_host = coordinator_host_;
   c.timeout = CollectiveTimeout(options_);
   c.max_message_bytes = options_.max_message_bytes;
+  if (auto environment = options_.environment) {
+    c.env = [environment](const char* name) -> const char* {
+      auto it = environment->find(name);
+      return it == environment->end() ? nullptr : it->second.c_str();
+    };
+  }
   return c;
 }
 

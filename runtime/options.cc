@@ -279,12 +279,16 @@ StatusOr<Options> ParseOptions(const EnvLookup& raw_env, const OptionOverrides& 
 StatusOr<Options> OptionsFromEnvironment(const OptionOverrides& overrides) {
   auto o = ParseOptions([](const char* name) { return std::getenv(name); }, overrides);
   if (!o.ok()) return o;
+  auto environment = std::make_shared<std::map<std::string, std::string>>();
   std::vector<std::string> names;
   for (char** e = environ; e != nullptr && *e != nullptr; ++e) {
     const char* eq = std::strchr(*e, '=');
-    if (eq != nullptr) names.emplace_back(*e, eq - *e);
+    if (eq == nullptr) continue;
+    names.emplace_back(*e, eq - *e);
+    environment->emplace(names.back(), eq + 1);
   }
   o.value().env_warnings = UnknownHoraVariables(names);
+  o.value().environment = std::move(environment);
   return o;
 }
 

@@ -6,6 +6,8 @@
 
 #include <cstdint>
 #include <functional>
+#include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -124,6 +126,9 @@ struct Options {
   // (runtime/env_aliases.h): logged at start, at info and warning level.
   std::vector<std::string> env_notes;
   std::vector<std::string> env_warnings;
+  // The process environment as OptionsFromEnvironment read it, for the backends that need
+  // their launcher's variables (BackendConfig::env); null from ParseOptions alone.
+  std::shared_ptr<const std::map<std::string, std::string>> environment;
 
   // The options that must agree on every rank, as one string the coordinator compares.
   std::string Digest() const;

@@ -13,7 +13,7 @@ namespace {
 Status CanServe(const BackendConfig& c) {
   // Only set 0 tells the job's size (every rank); any set tells this process's rank.
   const int job_size = c.process_set == kGlobalProcessSet ? c.size() : 0;
-  return CheckMpiLauncherFromEnvironment(c.global_ranks[c.rank], c.global_ranks, job_size);
+  return CheckMpiLauncher(c.env, c.global_ranks[c.rank], c.global_ranks, job_size);
 }
 
 BackendInfo MpiInfo() {
@@ -30,6 +30,7 @@ BackendInfo MpiInfo() {
     mc.store = c.store;
     mc.key_prefix = c.key_prefix;
     mc.timeout = c.timeout;
+    mc.env = c.env;
     return CreateMpiCommunicator(mc);
   };
   return info;

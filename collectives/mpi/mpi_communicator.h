@@ -37,6 +37,7 @@
 #include <vector>
 
 #include "collectives/communicator.h"
+#include "collectives/mpi/mpi_environment.h"
 #include "common/kv_store.h"
 #include "common/status.h"
 
@@ -51,6 +52,7 @@ struct MpiConfig {
   KvStore* store = nullptr;
   std::string key_prefix;  // namespaces the meeting's keys; the same on every member
   std::chrono::milliseconds timeout{30000};  // bounds every wait; > 0
+  MpiEnvLookup env;  // the job's environment (BackendConfig::env), for MPI's first init
 };
 
 // Collective over the members (each calls it with the same world_ranks, process_set and

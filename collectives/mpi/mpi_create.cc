@@ -103,7 +103,7 @@ StatusOr<MPI_Comm> CreateForGroup(const MpiConfig& c, int tag_ub) {
 }  // namespace
 
 StatusOr<std::unique_ptr<Communicator>> CreateMpiCommunicator(const MpiConfig& config) {
-  auto env = MpiEnvironment::Acquire();
+  auto env = MpiEnvironment::Acquire(config.env);
   if (!env.ok()) return env.status();
   const int world_rank = env.value().world_rank();
   const int world_size = env.value().world_size();

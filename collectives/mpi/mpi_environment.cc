@@ -81,9 +81,9 @@ void FinalizeAtExit() {
 constexpr const char kIallreduceVar[] = "coll_libnbc_iallreduce_algorithm";
 constexpr int kLibnbcRing = 1;
 
-void SelectRingIallreduce() {
+void SelectRingIallreduce(const MpiEnvLookup& env) {
   const std::string env_name = std::string("OMPI_MCA_") + kIallreduceVar;
-  if (std::getenv(env_name.c_str()) != nullptr) return;
+  if (env && env(env_name.c_str()) != nullptr) return;
   int provided = 0;
   if (MPI_T_init_thread(MPI_THREAD_MULTIPLE, &provided) != MPI_SUCCESS) return;
   int index = -1, count = 0;
@@ -99,7 +99,7 @@ void SelectRingIallreduce() {
   if (!set) HORA_LOG_INFO("mpi: cannot select libnbc's ring allreduce ({} not writable)", kIallreduceVar);
 }
 
-Status InitLocked(State& st) {
+Status InitLocked(State& st, const MpiEnvLookup& env) {
   int finalized = 0;
   MPI_Finalized(&finalized);
   if (finalized) {
@@ -126,7 +126,7 @@ Status InitLocked(State& st) {
         "; Hora drives one MPI communicator per process set from its own thread and needs "
         "MPI_THREAD_MULTIPLE (use an MPI built with thread support, or another backend)");
   }
-  if (st.ours) SelectRingIallreduce();
+  if (st.ours) SelectRingIallreduce(env);
   // Errors come back as codes; MPI must not abort the job behind Hora's back.
   MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
   MPI_Comm_rank(MPI_COMM_WORLD, &st.world_rank);
@@ -141,7 +141,7 @@ Status InitLocked(State& st) {
 
 Status CheckMpiLauncher(const MpiEnvLookup& env, int global_rank,
                         const std::vector<int>& global_ranks, int job_size) {
-  const char* size_text = env(kWorldSize);
+  const char* size_text = env ? env(kWorldSize) : nullptr;
   if (size_text == nullptr) {
     return FailedPrecondition(std::string("not started by an MPI launcher: ") + kWorldSize +
                               " is not set (run the job under mpirun, or horarun --mpi)");
@@ -175,16 +175,10 @@ Status CheckMpiLauncher(const MpiEnvLookup& env, int global_rank,
   return Status::Ok();
 }
 
-Status CheckMpiLauncherFromEnvironment(int global_rank, const std::vector<int>& global_ranks,
-                                       int job_size) {
-  return CheckMpiLauncher([](const char* name) { return std::getenv(name); }, global_rank,
-                          global_ranks, job_size);
-}
-
-StatusOr<MpiEnvironment> MpiEnvironment::Acquire() {
+StatusOr<MpiEnvironment> MpiEnvironment::Acquire(const MpiEnvLookup& env) {
   State& st = Global();
   std::lock_guard<std::mutex> lock(st.mu);
-  if (!st.initialized) HORA_RETURN_IF_ERROR(InitLocked(st));
+  if (!st.initialized) HORA_RETURN_IF_ERROR(InitLocked(st, env));
   ++st.references;
   return MpiEnvironment();
 }

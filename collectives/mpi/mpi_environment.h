@@ -1,10 +1,10 @@
 // The process's one MPI library state: whether this process runs under an MPI launcher,
 // MPI's initialization (once per process, on first use), and its end.
 //
-// Launcher. Open MPI's mpirun gives every rank OMPI_COMM_WORLD_SIZE / _RANK. These are the
-// launcher's variables, not Hora options (runtime/options.h reads Hora's own); this file is
-// the one place the MPI backend reads the environment, through an injected lookup so tests
-// can feed it tables (and, at init, whether the user chose libnbc's allreduce algorithm).
+// Launcher. Open MPI's mpirun gives every rank OMPI_COMM_WORLD_SIZE / _RANK. The backend never
+// reads the process environment itself: runtime/options.cc does, and the lookup reaches it
+// in BackendConfig::env (tests feed it tables); so do the checks of whether the user chose
+// libnbc's allreduce algorithm.
 //
 // Tuning. Unless OMPI_MCA_coll_libnbc_iallreduce_algorithm is set, the first Acquire selects
 // libnbc's ring for MPI_Iallreduce through the MPI tool interface (MPI_T_cvar_write), for
@@ -48,9 +48,6 @@ using MpiEnvLookup = std::function<const char*(const char*)>;
 // naming the variables ("not started by an MPI launcher: OMPI_COMM_WORLD_SIZE is not set").
 Status CheckMpiLauncher(const MpiEnvLookup& env, int global_rank,
                         const std::vector<int>& global_ranks, int job_size);
-// CheckMpiLauncher over the process environment.
-Status CheckMpiLauncherFromEnvironment(int global_rank, const std::vector<int>& global_ranks,
-                                       int job_size);
 
 // A reference on the initialized MPI library. Movable, not copyable.
 class MpiEnvironment {
@@ -58,7 +55,8 @@ class MpiEnvironment {
   // Initializes MPI on the first call in this process (see above). Errors:
   // FAILED_PRECONDITION (the thread level is too low, or MPI was already finalized),
   // INTERNAL (MPI_Init_thread failed, with MPI's error string).
-  static StatusOr<MpiEnvironment> Acquire();
+  // `env` (as in CheckMpiLauncher) tells whether the user chose libnbc's algorithm.
+  static StatusOr<MpiEnvironment> Acquire(const MpiEnvLookup& env);
 
   MpiEnvironment(MpiEnvironment&& o) noexcept : held_(o.held_) { o.held_ = false; }
   MpiEnvironment& operator=(MpiEnvironment&& o) noexcept;

@@ -51,6 +51,7 @@ BackendConfig ConfigOf(int process_set, const std::vector<int>& members,
   c.store = g_store;
   c.key_prefix = "set/" + std::to_string(process_set) + "/cpu/";
   c.timeout = timeout;
+  c.env = [](const char* name) { return std::getenv(name); };  // mpirun's variables
   return c;
 }
 
