@@ -19,84 +19,23 @@
 #include "coordinator/planner.h"
 
 #include <algorithm>
-#include <cstring>
 #include <set>
 #include <tuple>
 #include <unordered_map>
 #include <utility>
 
 #include "common/logging.h"
+#include "coordinator/planner_bucket_key.h"
 #include "coordinator/planner_check.h"
 
 namespace hora {
 namespace {
 
+using planner_internal::BucketKey;
+using planner_internal::BucketOf;
 using planner_internal::CompleteName;
-
-bool Fusable(CollectiveType c) {
-  return c == CollectiveType::kAllreduce || c == CollectiveType::kBroadcast;
-}
-
-uint64_t Bits(double v) {
-  uint64_t b;
-  std::memcpy(&b, &v, sizeof(b));
-  return b;
-}
-
-// What tensors in one bucket share. Fields that do not apply to a collective are normalized
-// (op kSum, root 0, scales 1.0) so they never split groups.
-struct BucketKey {
-  CollectiveType collective = CollectiveType::kAllreduce;
-  DataType dtype = DataType::kFloat32;
-  ReduceOp op = ReduceOp::kSum;
-  int root = 0;
-  double prescale = 1.0;
-  double postscale = 1.0;
-  Device device = Device::kCpu;
-  int joined = 0;  // ranks joined when the tensor became complete; last so that keys
-                   // differing only in it are adjacent in a map
-
-  auto Tie() const {
-    return std::make_tuple(collective, dtype, op, root, Bits(prescale), Bits(postscale), device,
-                           joined);
-  }
-  bool operator<(const BucketKey& o) const { return Tie() < o.Tie(); }
-  bool SameFusion(const BucketKey& o) const {
-    BucketKey a = *this, b = o;
-    a.joined = b.joined = 0;
-    return !(a < b) && !(b < a);
-  }
-};
-
-BucketKey KeyOf(const TensorSpec& s, int joined) {
-  BucketKey k;
-  k.collective = s.collective;
-  k.dtype = s.dtype;
-  k.device = s.device;
-  k.joined = joined;
-  const bool reduces =
-      s.collective == CollectiveType::kAllreduce || s.collective == CollectiveType::kReducescatter;
-  if (reduces) {
-    k.op = s.op;
-    k.prescale = s.prescale;
-    k.postscale = s.postscale;
-  }
-  if (s.collective == CollectiveType::kBroadcast) k.root = s.root;
-  return k;
-}
-
-PlannedBucket BucketOf(const BucketKey& k) {
-  PlannedBucket b;
-  b.collective = k.collective;
-  b.dtype = k.dtype;
-  b.op = k.op;
-  b.root = k.root;
-  b.prescale = k.prescale;
-  b.postscale = k.postscale;
-  b.device = k.device;
-  b.joined_ranks = k.joined;
-  return b;
-}
+using planner_internal::Fusable;
+using planner_internal::KeyOf;
 
 // A complete, valid tensor waiting to go out.
 struct Ready {
