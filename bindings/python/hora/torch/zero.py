@@ -36,27 +36,11 @@ import torch
 
 from .. import core
 from .mpi_ops import Average, Sum, _set_id, _set_size, global_process_set, synchronize, allreduce
-from .collective_ops import allgather, allgather_async, reducescatter_async
+from .collective_ops import allgather, reducescatter_async
+from .zero_gather import _GatherInto, _PreBackward, _replace_tensors, _tensors_in
 
 _instances = itertools.count()
 _FREE, _GATHERING, _FULL = 0, 1, 2
-
-
-class _GatherInto(object):
-    """An allgather of `src` (1-D, the same size on every member) whose result wait() copies
-    into `dst` (N * src.numel() elements). Only public collectives: the result passes
-    through one temporary the size of dst."""
-
-    def __init__(self, src, dst, name, process_set):
-        self.dst = dst
-        self.handle = allgather_async(src.detach().contiguous(), name=name,
-                                      process_set=process_set)
-
-    def wait(self):
-        got = synchronize(self.handle)
-        with torch.no_grad():
-            self.dst.copy_(got.reshape(-1))
-        return self.dst
 
 
 class _Unit(object):
@@ -98,41 +82,6 @@ class _Unit(object):
             parts.append(torch.zeros(self.padded - self.numel, dtype=self.flat.dtype))
         flat = torch.cat(parts)
         return flat if dtype is None else flat.to(dtype)
-
-
-class _PreBackward(torch.autograd.Function):
-    """Identity on a stage-3 unit's outputs; its backward gathers the unit again."""
-
-    @staticmethod
-    def forward(ctx, zero, unit_index, *tensors):
-        ctx.zero, ctx.unit_index = zero, unit_index
-        out = tuple(t.view_as(t) for t in tensors)
-        return out if len(out) != 1 else out[0]
-
-    @staticmethod
-    def backward(ctx, *grads):
-        ctx.zero._pre_backward(ctx.unit_index)
-        return (None, None) + grads
-
-
-def _tensors_in(obj):
-    if torch.is_tensor(obj):
-        return [obj]
-    if isinstance(obj, (list, tuple)):
-        return [t for o in obj for t in _tensors_in(o)]
-    if isinstance(obj, dict):
-        return [t for o in obj.values() for t in _tensors_in(o)]
-    return []
-
-
-def _replace_tensors(obj, it):
-    if torch.is_tensor(obj):
-        return next(it)
-    if isinstance(obj, (list, tuple)):
-        return type(obj)(_replace_tensors(o, it) for o in obj)
-    if isinstance(obj, dict):
-        return {k: _replace_tensors(v, it) for k, v in obj.items()}
-    return obj
 
 
 class ZeroOptimizer(torch.optim.Optimizer):

@@ -23,7 +23,7 @@ def shard_state(zero):
 def gathered_state(zero, root):
     """Collective over the set: every chunk's state gathered back per parameter; returned on
     global rank `root` (None elsewhere; root=None: on every member)."""
-    from .zero import _GatherInto
+    from .zero_gather import _GatherInto
     inner = zero.optimizer.state_dict()
     keys = _state_keys(zero, inner)
     index_of = _unit_to_inner(zero)

@@ -1,0 +1,60 @@
+"""ZeroOptimizer's gathering pieces (zero.py): an allgather of a unit's chunks into its flat
+buffer, and, for stage 3, the identity Function whose backward gathers a unit again plus the
+walk over a module's outputs that finds and re-inserts their tensors."""
+
+import torch
+
+from .mpi_ops import synchronize
+from .collective_ops import allgather_async
+
+
+class _GatherInto(object):
+    """An allgather of `src` (1-D, the same size on every member) whose result wait() copies
+    into `dst` (N * src.numel() elements). Only public collectives: the result passes
+    through one temporary the size of dst."""
+
+    def __init__(self, src, dst, name, process_set):
+        self.dst = dst
+        self.handle = allgather_async(src.detach().contiguous(), name=name,
+                                      process_set=process_set)
+
+    def wait(self):
+        got = synchronize(self.handle)
+        with torch.no_grad():
+            self.dst.copy_(got.reshape(-1))
+        return self.dst
+
+
+class _PreBackward(torch.autograd.Function):
+    """Identity on a stage-3 unit's outputs; its backward gathers the unit again."""
+
+    @staticmethod
+    def forward(ctx, zero, unit_index, *tensors):
+        ctx.zero, ctx.unit_index = zero, unit_index
+        out = tuple(t.view_as(t) for t in tensors)
+        return out if len(out) != 1 else out[0]
+
+    @staticmethod
+    def backward(ctx, *grads):
+        ctx.zero._pre_backward(ctx.unit_index)
+        return (None, None) + grads
+
+
+def _tensors_in(obj):
+    if torch.is_tensor(obj):
+        return [obj]
+    if isinstance(obj, (list, tuple)):
+        return [t for o in obj for t in _tensors_in(o)]
+    if isinstance(obj, dict):
+        return [t for o in obj.values() for t in _tensors_in(o)]
+    return []
+
+
+def _replace_tensors(obj, it):
+    if torch.is_tensor(obj):
+        return next(it)
+    if isinstance(obj, (list, tuple)):
+        return type(obj)(_replace_tensors(o, it) for o in obj)
+    if isinstance(obj, dict):
+        return {k: _replace_tensors(v, it) for k, v in obj.items()}
+    return obj
