@@ -17,9 +17,8 @@ import contextlib
 
 import torch
 
-from .. import core
 from . import collective_ops, mpi_ops
-from .process_sets import _set_size
+from .process_sets import _set_rank, _set_ranks, _set_size
 
 # Tags of Adasum's transfers, one per tree level; apart from what scripts use (small tags).
 _TAG_BASE = 1 << 24
@@ -34,12 +33,6 @@ def _combine(a, b):
     return acoeff * a + bcoeff * b
 
 
-def _set_rank_and_ranks(set_id):
-    if set_id == 0:
-        return core.rank(), list(range(core.size()))
-    return core.process_set_rank(set_id), core.process_set_ranks(set_id)
-
-
 def adasum(tensor, set_id=0):
     """The Adasum of every member's `tensor` (a new tensor, same dtype and shape)."""
     n = _set_size(set_id)
@@ -50,7 +43,7 @@ def adasum(tensor, set_id=0):
                                "set, got %d" % n)
     if not tensor.is_floating_point():
         raise mpi_ops._invalid("op=Adasum needs a floating-point tensor, got %s" % tensor.dtype)
-    me, ranks = _set_rank_and_ranks(set_id)
+    me, ranks = _set_rank(set_id), _set_ranks(set_id)
     mine = tensor.detach().reshape(-1).to(torch.float64).clone()
     level = 0
     while (1 << level) < n:

@@ -5,6 +5,7 @@ import torch
 from .. import core
 from . import profiling as _profiling
 from .compression import Compression
+from .process_sets import _set_rank
 from .refusal import refusing
 from .mpi_ops import (Average, Sum, _check_devices, _check_input, _contig, _describe,
                       _gathered, _invalid, _register, _resolve_op, _set_id, _set_root,
@@ -61,7 +62,7 @@ def _rows_of_this_rank(grad, dim, set_id):
     (the offset is the sum of the first dimensions of the ranks before this one)."""
     dims = synchronize(allgather_async(torch.tensor([dim], dtype=torch.int64),
                                        process_set=set_id))
-    r = core.rank() if set_id == 0 else core.process_set_rank(set_id)
+    r = _set_rank(set_id)
     offset = int(dims[:r].sum().item())
     return grad.narrow(0, offset, dim)
 

@@ -129,3 +129,13 @@ def _set_root(set_id, root_rank):
 
 def _set_size(set_id):
     return core.size() if set_id == 0 else core.process_set_size(set_id)
+
+
+def _set_rank(set_id):
+    """This process's rank within the set (-1 outside it)."""
+    return core.rank() if set_id == 0 else core.process_set_rank(set_id)
+
+
+def _set_ranks(set_id):
+    """The set's members' global ranks, in set-rank order."""
+    return list(range(core.size())) if set_id == 0 else core.process_set_ranks(set_id)

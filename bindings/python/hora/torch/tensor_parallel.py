@@ -31,6 +31,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from .. import core
+from .process_sets import _set_rank
 from .mpi_ops import (Sum, ProcessSet, _set_id, _set_size, add_process_set,
                       global_process_set, synchronize, allreduce_async)
 from .collective_ops import allgather_async
@@ -43,7 +44,7 @@ __all__ = ["ColumnParallelLinear", "RowParallelLinear", "VocabParallelEmbedding"
 def _members(process_set):
     set_id = _set_id(process_set)
     n = _set_size(set_id)
-    r = core.rank() if set_id == 0 else core.process_set_rank(set_id)
+    r = _set_rank(set_id)
     if r < 0:
         raise ValueError("rank %d is not a member of %s" % (core.rank(), process_set))
     return n, r
