@@ -13,6 +13,10 @@ cc_library(name = "cuda_headers", hdrs = glob(["include/**"]), includes = ["incl
 cc_library(name = "cuda_runtime", deps = [":cuda_headers"],
            linkopts = ["-L{p}/lib64", "-Wl,-rpath,{p}/lib64", "-lcudart"])
 cc_library(name = "nccl", deps = [":cuda_runtime"], linkopts = ["-L{p}/lib64", "-lnccl"])
+# The CUDA runtime linked statically: libhora.so then needs only the driver (libcuda.so.1,
+# loaded by the runtime on first use), so it loads on machines without CUDA or a GPU.
+cc_library(name = "cudart_static", deps = [":cuda_headers"],
+           linkopts = ["{p}/lib64/libcudart_static.a", "-ldl", "-lrt", "-lpthread"])
 """.format(p = cuda_path))
     else:
         ctx.file("BUILD", """
@@ -20,6 +24,7 @@ package(default_visibility = ["//visibility:public"])
 cc_library(name = "cuda_headers")
 cc_library(name = "cuda_runtime")
 cc_library(name = "nccl")
+cc_library(name = "cudart_static")
 """)
     ctx.file("defs.bzl", """
 CUDA_ENABLED = {enabled}
