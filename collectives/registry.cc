@@ -97,6 +97,16 @@ std::vector<std::string> BuiltBackends() {
 
 bool IsBackendBuilt(const std::string& name) { return Find(name) != nullptr; }
 
+int BackendLibraryVersion(const std::string& name, std::string* detail) {
+  const BackendInfo* b = Find(name);
+  if (b == nullptr || !b->library) {
+    *detail = b == nullptr ? "backend '" + name + "' is not built into this libhora"
+                           : "backend '" + name + "' loads no library";
+    return -1;
+  }
+  return b->library(detail);
+}
+
 std::string BuiltBackendsString() {
   std::string s;
   for (const std::string& n : BuiltBackends()) s += (s.empty() ? "" : ", ") + n;

@@ -8,6 +8,7 @@
 #include <string>
 
 #include "bindings/c/api_util.h"
+#include "collectives/device.h"
 #include "collectives/registry.h"
 #include "runtime/engine.h"
 #include "runtime/options.h"
@@ -385,7 +386,30 @@ const char* hora_version(void) { return "0.1.0"; }
 
 int hora_built(const char* backend) {
   if (backend == nullptr) return 0;
+  if (std::string(backend) == "cuda") {
+    return hora::DeviceRuntimeFor(hora::Device::kCuda) != nullptr ? 1 : 0;
+  }
   return hora::IsBackendBuilt(backend) ? 1 : 0;
+}
+
+int hora_nccl_version(const char** detail) {
+  static std::mutex mu;
+  static std::string text;
+  std::lock_guard<std::mutex> lock(mu);
+  std::string d;
+  const int v = hora::BackendLibraryVersion("nccl", &d);
+  text = d;
+  if (detail != nullptr) *detail = text.c_str();
+  return v > 0 ? v : 0;
+}
+
+const char* hora_cuda_info(void) {
+  static std::mutex mu;
+  static std::string text;
+  std::lock_guard<std::mutex> lock(mu);
+  const hora::DeviceRuntime* cuda = hora::DeviceRuntimeFor(hora::Device::kCuda);
+  text = cuda != nullptr ? cuda->Describe() : "";
+  return text.c_str();
 }
 
 const char* hora_built_backends(void) {

@@ -281,6 +281,16 @@ HORA_API const char* hora_version(void);
 HORA_API int hora_built(const char* backend);
 /* The backends compiled in, comma-separated and sorted ("gloo,loopback"); static storage. */
 HORA_API const char* hora_built_backends(void);
+/* NCCL as this process loads it at run time ($HORA_NCCL_LIBRARY, else libnccl.so.2 on the
+ * loader's path, else /usr/local/cuda/lib64; docs/gpu.md): its version code (22809 for
+ * 2.28.9, what Horovod's nccl_built() returns), or 0 when this build has no NCCL backend or
+ * the library cannot be loaded. *detail (may be NULL) receives the file it was loaded from,
+ * or why not; static storage. Loads NCCL on the first call; needs no hora_init. */
+HORA_API int hora_nccl_version(const char** detail);
+/* One line on CUDA: the runtime's version, the driver's, and the device count or the error
+ * cudaGetDeviceCount gave ("" when this build has no CUDA support); static storage until the
+ * next call. hora_built("cuda") is 1 when this build has CUDA support. */
+HORA_API const char* hora_cuda_info(void);
 
 #ifdef __cplusplus
 }

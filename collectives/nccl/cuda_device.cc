@@ -1,0 +1,129 @@
+#include "collectives/nccl/cuda_device.h"
+
+#include "collectives/nccl/nccl_state.h"
+
+namespace hora {
+namespace {
+
+class CudaRuntimeImpl : public DeviceRuntime {
+ public:
+  Status Probe(int index) const override {
+    int n = 0;
+    const cudaError_t e = cudaGetDeviceCount(&n);
+    if (e != cudaSuccess) {
+      cudaGetLastError();
+      return FailedPrecondition(std::string("this process has no usable CUDA device: "
+                                            "cudaGetDeviceCount says ") +
+                                cudaGetErrorName(e) + ": " + cudaGetErrorString(e));
+    }
+    if (index < 0 || index >= n) {
+      return InvalidArgument("CUDA device " + std::to_string(index) + " does not exist: " +
+                             "cudaGetDeviceCount says " + std::to_string(n));
+    }
+    return Status::Ok();
+  }
+
+  std::string Describe() const override {
+    int runtime = 0, driver = 0, n = 0;
+    cudaRuntimeGetVersion(&runtime);
+    std::string s = "CUDA runtime " + std::to_string(runtime / 1000) + "." +
+                    std::to_string(runtime % 1000 / 10) + " (static)";
+    if (cudaDriverGetVersion(&driver) == cudaSuccess && driver > 0) {
+      s += ", driver " + std::to_string(driver / 1000) + "." + std::to_string(driver % 1000 / 10);
+    } else {
+      s += ", no driver";
+    }
+    const cudaError_t e = cudaGetDeviceCount(&n);
+    if (e != cudaSuccess) {
+      cudaGetLastError();
+      s += std::string(", no usable device (cudaGetDeviceCount: ") + cudaGetErrorName(e) + ": " +
+           cudaGetErrorString(e) + ")";
+    } else {
+      s += ", " + std::to_string(n) + " device" + (n == 1 ? "" : "s");
+    }
+    return s;
+  }
+
+  StatusOr<std::shared_ptr<DeviceEvent>> RecordEvent(int index, void* stream) const override {
+    HORA_RETURN_IF_ERROR(UseDevice(index));
+    cudaEvent_t e = nullptr;
+    cudaError_t r = cudaEventCreateWithFlags(&e, cudaEventDisableTiming);
+    if (r != cudaSuccess) return CudaError(r, "cudaEventCreateWithFlags");
+    auto event = std::make_shared<CudaEvent>(e);
+    r = cudaEventRecord(e, static_cast<cudaStream_t>(stream));
+    if (r != cudaSuccess) return CudaError(r, "cudaEventRecord on the framework's stream");
+    return std::shared_ptr<DeviceEvent>(std::move(event));
+  }
+
+  Status Copy(int index, void* dst, const void* src, size_t bytes) const override {
+    if (bytes == 0) return Status::Ok();
+    HORA_RETURN_IF_ERROR(UseDevice(index));
+    const cudaError_t r = cudaMemcpy(dst, src, bytes, cudaMemcpyDefault);
+    if (r != cudaSuccess) return CudaError(r, "cudaMemcpy of a result");
+    return Status::Ok();
+  }
+};
+
+}  // namespace
+
+const DeviceRuntime* CudaRuntime() {
+  static const CudaRuntimeImpl* runtime = new CudaRuntimeImpl();
+  return runtime;
+}
+
+CudaEvent::~CudaEvent() {
+  if (event_ != nullptr) cudaEventDestroy(event_);
+}
+
+StatusOr<void*> CudaDeviceOps::Allocate(size_t bytes) {
+  HORA_RETURN_IF_ERROR(UseDevice(device_));
+  void* p = nullptr;
+  const cudaError_t r = cudaMalloc(&p, bytes == 0 ? 1 : bytes);
+  if (r != cudaSuccess) {
+    cudaGetLastError();
+    return CudaError(r, "cudaMalloc of " + std::to_string(bytes) + " bytes on device " +
+                            std::to_string(device_));
+  }
+  return p;
+}
+
+void CudaDeviceOps::Free(void* ptr) {
+  if (ptr != nullptr && UseDevice(device_).ok()) cudaFree(ptr);
+}
+
+Status CudaDeviceOps::WaitEvent(const DeviceEvent& event) {
+  const auto* e = dynamic_cast<const CudaEvent*>(&event);
+  if (e == nullptr) return Internal("a device event that is not a CUDA event");
+  const cudaError_t r = cudaStreamWaitEvent(stream_, e->event(), 0);
+  if (r != cudaSuccess) return CudaError(r, "cudaStreamWaitEvent");
+  return Status::Ok();
+}
+
+Status CudaDeviceOps::ScaleCopy(const std::vector<DeviceCopySpan>& spans, DataType dtype,
+                                double scale) {
+  if (scale != 1.0 && dtype != DataType::kBool) {
+    // The batched scaling kernels (collectives/cuda/batch_copy.h) are not linked into this
+    // build yet: refuse rather than copy unscaled.
+    return FailedPrecondition(std::string("scaling ") + DataTypeName(dtype) +
+                         " on a CUDA device needs the fusion kernels "
+                         "(//collectives/cuda:batch_copy), which this build lacks");
+  }
+  HORA_RETURN_IF_ERROR(UseDevice(device_));
+  const size_t esize = DataTypeSize(dtype);
+  for (const DeviceCopySpan& s : spans) {
+    if (s.count == 0 || s.src == s.dst) continue;
+    const cudaError_t r =
+        cudaMemcpyAsync(s.dst, s.src, s.count * esize, cudaMemcpyDeviceToDevice, stream_);
+    if (r != cudaSuccess) return CudaError(r, "cudaMemcpyAsync");
+  }
+  return Status::Ok();
+}
+
+Status CudaDeviceOps::Zero(void* dst, size_t bytes) {
+  if (bytes == 0) return Status::Ok();
+  const cudaError_t r = cudaMemsetAsync(dst, 0, bytes, stream_);
+  if (r != cudaSuccess) return CudaError(r, "cudaMemsetAsync");
+  return Status::Ok();
+}
+
+}  // namespace hora
