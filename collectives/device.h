@@ -54,6 +54,10 @@ class DeviceRuntime {
   // Synchronous copy of `bytes` between any two of host and device memory (a result into the
   // framework's tensor).
   virtual Status Copy(int index, void* dst, const void* src, size_t bytes) const = 0;
+  // Device memory of device `index` (results the runtime holds until their handle is
+  // released, which may be after the communicator is gone). Free: any thread.
+  virtual StatusOr<void*> Allocate(int index, size_t bytes) const = 0;
+  virtual void Free(int index, void* ptr) const = 0;
 };
 
 class DeviceOps {

@@ -302,6 +302,16 @@ hora_status_t hora_result_copy(hora_handle_t handle, void* dst, size_t dst_bytes
   auto e = ForHandles(&st);
   if (!e) return st;
   return Report(e->handles().WithResult(handle, [&](const hora::OpResult& r) {
+    if (r.device_data) {
+      // A device result: dst is the framework's tensor (device or host memory).
+      if (dst_bytes != r.device_bytes) {
+        return hora::InvalidArgument("the result has " + std::to_string(r.device_bytes) +
+                                     " bytes; the destination has " + std::to_string(dst_bytes));
+      }
+      if (r.device_bytes > 0 && dst == nullptr) return hora::InvalidArgument("destination is NULL");
+      return hora::DeviceRuntimeFor(hora::Device::kCuda)
+          ->Copy(r.device_index, dst, r.device_data.get(), r.device_bytes);
+    }
     if (dst_bytes != r.data.size()) {
       return hora::InvalidArgument("the result has " + std::to_string(r.data.size()) +
                                    " bytes; the destination has " + std::to_string(dst_bytes));

@@ -240,7 +240,10 @@ HORA_API hora_status_t hora_wait(hora_handle_t handle, double timeout_seconds);
  * runtime keeps what it needs); its outcome is then discarded. */
 HORA_API hora_status_t hora_release(hora_handle_t handle);
 
-/* Result of a finished allgather / alltoall / reducescatter. */
+/* Result of a finished allgather / alltoall / reducescatter. For a CUDA input the result is
+ * held in device memory of the input's device: allocate the output there (two phases: the
+ * shape, then the copy) and hora_result_copy copies device to device (cudaMemcpy, finished
+ * when it returns; dst may also be host memory). */
 HORA_API hora_status_t hora_result_shape(hora_handle_t handle, int64_t* shape, int32_t max_ndim,
                                          int32_t* ndim);
 HORA_API hora_status_t hora_result_copy(hora_handle_t handle, void* dst, size_t dst_bytes);

@@ -62,6 +62,24 @@ class CudaRuntimeImpl : public DeviceRuntime {
     if (r != cudaSuccess) return CudaError(r, "cudaMemcpy of a result");
     return Status::Ok();
   }
+
+  StatusOr<void*> Allocate(int index, size_t bytes) const override {
+    HORA_RETURN_IF_ERROR(UseDevice(index));
+    void* p = nullptr;
+    const cudaError_t r = cudaMalloc(&p, bytes == 0 ? 1 : bytes);
+    if (r != cudaSuccess) {
+      cudaGetLastError();
+      return CudaError(r, "cudaMalloc of " + std::to_string(bytes) + " bytes on CUDA device " +
+                              std::to_string(index));
+    }
+    return p;
+  }
+
+  void Free(int index, void* ptr) const override {
+    // cudaFree waits for the device's work; a failure (the process is exiting) leaks nothing
+    // that outlives the process.
+    if (ptr != nullptr && UseDevice(index).ok()) cudaFree(ptr);
+  }
 };
 
 }  // namespace
@@ -76,20 +94,10 @@ CudaEvent::~CudaEvent() {
 }
 
 StatusOr<void*> CudaDeviceOps::Allocate(size_t bytes) {
-  HORA_RETURN_IF_ERROR(UseDevice(device_));
-  void* p = nullptr;
-  const cudaError_t r = cudaMalloc(&p, bytes == 0 ? 1 : bytes);
-  if (r != cudaSuccess) {
-    cudaGetLastError();
-    return CudaError(r, "cudaMalloc of " + std::to_string(bytes) + " bytes on device " +
-                            std::to_string(device_));
-  }
-  return p;
+  return CudaRuntime()->Allocate(device_, bytes);
 }
 
-void CudaDeviceOps::Free(void* ptr) {
-  if (ptr != nullptr && UseDevice(device_).ok()) cudaFree(ptr);
-}
+void CudaDeviceOps::Free(void* ptr) { CudaRuntime()->Free(device_, ptr); }
 
 Status CudaDeviceOps::WaitEvent(const DeviceEvent& event) {
   const auto* e = dynamic_cast<const CudaEvent*>(&event);
