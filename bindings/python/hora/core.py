@@ -111,6 +111,21 @@ def built(backend):
     return bool(_lib.lib().hora_built(backend.encode()))
 
 
+def nccl_version():
+    """(code, detail): NCCL's version code as libhora loads it (22809 for 2.28.9; 0 when this
+    build has no NCCL backend or the library cannot be loaded) and the file it came from, or
+    why it could not be loaded."""
+    detail = ctypes.c_char_p()
+    code = _lib.lib().hora_nccl_version(ctypes.byref(detail))
+    return int(code), _lib._decode(detail.value) if detail.value is not None else ""
+
+
+def cuda_info():
+    """One line on CUDA: runtime and driver versions, device count or cudaGetDeviceCount's
+    error; "" when this build has no CUDA support."""
+    return _lib._decode(_lib.lib().hora_cuda_info())
+
+
 def built_backends():
     """The data-plane backends compiled into libhora.so, sorted: ["gloo", "loopback", ...]."""
     text = _lib._decode(_lib.lib().hora_built_backends())

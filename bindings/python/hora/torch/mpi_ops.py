@@ -385,8 +385,8 @@ _profiling.wrap(globals(), ["synchronize", "allreduce", "allreduce_", "allreduce
 # (imported last: these modules import the helpers above)
 from .basics import (init, shutdown, is_initialized, rank, size, local_rank,  # noqa: E402
                      local_size, cross_rank, cross_size, is_homogeneous, mpi_built,
-                     gloo_built, nccl_built, cuda_built, rocm_built, ddl_built, ccl_built,
-                     mpi_enabled, gloo_enabled, mpi_threads_supported, start_timeline,
+                     gloo_built, nccl_built, cuda_built, gpu_available, rocm_built,
+                     ddl_built, ccl_built, mpi_enabled, gloo_enabled, mpi_threads_supported, start_timeline,
                      stop_timeline, autotune_state)
 from .collective_ops import (allgather, allgather_async, grouped_allgather,  # noqa: E402
                              grouped_allgather_async, broadcast, broadcast_, broadcast_async,
@@ -398,7 +398,7 @@ from .collective_ops import (allgather, allgather_async, grouped_allgather,  # n
 __all__ = [
     "init", "shutdown", "is_initialized", "rank", "size", "local_rank", "local_size",
     "cross_rank", "cross_size", "is_homogeneous", "mpi_built", "gloo_built", "nccl_built",
-    "cuda_built", "rocm_built", "ddl_built", "ccl_built", "mpi_enabled", "gloo_enabled",
+    "cuda_built", "gpu_available", "rocm_built", "ddl_built", "ccl_built", "mpi_enabled", "gloo_enabled",
     "mpi_threads_supported", "start_timeline", "stop_timeline", "autotune_state",
     "Average", "Sum", "Min", "Max", "Product", "Adasum", "HorovodInternalError",
     "ProcessSet", "global_process_set", "add_process_set", "remove_process_set",
