@@ -99,6 +99,7 @@ class CudaBatchCopier : public BatchCopier {
 
   Status Copy(const std::vector<CopySpan>& spans, DataType dtype, double scale,
               void* stream) override {
+    HORA_RETURN_IF_ERROR(broken_);
     if (!IsValidDataType(static_cast<int32_t>(dtype))) {
       return InvalidArgument("BatchCopier::Copy: invalid dtype " +
                              std::to_string(static_cast<int32_t>(dtype)));
@@ -151,10 +152,18 @@ class CudaBatchCopier : public BatchCopier {
       if (n == 0) break;  // only empty spans were left
       HORA_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(slot.dev, slot.host, n * sizeof(DeviceSpan),
                                                 cudaMemcpyHostToDevice, st));
-      HORA_CUDA_RETURN_IF_ERROR(LaunchBatchKernel(kind, scale, slot.dev, n, chunks, st));
-      HORA_CUDA_RETURN_IF_ERROR(cudaEventRecord(slot.done, st));
+      // The table's copy is enqueued: whatever happens next, the slot is only reused after
+      // an event behind it, or never.
+      Status launched = CudaStatus(LaunchBatchKernel(kind, scale, slot.dev, n, chunks, st),
+                                   "LaunchBatchKernel");
+      Status recorded = CudaStatus(cudaEventRecord(slot.done, st), "cudaEventRecord");
+      if (!recorded.ok()) {
+        broken_ = FailedPrecondition("BatchCopier is unusable after " + recorded.ToString());
+        return recorded;
+      }
       slot.pending = true;
       next_ = (next_ + 1) % kSlots;
+      HORA_RETURN_IF_ERROR(launched);
     }
     return Status::Ok();
   }
@@ -191,6 +200,7 @@ class CudaBatchCopier : public BatchCopier {
   }
 
   const int device_;
+  Status broken_;  // set when a slot could not be fenced: no Copy runs after that
   std::array<Slot, kSlots> slots_;
   size_t next_ = 0;
 };
