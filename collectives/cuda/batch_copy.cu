@@ -1,0 +1,215 @@
+// The batched scaled-copy kernel: one block per chunk of a span (span_plan.h), the spans of a
+// launch found by binary search over the table's first_chunk.
+#include <cstdint>
+#include <cstring>
+#include <type_traits>
+
+#include "collectives/cuda/batch_copy.h"
+#include "collectives/cuda/batch_kernel.h"
+#include "collectives/cuda/scale_math.h"
+#include "collectives/cuda/span_plan.h"
+
+namespace hora {
+namespace cuda {
+namespace {
+
+struct CopyOp {
+  using Elem = unsigned char;
+};
+
+template <int W> struct VecOf;
+template <> struct VecOf<16> { using T = uint4; };
+template <> struct VecOf<8> { using T = uint2; };
+template <> struct VecOf<4> { using T = uint32_t; };
+template <> struct VecOf<2> { using T = uint16_t; };
+template <> struct VecOf<1> { using T = uint8_t; };
+
+template <typename Op>
+__device__ __forceinline__ typename Op::Elem Apply(const Op& op, typename Op::Elem x) {
+  if constexpr (std::is_same_v<Op, CopyOp>) {
+    return x;
+  } else {
+    return op(x);
+  }
+}
+
+// One element at its natural alignment.
+template <typename Op>
+__device__ __forceinline__ void OneElement(const Op& op, const unsigned char* src,
+                                           unsigned char* dst) {
+  using E = typename Op::Elem;
+  *reinterpret_cast<E*>(dst) = Apply(op, *reinterpret_cast<const E*>(src));
+}
+
+template <typename Op, int W>
+__device__ __forceinline__ typename VecOf<W>::T ApplyVec(const Op& op, typename VecOf<W>::T v) {
+  if constexpr (std::is_same_v<Op, CopyOp>) {
+    return v;
+  } else {
+    using E = typename Op::Elem;
+    constexpr int kPer = W / sizeof(E);
+    E e[kPer];
+    memcpy(e, &v, W);
+#pragma unroll
+    for (int k = 0; k < kPer; ++k) e[k] = op(e[k]);
+    memcpy(&v, e, W);
+    return v;
+  }
+}
+
+// Vectors [begin, end) of the body, kUnroll loads in flight per thread.
+template <typename Op, int W>
+__device__ __forceinline__ void Body(const Op& op, const unsigned char* src, unsigned char* dst,
+                                     uint64_t begin, uint64_t end) {
+  using V = typename VecOf<W>::T;
+  constexpr int kUnroll = 8;
+  const V* s = reinterpret_cast<const V*>(src);
+  V* d = reinterpret_cast<V*>(dst);
+  for (uint64_t base = begin + threadIdx.x; base < end;
+       base += uint64_t{kUnroll} * kThreadsPerBlock) {
+    V v[kUnroll];
+#pragma unroll
+    for (int k = 0; k < kUnroll; ++k) {
+      uint64_t i = base + static_cast<uint64_t>(k) * kThreadsPerBlock;
+      if (i < end) v[k] = s[i];  // not __ldg: src may be dst (in-place scaling)
+    }
+#pragma unroll
+    for (int k = 0; k < kUnroll; ++k) {
+      uint64_t i = base + static_cast<uint64_t>(k) * kThreadsPerBlock;
+      if (i < end) d[i] = ApplyVec<Op, W>(op, v[k]);
+    }
+  }
+}
+
+template <typename Op, int W>
+__device__ __forceinline__ void VectorChunk(const Op& op, const DeviceSpan& s, const SpanPlan& p,
+                                            uint64_t chunk) {
+  constexpr uint32_t kEsize = sizeof(typename Op::Elem);
+  if (chunk == 0 && threadIdx.x < p.head) {
+    uint64_t off = uint64_t{threadIdx.x} * kEsize;
+    OneElement(op, s.src + off, s.dst + off);
+  }
+  uint64_t body = p.head * kEsize;  // byte offset of the first vector
+  uint64_t begin = chunk * p.per_chunk;
+  uint64_t end = begin + p.per_chunk < p.units ? begin + p.per_chunk : p.units;
+  if (begin < end) Body<Op, W>(op, s.src + body, s.dst + body, begin, end);
+  if (chunk + 1 == p.chunks && threadIdx.x < p.tail) {
+    uint64_t off = body + p.units * W + uint64_t{threadIdx.x} * kEsize;
+    OneElement(op, s.src + off, s.dst + off);
+  }
+}
+
+// Elements that are not at their natural alignment: assembled from and stored as bytes.
+template <typename Op>
+__device__ __forceinline__ void ByteElementChunk(const Op& op, const DeviceSpan& s,
+                                                 const SpanPlan& p, uint64_t chunk) {
+  using E = typename Op::Elem;
+  constexpr uint32_t kEsize = sizeof(E);
+  uint64_t begin = chunk * p.per_chunk;
+  uint64_t end = begin + p.per_chunk < p.units ? begin + p.per_chunk : p.units;
+  for (uint64_t i = begin + threadIdx.x; i < end; i += kThreadsPerBlock) {
+    unsigned char b[kEsize];
+#pragma unroll
+    for (uint32_t k = 0; k < kEsize; ++k) b[k] = s.src[i * kEsize + k];
+    E x;
+    memcpy(&x, b, kEsize);
+    x = Apply(op, x);
+    memcpy(b, &x, kEsize);
+#pragma unroll
+    for (uint32_t k = 0; k < kEsize; ++k) s.dst[i * kEsize + k] = b[k];
+  }
+}
+
+template <typename Op>
+__global__ void __launch_bounds__(kThreadsPerBlock)
+    BatchKernel(const DeviceSpan* __restrict__ table, uint32_t n, Op op) {
+  // The span of this block: the last one whose first_chunk <= blockIdx.x.
+  const uint64_t block = blockIdx.x;
+  uint32_t lo = 0, hi = n - 1;
+  while (lo < hi) {
+    uint32_t mid = lo + (hi - lo + 1) / 2;
+    if (__ldg(&table[mid].first_chunk) <= block) {
+      lo = mid;
+    } else {
+      hi = mid - 1;
+    }
+  }
+  DeviceSpan s;
+  s.src = table[lo].src;
+  s.dst = table[lo].dst;
+  s.count = table[lo].count;
+  s.first_chunk = table[lo].first_chunk;
+  constexpr uint32_t kEsize = sizeof(typename Op::Elem);
+  const SpanPlan p = PlanSpan(reinterpret_cast<uintptr_t>(s.src),
+                              reinterpret_cast<uintptr_t>(s.dst), s.count, kEsize);
+  const uint64_t chunk = block - s.first_chunk;
+  switch (p.width) {
+    case 16: return VectorChunk<Op, 16>(op, s, p, chunk);
+    case 8:
+      if constexpr (kEsize <= 8) return VectorChunk<Op, 8>(op, s, p, chunk);
+      return;
+    case 4:
+      if constexpr (kEsize <= 4) return VectorChunk<Op, 4>(op, s, p, chunk);
+      return;
+    case 2:
+      if constexpr (kEsize <= 2) return VectorChunk<Op, 2>(op, s, p, chunk);
+      return;
+    case 1:
+      if constexpr (kEsize <= 1) return VectorChunk<Op, 1>(op, s, p, chunk);
+      return;
+    default:
+      if constexpr (kEsize > 1) return ByteElementChunk(op, s, p, chunk);
+      return;
+  }
+}
+
+template <typename Op>
+cudaError_t Launch(Op op, const DeviceSpan* table, uint32_t n, uint64_t chunks,
+                   cudaStream_t stream) {
+  BatchKernel<Op><<<static_cast<unsigned>(chunks), kThreadsPerBlock, 0, stream>>>(table, n, op);
+  return cudaGetLastError();
+}
+
+}  // namespace
+
+uint32_t KernelElementSize(KernelKind kind) {
+  switch (kind) {
+    case KernelKind::kCopy:
+    case KernelKind::kUint8:
+    case KernelKind::kInt8:
+      return 1;
+    case KernelKind::kFloat16:
+    case KernelKind::kBfloat16:
+      return 2;
+    case KernelKind::kFloat32:
+    case KernelKind::kInt32:
+      return 4;
+    case KernelKind::kFloat64:
+    case KernelKind::kInt64:
+      return 8;
+  }
+  return 1;
+}
+
+cudaError_t LaunchBatchKernel(KernelKind kind, double scale, const DeviceSpan* table, uint32_t n,
+                              uint64_t chunks, cudaStream_t stream) {
+  if (n == 0 || chunks == 0 || chunks > kMaxChunksPerLaunch) return cudaErrorInvalidValue;
+  const float f = static_cast<float>(scale);
+  switch (kind) {
+    case KernelKind::kCopy: return Launch(CopyOp{}, table, n, chunks, stream);
+    case KernelKind::kFloat16: return Launch(math::HalfOp{f}, table, n, chunks, stream);
+    case KernelKind::kBfloat16: return Launch(math::Bfloat16Op{f}, table, n, chunks, stream);
+    case KernelKind::kFloat32: return Launch(math::Float32Op{f}, table, n, chunks, stream);
+    case KernelKind::kFloat64: return Launch(math::Float64Op{scale}, table, n, chunks, stream);
+    case KernelKind::kUint8: return Launch(math::IntOp<uint8_t>{scale}, table, n, chunks, stream);
+    case KernelKind::kInt8: return Launch(math::IntOp<int8_t>{scale}, table, n, chunks, stream);
+    case KernelKind::kInt32: return Launch(math::IntOp<int32_t>{scale}, table, n, chunks, stream);
+    case KernelKind::kInt64: return Launch(math::IntOp<int64_t>{scale}, table, n, chunks, stream);
+  }
+  return cudaErrorInvalidValue;
+}
+
+const char* BuiltArchitectures() { return HORA_CUDA_ARCHITECTURES; }
+
+}  // namespace cuda
+}  // namespace hora
