@@ -109,22 +109,21 @@ Status CudaDeviceOps::WaitEvent(const DeviceEvent& event) {
 
 Status CudaDeviceOps::ScaleCopy(const std::vector<DeviceCopySpan>& spans, DataType dtype,
                                 double scale) {
-  if (scale != 1.0 && dtype != DataType::kBool) {
-    // The batched scaling kernels (collectives/cuda/batch_copy.h) are not linked into this
-    // build yet: refuse rather than copy unscaled.
-    return FailedPrecondition(std::string("scaling ") + DataTypeName(dtype) +
-                         " on a CUDA device needs the fusion kernels "
-                         "(//collectives/cuda:batch_copy), which this build lacks");
-  }
-  HORA_RETURN_IF_ERROR(UseDevice(device_));
-  const size_t esize = DataTypeSize(dtype);
+  // One batched launch (collectives/cuda/batch_copy.h) for every span; spans that would copy
+  // a buffer onto itself unscaled are dropped.
+  std::vector<cuda::CopySpan> batch;
+  batch.reserve(spans.size());
   for (const DeviceCopySpan& s : spans) {
-    if (s.count == 0 || s.src == s.dst) continue;
-    const cudaError_t r =
-        cudaMemcpyAsync(s.dst, s.src, s.count * esize, cudaMemcpyDeviceToDevice, stream_);
-    if (r != cudaSuccess) return CudaError(r, "cudaMemcpyAsync");
+    if (s.count == 0 || (s.src == s.dst && scale == 1.0)) continue;
+    batch.push_back({s.src, s.dst, s.count});
   }
-  return Status::Ok();
+  if (batch.empty()) return Status::Ok();
+  if (!copier_) {
+    auto created = cuda::BatchCopier::Create(device_);
+    if (!created.ok()) return created.status();
+    copier_ = std::move(created).value();
+  }
+  return copier_->Copy(batch, dtype, scale, stream_);
 }
 
 Status CudaDeviceOps::Zero(void* dst, size_t bytes) {

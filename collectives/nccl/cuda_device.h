@@ -5,8 +5,10 @@
 
 #include <cuda_runtime_api.h>
 
+#include <memory>
 #include <vector>
 
+#include "collectives/cuda/batch_copy.h"
 #include "collectives/device.h"
 
 namespace hora {
@@ -37,6 +39,7 @@ class CudaDeviceOps : public DeviceOps {
  private:
   const int device_;
   const cudaStream_t stream_;  // the communicator's; not owned
+  std::unique_ptr<cuda::BatchCopier> copier_;  // created on the first ScaleCopy
 };
 
 }  // namespace hora
