@@ -45,7 +45,8 @@ class CudaRuntimeImpl : public DeviceRuntime {
   }
 
   StatusOr<std::shared_ptr<DeviceEvent>> RecordEvent(int index, void* stream) const override {
-    HORA_RETURN_IF_ERROR(UseDevice(index));
+    ScopedDevice scope;
+    HORA_RETURN_IF_ERROR(scope.Enter(index));
     cudaEvent_t e = nullptr;
     cudaError_t r = cudaEventCreateWithFlags(&e, cudaEventDisableTiming);
     if (r != cudaSuccess) return CudaError(r, "cudaEventCreateWithFlags");
@@ -57,14 +58,16 @@ class CudaRuntimeImpl : public DeviceRuntime {
 
   Status Copy(int index, void* dst, const void* src, size_t bytes) const override {
     if (bytes == 0) return Status::Ok();
-    HORA_RETURN_IF_ERROR(UseDevice(index));
+    ScopedDevice scope;
+    HORA_RETURN_IF_ERROR(scope.Enter(index));
     const cudaError_t r = cudaMemcpy(dst, src, bytes, cudaMemcpyDefault);
     if (r != cudaSuccess) return CudaError(r, "cudaMemcpy of a result");
     return Status::Ok();
   }
 
   StatusOr<void*> Allocate(int index, size_t bytes) const override {
-    HORA_RETURN_IF_ERROR(UseDevice(index));
+    ScopedDevice scope;
+    HORA_RETURN_IF_ERROR(scope.Enter(index));
     void* p = nullptr;
     const cudaError_t r = cudaMalloc(&p, bytes == 0 ? 1 : bytes);
     if (r != cudaSuccess) {
@@ -78,7 +81,8 @@ class CudaRuntimeImpl : public DeviceRuntime {
   void Free(int index, void* ptr) const override {
     // cudaFree waits for the device's work; a failure (the process is exiting) leaks nothing
     // that outlives the process.
-    if (ptr != nullptr && UseDevice(index).ok()) cudaFree(ptr);
+    ScopedDevice scope;
+    if (ptr != nullptr && scope.Enter(index).ok()) cudaFree(ptr);
   }
 };
 
@@ -102,6 +106,7 @@ void CudaDeviceOps::Free(void* ptr) { CudaRuntime()->Free(device_, ptr); }
 Status CudaDeviceOps::WaitEvent(const DeviceEvent& event) {
   const auto* e = dynamic_cast<const CudaEvent*>(&event);
   if (e == nullptr) return Internal("a device event that is not a CUDA event");
+  HORA_RETURN_IF_ERROR(UseDevice(device_));
   const cudaError_t r = cudaStreamWaitEvent(stream_, e->event(), 0);
   if (r != cudaSuccess) return CudaError(r, "cudaStreamWaitEvent");
   return Status::Ok();
@@ -128,6 +133,7 @@ Status CudaDeviceOps::ScaleCopy(const std::vector<DeviceCopySpan>& spans, DataTy
 
 Status CudaDeviceOps::Zero(void* dst, size_t bytes) {
   if (bytes == 0) return Status::Ok();
+  HORA_RETURN_IF_ERROR(UseDevice(device_));
   const cudaError_t r = cudaMemsetAsync(dst, 0, bytes, stream_);
   if (r != cudaSuccess) return CudaError(r, "cudaMemsetAsync");
   return Status::Ok();

@@ -2,6 +2,7 @@
 
 #include <mutex>
 #include <numeric>
+#include <thread>
 
 #include "collectives/nccl/cuda_device.h"
 #include "collectives/nccl/nccl_state.h"
@@ -119,10 +120,21 @@ class NcclCommunicator : public Communicator {
         ops_(state_->device(), state_->stream()),
         scratch_(scratch) {}
   ~NcclCommunicator() override {
-    if (UseDevice(state_->device()).ok()) {
-      cudaStreamSynchronize(state_->stream());  // bounded: aborted or finished kernels
-      cudaFree(scratch_);
+    if (!UseDevice(state_->device()).ok()) return;
+    // Wait for the stream's work, bounded: past the timeout (a kernel waiting for a peer that
+    // is gone) or on an NCCL error, abort, which ends those kernels.
+    const auto deadline = std::chrono::steady_clock::now() + state_->timeout();
+    while (cudaStreamQuery(state_->stream()) == cudaErrorNotReady) {
+      bool busy = false;
+      if (!state_->Poll("shutdown", &busy).ok()) break;  // aborted: the kernels end
+      if (std::chrono::steady_clock::now() > deadline) {
+        state_->Abort(DeadlineExceeded("NCCL work still running at shutdown"));
+        break;
+      }
+      std::this_thread::sleep_for(std::chrono::microseconds(200));
     }
+    cudaStreamSynchronize(state_->stream());  // bounded now: finished or aborted kernels
+    cudaFree(scratch_);
   }
 
   int rank() const override { return state_->rank(); }

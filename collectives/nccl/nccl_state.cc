@@ -21,6 +21,22 @@ Status UseDevice(int device) {
   return Status::Ok();
 }
 
+Status ScopedDevice::Enter(int device) {
+  int current = -1;
+  if (cudaGetDevice(&current) != cudaSuccess) {
+    cudaGetLastError();
+    current = -1;
+  }
+  if (current == device) return Status::Ok();
+  HORA_RETURN_IF_ERROR(UseDevice(device));
+  previous_ = current;
+  return Status::Ok();
+}
+
+ScopedDevice::~ScopedDevice() {
+  if (previous_ >= 0) cudaSetDevice(previous_);
+}
+
 Status NcclState::Init(const ncclUniqueId& id) {
   HORA_RETURN_IF_ERROR(UseDevice(device_));
   cudaError_t e = cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking);
