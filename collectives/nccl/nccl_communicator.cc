@@ -75,7 +75,9 @@ class NcclWork : public Work {
   void Check() {
     if (state_->aborted()) return Finish(state_->reason());
     const cudaError_t e = cudaEventQuery(event_);
-    if (e == cudaSuccess) return Finish(Status::Ok());
+    // Abort sets the flag before it ends kernels: a flag still clear after the event
+    // completed means the kernels finished on their own.
+    if (e == cudaSuccess) return Finish(state_->aborted() ? state_->reason() : Status::Ok());
     if (e != cudaErrorNotReady) {
       Status s = CudaError(e, "NCCL work on CUDA device " + std::to_string(state_->device()));
       state_->Abort(s);
