@@ -54,11 +54,13 @@ BackendConfig Engine::BackendConfigFor(int32_t id, const std::vector<int>& ranks
 }
 
 StatusOr<std::unique_ptr<Communicator>> Engine::CreateDeviceCommunicator(
-    int32_t set, const std::vector<int>& ranks, int set_rank, Device device, int index) {
+    int32_t set, const std::vector<int>& ranks, int set_rank, Device device, int index,
+    int ordinal) {
   BackendConfig c = BackendConfigFor(set, ranks, set_rank);
   c.device = device;
   c.device_index = index;
-  c.key_prefix = "set/" + std::to_string(set) + "/cuda" + std::to_string(index) + "/";
+  // The same on every member: each rank's device index may differ (one GPU per local rank).
+  c.key_prefix = "set/" + std::to_string(set) + "/cuda/" + std::to_string(ordinal) + "/";
   auto comm = CreateCommunicator(options_.gpu_operations, kEnvGpuOperations, c);
   if (!comm.ok()) {
     return Status(comm.status().code(), "process set " + std::to_string(set) +

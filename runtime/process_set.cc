@@ -106,9 +106,12 @@ Status ProcessSetRuntime::Select(const BucketPlan& bucket,
   }
   auto it = devices_.find({kind, index});
   if (it == devices_.end()) {
+    int ordinal = 0;
+    for (const auto& [key, d] : devices_) ordinal += key.first == kind ? 1 : 0;
     lock.unlock();  // creation is collective and slow; Abort must not wait for it
     DeviceComm d;
-    auto created = host_->CreateDeviceCommunicator(id_, ranks_, rank_, bucket.device, index);
+    auto created =
+        host_->CreateDeviceCommunicator(id_, ranks_, rank_, bucket.device, index, ordinal);
     if (created.ok()) {
       d.comm = std::move(created).value();
       d.executor = std::make_unique<BucketExecutor>(d.comm.get());

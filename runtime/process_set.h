@@ -58,10 +58,13 @@ class ProcessSetRuntime {
     // handles get: the job's error once known (the coordinator usually names a dead rank).
     virtual Status BucketFailed(const Status& status) = 0;
     // Builds the set's communicator for `device` / `index` (collective over the members;
-    // bounded by the collective timeout). set_rank: this rank within the set.
+    // bounded by the collective timeout). set_rank: this rank within the set. ordinal: how
+    // many communicators of this device kind the set made before (the same on every member,
+    // unlike `index`: each rank drives its own GPU), which keys the collective creation.
     virtual StatusOr<std::unique_ptr<Communicator>> CreateDeviceCommunicator(
-        int32_t set, const std::vector<int>& ranks, int set_rank, Device device, int index) {
-      (void)set, (void)ranks, (void)set_rank, (void)index;
+        int32_t set, const std::vector<int>& ranks, int set_rank, Device device, int index,
+        int ordinal) {
+      (void)set, (void)ranks, (void)set_rank, (void)index, (void)ordinal;
       return FailedPrecondition(std::string("no ") + (device == Device::kCuda ? "CUDA" : "device") +
                                 " communicator in this runtime");
     }
