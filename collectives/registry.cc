@@ -132,9 +132,11 @@ Status CheckSelection(const std::string& selection, Device device, const std::st
   return Status::Ok();
 }
 
-StatusOr<std::unique_ptr<Communicator>> CreateCommunicator(const std::string& selection,
-                                                           const std::string& option,
-                                                           const BackendConfig& config) {
+namespace {
+
+// The backend `selection` picks for the set, or why none can serve it.
+StatusOr<const BackendInfo*> Choose(const std::string& selection, const std::string& option,
+                                    const BackendConfig& config) {
   HORA_RETURN_IF_ERROR(CheckSelection(selection, config.device, option));
   if (config.rank < 0 || config.rank >= config.size() ||
       config.hostnames.size() != config.global_ranks.size()) {
@@ -169,6 +171,22 @@ StatusOr<std::unique_ptr<Communicator>> CreateCommunicator(const std::string& se
                                   "' cannot serve " + Members(config) + ": " + s.message());
     }
   }
+  return chosen;
+}
+
+}  // namespace
+
+Status CheckCanServe(const std::string& selection, const std::string& option,
+                     const BackendConfig& config) {
+  return Choose(selection, option, config).status();
+}
+
+StatusOr<std::unique_ptr<Communicator>> CreateCommunicator(const std::string& selection,
+                                                           const std::string& option,
+                                                           const BackendConfig& config) {
+  auto choice = Choose(selection, option, config);
+  if (!choice.ok()) return choice.status();
+  const BackendInfo* chosen = choice.value();
   if (config.rank == 0) {
     HORA_LOG_INFO("{}: {} operations by {} ({}={})", Members(config), DeviceName(config.device),
                   chosen->name, option, selection);

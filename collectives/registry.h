@@ -93,6 +93,11 @@ int BackendLibraryVersion(const std::string& name, std::string* detail);
 // `option` names the knob in the message ("HORA_CPU_OPERATIONS").
 Status CheckSelection(const std::string& selection, Device device, const std::string& option);
 
+// Whether `selection` can serve the set (the choice CreateCommunicator would make, without
+// building anything): OK, or the error CreateCommunicator would return. Not collective.
+Status CheckCanServe(const std::string& selection, const std::string& option,
+                     const BackendConfig& config);
+
 // Collective over the set's members (every member calls it with the same selection and
 // config apart from `rank`): builds the communicator, bounded by config.timeout.
 StatusOr<std::unique_ptr<Communicator>> CreateCommunicator(const std::string& selection,

@@ -127,6 +127,14 @@ Status Engine::ValidateSpec(const TensorSpec& spec, const ProcessSetRuntime& set
       return Bad(spec, s.message());
     }
     if (Status s = cuda->Probe(spec.device_index); !s.ok()) return Bad(spec, s.message());
+    // A set whose CUDA communicator could not be built would fail the bucket on every rank
+    // and break the job: refuse here instead (NCCL not loadable, no backend that serves).
+    BackendConfig c = BackendConfigFor(set.id(), set.ranks(), set.rank());
+    c.device = Device::kCuda;
+    c.device_index = spec.device_index;
+    if (Status s = CheckCanServe(options_.gpu_operations, kEnvGpuOperations, c); !s.ok()) {
+      return Bad(spec, s.message());
+    }
   }
   if (spec.collective == CollectiveType::kBarrier) return Status::Ok();
   HORA_RETURN_IF_ERROR(CheckShape(spec));
