@@ -114,3 +114,21 @@ def test_libhora_has_no_link_time_dependency_on_cuda_or_nccl():
     assert needed, out
     bad = [l for l in needed if any(n in l for n in ("libcudart", "libnccl", "libcuda."))]
     assert not bad, bad
+
+
+def test_nccl_comes_from_the_nvidia_nccl_wheel_torch_brings():
+    """torch 2.x from PyPI depends on nvidia-nccl: hora/_lib.py points HORA_NCCL_LIBRARY at
+    its libnccl.so.2, so Hora uses the NCCL torch uses."""
+    python = harness.torch2_python()
+    find = ("import hora._lib as l; print(l.nccl_wheel_library())")
+    wheel = subprocess.run([python, "-c", find], env=harness.job_env({"HORA_NCCL_LIBRARY": ""}),
+                           capture_output=True, timeout=60, universal_newlines=True)
+    path = wheel.stdout.strip()
+    assert path.endswith(os.path.join("nvidia", "nccl", "lib", "libnccl.so.2")), \
+        wheel.stdout + wheel.stderr
+    code = "import hora, json; print(json.dumps(hora.nccl_version()))"
+    p = subprocess.run([python, "-c", code], env=harness.job_env({"HORA_NCCL_LIBRARY": ""}),
+                       capture_output=True, timeout=60, universal_newlines=True)
+    import json
+    version, detail = json.loads(p.stdout.strip().splitlines()[-1])
+    assert version >= 21400 and os.path.realpath(detail) == os.path.realpath(path), p.stdout
