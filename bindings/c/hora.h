@@ -115,6 +115,11 @@ typedef struct {
   int32_t device_index;
   void* stream;          /* CUDA: the framework's current cudaStream_t; CPU: NULL */
 } hora_tensor_t;
+/* CUDA tensors (docs/gpu.md, "NCCL backend"): the enqueue records an event on `stream`, and
+ * Hora's own stream waits for it before reading the tensor, so work the framework queues on
+ * `stream` after the enqueue is not waited for (and must not write the tensor before the
+ * handle is done). A done handle means the device data is final. Without a usable GPU or a
+ * backend that can serve CUDA tensors the enqueue fails on every rank, naming why. */
 
 /* Init configuration. Zero / NULL fields mean "from the environment, else the default". */
 typedef struct {
