@@ -1,5 +1,7 @@
 #include "collectives/nccl/cuda_device.h"
 
+#include <mutex>
+
 #include "collectives/nccl/nccl_state.h"
 
 namespace hora {
@@ -65,25 +67,68 @@ class CudaRuntimeImpl : public DeviceRuntime {
     return Status::Ok();
   }
 
+  // Device memory from CUDA's stream-ordered allocator where the device has memory pools:
+  // cudaFree would synchronize the whole device (and stall the framework thread that releases
+  // a result), cudaFreeAsync does not. Allocations and frees go through a private stream of
+  // the device; an allocation is synchronized on it before use, so any stream may use it, and
+  // a free happens only once the memory is idle (its bucket's Work is done, a result copied).
   StatusOr<void*> Allocate(int index, size_t bytes) const override {
     ScopedDevice scope;
     HORA_RETURN_IF_ERROR(scope.Enter(index));
     void* p = nullptr;
-    const cudaError_t r = cudaMalloc(&p, bytes == 0 ? 1 : bytes);
+    const size_t n = bytes == 0 ? 1 : bytes;
+    cudaStream_t pool = PoolStream(index);
+    cudaError_t r = cudaSuccess;
+    if (pool != nullptr) {
+      r = cudaMallocAsync(&p, n, pool);
+      if (r == cudaSuccess) r = cudaStreamSynchronize(pool);
+    } else {
+      r = cudaMalloc(&p, n);
+    }
     if (r != cudaSuccess) {
       cudaGetLastError();
-      return CudaError(r, "cudaMalloc of " + std::to_string(bytes) + " bytes on CUDA device " +
+      return CudaError(r, "allocating " + std::to_string(bytes) + " bytes on CUDA device " +
                               std::to_string(index));
     }
     return p;
   }
 
   void Free(int index, void* ptr) const override {
-    // cudaFree waits for the device's work; a failure (the process is exiting) leaks nothing
-    // that outlives the process.
+    // A failure (the process is exiting) leaks nothing that outlives the process.
     ScopedDevice scope;
-    if (ptr != nullptr && scope.Enter(index).ok()) cudaFree(ptr);
+    if (ptr == nullptr || !scope.Enter(index).ok()) return;
+    cudaStream_t pool = PoolStream(index);
+    if (pool != nullptr) {
+      cudaFreeAsync(ptr, pool);
+    } else {
+      cudaFree(ptr);
+    }
   }
+
+ private:
+  static constexpr int kMaxDevices = 64;
+  struct PerDevice {
+    std::once_flag once;
+    cudaStream_t stream = nullptr;  // null: no memory pools (or no stream): plain cudaMalloc
+  };
+
+  // The device's private allocation stream, or null (the choice is made once per device, so
+  // a pointer is always freed the way it was allocated). The caller made `index` current.
+  cudaStream_t PoolStream(int index) const {
+    if (index < 0 || index >= kMaxDevices) return nullptr;
+    PerDevice& d = devices_[index];
+    std::call_once(d.once, [&] {
+      int pools = 0;
+      if (cudaDeviceGetAttribute(&pools, cudaDevAttrMemoryPoolsSupported, index) != cudaSuccess ||
+          pools == 0 || cudaStreamCreateWithFlags(&d.stream, cudaStreamNonBlocking) != cudaSuccess) {
+        cudaGetLastError();
+        d.stream = nullptr;
+      }
+    });
+    return d.stream;
+  }
+
+  mutable PerDevice devices_[kMaxDevices];
 };
 
 }  // namespace
