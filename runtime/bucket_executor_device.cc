@@ -90,6 +90,8 @@ Status BucketExecutor::DeviceAllreduce(const BucketPlan& plan,
   auto lease = device_pool_->Acquire(total * esize);
   if (!lease.ok()) return lease.status();
   void* buf = lease.value()->ptr;
+  // Held until the bucket's Work is done, also when a step below fails after enqueueing.
+  *finish = [held = lease.value()] { return Status::Ok(); };
   std::vector<DeviceCopySpan> pack, unpack;
   size_t off = 0;
   for (size_t i = 0; i < plan.entries.size(); ++i) {
@@ -105,9 +107,7 @@ Status BucketExecutor::DeviceAllreduce(const BucketPlan& plan,
   HORA_RETURN_IF_ERROR(device_->ScaleCopy(pack, dtype, plan.prescale));
   MarkCollective();
   HORA_RETURN_IF_ERROR(comm_->Allreduce(buf, total, dtype, op));
-  HORA_RETURN_IF_ERROR(device_->ScaleCopy(unpack, dtype, post));
-  *finish = [held = std::move(lease).value()] { return Status::Ok(); };
-  return Status::Ok();
+  return device_->ScaleCopy(unpack, dtype, post);
 }
 
 Status BucketExecutor::DeviceBroadcast(const BucketPlan& plan,
@@ -125,6 +125,7 @@ Status BucketExecutor::DeviceBroadcast(const BucketPlan& plan,
   auto lease = device_pool_->Acquire(total);
   if (!lease.ok()) return lease.status();
   void* buf = lease.value()->ptr;
+  *finish = [held = lease.value()] { return Status::Ok(); };  // see DeviceAllreduce
   const bool root = comm_->rank() == plan.root;
   std::vector<DeviceCopySpan> spans;
   size_t off = 0;
@@ -137,8 +138,7 @@ Status BucketExecutor::DeviceBroadcast(const BucketPlan& plan,
   if (root) HORA_RETURN_IF_ERROR(device_->ScaleCopy(spans, DataType::kUint8, 1.0));
   MarkCollective();
   HORA_RETURN_IF_ERROR(comm_->Broadcast(buf, total, plan.root));
-  if (!root) HORA_RETURN_IF_ERROR(device_->ScaleCopy(spans, DataType::kUint8, 1.0));
-  *finish = [held = std::move(lease).value()] { return Status::Ok(); };
+  if (!root) return device_->ScaleCopy(spans, DataType::kUint8, 1.0);
   return Status::Ok();
 }
 
@@ -191,6 +191,7 @@ Status BucketExecutor::DeviceReducescatter(const BucketPlan& plan, const Request
     auto got = device_pool_->Acquire(r.spec.ByteSize());
     if (!got.ok()) return got.status();
     lease = std::move(got).value();
+    *finish = [held = lease] { return Status::Ok(); };  // see DeviceAllreduce
     HORA_RETURN_IF_ERROR(device_->ScaleCopy(
         {{r.input, lease->ptr, static_cast<size_t>(r.spec.NumElements())}}, dtype, plan.prescale));
     in = lease->ptr;
@@ -202,8 +203,7 @@ Status BucketExecutor::DeviceReducescatter(const BucketPlan& plan, const Request
   MarkCollective();
   HORA_RETURN_IF_ERROR(comm_->Reducescatter(in, out.value(), counts, dtype, ReductionOp(plan.op)));
   const double post = FinalPostscale(plan.op, plan.postscale, size);
-  if (post != 1.0) HORA_RETURN_IF_ERROR(device_->ScaleCopy({{out.value(), out.value(), mine}}, dtype, post));
-  if (lease) *finish = [held = std::move(lease)] { return Status::Ok(); };
+  if (post != 1.0) return device_->ScaleCopy({{out.value(), out.value(), mine}}, dtype, post);
   return Status::Ok();
 }
 
