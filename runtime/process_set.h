@@ -12,7 +12,7 @@
 // Device buckets (BucketPlan::device != kCpu) run on the set's communicator for that device
 // and device index, which the executor creates on the set's first bucket for it (through the
 // host, collectively: every member sees the set's buckets in the same order). A creation that
-// fails is sticky for that device: its later buckets fail at once with the same error.
+// fails fails the bucket (the engine then breaks the job) and is sticky for that device.
 //
 // Thread safety: Push and Abort may be called from any thread; Start and Stop from the
 // thread that owns the set (the engine, under its set lock).

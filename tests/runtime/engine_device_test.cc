@@ -115,7 +115,14 @@ void RegisterHostDevice() {
       ++g_created;
       return std::unique_ptr<Communicator>(new HostDeviceComm(std::move(inner).value()));
     };
-    return RegisterBackend(std::move(info));
+    RegisterBackend(std::move(info));
+    BackendInfo broken;
+    broken.name = "hostdev_broken";
+    broken.device = Device::kCuda;
+    broken.create = [](const BackendConfig&) -> StatusOr<std::unique_ptr<Communicator>> {
+      return Unavailable("test: this device communicator cannot be created");
+    };
+    return RegisterBackend(std::move(broken));
   }();
   (void)done;
 }
@@ -249,6 +256,27 @@ TEST_CASE("engine: CUDA tensors no backend can serve are refused on every rank; 
     if (!ha.ok() || !e.handles().Wait(ha.value(), std::chrono::seconds(60)).ok()) return "cpu after";
     return Expect(after[0] == 2.0f, "cpu.after value");
   });
+  for (int r = 0; r < 2; ++r) {
+    INFO("rank " << r);
+    CHECK(errors[r] == "");
+  }
+}
+
+TEST_CASE("engine: a device communicator whose creation fails fails the bucket and the job") {
+  RegisterHostDevice();
+  // The creation is collective: a member that could not create it leaves the others without
+  // a peer, so the failure breaks the job (bounded), naming the set, the device and why.
+  auto errors = testing::RunRanks(2, [&](int rank, Engine& e) -> std::string {
+    std::vector<float> buf(4, float(rank));
+    auto h = e.Enqueue(Spec("dev.broken", CollectiveType::kAllreduce, {4}), buf.data(),
+                       buf.data(), nullptr);
+    if (!h.ok()) return "enqueue: " + h.status().ToString();
+    Status s = e.handles().Wait(h.value(), std::chrono::seconds(60));
+    if (s.ok()) return "the bucket succeeded";
+    if (s.message().find("cannot be created") == std::string::npos) return "error: " + s.ToString();
+    if (e.AsyncError().ok()) return "the job is not broken";
+    return "";
+  }, [](Options* o) { o->gpu_operations = "hostdev_broken"; });
   for (int r = 0; r < 2; ++r) {
     INFO("rank " << r);
     CHECK(errors[r] == "");
