@@ -68,7 +68,8 @@ bool KindOf(DataType dtype, double scale, KernelKind* kind) {
 
 class CudaBatchCopier : public BatchCopier {
  public:
-  explicit CudaBatchCopier(int device) : device_(device) {}
+  // `sms`: the device's multiprocessors.
+  CudaBatchCopier(int device, int sms) : device_(device), sms_(sms > 0 ? sms : 1) {}
 
   ~CudaBatchCopier() override {
     DeviceScope scope;
@@ -112,6 +113,7 @@ class CudaBatchCopier : public BatchCopier {
     // The table counts elements of the kernel's size: bytes for a plain copy.
     const uint64_t per_elem = kind == KernelKind::kCopy ? DataTypeSize(dtype) : 1;
     const uint32_t esize = KernelElementSize(kind);
+    uint64_t total_bytes = 0;
     for (size_t i = 0; i < spans.size(); ++i) {
       const CopySpan& s = spans[i];
       if (s.count == 0) continue;
@@ -122,11 +124,18 @@ class CudaBatchCopier : public BatchCopier {
       }
       if (s.count > UINT64_MAX / DataTypeSize(dtype) ||
           PlanSpan(reinterpret_cast<uintptr_t>(s.src), reinterpret_cast<uintptr_t>(s.dst),
-                   s.count * per_elem, esize)
+                   s.count * per_elem, esize, kMaxChunkBytes)
                   .chunks > kMaxChunksPerLaunch) {
         return InvalidArgument("BatchCopier::Copy: span " + std::to_string(i) + " of " +
                                std::to_string(s.count) + " elements is too large");
       }
+      uint64_t b = s.count * DataTypeSize(dtype);
+      total_bytes = b > UINT64_MAX - total_bytes ? UINT64_MAX : total_bytes + b;
+    }
+    // Big chunks for big copies; smaller ones so that a small copy still spreads over the SMs.
+    uint32_t chunk_bytes = kMaxChunkBytes;
+    while (chunk_bytes > kMinChunkBytes && total_bytes / chunk_bytes < 4 * uint64_t(sms_)) {
+      chunk_bytes /= 2;
     }
     DeviceScope scope;
     HORA_RETURN_IF_ERROR(scope.Enter(device_));
@@ -142,9 +151,13 @@ class CudaBatchCopier : public BatchCopier {
         if (s.count == 0 || (kind == KernelKind::kCopy && s.src == s.dst)) continue;
         uint64_t count = s.count * per_elem;
         uint64_t c = PlanSpan(reinterpret_cast<uintptr_t>(s.src),
-                              reinterpret_cast<uintptr_t>(s.dst), count, esize)
+                              reinterpret_cast<uintptr_t>(s.dst), count, esize, chunk_bytes)
                          .chunks;
-        if (chunks + c > kMaxChunksPerLaunch) break;
+        if (chunks + c > kMaxChunksPerLaunch) {
+          // Chunks below the largest only for copies far below kMaxChunksPerLaunch of them.
+          if (n == 0) return Internal("BatchCopier::Copy: span " + std::to_string(i) + " too large");
+          break;
+        }
         slot.host[n++] = DeviceSpan{static_cast<const unsigned char*>(s.src),
                                     static_cast<unsigned char*>(s.dst), count, chunks};
         chunks += c;
@@ -154,8 +167,9 @@ class CudaBatchCopier : public BatchCopier {
                                                 cudaMemcpyHostToDevice, st));
       // The table's copy is enqueued: whatever happens next, the slot is only reused after
       // an event behind it, or never.
-      Status launched = CudaStatus(LaunchBatchKernel(kind, scale, slot.dev, n, chunks, st),
-                                   "LaunchBatchKernel");
+      Status launched =
+          CudaStatus(LaunchBatchKernel(kind, scale, slot.dev, n, chunk_bytes, chunks, st),
+                     "LaunchBatchKernel");
       Status recorded = CudaStatus(cudaEventRecord(slot.done, st), "cudaEventRecord");
       if (!recorded.ok()) {
         broken_ = FailedPrecondition("BatchCopier is unusable after " + recorded.ToString());
@@ -200,6 +214,7 @@ class CudaBatchCopier : public BatchCopier {
   }
 
   const int device_;
+  const int sms_;
   Status broken_;  // set when a slot could not be fenced: no Copy runs after that
   std::array<Slot, kSlots> slots_;
   size_t next_ = 0;
@@ -226,7 +241,9 @@ StatusOr<std::unique_ptr<BatchCopier>> BatchCopier::Create(int device) {
                               std::to_string(minor) + "; the kernels are built for " +
                               BuiltArchitectures());
   }
-  auto copier = std::make_unique<CudaBatchCopier>(device);
+  int sms = 0;
+  HORA_CUDA_RETURN_IF_ERROR(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+  auto copier = std::make_unique<CudaBatchCopier>(device, sms);
   HORA_RETURN_IF_ERROR(copier->Init());
   return std::unique_ptr<BatchCopier>(std::move(copier));
 }

@@ -122,7 +122,7 @@ __device__ __forceinline__ void ByteElementChunk(const Op& op, const DeviceSpan&
 
 template <typename Op>
 __global__ void __launch_bounds__(kThreadsPerBlock)
-    BatchKernel(const DeviceSpan* __restrict__ table, uint32_t n, Op op) {
+    BatchKernel(const DeviceSpan* __restrict__ table, uint32_t n, uint32_t chunk_bytes, Op op) {
   // The span of this block: the last one whose first_chunk <= blockIdx.x.
   const uint64_t block = blockIdx.x;
   uint32_t lo = 0, hi = n - 1;
@@ -141,7 +141,7 @@ __global__ void __launch_bounds__(kThreadsPerBlock)
   s.first_chunk = table[lo].first_chunk;
   constexpr uint32_t kEsize = sizeof(typename Op::Elem);
   const SpanPlan p = PlanSpan(reinterpret_cast<uintptr_t>(s.src),
-                              reinterpret_cast<uintptr_t>(s.dst), s.count, kEsize);
+                              reinterpret_cast<uintptr_t>(s.dst), s.count, kEsize, chunk_bytes);
   const uint64_t chunk = block - s.first_chunk;
   switch (p.width) {
     case 16: return VectorChunk<Op, 16>(op, s, p, chunk);
@@ -164,9 +164,10 @@ __global__ void __launch_bounds__(kThreadsPerBlock)
 }
 
 template <typename Op>
-cudaError_t Launch(Op op, const DeviceSpan* table, uint32_t n, uint64_t chunks,
-                   cudaStream_t stream) {
-  BatchKernel<Op><<<static_cast<unsigned>(chunks), kThreadsPerBlock, 0, stream>>>(table, n, op);
+cudaError_t Launch(Op op, const DeviceSpan* table, uint32_t n, uint32_t chunk_bytes,
+                   uint64_t chunks, cudaStream_t stream) {
+  BatchKernel<Op><<<static_cast<unsigned>(chunks), kThreadsPerBlock, 0, stream>>>(
+      table, n, chunk_bytes, op);
   return cudaGetLastError();
 }
 
@@ -192,19 +193,22 @@ uint32_t KernelElementSize(KernelKind kind) {
 }
 
 cudaError_t LaunchBatchKernel(KernelKind kind, double scale, const DeviceSpan* table, uint32_t n,
-                              uint64_t chunks, cudaStream_t stream) {
-  if (n == 0 || chunks == 0 || chunks > kMaxChunksPerLaunch) return cudaErrorInvalidValue;
+                              uint32_t chunk_bytes, uint64_t chunks, cudaStream_t stream) {
+  if (n == 0 || chunks == 0 || chunks > kMaxChunksPerLaunch || chunk_bytes < kMinChunkBytes ||
+      chunk_bytes > kMaxChunkBytes || (chunk_bytes & (chunk_bytes - 1)) != 0) {
+    return cudaErrorInvalidValue;
+  }
   const float f = static_cast<float>(scale);
   switch (kind) {
-    case KernelKind::kCopy: return Launch(CopyOp{}, table, n, chunks, stream);
-    case KernelKind::kFloat16: return Launch(math::HalfOp{f}, table, n, chunks, stream);
-    case KernelKind::kBfloat16: return Launch(math::Bfloat16Op{f}, table, n, chunks, stream);
-    case KernelKind::kFloat32: return Launch(math::Float32Op{f}, table, n, chunks, stream);
-    case KernelKind::kFloat64: return Launch(math::Float64Op{scale}, table, n, chunks, stream);
-    case KernelKind::kUint8: return Launch(math::IntOp<uint8_t>{scale}, table, n, chunks, stream);
-    case KernelKind::kInt8: return Launch(math::IntOp<int8_t>{scale}, table, n, chunks, stream);
-    case KernelKind::kInt32: return Launch(math::IntOp<int32_t>{scale}, table, n, chunks, stream);
-    case KernelKind::kInt64: return Launch(math::IntOp<int64_t>{scale}, table, n, chunks, stream);
+    case KernelKind::kCopy: return Launch(CopyOp{}, table, n, chunk_bytes, chunks, stream);
+    case KernelKind::kFloat16: return Launch(math::HalfOp{f}, table, n, chunk_bytes, chunks, stream);
+    case KernelKind::kBfloat16: return Launch(math::Bfloat16Op{f}, table, n, chunk_bytes, chunks, stream);
+    case KernelKind::kFloat32: return Launch(math::Float32Op{f}, table, n, chunk_bytes, chunks, stream);
+    case KernelKind::kFloat64: return Launch(math::Float64Op{scale}, table, n, chunk_bytes, chunks, stream);
+    case KernelKind::kUint8: return Launch(math::IntOp<uint8_t>{scale}, table, n, chunk_bytes, chunks, stream);
+    case KernelKind::kInt8: return Launch(math::IntOp<int8_t>{scale}, table, n, chunk_bytes, chunks, stream);
+    case KernelKind::kInt32: return Launch(math::IntOp<int32_t>{scale}, table, n, chunk_bytes, chunks, stream);
+    case KernelKind::kInt64: return Launch(math::IntOp<int64_t>{scale}, table, n, chunk_bytes, chunks, stream);
   }
   return cudaErrorInvalidValue;
 }

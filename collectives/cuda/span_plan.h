@@ -6,7 +6,8 @@
 //     dst address, a body of W-byte vectors (W = the widest of 16, 8, 4, 2, 1 bytes, at least
 //     esize, for which src and dst are equally aligned), and a tail shorter than one vector;
 //   - otherwise (an element straddles its natural alignment): elements moved byte by byte.
-// The body (or the elements, in the second case) is cut into chunks of kChunkBytes; a chunk is
+// The body (or the elements, in the second case) is cut into chunks of `chunk_bytes` (a power
+// of two in [kMinChunkBytes, kMaxChunkBytes], the same for every span of a launch); a chunk is
 // one thread block's work. The head goes to the span's first chunk, the tail to its last.
 #ifndef HORA_COLLECTIVES_CUDA_SPAN_PLAN_H_
 #define HORA_COLLECTIVES_CUDA_SPAN_PLAN_H_
@@ -19,7 +20,8 @@ namespace hora {
 namespace cuda {
 
 constexpr int kThreadsPerBlock = 256;
-constexpr uint64_t kChunkBytes = 32768;  // 8 vectors of 16 bytes per thread
+constexpr uint64_t kMaxChunkBytes = 32768;  // 8 vectors of 16 bytes per thread
+constexpr uint64_t kMinChunkBytes = 4096;   // 1 vector of 16 bytes per thread
 // The most chunks (blocks) one launch takes: gridDim.x allows 2^31 - 1.
 constexpr uint64_t kMaxChunksPerLaunch = uint64_t{1} << 30;
 
@@ -40,12 +42,13 @@ struct SpanPlan {
   uint64_t chunks;    // >= 1 when count > 0
 };
 
-HORA_HD SpanPlan PlanSpan(uintptr_t src, uintptr_t dst, uint64_t count, uint32_t esize) {
+HORA_HD SpanPlan PlanSpan(uintptr_t src, uintptr_t dst, uint64_t count, uint32_t esize,
+                          uint32_t chunk_bytes) {
   SpanPlan p{0, 0, 0, 0, 1, 0};
   if (count == 0) return p;
   if (src % esize != 0 || dst % esize != 0) {
     p.units = count;
-    p.per_chunk = kChunkBytes / esize;
+    p.per_chunk = chunk_bytes / esize;
   } else {
     uint32_t w = 16;
     while (w > esize && (src - dst) % w != 0) w /= 2;  // unsigned wrap keeps the residue
@@ -56,7 +59,7 @@ HORA_HD SpanPlan PlanSpan(uintptr_t src, uintptr_t dst, uint64_t count, uint32_t
     p.head = head;
     p.units = (count - head) / per_vector;
     p.tail = count - head - p.units * per_vector;
-    p.per_chunk = kChunkBytes / w;
+    p.per_chunk = chunk_bytes / w;
   }
   p.chunks = (p.units + p.per_chunk - 1) / p.per_chunk;
   if (p.chunks == 0) p.chunks = 1;  // a span of only head and tail

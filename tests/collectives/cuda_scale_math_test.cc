@@ -152,8 +152,10 @@ TEST_CASE("span plan: covers every element once, vectors aligned, for any offset
       for (uintptr_t dof = 0; dof < 32; ++dof) {
         for (uint64_t count : counts) {
           const uintptr_t src = 0x10000 + so, dst = 0x7000000 + dof;
-          SpanPlan p = PlanSpan(src, dst, count, esize);
-          INFO("esize " << esize << " src+" << so << " dst+" << dof << " count " << count);
+          const uint32_t chunk_bytes = static_cast<uint32_t>(kMinChunkBytes << ((so + dof) % 4));
+          SpanPlan p = PlanSpan(src, dst, count, esize, chunk_bytes);
+          INFO("esize " << esize << " src+" << so << " dst+" << dof << " count " << count
+                        << " chunk " << chunk_bytes);
           if (count == 0) {
             REQUIRE(p.chunks == 0);
             continue;
@@ -163,6 +165,7 @@ TEST_CASE("span plan: covers every element once, vectors aligned, for any offset
           if (src % esize != 0 || dst % esize != 0) {
             REQUIRE(p.width == 0);
             REQUIRE(p.units == count);
+            REQUIRE(p.per_chunk * esize == chunk_bytes);
             REQUIRE(p.head + p.tail == 0);
             continue;
           }
@@ -171,7 +174,7 @@ TEST_CASE("span plan: covers every element once, vectors aligned, for any offset
           REQUIRE(p.head + p.units * (p.width / esize) + p.tail == count);
           REQUIRE(p.head < 16);
           REQUIRE(p.tail < p.width / esize);
-          REQUIRE(p.per_chunk * p.width == kChunkBytes);
+          REQUIRE(p.per_chunk * p.width == chunk_bytes);
           if (p.units > 0) {
             REQUIRE((src + p.head * esize) % p.width == 0);
             REQUIRE((dst + p.head * esize) % p.width == 0);
