@@ -71,12 +71,13 @@ __device__ __forceinline__ void Body(const Op& op, const unsigned char* src, uns
 #pragma unroll
     for (int k = 0; k < kUnroll; ++k) {
       uint64_t i = base + static_cast<uint64_t>(k) * kThreadsPerBlock;
-      if (i < end) v[k] = s[i];  // not __ldg: src may be dst (in-place scaling)
+      // ld.global.cg (L2, coherent), not __ldg's read-only path: src may be dst (in place).
+      if (i < end) v[k] = __ldcg(s + i);
     }
 #pragma unroll
     for (int k = 0; k < kUnroll; ++k) {
       uint64_t i = base + static_cast<uint64_t>(k) * kThreadsPerBlock;
-      if (i < end) d[i] = ApplyVec<Op, W>(op, v[k]);
+      if (i < end) __stcg(d + i, ApplyVec<Op, W>(op, v[k]));
     }
   }
 }
