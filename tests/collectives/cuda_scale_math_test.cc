@@ -144,7 +144,7 @@ TEST_CASE("scale math: integers match ScaleCopy, out-of-range results included")
 }
 
 // Every element of a span lands in exactly one of head, vectors and tail; vectors are
-// W-aligned at both ends; the chunks cover the units.
+// 16-byte aligned at dst and `shift` bytes past alignment at src; the chunks cover the units.
 TEST_CASE("span plan: covers every element once, vectors aligned, for any offsets and counts") {
   const uint64_t counts[] = {0, 1, 2, 3, 7, 15, 16, 17, 1023, 4096, 8193, (1u << 20) + 5};
   for (uint32_t esize : {1u, 2u, 4u, 8u}) {
@@ -163,26 +163,46 @@ TEST_CASE("span plan: covers every element once, vectors aligned, for any offset
           REQUIRE(p.chunks >= 1);
           REQUIRE(p.chunks == std::max<uint64_t>(1, (p.units + p.per_chunk - 1) / p.per_chunk));
           if (src % esize != 0 || dst % esize != 0) {
-            REQUIRE(p.width == 0);
+            REQUIRE_FALSE(p.vectors);
             REQUIRE(p.units == count);
             REQUIRE(p.per_chunk * esize == chunk_bytes);
             REQUIRE(p.head + p.tail == 0);
             continue;
           }
-          REQUIRE((p.width == 16 || p.width == 8 || p.width == 4 || p.width == 2 || p.width == 1));
-          REQUIRE(p.width >= esize);
-          REQUIRE(p.head + p.units * (p.width / esize) + p.tail == count);
-          REQUIRE(p.head < 16);
-          REQUIRE(p.tail < p.width / esize);
-          REQUIRE(p.per_chunk * p.width == chunk_bytes);
-          if (p.units > 0) {
-            REQUIRE((src + p.head * esize) % p.width == 0);
-            REQUIRE((dst + p.head * esize) % p.width == 0);
-          }
-          // The widest: twice the width would not keep src and dst equally aligned.
-          if (p.width < 16) REQUIRE((src - dst) % (2 * p.width) != 0);
+          REQUIRE(p.vectors);
+          REQUIRE(p.head + p.units * (16 / esize) + p.tail == count);
+          REQUIRE(p.head * esize < 16);
+          REQUIRE(p.tail * esize < 16);
+          REQUIRE(p.per_chunk * 16 == chunk_bytes);
+          REQUIRE(p.shift == (src + p.head * esize) % 16);
+          if (p.units > 0) REQUIRE((dst + p.head * esize) % 16 == 0);
+          // The head is as short as it can be: only up to dst's first aligned address.
+          if (p.head > 0 && p.head < count) REQUIRE(dst % 16 != 0);
         }
       }
+    }
+  }
+}
+
+// The kernel's unaligned-source vectors: bytes [shift, shift + 16) of two aligned words.
+TEST_CASE("span plan: ShiftedVector takes the right 16 bytes for every shift") {
+  std::mt19937_64 rng(3);
+  for (int trial = 0; trial < 100; ++trial) {
+    unsigned char bytes[32];
+    for (auto& b : bytes) b = static_cast<unsigned char>(rng());
+    uint32_t lo[4], hi[4];
+    std::memcpy(lo, bytes, 16);
+    std::memcpy(hi, bytes + 16, 16);
+    for (uint32_t shift = 1; shift < 16; ++shift) {
+      uint32_t out[4];
+      switch (shift / 4) {
+        case 0: ShiftedVector<0>(lo, hi, shift, out); break;
+        case 1: ShiftedVector<1>(lo, hi, shift, out); break;
+        case 2: ShiftedVector<2>(lo, hi, shift, out); break;
+        default: ShiftedVector<3>(lo, hi, shift, out); break;
+      }
+      INFO("shift " << shift);
+      REQUIRE(std::memcmp(out, bytes + shift, 16) == 0);
     }
   }
 }
