@@ -53,15 +53,32 @@ bool KindOf(DataType dtype, double scale, KernelKind* kind) {
     return true;
   }
   switch (dtype) {
-    case DataType::kUint8: *kind = KernelKind::kUint8; return true;
-    case DataType::kInt8: *kind = KernelKind::kInt8; return true;
-    case DataType::kInt32: *kind = KernelKind::kInt32; return true;
-    case DataType::kInt64: *kind = KernelKind::kInt64; return true;
-    case DataType::kFloat16: *kind = KernelKind::kFloat16; return true;
-    case DataType::kBfloat16: *kind = KernelKind::kBfloat16; return true;
-    case DataType::kFloat32: *kind = KernelKind::kFloat32; return true;
-    case DataType::kFloat64: *kind = KernelKind::kFloat64; return true;
-    case DataType::kBool: break;
+    case DataType::kUint8:
+      *kind = KernelKind::kUint8;
+      return true;
+    case DataType::kInt8:
+      *kind = KernelKind::kInt8;
+      return true;
+    case DataType::kInt32:
+      *kind = KernelKind::kInt32;
+      return true;
+    case DataType::kInt64:
+      *kind = KernelKind::kInt64;
+      return true;
+    case DataType::kFloat16:
+      *kind = KernelKind::kFloat16;
+      return true;
+    case DataType::kBfloat16:
+      *kind = KernelKind::kBfloat16;
+      return true;
+    case DataType::kFloat32:
+      *kind = KernelKind::kFloat32;
+      return true;
+    case DataType::kFloat64:
+      *kind = KernelKind::kFloat64;
+      return true;
+    case DataType::kBool:
+      break;
   }
   return false;
 }
@@ -119,8 +136,7 @@ class CudaBatchCopier : public BatchCopier {
       if (s.count == 0) continue;
       if (s.src == nullptr || s.dst == nullptr) {
         return InvalidArgument("BatchCopier::Copy: span " + std::to_string(i) +
-                               " has a null pointer and " + std::to_string(s.count) +
-                               " elements");
+                               " has a null pointer and " + std::to_string(s.count) + " elements");
       }
       if (s.count > UINT64_MAX / DataTypeSize(dtype) ||
           PlanSpan(reinterpret_cast<uintptr_t>(s.src), reinterpret_cast<uintptr_t>(s.dst),
@@ -155,7 +171,8 @@ class CudaBatchCopier : public BatchCopier {
                          .chunks;
         if (chunks + c > kMaxChunksPerLaunch) {
           // Chunks below the largest only for copies far below kMaxChunksPerLaunch of them.
-          if (n == 0) return Internal("BatchCopier::Copy: span " + std::to_string(i) + " too large");
+          if (n == 0)
+            return Internal("BatchCopier::Copy: span " + std::to_string(i) + " too large");
           break;
         }
         slot.host[n++] = DeviceSpan{static_cast<const unsigned char*>(s.src),
@@ -163,8 +180,8 @@ class CudaBatchCopier : public BatchCopier {
         chunks += c;
       }
       if (n == 0) break;  // only empty spans were left
-      HORA_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(slot.dev, slot.host, n * sizeof(DeviceSpan),
-                                                cudaMemcpyHostToDevice, st));
+      HORA_CUDA_RETURN_IF_ERROR(
+          cudaMemcpyAsync(slot.dev, slot.host, n * sizeof(DeviceSpan), cudaMemcpyHostToDevice, st));
       // The table's copy is enqueued: whatever happens next, the slot is only reused after
       // an event behind it, or never.
       Status launched =
@@ -199,9 +216,8 @@ class CudaBatchCopier : public BatchCopier {
       if (e == cudaSuccess) break;
       if (e != cudaErrorNotReady) return CudaStatus(e, "cudaEventQuery(staging slot)");
       if (std::chrono::steady_clock::now() > deadline) {
-        return DeadlineExceeded(
-            "BatchCopier: a staging slot's kernel did not finish within " +
-            std::to_string(kSlotWait.count()) + " s (is the stream blocked?)");
+        return DeadlineExceeded("BatchCopier: a staging slot's kernel did not finish within " +
+                                std::to_string(kSlotWait.count()) + " s (is the stream blocked?)");
       }
       if (polls < 100) {
         std::this_thread::yield();

@@ -55,8 +55,8 @@ constexpr int kUnroll = 8;  // vectors in flight per thread
 
 // Vectors [begin, end) of a body whose src and dst are both 16-byte aligned.
 template <typename Op>
-__device__ __forceinline__ void AlignedBody(const Op& op, const uint4* s, uint4* d,
-                                            uint64_t begin, uint64_t end) {
+__device__ __forceinline__ void AlignedBody(const Op& op, const uint4* s, uint4* d, uint64_t begin,
+                                            uint64_t end) {
   for (uint64_t base = begin + threadIdx.x; base < end;
        base += static_cast<uint64_t>(kUnroll) * kThreadsPerBlock) {
     uint4 v[kUnroll];
@@ -79,8 +79,8 @@ __device__ __forceinline__ void AlignedBody(const Op& op, const uint4* s, uint4*
 // words s[i] and s[i + 1], both holding bytes of the span. Neighbouring threads load the
 // same words: through L1 (ld.global.ca).
 template <typename Op, int Q>
-__device__ __forceinline__ void ShiftedBody(const Op& op, const uint4* s, uint4* d,
-                                            uint32_t shift, uint64_t begin, uint64_t end) {
+__device__ __forceinline__ void ShiftedBody(const Op& op, const uint4* s, uint4* d, uint32_t shift,
+                                            uint64_t begin, uint64_t end) {
   for (uint64_t base = begin + threadIdx.x; base < end;
        base += static_cast<uint64_t>(kUnroll) * kThreadsPerBlock) {
     uint4 lo[kUnroll], hi[kUnroll];
@@ -128,9 +128,15 @@ __device__ __forceinline__ void VectorChunk(const Op& op, const DeviceSpan& s, c
           ShiftedBody<Op, 0>(op, w, d, p.shift, begin, end);
         }
         break;
-      case 1: ShiftedBody<Op, 1>(op, w, d, p.shift, begin, end); break;
-      case 2: ShiftedBody<Op, 2>(op, w, d, p.shift, begin, end); break;
-      default: ShiftedBody<Op, 3>(op, w, d, p.shift, begin, end); break;
+      case 1:
+        ShiftedBody<Op, 1>(op, w, d, p.shift, begin, end);
+        break;
+      case 2:
+        ShiftedBody<Op, 2>(op, w, d, p.shift, begin, end);
+        break;
+      default:
+        ShiftedBody<Op, 3>(op, w, d, p.shift, begin, end);
+        break;
     }
   }
   if (chunk + 1 == p.chunks && threadIdx.x < p.tail) {
@@ -193,8 +199,8 @@ __global__ void __launch_bounds__(kThreadsPerBlock)
 template <typename Op>
 cudaError_t Launch(Op op, const DeviceSpan* table, uint32_t n, uint32_t chunk_bytes,
                    uint64_t chunks, cudaStream_t stream) {
-  BatchKernel<Op><<<static_cast<unsigned>(chunks), kThreadsPerBlock, 0, stream>>>(
-      table, n, chunk_bytes, op);
+  BatchKernel<Op>
+      <<<static_cast<unsigned>(chunks), kThreadsPerBlock, 0, stream>>>(table, n, chunk_bytes, op);
   return cudaGetLastError();
 }
 
@@ -227,15 +233,24 @@ cudaError_t LaunchBatchKernel(KernelKind kind, double scale, const DeviceSpan* t
   }
   const float f = static_cast<float>(scale);
   switch (kind) {
-    case KernelKind::kCopy: return Launch(CopyOp{}, table, n, chunk_bytes, chunks, stream);
-    case KernelKind::kFloat16: return Launch(math::HalfOp{f}, table, n, chunk_bytes, chunks, stream);
-    case KernelKind::kBfloat16: return Launch(math::Bfloat16Op{f}, table, n, chunk_bytes, chunks, stream);
-    case KernelKind::kFloat32: return Launch(math::Float32Op{f}, table, n, chunk_bytes, chunks, stream);
-    case KernelKind::kFloat64: return Launch(math::Float64Op{scale}, table, n, chunk_bytes, chunks, stream);
-    case KernelKind::kUint8: return Launch(math::IntOp<uint8_t>{scale}, table, n, chunk_bytes, chunks, stream);
-    case KernelKind::kInt8: return Launch(math::IntOp<int8_t>{scale}, table, n, chunk_bytes, chunks, stream);
-    case KernelKind::kInt32: return Launch(math::IntOp<int32_t>{scale}, table, n, chunk_bytes, chunks, stream);
-    case KernelKind::kInt64: return Launch(math::IntOp<int64_t>{scale}, table, n, chunk_bytes, chunks, stream);
+    case KernelKind::kCopy:
+      return Launch(CopyOp{}, table, n, chunk_bytes, chunks, stream);
+    case KernelKind::kFloat16:
+      return Launch(math::HalfOp{f}, table, n, chunk_bytes, chunks, stream);
+    case KernelKind::kBfloat16:
+      return Launch(math::Bfloat16Op{f}, table, n, chunk_bytes, chunks, stream);
+    case KernelKind::kFloat32:
+      return Launch(math::Float32Op{f}, table, n, chunk_bytes, chunks, stream);
+    case KernelKind::kFloat64:
+      return Launch(math::Float64Op{scale}, table, n, chunk_bytes, chunks, stream);
+    case KernelKind::kUint8:
+      return Launch(math::IntOp<uint8_t>{scale}, table, n, chunk_bytes, chunks, stream);
+    case KernelKind::kInt8:
+      return Launch(math::IntOp<int8_t>{scale}, table, n, chunk_bytes, chunks, stream);
+    case KernelKind::kInt32:
+      return Launch(math::IntOp<int32_t>{scale}, table, n, chunk_bytes, chunks, stream);
+    case KernelKind::kInt64:
+      return Launch(math::IntOp<int64_t>{scale}, table, n, chunk_bytes, chunks, stream);
   }
   return cudaErrorInvalidValue;
 }

@@ -36,13 +36,13 @@ struct DeviceSpan {
 };
 
 struct SpanPlan {
-  bool vectors;       // false: elements moved byte by byte
-  uint32_t shift;     // (src + head * esize) % 16: the body's source misalignment
-  uint64_t head;      // elements before the first vector
-  uint64_t units;     // 16-byte vectors (vectors) or elements (!vectors) cut into chunks
-  uint64_t tail;      // elements after the last vector
-  uint64_t per_chunk; // units per chunk
-  uint64_t chunks;    // >= 1 when count > 0
+  bool vectors;        // false: elements moved byte by byte
+  uint32_t shift;      // (src + head * esize) % 16: the body's source misalignment
+  uint64_t head;       // elements before the first vector
+  uint64_t units;      // 16-byte vectors (vectors) or elements (!vectors) cut into chunks
+  uint64_t tail;       // elements after the last vector
+  uint64_t per_chunk;  // units per chunk
+  uint64_t chunks;     // >= 1 when count > 0
 };
 
 HORA_HD SpanPlan PlanSpan(uintptr_t src, uintptr_t dst, uint64_t count, uint32_t esize,

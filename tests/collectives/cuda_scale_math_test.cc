@@ -4,7 +4,6 @@
 // random and special float32/float64/int32/int64 values), and the plan must cover each span's
 // elements exactly once. The GPU test (cuda_batch_copy_test) checks the device computes the same.
 #include <catch2/catch.hpp>
-
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -22,7 +21,15 @@ namespace cuda {
 namespace {
 
 // Scales other than 1 (1 is a byte copy, not the element math).
-const double kScales[] = {0.5, 1.0 / 3.0, 3.0, 0.0, -2.0, -0.0, 1e-30, 1e30, 65504.0,
+const double kScales[] = {0.5,
+                          1.0 / 3.0,
+                          3.0,
+                          0.0,
+                          -2.0,
+                          -0.0,
+                          1e-30,
+                          1e30,
+                          65504.0,
                           std::numeric_limits<double>::infinity(),
                           std::numeric_limits<double>::quiet_NaN()};
 
@@ -64,8 +71,9 @@ std::vector<T> RandomBits(size_t n, const std::vector<T>& specials) {
 template <typename T>
 std::vector<T> RandomInts(size_t n) {
   std::mt19937_64 rng(777);
-  std::vector<T> v = {0, 1, static_cast<T>(-1), std::numeric_limits<T>::min(),
-                      std::numeric_limits<T>::max(), 3, 7, 9};
+  std::vector<T> v = {
+      0, 1, static_cast<T>(-1), std::numeric_limits<T>::min(), std::numeric_limits<T>::max(), 3,
+      7, 9};
   for (int64_t k = -1000; k <= 1000; ++k) v.push_back(static_cast<T>(k));
   while (v.size() < n) {
     uint64_t r = rng();
@@ -110,16 +118,17 @@ TEST_CASE("scale math: the widening and narrowing match common/reduce.cc on ever
 TEST_CASE("scale math: float32 and float64 match ScaleCopy, NaN and infinity included") {
   const float finf = std::numeric_limits<float>::infinity();
   std::vector<float> f32 = RandomBits<float>(
-      1 << 18, {0.0f, -0.0f, finf, -finf, std::numeric_limits<float>::quiet_NaN(),
-                -std::numeric_limits<float>::quiet_NaN(),
-                std::numeric_limits<float>::signaling_NaN(), std::numeric_limits<float>::denorm_min(),
-                std::numeric_limits<float>::min(), std::numeric_limits<float>::max()});
+      1 << 18,
+      {0.0f, -0.0f, finf, -finf, std::numeric_limits<float>::quiet_NaN(),
+       -std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::signaling_NaN(),
+       std::numeric_limits<float>::denorm_min(), std::numeric_limits<float>::min(),
+       std::numeric_limits<float>::max()});
   const double dinf = std::numeric_limits<double>::infinity();
   std::vector<double> f64 = RandomBits<double>(
-      1 << 18, {0.0, -0.0, dinf, -dinf, std::numeric_limits<double>::quiet_NaN(),
-                -std::numeric_limits<double>::quiet_NaN(),
-                std::numeric_limits<double>::signaling_NaN(),
-                std::numeric_limits<double>::denorm_min(), std::numeric_limits<double>::max()});
+      1 << 18,
+      {0.0, -0.0, dinf, -dinf, std::numeric_limits<double>::quiet_NaN(),
+       -std::numeric_limits<double>::quiet_NaN(), std::numeric_limits<double>::signaling_NaN(),
+       std::numeric_limits<double>::denorm_min(), std::numeric_limits<double>::max()});
   for (double s : kScales) {
     CheckAll(DataType::kFloat32, f32, s, math::Float32Op{static_cast<float>(s)});
     CheckAll(DataType::kFloat64, f64, s, math::Float64Op{s});
@@ -196,10 +205,18 @@ TEST_CASE("span plan: ShiftedVector takes the right 16 bytes for every shift") {
     for (uint32_t shift = 1; shift < 16; ++shift) {
       uint32_t out[4];
       switch (shift / 4) {
-        case 0: ShiftedVector<0>(lo, hi, shift, out); break;
-        case 1: ShiftedVector<1>(lo, hi, shift, out); break;
-        case 2: ShiftedVector<2>(lo, hi, shift, out); break;
-        default: ShiftedVector<3>(lo, hi, shift, out); break;
+        case 0:
+          ShiftedVector<0>(lo, hi, shift, out);
+          break;
+        case 1:
+          ShiftedVector<1>(lo, hi, shift, out);
+          break;
+        case 2:
+          ShiftedVector<2>(lo, hi, shift, out);
+          break;
+        default:
+          ShiftedVector<3>(lo, hi, shift, out);
+          break;
       }
       INFO("shift " << shift);
       REQUIRE(std::memcmp(out, bytes + shift, 16) == 0);
