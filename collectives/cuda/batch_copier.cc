@@ -53,22 +53,40 @@ bool KindOf(DataType dtype, double scale, KernelKind* kind) {
     return true;
   }
   switch (dtype) {
-    case DataType::kUint8: *kind = KernelKind::kUint8; return true;
-    case DataType::kInt8: *kind = KernelKind::kInt8; return true;
-    case DataType::kInt32: *kind = KernelKind::kInt32; return true;
-    case DataType::kInt64: *kind = KernelKind::kInt64; return true;
-    case DataType::kFloat16: *kind = KernelKind::kFloat16; return true;
-    case DataType::kBfloat16: *kind = KernelKind::kBfloat16; return true;
-    case DataType::kFloat32: *kind = KernelKind::kFloat32; return true;
-    case DataType::kFloat64: *kind = KernelKind::kFloat64; return true;
-    case DataType::kBool: break;
+    case DataType::kUint8:
+      *kind = KernelKind::kUint8;
+      return true;
+    case DataType::kInt8:
+      *kind = KernelKind::kInt8;
+      return true;
+    case DataType::kInt32:
+      *kind = KernelKind::kInt32;
+      return true;
+    case DataType::kInt64:
+      *kind = KernelKind::kInt64;
+      return true;
+    case DataType::kFloat16:
+      *kind = KernelKind::kFloat16;
+      return true;
+    case DataType::kBfloat16:
+      *kind = KernelKind::kBfloat16;
+      return true;
+    case DataType::kFloat32:
+      *kind = KernelKind::kFloat32;
+      return true;
+    case DataType::kFloat64:
+      *kind = KernelKind::kFloat64;
+      return true;
+    case DataType::kBool:
+      break;
   }
   return false;
 }
 
 class CudaBatchCopier : public BatchCopier {
  public:
-  explicit CudaBatchCopier(int device) : device_(device) {}
+  // `sms`: the device's multiprocessors.
+  CudaBatchCopier(int device, int sms) : device_(device), sms_(sms > 0 ? sms : 1) {}
 
   ~CudaBatchCopier() override {
     DeviceScope scope;
@@ -112,21 +130,28 @@ class CudaBatchCopier : public BatchCopier {
     // The table counts elements of the kernel's size: bytes for a plain copy.
     const uint64_t per_elem = kind == KernelKind::kCopy ? DataTypeSize(dtype) : 1;
     const uint32_t esize = KernelElementSize(kind);
+    uint64_t total_bytes = 0;
     for (size_t i = 0; i < spans.size(); ++i) {
       const CopySpan& s = spans[i];
       if (s.count == 0) continue;
       if (s.src == nullptr || s.dst == nullptr) {
         return InvalidArgument("BatchCopier::Copy: span " + std::to_string(i) +
-                               " has a null pointer and " + std::to_string(s.count) +
-                               " elements");
+                               " has a null pointer and " + std::to_string(s.count) + " elements");
       }
       if (s.count > UINT64_MAX / DataTypeSize(dtype) ||
           PlanSpan(reinterpret_cast<uintptr_t>(s.src), reinterpret_cast<uintptr_t>(s.dst),
-                   s.count * per_elem, esize)
+                   s.count * per_elem, esize, kMaxChunkBytes)
                   .chunks > kMaxChunksPerLaunch) {
         return InvalidArgument("BatchCopier::Copy: span " + std::to_string(i) + " of " +
                                std::to_string(s.count) + " elements is too large");
       }
+      uint64_t b = s.count * DataTypeSize(dtype);
+      total_bytes = b > UINT64_MAX - total_bytes ? UINT64_MAX : total_bytes + b;
+    }
+    // Big chunks for big copies; smaller ones so that a small copy still spreads over the SMs.
+    uint32_t chunk_bytes = kMaxChunkBytes;
+    while (chunk_bytes > kMinChunkBytes && total_bytes / chunk_bytes < 4 * uint64_t(sms_)) {
+      chunk_bytes /= 2;
     }
     DeviceScope scope;
     HORA_RETURN_IF_ERROR(scope.Enter(device_));
@@ -142,20 +167,26 @@ class CudaBatchCopier : public BatchCopier {
         if (s.count == 0 || (kind == KernelKind::kCopy && s.src == s.dst)) continue;
         uint64_t count = s.count * per_elem;
         uint64_t c = PlanSpan(reinterpret_cast<uintptr_t>(s.src),
-                              reinterpret_cast<uintptr_t>(s.dst), count, esize)
+                              reinterpret_cast<uintptr_t>(s.dst), count, esize, chunk_bytes)
                          .chunks;
-        if (chunks + c > kMaxChunksPerLaunch) break;
+        if (chunks + c > kMaxChunksPerLaunch) {
+          // Chunks below the largest only for copies far below kMaxChunksPerLaunch of them.
+          if (n == 0)
+            return Internal("BatchCopier::Copy: span " + std::to_string(i) + " too large");
+          break;
+        }
         slot.host[n++] = DeviceSpan{static_cast<const unsigned char*>(s.src),
                                     static_cast<unsigned char*>(s.dst), count, chunks};
         chunks += c;
       }
       if (n == 0) break;  // only empty spans were left
-      HORA_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(slot.dev, slot.host, n * sizeof(DeviceSpan),
-                                                cudaMemcpyHostToDevice, st));
+      HORA_CUDA_RETURN_IF_ERROR(
+          cudaMemcpyAsync(slot.dev, slot.host, n * sizeof(DeviceSpan), cudaMemcpyHostToDevice, st));
       // The table's copy is enqueued: whatever happens next, the slot is only reused after
       // an event behind it, or never.
-      Status launched = CudaStatus(LaunchBatchKernel(kind, scale, slot.dev, n, chunks, st),
-                                   "LaunchBatchKernel");
+      Status launched =
+          CudaStatus(LaunchBatchKernel(kind, scale, slot.dev, n, chunk_bytes, chunks, st),
+                     "LaunchBatchKernel");
       Status recorded = CudaStatus(cudaEventRecord(slot.done, st), "cudaEventRecord");
       if (!recorded.ok()) {
         broken_ = FailedPrecondition("BatchCopier is unusable after " + recorded.ToString());
@@ -185,9 +216,8 @@ class CudaBatchCopier : public BatchCopier {
       if (e == cudaSuccess) break;
       if (e != cudaErrorNotReady) return CudaStatus(e, "cudaEventQuery(staging slot)");
       if (std::chrono::steady_clock::now() > deadline) {
-        return DeadlineExceeded(
-            "BatchCopier: a staging slot's kernel did not finish within " +
-            std::to_string(kSlotWait.count()) + " s (is the stream blocked?)");
+        return DeadlineExceeded("BatchCopier: a staging slot's kernel did not finish within " +
+                                std::to_string(kSlotWait.count()) + " s (is the stream blocked?)");
       }
       if (polls < 100) {
         std::this_thread::yield();
@@ -200,6 +230,7 @@ class CudaBatchCopier : public BatchCopier {
   }
 
   const int device_;
+  const int sms_;
   Status broken_;  // set when a slot could not be fenced: no Copy runs after that
   std::array<Slot, kSlots> slots_;
   size_t next_ = 0;
@@ -226,7 +257,9 @@ StatusOr<std::unique_ptr<BatchCopier>> BatchCopier::Create(int device) {
                               std::to_string(minor) + "; the kernels are built for " +
                               BuiltArchitectures());
   }
-  auto copier = std::make_unique<CudaBatchCopier>(device);
+  int sms = 0;
+  HORA_CUDA_RETURN_IF_ERROR(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+  auto copier = std::make_unique<CudaBatchCopier>(device, sms);
   HORA_RETURN_IF_ERROR(copier->Init());
   return std::unique_ptr<BatchCopier>(std::move(copier));
 }

@@ -17,13 +17,6 @@ struct CopyOp {
   using Elem = unsigned char;
 };
 
-template <int W> struct VecOf;
-template <> struct VecOf<16> { using T = uint4; };
-template <> struct VecOf<8> { using T = uint2; };
-template <> struct VecOf<4> { using T = uint32_t; };
-template <> struct VecOf<2> { using T = uint16_t; };
-template <> struct VecOf<1> { using T = uint8_t; };
-
 template <typename Op>
 __device__ __forceinline__ typename Op::Elem Apply(const Op& op, typename Op::Elem x) {
   if constexpr (std::is_same_v<Op, CopyOp>) {
@@ -41,47 +34,79 @@ __device__ __forceinline__ void OneElement(const Op& op, const unsigned char* sr
   *reinterpret_cast<E*>(dst) = Apply(op, *reinterpret_cast<const E*>(src));
 }
 
-template <typename Op, int W>
-__device__ __forceinline__ typename VecOf<W>::T ApplyVec(const Op& op, typename VecOf<W>::T v) {
+// The op on the 16/esize elements of one vector.
+template <typename Op>
+__device__ __forceinline__ uint4 ApplyVec(const Op& op, uint4 v) {
   if constexpr (std::is_same_v<Op, CopyOp>) {
     return v;
   } else {
     using E = typename Op::Elem;
-    constexpr int kPer = W / sizeof(E);
+    constexpr int kPer = 16 / sizeof(E);
     E e[kPer];
-    memcpy(e, &v, W);
+    memcpy(e, &v, 16);
 #pragma unroll
     for (int k = 0; k < kPer; ++k) e[k] = op(e[k]);
-    memcpy(&v, e, W);
+    memcpy(&v, e, 16);
     return v;
   }
 }
 
-// Vectors [begin, end) of the body, kUnroll loads in flight per thread.
-template <typename Op, int W>
-__device__ __forceinline__ void Body(const Op& op, const unsigned char* src, unsigned char* dst,
-                                     uint64_t begin, uint64_t end) {
-  using V = typename VecOf<W>::T;
-  constexpr int kUnroll = 8;
-  const V* s = reinterpret_cast<const V*>(src);
-  V* d = reinterpret_cast<V*>(dst);
+constexpr int kUnroll = 8;  // vectors in flight per thread
+
+// Vectors [begin, end) of a body whose src and dst are both 16-byte aligned.
+template <typename Op>
+__device__ __forceinline__ void AlignedBody(const Op& op, const uint4* s, uint4* d, uint64_t begin,
+                                            uint64_t end) {
   for (uint64_t base = begin + threadIdx.x; base < end;
-       base += uint64_t{kUnroll} * kThreadsPerBlock) {
-    V v[kUnroll];
+       base += static_cast<uint64_t>(kUnroll) * kThreadsPerBlock) {
+    uint4 v[kUnroll];
 #pragma unroll
     for (int k = 0; k < kUnroll; ++k) {
       uint64_t i = base + static_cast<uint64_t>(k) * kThreadsPerBlock;
-      if (i < end) v[k] = s[i];  // not __ldg: src may be dst (in-place scaling)
+      // ld.global.cg (L2, coherent), not __ldg's read-only path: src may be dst (in place).
+      if (i < end) v[k] = __ldcg(s + i);
     }
 #pragma unroll
     for (int k = 0; k < kUnroll; ++k) {
       uint64_t i = base + static_cast<uint64_t>(k) * kThreadsPerBlock;
-      if (i < end) d[i] = ApplyVec<Op, W>(op, v[k]);
+      if (i < end) __stcg(d + i, ApplyVec(op, v[k]));
     }
   }
 }
 
-template <typename Op, int W>
+// Vectors [begin, end) of a body whose dst is 16-byte aligned and whose src is `shift` bytes
+// past the aligned source words `s` (0 < shift < 16, Q = shift / 4): vector i is made of
+// words s[i] and s[i + 1], both holding bytes of the span. Neighbouring threads load the
+// same words: through L1 (ld.global.ca).
+template <typename Op, int Q>
+__device__ __forceinline__ void ShiftedBody(const Op& op, const uint4* s, uint4* d, uint32_t shift,
+                                            uint64_t begin, uint64_t end) {
+  for (uint64_t base = begin + threadIdx.x; base < end;
+       base += static_cast<uint64_t>(kUnroll) * kThreadsPerBlock) {
+    uint4 lo[kUnroll], hi[kUnroll];
+#pragma unroll
+    for (int k = 0; k < kUnroll; ++k) {
+      uint64_t i = base + static_cast<uint64_t>(k) * kThreadsPerBlock;
+      if (i < end) {
+        lo[k] = __ldca(s + i);
+        hi[k] = __ldca(s + i + 1);
+      }
+    }
+#pragma unroll
+    for (int k = 0; k < kUnroll; ++k) {
+      uint64_t i = base + static_cast<uint64_t>(k) * kThreadsPerBlock;
+      if (i < end) {
+        const uint32_t a[4] = {lo[k].x, lo[k].y, lo[k].z, lo[k].w};
+        const uint32_t b[4] = {hi[k].x, hi[k].y, hi[k].z, hi[k].w};
+        uint32_t o[4];
+        ShiftedVector<Q>(a, b, shift, o);
+        __stcg(d + i, ApplyVec(op, make_uint4(o[0], o[1], o[2], o[3])));
+      }
+    }
+  }
+}
+
+template <typename Op>
 __device__ __forceinline__ void VectorChunk(const Op& op, const DeviceSpan& s, const SpanPlan& p,
                                             uint64_t chunk) {
   constexpr uint32_t kEsize = sizeof(typename Op::Elem);
@@ -89,12 +114,33 @@ __device__ __forceinline__ void VectorChunk(const Op& op, const DeviceSpan& s, c
     uint64_t off = uint64_t{threadIdx.x} * kEsize;
     OneElement(op, s.src + off, s.dst + off);
   }
-  uint64_t body = p.head * kEsize;  // byte offset of the first vector
-  uint64_t begin = chunk * p.per_chunk;
-  uint64_t end = begin + p.per_chunk < p.units ? begin + p.per_chunk : p.units;
-  if (begin < end) Body<Op, W>(op, s.src + body, s.dst + body, begin, end);
+  const uint64_t body = p.head * kEsize;  // byte offset of the first vector
+  const uint64_t begin = chunk * p.per_chunk;
+  const uint64_t end = begin + p.per_chunk < p.units ? begin + p.per_chunk : p.units;
+  if (begin < end) {
+    uint4* d = reinterpret_cast<uint4*>(s.dst + body);
+    const uint4* w = reinterpret_cast<const uint4*>(s.src + body - p.shift);
+    switch (p.shift / 4) {
+      case 0:
+        if (p.shift == 0) {
+          AlignedBody(op, w, d, begin, end);
+        } else {
+          ShiftedBody<Op, 0>(op, w, d, p.shift, begin, end);
+        }
+        break;
+      case 1:
+        ShiftedBody<Op, 1>(op, w, d, p.shift, begin, end);
+        break;
+      case 2:
+        ShiftedBody<Op, 2>(op, w, d, p.shift, begin, end);
+        break;
+      default:
+        ShiftedBody<Op, 3>(op, w, d, p.shift, begin, end);
+        break;
+    }
+  }
   if (chunk + 1 == p.chunks && threadIdx.x < p.tail) {
-    uint64_t off = body + p.units * W + uint64_t{threadIdx.x} * kEsize;
+    uint64_t off = body + p.units * 16 + uint64_t{threadIdx.x} * kEsize;
     OneElement(op, s.src + off, s.dst + off);
   }
 }
@@ -122,7 +168,7 @@ __device__ __forceinline__ void ByteElementChunk(const Op& op, const DeviceSpan&
 
 template <typename Op>
 __global__ void __launch_bounds__(kThreadsPerBlock)
-    BatchKernel(const DeviceSpan* __restrict__ table, uint32_t n, Op op) {
+    BatchKernel(const DeviceSpan* __restrict__ table, uint32_t n, uint32_t chunk_bytes, Op op) {
   // The span of this block: the last one whose first_chunk <= blockIdx.x.
   const uint64_t block = blockIdx.x;
   uint32_t lo = 0, hi = n - 1;
@@ -141,32 +187,20 @@ __global__ void __launch_bounds__(kThreadsPerBlock)
   s.first_chunk = table[lo].first_chunk;
   constexpr uint32_t kEsize = sizeof(typename Op::Elem);
   const SpanPlan p = PlanSpan(reinterpret_cast<uintptr_t>(s.src),
-                              reinterpret_cast<uintptr_t>(s.dst), s.count, kEsize);
+                              reinterpret_cast<uintptr_t>(s.dst), s.count, kEsize, chunk_bytes);
   const uint64_t chunk = block - s.first_chunk;
-  switch (p.width) {
-    case 16: return VectorChunk<Op, 16>(op, s, p, chunk);
-    case 8:
-      if constexpr (kEsize <= 8) return VectorChunk<Op, 8>(op, s, p, chunk);
-      return;
-    case 4:
-      if constexpr (kEsize <= 4) return VectorChunk<Op, 4>(op, s, p, chunk);
-      return;
-    case 2:
-      if constexpr (kEsize <= 2) return VectorChunk<Op, 2>(op, s, p, chunk);
-      return;
-    case 1:
-      if constexpr (kEsize <= 1) return VectorChunk<Op, 1>(op, s, p, chunk);
-      return;
-    default:
-      if constexpr (kEsize > 1) return ByteElementChunk(op, s, p, chunk);
-      return;
+  if (p.vectors) {
+    VectorChunk(op, s, p, chunk);
+  } else if constexpr (kEsize > 1) {
+    ByteElementChunk(op, s, p, chunk);
   }
 }
 
 template <typename Op>
-cudaError_t Launch(Op op, const DeviceSpan* table, uint32_t n, uint64_t chunks,
-                   cudaStream_t stream) {
-  BatchKernel<Op><<<static_cast<unsigned>(chunks), kThreadsPerBlock, 0, stream>>>(table, n, op);
+cudaError_t Launch(Op op, const DeviceSpan* table, uint32_t n, uint32_t chunk_bytes,
+                   uint64_t chunks, cudaStream_t stream) {
+  BatchKernel<Op>
+      <<<static_cast<unsigned>(chunks), kThreadsPerBlock, 0, stream>>>(table, n, chunk_bytes, op);
   return cudaGetLastError();
 }
 
@@ -192,19 +226,31 @@ uint32_t KernelElementSize(KernelKind kind) {
 }
 
 cudaError_t LaunchBatchKernel(KernelKind kind, double scale, const DeviceSpan* table, uint32_t n,
-                              uint64_t chunks, cudaStream_t stream) {
-  if (n == 0 || chunks == 0 || chunks > kMaxChunksPerLaunch) return cudaErrorInvalidValue;
+                              uint32_t chunk_bytes, uint64_t chunks, cudaStream_t stream) {
+  if (n == 0 || chunks == 0 || chunks > kMaxChunksPerLaunch || chunk_bytes < kMinChunkBytes ||
+      chunk_bytes > kMaxChunkBytes || (chunk_bytes & (chunk_bytes - 1)) != 0) {
+    return cudaErrorInvalidValue;
+  }
   const float f = static_cast<float>(scale);
   switch (kind) {
-    case KernelKind::kCopy: return Launch(CopyOp{}, table, n, chunks, stream);
-    case KernelKind::kFloat16: return Launch(math::HalfOp{f}, table, n, chunks, stream);
-    case KernelKind::kBfloat16: return Launch(math::Bfloat16Op{f}, table, n, chunks, stream);
-    case KernelKind::kFloat32: return Launch(math::Float32Op{f}, table, n, chunks, stream);
-    case KernelKind::kFloat64: return Launch(math::Float64Op{scale}, table, n, chunks, stream);
-    case KernelKind::kUint8: return Launch(math::IntOp<uint8_t>{scale}, table, n, chunks, stream);
-    case KernelKind::kInt8: return Launch(math::IntOp<int8_t>{scale}, table, n, chunks, stream);
-    case KernelKind::kInt32: return Launch(math::IntOp<int32_t>{scale}, table, n, chunks, stream);
-    case KernelKind::kInt64: return Launch(math::IntOp<int64_t>{scale}, table, n, chunks, stream);
+    case KernelKind::kCopy:
+      return Launch(CopyOp{}, table, n, chunk_bytes, chunks, stream);
+    case KernelKind::kFloat16:
+      return Launch(math::HalfOp{f}, table, n, chunk_bytes, chunks, stream);
+    case KernelKind::kBfloat16:
+      return Launch(math::Bfloat16Op{f}, table, n, chunk_bytes, chunks, stream);
+    case KernelKind::kFloat32:
+      return Launch(math::Float32Op{f}, table, n, chunk_bytes, chunks, stream);
+    case KernelKind::kFloat64:
+      return Launch(math::Float64Op{scale}, table, n, chunk_bytes, chunks, stream);
+    case KernelKind::kUint8:
+      return Launch(math::IntOp<uint8_t>{scale}, table, n, chunk_bytes, chunks, stream);
+    case KernelKind::kInt8:
+      return Launch(math::IntOp<int8_t>{scale}, table, n, chunk_bytes, chunks, stream);
+    case KernelKind::kInt32:
+      return Launch(math::IntOp<int32_t>{scale}, table, n, chunk_bytes, chunks, stream);
+    case KernelKind::kInt64:
+      return Launch(math::IntOp<int64_t>{scale}, table, n, chunk_bytes, chunks, stream);
   }
   return cudaErrorInvalidValue;
 }

@@ -28,10 +28,11 @@ enum class KernelKind {
 uint32_t KernelElementSize(KernelKind kind);
 
 // Enqueues one launch over `n` spans of `table` (device memory), `chunks` blocks in all (the
-// table's first_chunk values are the prefix sums of PlanSpan(...).chunks; 0 < chunks <=
-// kMaxChunksPerLaunch). Returns the launch's error (cudaGetLastError), not the kernel's.
+// table's first_chunk values are the prefix sums of PlanSpan(..., chunk_bytes).chunks;
+// 0 < chunks <= kMaxChunksPerLaunch). Returns the launch's error (cudaGetLastError), not the
+// kernel's.
 cudaError_t LaunchBatchKernel(KernelKind kind, double scale, const DeviceSpan* table, uint32_t n,
-                              uint64_t chunks, cudaStream_t stream);
+                              uint32_t chunk_bytes, uint64_t chunks, cudaStream_t stream);
 
 }  // namespace cuda
 }  // namespace hora

@@ -16,8 +16,8 @@ namespace cuda {
 
 inline Status CudaStatus(cudaError_t err, const char* call) {
   if (err == cudaSuccess) return Status::Ok();
-  std::string m = std::string(call) + ": " + cudaGetErrorString(err) + " (" +
-                  cudaGetErrorName(err) + ")";
+  std::string m =
+      std::string(call) + ": " + cudaGetErrorString(err) + " (" + cudaGetErrorName(err) + ")";
   switch (err) {
     case cudaErrorNoDevice:
     case cudaErrorInsufficientDriver:
@@ -34,6 +34,7 @@ inline Status CudaStatus(cudaError_t err, const char* call) {
 }  // namespace cuda
 }  // namespace hora
 
-#define HORA_CUDA_RETURN_IF_ERROR(call) HORA_RETURN_IF_ERROR(::hora::cuda::CudaStatus((call), #call))
+#define HORA_CUDA_RETURN_IF_ERROR(call) \
+  HORA_RETURN_IF_ERROR(::hora::cuda::CudaStatus((call), #call))
 
 #endif  // HORA_COLLECTIVES_CUDA_CUDA_ERROR_H_

@@ -17,10 +17,9 @@
 #ifndef HORA_COLLECTIVES_CUDA_SCALE_MATH_H_
 #define HORA_COLLECTIVES_CUDA_SCALE_MATH_H_
 
+#include <cmath>
 #include <cstdint>
 #include <cstring>
-
-#include <cmath>
 
 #ifdef __CUDACC__
 #define HORA_HD __host__ __device__ __forceinline__
@@ -53,7 +52,9 @@ HORA_HD double BitsDouble(uint64_t u) {
   return d;
 }
 HORA_HD bool IsNan(float f) { return (FloatBits(f) & 0x7fffffffu) > 0x7f800000u; }
-HORA_HD bool IsNan(double d) { return (DoubleBits(d) & 0x7fffffffffffffffull) > 0x7ff0000000000000ull; }
+HORA_HD bool IsNan(double d) {
+  return (DoubleBits(d) & 0x7fffffffffffffffull) > 0x7ff0000000000000ull;
+}
 
 // a * b in float32 / float64 with x86 SSE's NaN results (see the top of the file).
 HORA_HD float MulF32(float a, float b) {
@@ -183,7 +184,7 @@ HORA_HD int32_t CvttToInt32(double x) {
 }
 HORA_HD int64_t CvttToInt64(double x) {
   return (x >= -9223372036854775808.0 && x < 9223372036854775808.0) ? static_cast<int64_t>(x)
-                                                                     : INT64_MIN;
+                                                                    : INT64_MIN;
 }
 
 template <typename T>

@@ -7,7 +7,6 @@
 // host replica on which ScaleCopy ran over the same spans: a value off by one bit, a byte
 // written outside a span, or a span not written all fail.
 #include <catch2/catch.hpp>
-
 #include <cstdint>
 #include <cstring>
 #include <memory>
@@ -35,7 +34,8 @@ const size_t kOffsets[] = {0, 2, 4, 6, 8, 14};
 constexpr size_t kGuard = 64;  // bytes of guard pattern before and after every dst region
 constexpr unsigned char kPattern = 0xA5;
 
-const std::chrono::milliseconds kSyncDeadline{60000};
+// A stream wait that never ends fails the test (HangBound: never a time assertion).
+const std::chrono::milliseconds kSyncDeadline = testing::HangBound(std::chrono::seconds(10));
 
 struct SpanDesc {
   size_t count;
@@ -178,8 +178,8 @@ TEST_CASE("batch copy: 1, 17 and 5000 spans in one Copy") {
   for (size_t n : {size_t{1}, size_t{17}, size_t{5000}}) {  // 5000 > one staging slot's spans
     std::vector<SpanDesc> descs;
     for (size_t i = 0; i < n; ++i) {
-      descs.push_back(SpanDesc{static_cast<size_t>(rng() % 3000), kOffsets[rng() % 6],
-                               kOffsets[rng() % 6]});
+      descs.push_back(
+          SpanDesc{static_cast<size_t>(rng() % 3000), kOffsets[rng() % 6], kOffsets[rng() % 6]});
     }
     for (DataType t : {DataType::kFloat32, DataType::kBfloat16, DataType::kFloat16,
                        DataType::kFloat64, DataType::kInt32}) {
@@ -201,8 +201,8 @@ TEST_CASE("batch copy: staging slots reused by many Copies in flight") {
     std::vector<SpanDesc> descs;
     size_t n = 1 + rng() % 40;
     for (size_t i = 0; i < n; ++i) {
-      descs.push_back(SpanDesc{static_cast<size_t>(rng() % 70000), kOffsets[rng() % 6],
-                               kOffsets[rng() % 6]});
+      descs.push_back(
+          SpanDesc{static_cast<size_t>(rng() % 70000), kOffsets[rng() % 6], kOffsets[rng() % 6]});
     }
     DataType t = kTypes[k % 9];
     batches.push_back(std::make_unique<Batch>(t, kScales[k % 4], descs, 1000 + k));
@@ -267,7 +267,8 @@ TEST_CASE("batch copy: bad input is refused with a message naming it, nothing wr
     CHECK(s.code() == Code::kInvalidArgument);
     CHECK(s.message().find("invalid dtype 42") != std::string::npos);
   }
-  std::vector<CopySpan> null_span = {CopySpan{src.get(), dst.get(), 4}, CopySpan{nullptr, dst.get(), 4}};
+  std::vector<CopySpan> null_span = {CopySpan{src.get(), dst.get(), 4},
+                                     CopySpan{nullptr, dst.get(), 4}};
   Status s = copier->Copy(null_span, DataType::kFloat32, 0.5, stream.get());
   CHECK(s.code() == Code::kInvalidArgument);
   CHECK(s.message().find("span 1") != std::string::npos);

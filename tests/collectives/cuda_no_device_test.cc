@@ -2,10 +2,9 @@
 // device) returns a clear error naming the CUDA error, promptly: no crash, no hang. On a
 // machine with a GPU (a driver is installed: /proc/driver/nvidia/version exists) it must
 // instead succeed and copy a few bytes. Not tagged gpu: it runs everywhere CUDA is built.
-#include <catch2/catch.hpp>
-
 #include <unistd.h>
 
+#include <catch2/catch.hpp>
 #include <chrono>
 #include <future>
 #include <string>

@@ -4,7 +4,6 @@
 // random and special float32/float64/int32/int64 values), and the plan must cover each span's
 // elements exactly once. The GPU test (cuda_batch_copy_test) checks the device computes the same.
 #include <catch2/catch.hpp>
-
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -22,7 +21,15 @@ namespace cuda {
 namespace {
 
 // Scales other than 1 (1 is a byte copy, not the element math).
-const double kScales[] = {0.5, 1.0 / 3.0, 3.0, 0.0, -2.0, -0.0, 1e-30, 1e30, 65504.0,
+const double kScales[] = {0.5,
+                          1.0 / 3.0,
+                          3.0,
+                          0.0,
+                          -2.0,
+                          -0.0,
+                          1e-30,
+                          1e30,
+                          65504.0,
                           std::numeric_limits<double>::infinity(),
                           std::numeric_limits<double>::quiet_NaN()};
 
@@ -64,8 +71,9 @@ std::vector<T> RandomBits(size_t n, const std::vector<T>& specials) {
 template <typename T>
 std::vector<T> RandomInts(size_t n) {
   std::mt19937_64 rng(777);
-  std::vector<T> v = {0, 1, static_cast<T>(-1), std::numeric_limits<T>::min(),
-                      std::numeric_limits<T>::max(), 3, 7, 9};
+  std::vector<T> v = {
+      0, 1, static_cast<T>(-1), std::numeric_limits<T>::min(), std::numeric_limits<T>::max(), 3,
+      7, 9};
   for (int64_t k = -1000; k <= 1000; ++k) v.push_back(static_cast<T>(k));
   while (v.size() < n) {
     uint64_t r = rng();
@@ -110,16 +118,17 @@ TEST_CASE("scale math: the widening and narrowing match common/reduce.cc on ever
 TEST_CASE("scale math: float32 and float64 match ScaleCopy, NaN and infinity included") {
   const float finf = std::numeric_limits<float>::infinity();
   std::vector<float> f32 = RandomBits<float>(
-      1 << 18, {0.0f, -0.0f, finf, -finf, std::numeric_limits<float>::quiet_NaN(),
-                -std::numeric_limits<float>::quiet_NaN(),
-                std::numeric_limits<float>::signaling_NaN(), std::numeric_limits<float>::denorm_min(),
-                std::numeric_limits<float>::min(), std::numeric_limits<float>::max()});
+      1 << 18,
+      {0.0f, -0.0f, finf, -finf, std::numeric_limits<float>::quiet_NaN(),
+       -std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::signaling_NaN(),
+       std::numeric_limits<float>::denorm_min(), std::numeric_limits<float>::min(),
+       std::numeric_limits<float>::max()});
   const double dinf = std::numeric_limits<double>::infinity();
   std::vector<double> f64 = RandomBits<double>(
-      1 << 18, {0.0, -0.0, dinf, -dinf, std::numeric_limits<double>::quiet_NaN(),
-                -std::numeric_limits<double>::quiet_NaN(),
-                std::numeric_limits<double>::signaling_NaN(),
-                std::numeric_limits<double>::denorm_min(), std::numeric_limits<double>::max()});
+      1 << 18,
+      {0.0, -0.0, dinf, -dinf, std::numeric_limits<double>::quiet_NaN(),
+       -std::numeric_limits<double>::quiet_NaN(), std::numeric_limits<double>::signaling_NaN(),
+       std::numeric_limits<double>::denorm_min(), std::numeric_limits<double>::max()});
   for (double s : kScales) {
     CheckAll(DataType::kFloat32, f32, s, math::Float32Op{static_cast<float>(s)});
     CheckAll(DataType::kFloat64, f64, s, math::Float64Op{s});
@@ -144,7 +153,7 @@ TEST_CASE("scale math: integers match ScaleCopy, out-of-range results included")
 }
 
 // Every element of a span lands in exactly one of head, vectors and tail; vectors are
-// W-aligned at both ends; the chunks cover the units.
+// 16-byte aligned at dst and `shift` bytes past alignment at src; the chunks cover the units.
 TEST_CASE("span plan: covers every element once, vectors aligned, for any offsets and counts") {
   const uint64_t counts[] = {0, 1, 2, 3, 7, 15, 16, 17, 1023, 4096, 8193, (1u << 20) + 5};
   for (uint32_t esize : {1u, 2u, 4u, 8u}) {
@@ -152,8 +161,10 @@ TEST_CASE("span plan: covers every element once, vectors aligned, for any offset
       for (uintptr_t dof = 0; dof < 32; ++dof) {
         for (uint64_t count : counts) {
           const uintptr_t src = 0x10000 + so, dst = 0x7000000 + dof;
-          SpanPlan p = PlanSpan(src, dst, count, esize);
-          INFO("esize " << esize << " src+" << so << " dst+" << dof << " count " << count);
+          const uint32_t chunk_bytes = static_cast<uint32_t>(kMinChunkBytes << ((so + dof) % 4));
+          SpanPlan p = PlanSpan(src, dst, count, esize, chunk_bytes);
+          INFO("esize " << esize << " src+" << so << " dst+" << dof << " count " << count
+                        << " chunk " << chunk_bytes);
           if (count == 0) {
             REQUIRE(p.chunks == 0);
             continue;
@@ -161,25 +172,54 @@ TEST_CASE("span plan: covers every element once, vectors aligned, for any offset
           REQUIRE(p.chunks >= 1);
           REQUIRE(p.chunks == std::max<uint64_t>(1, (p.units + p.per_chunk - 1) / p.per_chunk));
           if (src % esize != 0 || dst % esize != 0) {
-            REQUIRE(p.width == 0);
+            REQUIRE_FALSE(p.vectors);
             REQUIRE(p.units == count);
+            REQUIRE(p.per_chunk * esize == chunk_bytes);
             REQUIRE(p.head + p.tail == 0);
             continue;
           }
-          REQUIRE((p.width == 16 || p.width == 8 || p.width == 4 || p.width == 2 || p.width == 1));
-          REQUIRE(p.width >= esize);
-          REQUIRE(p.head + p.units * (p.width / esize) + p.tail == count);
-          REQUIRE(p.head < 16);
-          REQUIRE(p.tail < p.width / esize);
-          REQUIRE(p.per_chunk * p.width == kChunkBytes);
-          if (p.units > 0) {
-            REQUIRE((src + p.head * esize) % p.width == 0);
-            REQUIRE((dst + p.head * esize) % p.width == 0);
-          }
-          // The widest: twice the width would not keep src and dst equally aligned.
-          if (p.width < 16) REQUIRE((src - dst) % (2 * p.width) != 0);
+          REQUIRE(p.vectors);
+          REQUIRE(p.head + p.units * (16 / esize) + p.tail == count);
+          REQUIRE(p.head * esize < 16);
+          REQUIRE(p.tail * esize < 16);
+          REQUIRE(p.per_chunk * 16 == chunk_bytes);
+          REQUIRE(p.shift == (src + p.head * esize) % 16);
+          if (p.units > 0) REQUIRE((dst + p.head * esize) % 16 == 0);
+          // The head is as short as it can be: only up to dst's first aligned address.
+          if (p.head > 0 && p.head < count) REQUIRE(dst % 16 != 0);
         }
       }
+    }
+  }
+}
+
+// The kernel's unaligned-source vectors: bytes [shift, shift + 16) of two aligned words.
+TEST_CASE("span plan: ShiftedVector takes the right 16 bytes for every shift") {
+  std::mt19937_64 rng(3);
+  for (int trial = 0; trial < 100; ++trial) {
+    unsigned char bytes[32];
+    for (auto& b : bytes) b = static_cast<unsigned char>(rng());
+    uint32_t lo[4], hi[4];
+    std::memcpy(lo, bytes, 16);
+    std::memcpy(hi, bytes + 16, 16);
+    for (uint32_t shift = 1; shift < 16; ++shift) {
+      uint32_t out[4];
+      switch (shift / 4) {
+        case 0:
+          ShiftedVector<0>(lo, hi, shift, out);
+          break;
+        case 1:
+          ShiftedVector<1>(lo, hi, shift, out);
+          break;
+        case 2:
+          ShiftedVector<2>(lo, hi, shift, out);
+          break;
+        default:
+          ShiftedVector<3>(lo, hi, shift, out);
+          break;
+      }
+      INFO("shift " << shift);
+      REQUIRE(std::memcmp(out, bytes + shift, 16) == 0);
     }
   }
 }

@@ -38,7 +38,10 @@ class DeviceBuffer {
 
 class Stream {
  public:
-  Stream() { status_ = cuda::CudaStatus(cudaStreamCreateWithFlags(&s_, cudaStreamNonBlocking), "cudaStreamCreate"); }
+  Stream() {
+    status_ =
+        cuda::CudaStatus(cudaStreamCreateWithFlags(&s_, cudaStreamNonBlocking), "cudaStreamCreate");
+  }
   ~Stream() {
     if (s_ != nullptr) (void)cudaStreamDestroy(s_);
   }

@@ -36,13 +36,13 @@ namespace hora {
 namespace cuda {
 namespace {
 
-#define BENCH_CHECK(call)                                                        \
-  do {                                                                           \
-    Status _s = CudaStatus((call), #call);                                       \
-    if (!_s.ok()) {                                                              \
+#define BENCH_CHECK(call)                                                         \
+  do {                                                                            \
+    Status _s = CudaStatus((call), #call);                                        \
+    if (!_s.ok()) {                                                               \
       std::fprintf(stderr, "cuda_batch_copy_bench: %s\n", _s.ToString().c_str()); \
-      std::exit(1);                                                              \
-    }                                                                            \
+      std::exit(1);                                                               \
+    }                                                                             \
   } while (0)
 
 struct Result {
@@ -145,9 +145,8 @@ int Main(int argc, char** argv) {
   BENCH_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
   BENCH_CHECK(cudaDeviceSynchronize());
 
-  std::printf("%-9s %6s %9s %5s %11s %16s %17s %7s %8s\n", "dtype", "spans", "total_MiB",
-              "scale", "kernel_GBps", "memcpy_span_GBps", "memcpy_whole_GBps", "vs_span",
-              "vs_whole");
+  std::printf("%-9s %6s %9s %5s %11s %16s %17s %7s %8s\n", "dtype", "spans", "total_MiB", "scale",
+              "kernel_GBps", "memcpy_span_GBps", "memcpy_whole_GBps", "vs_span", "vs_whole");
   int cases = 0;
   double min_whole = 1e30, min_span = 1e30, min_whole_large = 1e30, log_sum = 0;
   for (DataType dtype : {DataType::kFloat32, DataType::kBfloat16}) {
@@ -158,8 +157,8 @@ int Main(int argc, char** argv) {
                              static_cast<unsigned char*>(dst), dtype, nspans, mib << 20, scale);
           double vs_span = r.kernel / r.span, vs_whole = r.kernel / r.whole;
           std::printf("%-9s %6zu %9zu %5.2f %11.1f %16.1f %17.1f %7.3f %8.3f\n",
-                      DataTypeName(dtype), nspans, mib, scale, r.kernel, r.span, r.whole,
-                      vs_span, vs_whole);
+                      DataTypeName(dtype), nspans, mib, scale, r.kernel, r.span, r.whole, vs_span,
+                      vs_whole);
           ++cases;
           min_whole = std::min(min_whole, vs_whole);
           min_span = std::min(min_span, vs_span);
