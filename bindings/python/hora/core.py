@@ -13,9 +13,9 @@ from . import errors
 # hora_reduce_op_t
 SUM, AVERAGE, MIN, MAX, PRODUCT = 0, 1, 2, 3, 4
 # hora_dtype_t
-UINT8, INT8, INT32, INT64, FLOAT16, BFLOAT16, FLOAT32, FLOAT64, BOOL = range(9)
+UINT8, INT8, INT32, INT64, FLOAT16, BFLOAT16, FLOAT32, FLOAT64, BOOL, INT16, UINT16 = range(11)
 DTYPE_SIZES = {UINT8: 1, INT8: 1, INT32: 4, INT64: 8, FLOAT16: 2, BFLOAT16: 2, FLOAT32: 4,
-               FLOAT64: 8, BOOL: 1}
+               FLOAT64: 8, BOOL: 1, INT16: 2, UINT16: 2}
 DEVICE_CPU, DEVICE_CUDA = 0, 1
 
 # hora_wait slices: a Python thread waiting forever stays interruptible (Ctrl-C).
