@@ -10,6 +10,7 @@
 #   --python PY  the ranks' interpreter (default /usr/bin/python3: Debian's torch 1.13;
 #                /opt/hora/torch2/bin/python for torch 2.x)
 #   --dir DIR    scratch directory (default /tmp/hvdsuite), rebuilt on every run
+# HORA_STALL_TIMEOUT_SECONDS defaults to 20 here (see below).
 # Needs libhora.so ($HORA_LIBRARY or the usual search, bindings/python/README.md). Prints
 # every rank's pytest output (rank-prefixed by horarun) and ends with rank 0's pytest summary.
 set -uo pipefail
@@ -72,6 +73,10 @@ EOF
 
 export PYTHONPATH="$repo/bindings/python${PYTHONPATH:+:$PYTHONPATH}"
 export PYTHONDONTWRITEBYTECODE=1 OMP_NUM_THREADS=1
+# A test that fails an assertion on some ranks between collectives leaves the others waiting
+# (in Horovod too, where the wait has no end by default): the stall timeout ends it on every
+# rank, and the next test's hvd.init() starts a new job (bindings/python/README.md).
+export HORA_STALL_TIMEOUT_SECONDS="${HORA_STALL_TIMEOUT_SECONDS:-20}"
 cd "$dir" || exit 2
 log="$dir/run.log"
 "$repo/tools/launcher/horarun" -np "$np" "$python" -m pytest -p no:cacheprovider -q \
