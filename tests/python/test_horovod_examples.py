@@ -33,9 +33,11 @@ def make_data(what, root, *args):
                    check=True, stdout=subprocess.PIPE, universal_newlines=True)
 
 
-def run(np, script, args, timeout=300):
+def run(np, script, args, home, timeout=300):
+    """`home`: $HOME of the ranks (pytorch_mnist.py locks ~/.horovod_lock; under Bazel's
+    sandbox, or CI's HOME=/nonexistent, the real one is not writable)."""
     return harness.run_job(np, os.path.join(EXAMPLES, script), args, timeout=timeout,
-                           python=python())
+                           python=python(), extra_env={"HOME": str(home)})
 
 
 def ok(job):
@@ -61,7 +63,7 @@ def test_pytorch_mnist(np, flags, tmp_path):
     make_data("mnist", data, "--train", "600", "--test", "200")
     job = run(np, "pytorch_mnist.py", ["--data-dir", data, "--epochs", "4", "--batch-size", "16",
                                        "--lr", "0.05", "--log-interval", "5", "--no-cuda"]
-              + flags)
+              + flags, tmp_path)
     ok(job)
     for r in range(np):
         train = [_TRAIN.match(l) for l in job.lines.get(r, [])]
@@ -104,7 +106,7 @@ def test_pytorch_imagenet_resnet50(tmp_path):
             "--log-dir", str(ck / "logs"), "--checkpoint-format",
             str(ck / "checkpoint-{epoch}.pth.tar"), "--batch-size", "2", "--val-batch-size", "2",
             "--no-cuda"]
-    first = run(2, "pytorch_imagenet_resnet50.py", args + ["--epochs", "1"])
+    first = run(2, "pytorch_imagenet_resnet50.py", args + ["--epochs", "1"], tmp_path)
     ok(first)
     assert (ck / "checkpoint-1.pth.tar").exists(), first.tail()
     assert any(n.startswith("events.out.tfevents") for n in os.listdir(ck / "logs"))
@@ -113,7 +115,7 @@ def test_pytorch_imagenet_resnet50(tmp_path):
     val1 = _tqdm_losses(first, "Validate")
     assert list(val1) == [1] and math.isfinite(val1[1]), first.tail()
 
-    second = run(2, "pytorch_imagenet_resnet50.py", args + ["--epochs", "2"])
+    second = run(2, "pytorch_imagenet_resnet50.py", args + ["--epochs", "2"], tmp_path)
     ok(second)
     loss2 = _tqdm_losses(second, "Train")
     assert list(loss2) == [2], "did not resume at epoch 2: %s\n%s" % (loss2, second.tail())
@@ -121,11 +123,11 @@ def test_pytorch_imagenet_resnet50(tmp_path):
     assert math.isfinite(loss2[2]) and loss2[2] < loss1[1], (loss1, loss2)
 
 
-def test_pytorch_synthetic_benchmark():
+def test_pytorch_synthetic_benchmark(tmp_path):
     """Horovod's pytorch_synthetic_benchmark.py (torchvision's ResNet-18, random images)."""
     job = run(2, "pytorch_synthetic_benchmark.py", [
         "--no-cuda", "--model", "resnet18", "--batch-size", "2", "--num-warmup-batches", "1",
-        "--num-batches-per-iter", "1", "--num-iters", "2", "--fp16-allreduce"])
+        "--num-batches-per-iter", "1", "--num-iters", "2", "--fp16-allreduce"], tmp_path)
     ok(job)
     out = "\n".join(job.lines.get(0, []))
     for text in ("Model: resnet18", "Batch size: 2", "Number of CPUs: 2", "Iter #0:", "Iter #1:"):
