@@ -86,7 +86,9 @@ typedef enum {
   HORA_BFLOAT16 = 5,
   HORA_FLOAT32 = 6,
   HORA_FLOAT64 = 7,
-  HORA_BOOL = 8
+  HORA_BOOL = 8,
+  HORA_INT16 = 9,
+  HORA_UINT16 = 10
 } hora_dtype_t;
 
 typedef enum {
