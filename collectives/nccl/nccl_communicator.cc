@@ -29,8 +29,12 @@ StatusOr<ncclDataType_t> NcclType(DataType t) {
       return ncclFloat32;
     case DataType::kFloat64:
       return ncclFloat64;
+    case DataType::kInt16:
+    case DataType::kUint16:
+      break;
   }
-  return InvalidArgument("NCCL has no dtype " + std::to_string(static_cast<int>(t)));
+  return InvalidArgument(std::string("NCCL has no dtype ") + DataTypeName(t) +
+                         " (int16 and uint16 tensors run on the CPU)");
 }
 
 StatusOr<ncclRedOp_t> NcclOp(ReduceOp op, DataType t) {
