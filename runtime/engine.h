@@ -111,6 +111,10 @@ class Engine : private ProcessSetRuntime::Host {
   Status StopTimeline();
   const Timeline& timeline() const { return timeline_; }
 
+  // The steady path's counters of a process set this rank is a member of (all zero when the
+  // set has no steady path); NOT_FOUND for an unknown set.
+  StatusOr<SteadyStats> Steady(int32_t process_set) const;
+
   // The fusion threshold and cycle time the coordinator plans with, as it last announced them
   // (HORA_AUTOTUNE changes them during the first steps, the same on every rank); before any
   // announcement, and without autotuning, the configured values with done = !autotune.
@@ -137,6 +141,8 @@ class Engine : private ProcessSetRuntime::Host {
   void OnPlan(PlanMessage plan);
   void OnProcessSetResult(ProcessSetResult result);
   void CompleteInline(const BucketPlan& bucket, int set_size);
+  // Hands a bucket's specs (this rank's) to the set's steady path, before it runs.
+  void LearnSteady(SteadyPath* steady, const BucketPlan& bucket);
   void SetError(Status status);
   void FailEverything(const Status& status);
   // The name, the collective and the process set: errors here are this rank's alone. On
@@ -160,12 +166,18 @@ class Engine : private ProcessSetRuntime::Host {
   // Builds (members) and registers the set's runtime.
   Status InstallSet(int32_t id, std::vector<int> ranks, const std::string& cpu_operations);
   BackendConfig BackendConfigFor(int32_t id, const std::vector<int>& ranks, int set_rank) const;
+  // The set's steady communicator (runtime/steady_path.h), or null when HORA_STEADY and the
+  // set's communicator `comm` leave the steady path off.
+  StatusOr<std::unique_ptr<Communicator>> SteadyCommunicator(int32_t id,
+                                                             const std::vector<int>& ranks,
+                                                             int set_rank, Communicator* comm) const;
 
   // ProcessSetRuntime::Host
   std::optional<Request> TakeRequest(int32_t id) override;
   void Complete(int64_t handle, Status status, OpResult result) override;
   Status JobError() override { return AsyncError(); }
   Status BucketFailed(const Status& status) override;
+  void Announce(int32_t id) override;
 
   // Constant after Init.
   const Options options_;

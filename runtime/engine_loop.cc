@@ -111,6 +111,7 @@ void Engine::OnPlan(PlanMessage plan) {
                         std::to_string(bucket.process_set) + ", which this rank is not a member of"));
       return;
     }
+    if (SteadyPath* steady = set->steady()) LearnSteady(steady, bucket);
     if (bucket.inline_reduced) {
       CompleteInline(bucket, set->size());
     } else {
@@ -120,6 +121,30 @@ void Engine::OnPlan(PlanMessage plan) {
     }
   }
   for (auto& [id, entry] : by_set) entry.first->Push(std::move(entry.second));
+}
+
+void Engine::LearnSteady(SteadyPath* steady, const BucketPlan& bucket) {
+  // Copies: the specs of ids in this bucket do not change before its requests finish.
+  std::vector<TensorSpec> specs;
+  std::vector<bool> have;
+  {
+    std::lock_guard<std::mutex> lock(announce_mu_);
+    for (const BucketPlan::Entry& e : bucket.entries) {
+      auto it = e.id < 0 ? id_specs_.end() : id_specs_.find(static_cast<uint32_t>(e.id));
+      have.push_back(it != id_specs_.end());
+      specs.push_back(have.back() ? it->second : TensorSpec());
+    }
+  }
+  std::vector<const TensorSpec*> pointers;
+  for (size_t i = 0; i < specs.size(); ++i) pointers.push_back(have[i] ? &specs[i] : nullptr);
+  steady->Learn(bucket, pointers);
+}
+
+void Engine::Announce(int32_t id) {
+  std::optional<TensorKey> key = KeyOfId(id);
+  if (!key) return;
+  queue_.MarkFresh(*key);
+  AnnounceFresh();
 }
 
 void Engine::CompleteInline(const BucketPlan& bucket, int set_size) {
@@ -219,13 +244,21 @@ StatusOr<int64_t> Engine::EnqueueIn(const ProcessSetRuntime& set, TensorSpec spe
   r.handle = handles_.Create();
   if (timeline_.on()) timeline_.Submitted(r.handle, r.spec, TimelineNowUs());
   int64_t handle = r.handle;
-  Status s = queue_.Push(std::move(r));
+  SteadyPath* steady = set.steady();
+  const bool quiet = steady != nullptr && steady->Matches(r.spec);
+  TensorSpec spec_copy;
+  if (steady != nullptr) spec_copy = r.spec;
+  Status s = queue_.Push(std::move(r), !quiet);
   if (!s.ok()) {
     // The handle was created above and never handed out, so Release cannot fail (its only
     // error is an unknown handle); the caller needs the queue's refusal, not that.
     (void)handles_.Release(handle);
     return s;
   }
+  // A cached name always goes through Begin (it counts the instance); what it does not take
+  // is announced now.
+  if (steady != nullptr && steady->Begin(spec_copy)) return handle;
+  if (quiet) queue_.MarkFresh(TensorKeyOf(spec_copy));
   AnnounceFresh();
   return handle;
 }

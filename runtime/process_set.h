@@ -31,6 +31,7 @@
 #include "runtime/bucket_executor.h"
 #include "runtime/completion_queue.h"
 #include "runtime/handle_table.h"
+#include "runtime/steady_path.h"
 #include "runtime/tensor_queue.h"
 #include "runtime/timeline.h"
 
@@ -50,6 +51,9 @@ class ProcessSetRuntime {
     // A bucket failed with `status` while the job looked healthy. Returns the error its
     // handles get: the job's error once known (the coordinator usually names a dead rank).
     virtual Status BucketFailed(const Status& status) = 0;
+    // The queued request of tensor id `id` fell back from the steady path: announce it to
+    // the coordinator.
+    virtual void Announce(int32_t id) = 0;
   };
 
   // ranks: the members (global ranks, sorted); global_rank: this process's rank in the job.
@@ -68,8 +72,13 @@ class ProcessSetRuntime {
   // The CPU communicator's backend name, "" before Start or for non-members.
   std::string backend() const;
 
-  // Members only: takes the set's CPU communicator and starts the executor thread.
-  void Start(std::unique_ptr<Communicator> cpu);
+  // Members only: takes the set's CPU communicator and starts the executor thread; with
+  // `steady` (a second communicator of the same backend offering a SharedBoard) also the
+  // steady path (runtime/steady_path.h), whose fallbacks wait at most `patience`.
+  void Start(std::unique_ptr<Communicator> cpu, std::unique_ptr<Communicator> steady = nullptr,
+             std::chrono::milliseconds patience = std::chrono::milliseconds(500));
+  // The steady path, or null (off, or not a member). Valid until Stop.
+  SteadyPath* steady() const { return steady_.get(); }
   // Queues buckets of this set, in plan order.
   void Push(std::vector<BucketPlan> buckets);
   // Ends the communicator's work in progress and later (the job is broken).
@@ -102,6 +111,7 @@ class ProcessSetRuntime {
   // Set by Start, before the thread starts; used by that thread (Abort: any thread).
   std::unique_ptr<Communicator> cpu_;
   std::unique_ptr<BucketExecutor> executor_;
+  std::unique_ptr<SteadyPath> steady_;
 
   mutable std::mutex mu_;
   std::condition_variable cv_;

@@ -1,0 +1,244 @@
+#include "runtime/steady_path.h"
+
+#include <algorithm>
+
+#include "common/logging.h"
+
+namespace hora {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+// How long the thread keeps polling the log after its last fast instance before it sleeps:
+// back-to-back steps find it awake; an idle set sleeps.
+constexpr auto kSpin = std::chrono::microseconds(0);
+// The longest sleep (stop and abort also wake it).
+constexpr auto kMaxSleep = std::chrono::milliseconds(200);
+// The largest fast instance the enqueuing thread runs itself (Begin).
+constexpr size_t kInlineBytes = 64 << 10;
+
+void Relax() {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#endif
+}
+
+}  // namespace
+
+SteadyPath::SteadyPath(int32_t process_set, std::unique_ptr<Communicator> comm, Host host,
+                       std::chrono::milliseconds patience)
+    : process_set_(process_set),
+      comm_(std::move(comm)),
+      host_(std::move(host)),
+      patience_(patience),
+      executor_(comm_.get()) {
+  size_t bytes = 0;
+  void* memory = comm_->SharedBoard(&bytes);
+  HORA_CHECK(memory != nullptr && bytes >= SteadyBoard::BytesNeeded());
+  board_ = std::make_unique<SteadyBoard>(memory, comm_->rank(), comm_->size());
+  thread_ = std::thread([this] { Loop(); });
+}
+
+SteadyPath::~SteadyPath() { Stop(); }
+
+bool SteadyPath::Matches(const TensorSpec& spec) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = by_name_.find(spec.name);
+  return it != by_name_.end() && entries_[it->second].spec == spec;
+}
+
+bool SteadyPath::Begin(const TensorSpec& spec) {
+  uint32_t e = 0, n = 0;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = by_name_.find(spec.name);
+    if (it == by_name_.end()) return false;
+    e = it->second;
+    Entry& entry = entries_[e];
+    n = ++entry.instance;
+    if (entry.spec != spec) {
+      ++stats_.slow;
+      (void)board_->Refuse(e, n);
+      return false;
+    }
+    pending_[e] = Pending{n, entry.id, Clock::now() + patience_};
+  }
+  const SteadyBoard::Outcome o = board_->Offer(e, n);
+  if (o == SteadyBoard::Outcome::kFast) {
+    // This member's offer was the last: the others' threads are waking for it now. Running
+    // it here, if nobody else is driving, spares this member's thread a wake-up (only small
+    // ones: the caller of an async call should not wait for a long transfer).
+    std::unique_lock<std::mutex> drive(drive_mu_, std::try_to_lock);
+    if (drive.owns_lock()) DriveLog(kInlineBytes);
+  }
+  if (o != SteadyBoard::Outcome::kSlow) return true;
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = pending_.find(e);
+  if (it == pending_.end() || it->second.instance != n) return true;  // the thread announced it
+  pending_.erase(it);
+  ++stats_.slow;
+  return false;
+}
+
+void SteadyPath::Learn(const BucketPlan& bucket, const std::vector<const TensorSpec*>& specs) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (learning_over_) return;
+  if (bucket.joined_ranks > 0) {
+    learning_over_ = true;
+    learning_.clear();
+    return;
+  }
+  const bool single = bucket.collective == CollectiveType::kAllreduce &&
+                      bucket.device == Device::kCpu && bucket.participants.empty() &&
+                      bucket.entries.size() == 1 && specs.size() == 1 && specs[0] != nullptr;
+  if (!single) {
+    for (const TensorSpec* s : specs) {
+      if (s != nullptr) learning_.erase(s->name);
+    }
+    return;
+  }
+  const TensorSpec& spec = *specs[0];
+  Learning& l = learning_[spec.name];
+  if (l.count > 0 && l.spec == spec) {
+    ++l.count;
+  } else {
+    l.spec = spec;
+    l.count = 1;
+  }
+  if (l.count < kWarmup) return;
+  auto it = by_name_.find(spec.name);
+  if (it == by_name_.end()) {
+    if (entries_.size() >= SteadyBoard::kMaxEntries) return;
+    by_name_.emplace(spec.name, static_cast<uint32_t>(entries_.size()));
+    entries_.push_back(Entry{spec, bucket.entries[0].id, 0});
+    stats_.entries = static_cast<int64_t>(entries_.size());
+  } else if (entries_[it->second].spec != spec) {
+    entries_[it->second].spec = spec;  // the instance count goes on
+  }
+}
+
+SteadyStats SteadyPath::Stats() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return stats_;
+}
+
+void SteadyPath::Abort(const Status& reason) {
+  comm_->Abort(reason);
+  board_->Wake();
+}
+
+void SteadyPath::Stop() {
+  stop_.store(true);
+  if (board_) board_->Wake();
+  if (thread_.joinable()) thread_.join();
+}
+
+Clock::time_point SteadyPath::CheckPending() {
+  std::vector<int32_t> announce;
+  Clock::time_point next = Clock::now() + kMaxSleep;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    const Clock::time_point now = Clock::now();
+    for (auto it = pending_.begin(); it != pending_.end();) {
+      const Pending& p = it->second;
+      SteadyBoard::Outcome o = board_->State(it->first, p.instance);
+      if (o == SteadyBoard::Outcome::kPending && now >= p.deadline) {
+        o = board_->Refuse(it->first, p.instance);  // withdraw: kSlow, or kFast if too late
+      }
+      if (o == SteadyBoard::Outcome::kSlow) {
+        announce.push_back(p.id);
+        ++stats_.slow;
+        it = pending_.erase(it);
+        continue;
+      }
+      if (o == SteadyBoard::Outcome::kPending) next = std::min(next, p.deadline);
+      ++it;
+    }
+  }
+  for (int32_t id : announce) host_.announce(id);
+  return next;
+}
+
+bool SteadyPath::DriveLog(size_t max_bytes) {
+  bool ran = false;
+  uint32_t e = 0;
+  while (board_->LogAt(cursor_, &e)) {
+    if (max_bytes != SIZE_MAX) {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (entries_[e].spec.ByteSize() > max_bytes) break;
+    }
+    ++cursor_;
+    Run(e);
+    ran = true;
+  }
+  return ran;
+}
+
+void SteadyPath::Loop() {
+  Clock::time_point active = Clock::now();
+  uint32_t checked_bell = board_->Bell() - 1;  // check once at the start
+  Clock::time_point next_check = active;
+  while (!stop_.load(std::memory_order_relaxed)) {
+    uint32_t e = 0;
+    if (board_->LogAt(cursor_.load(std::memory_order_relaxed), &e)) {
+      std::lock_guard<std::mutex> drive(drive_mu_);
+      if (DriveLog(SIZE_MAX)) active = Clock::now();
+      continue;
+    }
+    const uint32_t bell = board_->Bell();
+    Clock::time_point now = Clock::now();
+    if (bell != checked_bell || now >= next_check) {
+      checked_bell = bell;
+      next_check = CheckPending();
+      now = Clock::now();
+    }
+    if (now - active < kSpin) {
+      Relax();
+      continue;
+    }
+    if (board_->LogAt(cursor_.load(std::memory_order_relaxed), &e)) continue;
+    const auto wait = std::chrono::duration_cast<std::chrono::microseconds>(
+        std::min(next_check, now + kMaxSleep) - now);
+    board_->Sleep(bell, std::max<int64_t>(1, wait.count()));
+  }
+}
+
+void SteadyPath::Run(uint32_t e) {
+  Entry entry;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    entry = entries_[e];
+    auto it = pending_.find(e);
+    if (it != pending_.end()) pending_.erase(it);
+  }
+  std::optional<Request> r = host_.take(entry.id);
+  if (!r) return;  // failed meanwhile with the job's error
+  BucketPlan plan;
+  plan.process_set = process_set_;
+  plan.collective = CollectiveType::kAllreduce;
+  plan.dtype = entry.spec.dtype;
+  plan.op = entry.spec.op;
+  plan.device = Device::kCpu;
+  plan.prescale = entry.spec.prescale;
+  plan.postscale = entry.spec.postscale;
+  BucketPlan::Entry pe;
+  pe.id = entry.id;
+  pe.num_elements = r->spec.NumElements();
+  plan.entries.push_back(pe);
+  std::vector<const Request*> requests{&*r};
+  std::vector<OpResult> results;
+  BucketExecutor::Finish finish;
+  Status status = host_.job_error();
+  if (status.ok()) status = executor_.Start(plan, requests, &results, &finish);
+  if (status.ok() && finish) status = finish();
+  finish = nullptr;
+  if (!status.ok()) {
+    Status job = host_.job_error();
+    status = job.ok() ? host_.bucket_failed(status) : job;
+  } else {
+    std::lock_guard<std::mutex> lock(mu_);
+    ++stats_.fast;
+  }
+  host_.complete(r->handle, status);
+}
+
+}  // namespace hora
