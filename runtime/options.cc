@@ -306,7 +306,7 @@ std::string Options::Digest() const {
   std::ostringstream s;
   s << "fusion_threshold=" << fusion_threshold_bytes << ";inline_threshold=" << inline_threshold_bytes
     << ";cpu_operations=" << cpu_operations << ";gpu_operations=" << gpu_operations
-    << ";steady=" << steady << ";steady_patience_ms=" << steady_patience_ms;
+    << ";steady=" << steady;
   return s.str();
 }
 
