@@ -96,6 +96,11 @@ class Engine : private ProcessSetRuntime::Host {
   std::vector<int32_t> ProcessSetIds() const;
 
   HandleTable& handles() { return handles_; }
+  // handles().Wait, except that a thread waiting for an operation on the steady path helps
+  // run it (SteadyPath::Help) before it blocks on the handle.
+  Status Wait(int64_t handle, std::chrono::duration<double> timeout);
+  // handles().Release, forgetting the handle's steady-path record too.
+  Status Release(int64_t handle);
   const Options& options() const { return options_; }
   const RankInfo& self() const { return topology_.ranks[options_.rank]; }
 
@@ -218,6 +223,11 @@ class Engine : private ProcessSetRuntime::Host {
   std::unordered_map<uint32_t, TensorSpec> id_specs_;  // guarded by announce_mu_: last announced
   std::unordered_map<uint32_t, TensorKey> id_keys_;    // guarded by announce_mu_
   uint32_t next_id_ = 0;                               // guarded by announce_mu_
+
+  // Handles of requests waiting on a steady path, for Wait: their set and instance.
+  std::mutex steady_mu_;
+  std::unordered_map<int64_t, std::pair<std::shared_ptr<ProcessSetRuntime>, SteadyPath::Ticket>>
+      steady_waits_;  // guarded by steady_mu_
 
   std::thread thread_;
 };

@@ -257,10 +257,52 @@ StatusOr<int64_t> Engine::EnqueueIn(const ProcessSetRuntime& set, TensorSpec spe
   }
   // A cached name always goes through Begin (it counts the instance); what it does not take
   // is announced now.
-  if (steady != nullptr && steady->Begin(spec_copy)) return handle;
+  SteadyPath::Ticket ticket;
+  if (steady != nullptr && steady->Begin(spec_copy, &ticket)) {
+    std::shared_ptr<ProcessSetRuntime> owner = FindSet(set.id());
+    bool done = true;
+    if (owner && handles_.Poll(handle, &done).ok() && !done) {
+      std::lock_guard<std::mutex> lock(steady_mu_);
+      steady_waits_[handle] = {std::move(owner), ticket};
+    }
+    return handle;
+  }
   if (quiet) queue_.MarkFresh(TensorKeyOf(spec_copy));
   AnnounceFresh();
   return handle;
+}
+
+Status Engine::Release(int64_t handle) {
+  {
+    std::lock_guard<std::mutex> lock(steady_mu_);
+    steady_waits_.erase(handle);
+  }
+  return handles_.Release(handle);
+}
+
+Status Engine::Wait(int64_t handle, std::chrono::duration<double> timeout) {
+  std::shared_ptr<ProcessSetRuntime> set;
+  SteadyPath::Ticket ticket;
+  {
+    std::lock_guard<std::mutex> lock(steady_mu_);
+    auto it = steady_waits_.find(handle);
+    if (it != steady_waits_.end()) {
+      set = std::move(it->second.first);
+      ticket = it->second.second;
+      steady_waits_.erase(it);
+    }
+  }
+  if (set != nullptr && set->steady() != nullptr) {
+    const auto now = std::chrono::steady_clock::now();
+    const auto deadline =
+        timeout.count() < 0 || timeout.count() > 1e6
+            ? now + std::chrono::hours(24 * 365)
+            : now + std::chrono::duration_cast<std::chrono::steady_clock::duration>(timeout);
+    set->steady()->Help(ticket, deadline);
+    const auto left = std::chrono::duration<double>(deadline - std::chrono::steady_clock::now());
+    if (timeout.count() >= 0) timeout = std::max(left, std::chrono::duration<double>(0));
+  }
+  return handles_.Wait(handle, timeout);
 }
 
 StatusOr<int64_t> Engine::EnqueueBarrier(int32_t process_set) {

@@ -47,7 +47,7 @@ bool SteadyPath::Matches(const TensorSpec& spec) const {
   return it != by_name_.end() && entries_[it->second].spec == spec;
 }
 
-bool SteadyPath::Begin(const TensorSpec& spec) {
+bool SteadyPath::Begin(const TensorSpec& spec, Ticket* ticket) {
   uint32_t e = 0, n = 0;
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -63,6 +63,8 @@ bool SteadyPath::Begin(const TensorSpec& spec) {
     }
     pending_[e] = Pending{n, entry.id, Clock::now() + patience_};
   }
+  ticket->entry = e;
+  ticket->instance = n;
   const SteadyBoard::Outcome o = board_->Offer(e, n);
   if (o == SteadyBoard::Outcome::kFast) {
     // This member's offer was the last: the others' threads are waking for it now. Running
@@ -123,6 +125,7 @@ SteadyStats SteadyPath::Stats() const {
 }
 
 void SteadyPath::Abort(const Status& reason) {
+  aborted_.store(true, std::memory_order_seq_cst);  // helpers leave (the job's error fails them)
   comm_->Abort(reason);
   board_->Wake();
 }
@@ -159,6 +162,42 @@ Clock::time_point SteadyPath::CheckPending() {
   return next;
 }
 
+void SteadyPath::Help(const Ticket& ticket, Clock::time_point deadline) {
+  helpers_.fetch_add(1, std::memory_order_seq_cst);
+  uint32_t checked_bell = board_->Bell() - 1;
+  Clock::time_point next_check = Clock::now();
+  while (!stop_.load(std::memory_order_relaxed) && !aborted_.load(std::memory_order_seq_cst)) {
+    const uint32_t bell = board_->Bell();
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      auto it = pending_.find(ticket.entry);
+      if (it == pending_.end() || it->second.instance != ticket.instance) break;
+    }
+    uint32_t e = 0;
+    if (board_->LogAt(cursor_.load(std::memory_order_seq_cst), &e)) {
+      // Blocks while another thread drives (it may be running this very instance); then
+      // runs what is left, or finds the instance gone from pending_ at the top.
+      std::lock_guard<std::mutex> drive(drive_mu_);
+      DriveLog(SIZE_MAX);
+      continue;
+    }
+    Clock::time_point now = Clock::now();
+    if (now >= deadline) break;
+    if (bell != checked_bell || now >= next_check) {  // a refusal, or the patience ran out
+      checked_bell = bell;
+      next_check = CheckPending();
+      continue;
+    }
+    const auto wait = std::chrono::duration_cast<std::chrono::microseconds>(
+        std::min({next_check, deadline, now + kMaxSleep}) - now);
+    board_->Sleep(bell, std::max<int64_t>(1, wait.count()));
+  }
+  helpers_.fetch_sub(1, std::memory_order_seq_cst);
+  uint32_t e = 0;
+  // The set's thread may have left an entry to this helper: hand it back.
+  if (board_->LogAt(cursor_.load(std::memory_order_seq_cst), &e)) board_->Wake();
+}
+
 bool SteadyPath::DriveLog(size_t max_bytes) {
   bool ran = false;
   uint32_t e = 0;
@@ -180,12 +219,13 @@ void SteadyPath::Loop() {
   Clock::time_point next_check = active;
   while (!stop_.load(std::memory_order_relaxed)) {
     uint32_t e = 0;
-    if (board_->LogAt(cursor_.load(std::memory_order_relaxed), &e)) {
+    const uint32_t bell = board_->Bell();
+    if (board_->LogAt(cursor_.load(std::memory_order_seq_cst), &e) &&
+        helpers_.load(std::memory_order_seq_cst) == 0) {
       std::lock_guard<std::mutex> drive(drive_mu_);
       if (DriveLog(SIZE_MAX)) active = Clock::now();
       continue;
     }
-    const uint32_t bell = board_->Bell();
     Clock::time_point now = Clock::now();
     if (bell != checked_bell || now >= next_check) {
       checked_bell = bell;
@@ -196,7 +236,10 @@ void SteadyPath::Loop() {
       Relax();
       continue;
     }
-    if (board_->LogAt(cursor_.load(std::memory_order_relaxed), &e)) continue;
+    if (board_->LogAt(cursor_.load(std::memory_order_seq_cst), &e) &&
+        helpers_.load(std::memory_order_seq_cst) == 0) {
+      continue;
+    }
     const auto wait = std::chrono::duration_cast<std::chrono::microseconds>(
         std::min(next_check, now + kMaxSleep) - now);
     board_->Sleep(bell, std::max<int64_t>(1, wait.count()));

@@ -81,10 +81,22 @@ class SteadyPath {
   // True when `spec` names a cached entry with exactly this spec: the caller queues the
   // request without announcing it, then calls Begin.
   bool Matches(const TensorSpec& spec) const;
+  // Which instance of which entry a request on the steady path is.
+  struct Ticket {
+    uint32_t entry = 0;
+    uint32_t instance = 0;
+  };
   // After the request of `spec` was queued (for every name, cached or not): true when it
   // takes the steady path or was already announced by the steady thread (the caller
-  // announces nothing), false when the caller must announce it now.
-  bool Begin(const TensorSpec& spec);
+  // announces nothing; *ticket says which instance it is), false when the caller must
+  // announce it now.
+  bool Begin(const TensorSpec& spec, Ticket* ticket);
+  // A thread about to wait for the request of `ticket` helps instead: while the instance is
+  // still waiting on the steady path (until `deadline`), it sleeps on the board and runs the
+  // log itself when nobody else is driving, so the wake-up that ends its wait is the one
+  // that starts the collective. Returns once the instance ran, fell back or is being run by
+  // another thread, or at Abort or Stop; the caller then waits for its handle as usual.
+  void Help(const Ticket& ticket, std::chrono::steady_clock::time_point deadline);
   // A bucket of this set as the coordinator planned it; specs[i]: this rank's spec of entry i
   // (null where this rank joined).
   void Learn(const BucketPlan& bucket, const std::vector<const TensorSpec*>& specs);
@@ -136,8 +148,10 @@ class SteadyPath {
   // thread whose offer completed an instance (Begin).
   std::mutex drive_mu_;
   std::atomic<uint64_t> cursor_{0};  // written under drive_mu_: the next log slot to run
+  std::atomic<int> helpers_{0};      // threads in Help: the set's thread leaves the log to them
 
   std::atomic<bool> stop_{false};
+  std::atomic<bool> aborted_{false};  // Abort: helpers stop helping
   std::thread thread_;
 };
 

@@ -1,4 +1,5 @@
-// The steady path (runtime/steady_path.h) with engines as threads on one "host" (shm):
+// The steady path (runtime/steady_path.h) with engines as threads on one "host" (shm), waiting
+// through Engine::Wait (so waiting threads help run the log, as hora_wait does):
 // results equal the coordinator path's bit for bit, the path is really taken (its counters),
 // changed specs fall back, a mismatch and a stall are still reported by the coordinator, and
 // ranks that submit in different orders or a step apart still agree.
@@ -121,9 +122,9 @@ Outcome RunCases(const std::string& steady) {
             if (!h.ok()) {
               code = static_cast<int>(h.status().code());
             } else {
-              Status s = e.handles().Wait(h.value(), WaitBound());
+              Status s = e.Wait(h.value(), WaitBound());
               code = static_cast<int>(s.code());
-              (void)e.handles().Release(h.value());
+              (void)e.Release(h.value());
               if (s.code() == Code::kDeadlineExceeded) return "hung: " + spec.name;
             }
             out.bytes[r].push_back(static_cast<char>(code));
@@ -168,8 +169,8 @@ std::string Step(Engine& e, int r, const std::string& name, int64_t n, int odd, 
   std::vector<float> buf(static_cast<size_t>(count), static_cast<float>(r + 1));
   auto h = testing::Allreduce(e, name, &buf, ReduceOp::kSum);
   if (!h.ok()) return "enqueue: " + h.status().ToString();
-  *status = e.handles().Wait(h.value(), WaitBound());
-  (void)e.handles().Release(h.value());
+  *status = e.Wait(h.value(), WaitBound());
+  (void)e.Release(h.value());
   if (status->code() == Code::kDeadlineExceeded) return "hung: " + name;
   if (result) *result = buf;
   return "";
@@ -241,8 +242,8 @@ TEST_CASE("steady path: ranks submitting in different orders agree on one order"
             handles[name] = h.value();
           }
           for (int k = 0; k < kNames; ++k) {
-            Status s = e.handles().Wait(handles[k], WaitBound());
-            (void)e.handles().Release(handles[k]);
+            Status s = e.Wait(handles[k], WaitBound());
+            (void)e.Release(handles[k]);
             if (!s.ok()) return "n" + std::to_string(k) + ": " + s.ToString();
             const float want = static_cast<float>(0 + 1 + 2 + 3 * k);
             for (float v : bufs[k]) {
