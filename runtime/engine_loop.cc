@@ -340,6 +340,7 @@ StatusOr<int64_t> Engine::EnqueueJoin(int32_t process_set) {
     }
     handle = join_handles_[process_set] = handles_.Create();
   }
+  if (SteadyPath* steady = set->steady()) steady->Joined();
   client_->SendJoin(process_set);
   return handle;
 }

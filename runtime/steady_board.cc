@@ -126,6 +126,11 @@ void SteadyBoard::Sleep(uint32_t seen, int64_t timeout_us) {
   h->sleepers.fetch_sub(1, std::memory_order_seq_cst);
 }
 
+void SteadyBoard::SetJoined() {
+  header()->joined.store(1, std::memory_order_release);
+  Wake();
+}
+
 void SteadyBoard::Wake() {
   Header* h = header();
   h->bell.fetch_add(1, std::memory_order_seq_cst);

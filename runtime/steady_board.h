@@ -58,12 +58,16 @@ class SteadyBoard {
   void Sleep(uint32_t seen, int64_t timeout_us);
   // Rings the bell: every sleeper (of every member) wakes.
   void Wake();
+  // Some member joined (sticky): members refuse every instance from then on.
+  void SetJoined();
+  bool joined() const { return header()->joined.load(std::memory_order_acquire) != 0; }
 
  private:
   struct Header {
     alignas(64) std::atomic<uint64_t> tail;  // log slots appended, ever
     alignas(64) std::atomic<uint32_t> bell;
     std::atomic<uint32_t> sleepers;
+    alignas(64) std::atomic<uint32_t> joined;
   };
   Header* header() const { return static_cast<Header*>(base_); }
   std::atomic<uint64_t>* word(uint32_t e) const;

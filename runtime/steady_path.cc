@@ -26,11 +26,12 @@ void Relax() {
 }  // namespace
 
 SteadyPath::SteadyPath(int32_t process_set, std::unique_ptr<Communicator> comm, Host host,
-                       std::chrono::milliseconds patience)
+                       std::chrono::milliseconds patience, Timeline* timeline)
     : process_set_(process_set),
       comm_(std::move(comm)),
       host_(std::move(host)),
       patience_(patience),
+      timeline_(timeline),
       executor_(comm_.get()) {
   size_t bytes = 0;
   void* memory = comm_->SharedBoard(&bytes);
@@ -56,7 +57,7 @@ bool SteadyPath::Begin(const TensorSpec& spec, Ticket* ticket) {
     e = it->second;
     Entry& entry = entries_[e];
     n = ++entry.instance;
-    if (entry.spec != spec) {
+    if (entry.spec != spec || board_->joined()) {
       ++stats_.slow;
       (void)board_->Refuse(e, n);
       return false;
@@ -124,6 +125,8 @@ SteadyStats SteadyPath::Stats() const {
   return stats_;
 }
 
+void SteadyPath::Joined() { board_->SetJoined(); }
+
 void SteadyPath::Abort(const Status& reason) {
   aborted_.store(true, std::memory_order_seq_cst);  // helpers leave (the job's error fails them)
   comm_->Abort(reason);
@@ -145,7 +148,7 @@ Clock::time_point SteadyPath::CheckPending() {
     for (auto it = pending_.begin(); it != pending_.end();) {
       const Pending& p = it->second;
       SteadyBoard::Outcome o = board_->State(it->first, p.instance);
-      if (o == SteadyBoard::Outcome::kPending && now >= p.deadline) {
+      if (o == SteadyBoard::Outcome::kPending && (now >= p.deadline || board_->joined())) {
         o = board_->Refuse(it->first, p.instance);  // withdraw: kSlow, or kFast if too late
       }
       if (o == SteadyBoard::Outcome::kSlow) {
@@ -256,6 +259,18 @@ void SteadyPath::Run(uint32_t e) {
   }
   std::optional<Request> r = host_.take(entry.id);
   if (!r) return;  // failed meanwhile with the job's error
+  std::unique_ptr<TimelineBucket> trace;
+  if (timeline_ != nullptr && timeline_->on()) {
+    trace = std::make_unique<TimelineBucket>();
+    trace->start_us = TimelineNowUs();
+    trace->process_set = process_set_;
+    trace->seq = fast_seq_;
+    trace->collective = CollectiveType::kAllreduce;
+    trace->backend = std::string("steady:") + comm_->name();
+    trace->bytes = static_cast<int64_t>(r->spec.ByteSize());
+    trace->tensors.push_back({r->handle, trace->bytes, -1, 0, 0});
+  }
+  ++fast_seq_;
   BucketPlan plan;
   plan.process_set = process_set_;
   plan.collective = CollectiveType::kAllreduce;
@@ -272,15 +287,25 @@ void SteadyPath::Run(uint32_t e) {
   std::vector<OpResult> results;
   BucketExecutor::Finish finish;
   Status status = host_.job_error();
-  if (status.ok()) status = executor_.Start(plan, requests, &results, &finish);
+  if (status.ok()) {
+    status = executor_.Start(plan, requests, &results, &finish,
+                             trace ? &trace->collective_us : nullptr);
+  }
+  if (trace) trace->collective_done_us = TimelineNowUs();
   if (status.ok() && finish) status = finish();
   finish = nullptr;
+  if (trace) trace->unpacked_us = TimelineNowUs();
   if (!status.ok()) {
     Status job = host_.job_error();
     status = job.ok() ? host_.bucket_failed(status) : job;
   } else {
     std::lock_guard<std::mutex> lock(mu_);
     ++stats_.fast;
+  }
+  if (trace) {  // before the handle completes (as ProcessSetRuntime::Finish)
+    trace->completed_us = TimelineNowUs();
+    if (!status.ok()) trace->error = status.message();
+    timeline_->BucketDone(std::move(*trace));
   }
   host_.complete(r->handle, status);
 }

@@ -48,6 +48,7 @@
 #include "runtime/bucket_executor.h"
 #include "runtime/steady_board.h"
 #include "runtime/tensor_queue.h"
+#include "runtime/timeline.h"
 
 namespace hora {
 
@@ -71,9 +72,10 @@ class SteadyPath {
     std::function<void(int32_t id)> announce;
   };
 
-  // comm: the set's steady communicator (its SharedBoard holds the board).
+  // comm: the set's steady communicator (its SharedBoard holds the board). timeline (may be
+  // null; not owned) records each fast instance as a bucket of backend "steady:<name>".
   SteadyPath(int32_t process_set, std::unique_ptr<Communicator> comm, Host host,
-             std::chrono::milliseconds patience);
+             std::chrono::milliseconds patience, Timeline* timeline = nullptr);
   ~SteadyPath();  // Stop()
   SteadyPath(const SteadyPath&) = delete;
   SteadyPath& operator=(const SteadyPath&) = delete;
@@ -102,6 +104,9 @@ class SteadyPath {
   void Learn(const BucketPlan& bucket, const std::vector<const TensorSpec*>& specs);
 
   SteadyStats Stats() const;
+  // This rank joined the set (hora_join): from now on every member's cached names go the
+  // normal way (the coordinator plans joins), for the rest of the set's life.
+  void Joined();
   void Abort(const Status& reason);
   void Stop();  // idempotent
 
@@ -133,6 +138,8 @@ class SteadyPath {
   const std::unique_ptr<Communicator> comm_;
   const Host host_;
   const std::chrono::milliseconds patience_;
+  Timeline* const timeline_;
+  uint64_t fast_seq_ = 0;  // under drive_mu_: the timeline's sequence of fast instances
   std::unique_ptr<SteadyBoard> board_;
   BucketExecutor executor_;
 

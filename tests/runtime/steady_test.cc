@@ -5,8 +5,13 @@
 // ranks that submit in different orders or a step apart still agree.
 #include <catch2/catch.hpp>
 
+#include <unistd.h>
+
 #include <chrono>
+#include <cstdlib>
 #include <cstring>
+#include <fstream>
+#include <iterator>
 #include <string>
 #include <vector>
 
@@ -298,6 +303,52 @@ TEST_CASE("steady path: a tensor stalled in the steady state ends in the stall e
         o->stall_timeout_s = 2;
         o->steady_patience_ms = 200;
       });
+  for (int r = 0; r < kRanks; ++r) {
+    INFO("rank " << r << ": " << errors[r]);
+    CHECK(errors[r].empty());
+  }
+}
+
+TEST_CASE("steady path: a join turns it off, the timeline shows fast instances", "[steady]") {
+  constexpr int kRanks = 2;
+  const std::string path = std::string(std::getenv("TEST_TMPDIR") ? std::getenv("TEST_TMPDIR")
+                                                                    : "/tmp") +
+                           "/steady_timeline_" + std::to_string(getpid()) + ".json";
+  auto errors = RunRanks(
+      kRanks,
+      [&](int r, Engine& e) -> std::string {
+        if (Status t = e.StartTimeline(path); !t.ok()) return "timeline: " + t.ToString();
+        Status s;
+        std::vector<float> out;
+        for (int i = 0; i < kIterations; ++i) {
+          if (auto err = Step(e, r, "j", 3, -1, 0, &s, &out); !err.empty()) return err;
+          if (!s.ok()) return "warm: " + s.ToString();
+        }
+        if (Status t = e.StopTimeline(); !t.ok()) return "timeline: " + t.ToString();
+        if (e.Steady(0).value().fast == 0) return "the fast path was not taken";
+        std::ifstream in(TimelineRankPath(path, r));
+        const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+        if (text.find("steady:shm") == std::string::npos) return "no steady:shm bucket in the timeline";
+        // Rank 1 joins; rank 0's cached name now goes through the coordinator, which counts
+        // rank 1 as zeros.
+        if (r == 1) {
+          auto j = e.EnqueueJoin(0);
+          if (!j.ok()) return "join: " + j.status().ToString();
+          Status js = e.Wait(j.value(), WaitBound());
+          (void)e.Release(j.value());
+          return js.ok() ? "" : "join: " + js.ToString();
+        }
+        for (int i = 0; i < 3; ++i) {
+          if (auto err = Step(e, r, "j", 3, -1, 0, &s, &out); !err.empty()) return err;
+          if (!s.ok() || out != std::vector<float>(3, 1.0f)) return "joined step: " + s.ToString();
+        }
+        auto j = e.EnqueueJoin(0);
+        if (!j.ok()) return "join: " + j.status().ToString();
+        Status js = e.Wait(j.value(), WaitBound());
+        (void)e.Release(j.value());
+        return js.ok() ? "" : "join: " + js.ToString();
+      },
+      [&](Options* o) { OneHost(o, "auto"); });
   for (int r = 0; r < kRanks; ++r) {
     INFO("rank " << r << ": " << errors[r]);
     CHECK(errors[r].empty());
