@@ -46,8 +46,8 @@ void ProcessSetRuntime::Start(std::unique_ptr<Communicator> cpu,
     h.job_error = [this] { return host_->JobError(); };
     h.bucket_failed = [this](const Status& s) { return host_->BucketFailed(s); };
     h.announce = [this](int32_t id) { host_->Announce(id); };
-    steady_ = std::make_unique<SteadyPath>(id_, std::move(steady), std::move(h), patience,
-                                           timeline_);
+    steady_ = std::make_unique<SteadyPath>(id_, ranks_, std::move(steady), std::move(h),
+                                           patience, timeline_);
   }
   thread_ = std::thread([this] { Loop(); });
 }

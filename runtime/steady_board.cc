@@ -37,11 +37,13 @@ size_t SteadyBoard::BytesNeeded() { return kSlotsOffset + kLogSlots * sizeof(uin
 
 SteadyBoard::SteadyBoard(void* memory, int member, int members)
     : base_(memory),
+      member_(member),
       bit_(1u << member),
       full_(members >= 32 ? 0 : static_cast<uint32_t>((1ull << members) - 1)) {
   HORA_CHECK(members >= 1 && members <= kMaxMembers && member >= 0 && member < members);
   static_assert(sizeof(Header) <= kWordsOffset, "board header");
   static_assert(std::atomic<uint64_t>::is_always_lock_free, "board words");
+  static_assert(kMaxEntries <= (1u << 16), "log slots hold the entry in 16 bits");
 }
 
 std::atomic<uint64_t>* SteadyBoard::word(uint32_t e) const {
@@ -103,14 +105,17 @@ SteadyBoard::Outcome SteadyBoard::State(uint32_t e, uint32_t n) const {
 
 void SteadyBoard::Append(uint32_t e) {
   const uint64_t index = header()->tail.fetch_add(1, std::memory_order_acq_rel);
-  slot(index)->store(((index + 1) & 0xffffffffull) << 32 | e, std::memory_order_release);
+  const uint64_t value = ((index + 1) & 0xffffffffull) << 32 |
+                         static_cast<uint64_t>(member_) << 16 | e;  // e < 2^16
+  slot(index)->store(value, std::memory_order_release);
   Wake();
 }
 
-bool SteadyBoard::LogAt(uint64_t index, uint32_t* e) const {
+bool SteadyBoard::LogAt(uint64_t index, uint32_t* e, int* last) const {
   const uint64_t v = slot(index)->load(std::memory_order_acquire);
   if ((v >> 32) != ((index + 1) & 0xffffffffull)) return false;
-  *e = static_cast<uint32_t>(v & 0xffffffffull);
+  *e = static_cast<uint32_t>(v & 0xffff);
+  if (last != nullptr) *last = static_cast<int>((v >> 16) & 0xffff);
   return true;
 }
 

@@ -50,8 +50,9 @@ class SteadyBoard {
   // The outcome of an instance this member offered.
   Outcome State(uint32_t e, uint32_t n) const;
 
-  // The log slot `index` (0, 1, ...), if written: *e is its entry.
-  bool LogAt(uint64_t index, uint32_t* e) const;
+  // The log slot `index` (0, 1, ...), if written: *e is its entry; *last (if not null) the
+  // member whose offer completed it.
+  bool LogAt(uint64_t index, uint32_t* e, int* last = nullptr) const;
 
   uint32_t Bell() const { return header()->bell.load(std::memory_order_acquire); }
   // Sleeps while the bell still reads `seen`, at most timeout_us (spurious returns are fine).
@@ -75,6 +76,7 @@ class SteadyBoard {
   void Append(uint32_t e);
 
   void* const base_;
+  const int member_;
   const uint32_t bit_;
   const uint32_t full_;
 };

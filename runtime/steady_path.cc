@@ -1,5 +1,8 @@
 #include "runtime/steady_path.h"
 
+#include <pthread.h>
+#include <signal.h>
+
 #include <algorithm>
 
 #include "common/logging.h"
@@ -8,26 +11,21 @@ namespace hora {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-// How long the thread keeps polling the log after its last fast instance before it sleeps.
-// 0: measured on 2 loaded cores, any spin (50 us, 1 ms) only took the core from the peer's
-// threads and made the median worse (docs/benchmarks-steady.md).
-constexpr auto kSpin = std::chrono::microseconds(0);
+// The thread never spins before it sleeps: measured on 2 loaded cores, a spin after each
+// fast instance (50 us, 1 ms) only took the core from the peer's threads and made the median
+// worse (docs/benchmarks-steady.md).
 // The longest sleep (stop and abort also wake it).
 constexpr auto kMaxSleep = std::chrono::milliseconds(200);
 // The largest fast instance the enqueuing thread runs itself (Begin).
 constexpr size_t kInlineBytes = 64 << 10;
 
-void Relax() {
-#if defined(__x86_64__) || defined(__i386__)
-  __builtin_ia32_pause();
-#endif
-}
-
 }  // namespace
 
-SteadyPath::SteadyPath(int32_t process_set, std::unique_ptr<Communicator> comm, Host host,
+SteadyPath::SteadyPath(int32_t process_set, std::vector<int> ranks,
+                       std::unique_ptr<Communicator> comm, Host host,
                        std::chrono::milliseconds patience, Timeline* timeline)
     : process_set_(process_set),
+      ranks_(std::move(ranks)),
       comm_(std::move(comm)),
       host_(std::move(host)),
       patience_(patience),
@@ -204,29 +202,35 @@ void SteadyPath::Help(const Ticket& ticket, Clock::time_point deadline) {
 bool SteadyPath::DriveLog(size_t max_bytes) {
   bool ran = false;
   uint32_t e = 0;
-  while (board_->LogAt(cursor_, &e)) {
+  int last = -1;
+  while (board_->LogAt(cursor_, &e, &last)) {
     if (max_bytes != SIZE_MAX) {
       std::lock_guard<std::mutex> lock(mu_);
       if (entries_[e].spec.ByteSize() > max_bytes) break;
     }
     ++cursor_;
-    Run(e);
+    Run(e, last);
     ran = true;
   }
   return ran;
 }
 
 void SteadyPath::Loop() {
-  Clock::time_point active = Clock::now();
+  // It may announce fallbacks (a write to the coordinator's socket): a dead peer's socket
+  // must be an error, never SIGPIPE (as for every thread Hora starts; engine.cc).
+  sigset_t block;
+  sigemptyset(&block);
+  sigaddset(&block, SIGPIPE);
+  pthread_sigmask(SIG_BLOCK, &block, nullptr);
   uint32_t checked_bell = board_->Bell() - 1;  // check once at the start
-  Clock::time_point next_check = active;
+  Clock::time_point next_check = Clock::now();
   while (!stop_.load(std::memory_order_relaxed)) {
     uint32_t e = 0;
     const uint32_t bell = board_->Bell();
     if (board_->LogAt(cursor_.load(std::memory_order_seq_cst), &e) &&
         helpers_.load(std::memory_order_seq_cst) == 0) {
       std::lock_guard<std::mutex> drive(drive_mu_);
-      if (DriveLog(SIZE_MAX)) active = Clock::now();
+      DriveLog(SIZE_MAX);
       continue;
     }
     Clock::time_point now = Clock::now();
@@ -234,10 +238,6 @@ void SteadyPath::Loop() {
       checked_bell = bell;
       next_check = CheckPending();
       now = Clock::now();
-    }
-    if (now - active < kSpin) {
-      Relax();
-      continue;
     }
     if (board_->LogAt(cursor_.load(std::memory_order_seq_cst), &e) &&
         helpers_.load(std::memory_order_seq_cst) == 0) {
@@ -249,13 +249,17 @@ void SteadyPath::Loop() {
   }
 }
 
-void SteadyPath::Run(uint32_t e) {
+void SteadyPath::Run(uint32_t e, int last_member) {
   Entry entry;
+  Clock::time_point offered = Clock::now();
   {
     std::lock_guard<std::mutex> lock(mu_);
     entry = entries_[e];
     auto it = pending_.find(e);
-    if (it != pending_.end()) pending_.erase(it);
+    if (it != pending_.end()) {
+      offered = it->second.deadline - patience_;
+      pending_.erase(it);
+    }
   }
   std::optional<Request> r = host_.take(entry.id);
   if (!r) return;  // failed meanwhile with the job's error
@@ -268,7 +272,12 @@ void SteadyPath::Run(uint32_t e) {
     trace->collective = CollectiveType::kAllreduce;
     trace->backend = std::string("steady:") + comm_->name();
     trace->bytes = static_cast<int64_t>(r->spec.ByteSize());
-    trace->tensors.push_back({r->handle, trace->bytes, -1, 0, 0});
+    const int64_t waited = std::max<int64_t>(
+        0, std::chrono::duration_cast<std::chrono::microseconds>(Clock::now() - offered).count());
+    const int last = last_member >= 0 && last_member < static_cast<int>(ranks_.size())
+                         ? ranks_[last_member]
+                         : -1;
+    trace->tensors.push_back({r->handle, trace->bytes, last, waited, waited});
   }
   ++fast_seq_;
   BucketPlan plan;

@@ -72,10 +72,12 @@ class SteadyPath {
     std::function<void(int32_t id)> announce;
   };
 
-  // comm: the set's steady communicator (its SharedBoard holds the board). timeline (may be
-  // null; not owned) records each fast instance as a bucket of backend "steady:<name>".
-  SteadyPath(int32_t process_set, std::unique_ptr<Communicator> comm, Host host,
-             std::chrono::milliseconds patience, Timeline* timeline = nullptr);
+  // comm: the set's steady communicator (its SharedBoard holds the board); ranks: the
+  // members' global ranks. timeline (may be null; not owned) records each fast instance as
+  // a bucket of backend "steady:<name>" whose last_rank is the member whose offer completed
+  // it and whose wait_us (and lag_us, a lower bound) is how long this rank's offer waited.
+  SteadyPath(int32_t process_set, std::vector<int> ranks, std::unique_ptr<Communicator> comm,
+             Host host, std::chrono::milliseconds patience, Timeline* timeline = nullptr);
   ~SteadyPath();  // Stop()
   SteadyPath(const SteadyPath&) = delete;
   SteadyPath& operator=(const SteadyPath&) = delete;
@@ -129,12 +131,13 @@ class SteadyPath {
   // Under drive_mu_: runs the log's fast instances from cursor_ on, in order, while the next
   // one is at most max_bytes. True if it ran any.
   bool DriveLog(size_t max_bytes);
-  void Run(uint32_t e);
+  void Run(uint32_t e, int last_member);
   // Announces what fell back (refused by a peer, or past the patience). Returns when the
   // earliest deadline of what is still pending comes.
   std::chrono::steady_clock::time_point CheckPending();
 
   const int32_t process_set_;
+  const std::vector<int> ranks_;
   const std::unique_ptr<Communicator> comm_;
   const Host host_;
   const std::chrono::milliseconds patience_;
