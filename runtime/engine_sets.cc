@@ -58,6 +58,14 @@ StatusOr<std::unique_ptr<Communicator>> Engine::SteadyCommunicator(int32_t id,
                                                                    int set_rank,
                                                                    Communicator* comm) const {
   if (options_.steady == "off") return std::unique_ptr<Communicator>();
+  // The autotuner scores what the coordinator plans; operations it never sees would leave
+  // it without samples (it would never finish).
+  if (options_.autotune) {
+    if (options_.steady != "on") return std::unique_ptr<Communicator>();
+    return FailedPrecondition(std::string(kEnvSteady) + "=on cannot be combined with "
+                              "HORA_AUTOTUNE (the autotuner measures what the coordinator "
+                              "plans); use HORA_STEADY=auto, which is off while autotuning");
+  }
   size_t bytes = 0;
   const bool board = comm->SharedBoard(&bytes) != nullptr &&
                      bytes >= SteadyBoard::BytesNeeded() &&
