@@ -355,6 +355,44 @@ TEST_CASE("steady path: a join turns it off, the timeline shows fast instances",
   }
 }
 
+TEST_CASE("steady path: HORA_STEADY=on refuses HORA_AUTOTUNE, auto turns itself off", "[steady]") {
+  auto on = RunRanks(
+      2, [&](int, Engine&) -> std::string { return "started"; },
+      [&](Options* o) {
+        OneHost(o, "on");
+        o->autotune = true;
+      });
+  int named = 0;
+  for (const std::string& e : on) {
+    INFO(e);
+    CHECK(e.rfind("start: ", 0) == 0);
+    if (e.find("HORA_STEADY=on cannot be combined with HORA_AUTOTUNE") != std::string::npos) {
+      ++named;
+    }
+  }
+  CHECK(named >= 1);
+  auto errors = RunRanks(
+      2,
+      [&](int r, Engine& e) -> std::string {
+        Status s;
+        std::vector<float> out;
+        for (int i = 0; i < kIterations; ++i) {
+          if (auto err = Step(e, r, "a", 2, -1, 0, &s, &out); !err.empty()) return err;
+          if (!s.ok()) return s.ToString();
+        }
+        const SteadyStats st = e.Steady(0).value();
+        return st.fast == 0 && st.entries == 0 ? "" : "the steady path ran under autotuning";
+      },
+      [&](Options* o) {
+        OneHost(o, "auto");
+        o->autotune = true;
+      });
+  for (const std::string& e : errors) {
+    INFO(e);
+    CHECK(e.empty());
+  }
+}
+
 TEST_CASE("steady path: HORA_STEADY=on refuses a set without a shared board", "[steady]") {
   auto errors = RunRanks(
       2, [&](int, Engine&) -> std::string { return "started"; },
