@@ -82,6 +82,16 @@ class Communicator {
   virtual Status Send(const void* buf, size_t bytes, int peer, uint32_t tag) = 0;
   virtual Status Recv(void* buf, size_t bytes, int peer, uint32_t tag) = 0;
 
+  // Optional: memory that every member of the set maps (the same bytes, zeroed at creation,
+  // *bytes of it, 64-byte aligned), for agreement among the members that must not wait
+  // inside a collective (runtime/steady_board.h). Atomics in it must be lock-free and
+  // address-free; futex waits on it must be process-shared. nullptr (the default) when the
+  // members share no memory. Owned by the communicator, valid for its lifetime.
+  virtual void* SharedBoard(size_t* bytes) {
+    *bytes = 0;
+    return nullptr;
+  }
+
   // See "Completion" above. Default: a synchronous backend.
   virtual std::unique_ptr<Work> Fence() { return nullptr; }
 

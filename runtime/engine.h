@@ -96,6 +96,11 @@ class Engine : private ProcessSetRuntime::Host {
   std::vector<int32_t> ProcessSetIds() const;
 
   HandleTable& handles() { return handles_; }
+  // handles().Wait, except that a thread waiting for an operation on the steady path helps
+  // run it (SteadyPath::Help) before it blocks on the handle.
+  Status Wait(int64_t handle, std::chrono::duration<double> timeout);
+  // handles().Release, forgetting the handle's steady-path record too.
+  Status Release(int64_t handle);
   const Options& options() const { return options_; }
   const RankInfo& self() const { return topology_.ranks[options_.rank]; }
 
@@ -110,6 +115,10 @@ class Engine : private ProcessSetRuntime::Host {
   Status StartTimeline(const std::string& path);
   Status StopTimeline();
   const Timeline& timeline() const { return timeline_; }
+
+  // The steady path's counters of a process set this rank is a member of (all zero when the
+  // set has no steady path); NOT_FOUND for an unknown set.
+  StatusOr<SteadyStats> Steady(int32_t process_set) const;
 
   // The fusion threshold and cycle time the coordinator plans with, as it last announced them
   // (HORA_AUTOTUNE changes them during the first steps, the same on every rank); before any
@@ -137,6 +146,8 @@ class Engine : private ProcessSetRuntime::Host {
   void OnPlan(PlanMessage plan);
   void OnProcessSetResult(ProcessSetResult result);
   void CompleteInline(const BucketPlan& bucket, int set_size);
+  // Hands a bucket's specs (this rank's) to the set's steady path, before it runs.
+  void LearnSteady(SteadyPath* steady, const BucketPlan& bucket);
   void SetError(Status status);
   void FailEverything(const Status& status);
   // The name, the collective and the process set: errors here are this rank's alone. On
@@ -160,6 +171,11 @@ class Engine : private ProcessSetRuntime::Host {
   // Builds (members) and registers the set's runtime.
   Status InstallSet(int32_t id, std::vector<int> ranks, const std::string& cpu_operations);
   BackendConfig BackendConfigFor(int32_t id, const std::vector<int>& ranks, int set_rank) const;
+  // The set's steady communicator (runtime/steady_path.h), or null when HORA_STEADY and the
+  // set's communicator `comm` leave the steady path off.
+  StatusOr<std::unique_ptr<Communicator>> SteadyCommunicator(int32_t id,
+                                                             const std::vector<int>& ranks,
+                                                             int set_rank, Communicator* comm) const;
 
   // ProcessSetRuntime::Host
   std::optional<Request> TakeRequest(int32_t id) override;
@@ -170,6 +186,7 @@ class Engine : private ProcessSetRuntime::Host {
   StatusOr<std::unique_ptr<Communicator>> CreateDeviceCommunicator(
       int32_t set, const std::vector<int>& ranks, int set_rank, Device device, int index,
       int ordinal) override;
+  void Announce(int32_t id) override;
 
   // Constant after Init.
   const Options options_;
@@ -210,6 +227,11 @@ class Engine : private ProcessSetRuntime::Host {
   std::unordered_map<uint32_t, TensorSpec> id_specs_;  // guarded by announce_mu_: last announced
   std::unordered_map<uint32_t, TensorKey> id_keys_;    // guarded by announce_mu_
   uint32_t next_id_ = 0;                               // guarded by announce_mu_
+
+  // Handles of requests waiting on a steady path, for Wait: their set and instance.
+  std::mutex steady_mu_;
+  std::unordered_map<int64_t, std::pair<std::shared_ptr<ProcessSetRuntime>, SteadyPath::Ticket>>
+      steady_waits_;  // guarded by steady_mu_
 
   std::thread thread_;
 };

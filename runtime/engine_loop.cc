@@ -112,6 +112,7 @@ void Engine::OnPlan(PlanMessage plan) {
                         std::to_string(bucket.process_set) + ", which this rank is not a member of"));
       return;
     }
+    if (SteadyPath* steady = set->steady()) LearnSteady(steady, bucket);
     if (bucket.inline_reduced) {
       CompleteInline(bucket, set->size());
     } else {
@@ -121,6 +122,30 @@ void Engine::OnPlan(PlanMessage plan) {
     }
   }
   for (auto& [id, entry] : by_set) entry.first->Push(std::move(entry.second));
+}
+
+void Engine::LearnSteady(SteadyPath* steady, const BucketPlan& bucket) {
+  // Copies: the specs of ids in this bucket do not change before its requests finish.
+  std::vector<TensorSpec> specs;
+  std::vector<bool> have;
+  {
+    std::lock_guard<std::mutex> lock(announce_mu_);
+    for (const BucketPlan::Entry& e : bucket.entries) {
+      auto it = e.id < 0 ? id_specs_.end() : id_specs_.find(static_cast<uint32_t>(e.id));
+      have.push_back(it != id_specs_.end());
+      specs.push_back(have.back() ? it->second : TensorSpec());
+    }
+  }
+  std::vector<const TensorSpec*> pointers;
+  for (size_t i = 0; i < specs.size(); ++i) pointers.push_back(have[i] ? &specs[i] : nullptr);
+  steady->Learn(bucket, pointers);
+}
+
+void Engine::Announce(int32_t id) {
+  std::optional<TensorKey> key = KeyOfId(id);
+  if (!key) return;
+  queue_.MarkFresh(*key);
+  AnnounceFresh();
 }
 
 void Engine::CompleteInline(const BucketPlan& bucket, int set_size) {
@@ -228,15 +253,65 @@ StatusOr<int64_t> Engine::EnqueueIn(const ProcessSetRuntime& set, TensorSpec spe
   r.handle = handles_.Create();
   if (timeline_.on()) timeline_.Submitted(r.handle, r.spec, TimelineNowUs());
   int64_t handle = r.handle;
-  Status s = queue_.Push(std::move(r));
+  SteadyPath* steady = set.steady();
+  const bool quiet = steady != nullptr && steady->Matches(r.spec);
+  TensorSpec spec_copy;
+  if (steady != nullptr) spec_copy = r.spec;
+  Status s = queue_.Push(std::move(r), !quiet);
   if (!s.ok()) {
     // The handle was created above and never handed out, so Release cannot fail (its only
     // error is an unknown handle); the caller needs the queue's refusal, not that.
     (void)handles_.Release(handle);
     return s;
   }
+  // A cached name always goes through Begin (it counts the instance); what it does not take
+  // is announced now.
+  SteadyPath::Ticket ticket;
+  if (steady != nullptr && steady->Begin(spec_copy, &ticket)) {
+    std::shared_ptr<ProcessSetRuntime> owner = FindSet(set.id());
+    bool done = true;
+    if (owner && handles_.Poll(handle, &done).ok() && !done) {
+      std::lock_guard<std::mutex> lock(steady_mu_);
+      steady_waits_[handle] = {std::move(owner), ticket};
+    }
+    return handle;
+  }
+  if (quiet) queue_.MarkFresh(TensorKeyOf(spec_copy));
   AnnounceFresh();
   return handle;
+}
+
+Status Engine::Release(int64_t handle) {
+  {
+    std::lock_guard<std::mutex> lock(steady_mu_);
+    steady_waits_.erase(handle);
+  }
+  return handles_.Release(handle);
+}
+
+Status Engine::Wait(int64_t handle, std::chrono::duration<double> timeout) {
+  std::shared_ptr<ProcessSetRuntime> set;
+  SteadyPath::Ticket ticket;
+  {
+    std::lock_guard<std::mutex> lock(steady_mu_);
+    auto it = steady_waits_.find(handle);
+    if (it != steady_waits_.end()) {
+      set = std::move(it->second.first);
+      ticket = it->second.second;
+      steady_waits_.erase(it);
+    }
+  }
+  if (set != nullptr && set->steady() != nullptr) {
+    const auto now = std::chrono::steady_clock::now();
+    const auto deadline =
+        timeout.count() < 0 || timeout.count() > 1e6
+            ? now + std::chrono::hours(24 * 365)
+            : now + std::chrono::duration_cast<std::chrono::steady_clock::duration>(timeout);
+    set->steady()->Help(ticket, deadline);
+    const auto left = std::chrono::duration<double>(deadline - std::chrono::steady_clock::now());
+    if (timeout.count() >= 0) timeout = std::max(left, std::chrono::duration<double>(0));
+  }
+  return handles_.Wait(handle, timeout);
 }
 
 StatusOr<int64_t> Engine::EnqueueBarrier(int32_t process_set) {
@@ -274,6 +349,7 @@ StatusOr<int64_t> Engine::EnqueueJoin(int32_t process_set) {
     }
     handle = join_handles_[process_set] = handles_.Create();
   }
+  if (SteadyPath* steady = set->steady()) steady->Joined();
   client_->SendJoin(process_set);
   return handle;
 }

@@ -70,6 +70,49 @@ StatusOr<std::unique_ptr<Communicator>> Engine::CreateDeviceCommunicator(
   return comm;
 }
 
+StatusOr<std::unique_ptr<Communicator>> Engine::SteadyCommunicator(int32_t id,
+                                                                   const std::vector<int>& ranks,
+                                                                   int set_rank,
+                                                                   Communicator* comm) const {
+  if (options_.steady == "off") return std::unique_ptr<Communicator>();
+  // The autotuner scores what the coordinator plans; operations it never sees would leave
+  // it without samples (it would never finish).
+  if (options_.autotune) {
+    if (options_.steady != "on") return std::unique_ptr<Communicator>();
+    return FailedPrecondition(std::string(kEnvSteady) + "=on cannot be combined with "
+                              "HORA_AUTOTUNE (the autotuner measures what the coordinator "
+                              "plans); use HORA_STEADY=auto, which is off while autotuning");
+  }
+  size_t bytes = 0;
+  const bool board = comm->SharedBoard(&bytes) != nullptr &&
+                     bytes >= SteadyBoard::BytesNeeded() &&
+                     comm->size() <= SteadyBoard::kMaxMembers;
+  if (!board) {
+    if (options_.steady != "on") return std::unique_ptr<Communicator>();
+    return FailedPrecondition(std::string(kEnvSteady) + "=on: process set " + std::to_string(id) +
+                              " runs on " + comm->name() + ", which offers no shared board (the "
+                              "steady path needs one: shm, at most " +
+                              std::to_string(SteadyBoard::kMaxMembers) + " members); use auto");
+  }
+  // The same backend again, under its own key prefix: a second communicator that only the
+  // steady path drives, so that the coordinator's order on the first one is untouched.
+  BackendConfig config = BackendConfigFor(id, ranks, set_rank);
+  config.key_prefix = "set/" + std::to_string(id) + "/steady/";
+  // Both members of a fast instance are woken by the same append, so its collective rarely
+  // waits long; a long spin there (shm's automatic one grows to 250 us) only took the core
+  // from the peer on 2 loaded cores: 1 us gave a 20 us median where automatic gave 20-270 us
+  // (docs/benchmarks-steady.md).
+  config.spin_us = 1;
+  return CreateCommunicator(comm->name(), kEnvSteady, config);
+}
+
+StatusOr<SteadyStats> Engine::Steady(int32_t process_set) const {
+  std::shared_ptr<ProcessSetRuntime> set = FindSet(process_set);
+  if (!set) return Status(Code::kNotFound, "process set " + std::to_string(process_set) + " does not exist");
+  if (SteadyPath* steady = set->steady()) return steady->Stats();
+  return SteadyStats();
+}
+
 Status Engine::InstallSet(int32_t id, std::vector<int> ranks, const std::string& cpu_operations) {
   ProcessSetRuntime::Host* host = this;
   auto set = std::make_shared<ProcessSetRuntime>(id, ranks, options_.rank, host, completion_.get(),
@@ -80,7 +123,10 @@ Status Engine::InstallSet(int32_t id, std::vector<int> ranks, const std::string&
                                    own ? "the process set's cpu_operations" : kEnvCpuOperations,
                                    BackendConfigFor(id, ranks, set->rank()));
     if (!comm.ok()) return comm.status();
-    set->Start(std::move(comm).value());
+    auto steady = SteadyCommunicator(id, ranks, set->rank(), comm.value().get());
+    if (!steady.ok()) return steady.status();
+    set->Start(std::move(comm).value(), std::move(steady).value(),
+               std::chrono::milliseconds(options_.steady_patience_ms));
   }
   std::lock_guard<std::mutex> lock(sets_mu_);
   sets_[id] = std::move(set);

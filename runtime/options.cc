@@ -199,6 +199,16 @@ Status ParseRest(const EnvLookup& env, Options* o) {
     o->log_level = v;
   }
   if (const char* v = env(kEnvCpuOperations); v != nullptr && *v != '\0') o->cpu_operations = v;
+  if (const char* v = env(kEnvSteady); v != nullptr && *v != '\0') {
+    const std::string s = v;
+    if (s != "auto" && s != "on" && s != "off") {
+      return InvalidArgument(std::string(kEnvSteady) + "='" + s + "' is not one of auto, on, off");
+    }
+    o->steady = s;
+  }
+  if (const char* v = env(kEnvSteadyPatienceMs); v != nullptr && *v != '\0') {
+    HORA_RETURN_IF_ERROR(ParseInt(kEnvSteadyPatienceMs, v, 1, 3600 * 1000, &o->steady_patience_ms));
+  }
   HORA_RETURN_IF_ERROR(ParseHierarchical(env, o));
   HORA_RETURN_IF_ERROR(CheckSelection(o->cpu_operations, Device::kCpu, kEnvCpuOperations));
   if (const char* v = env(kEnvGpuOperations); v != nullptr && *v != '\0') o->gpu_operations = v;
@@ -295,7 +305,8 @@ StatusOr<Options> OptionsFromEnvironment(const OptionOverrides& overrides) {
 std::string Options::Digest() const {
   std::ostringstream s;
   s << "fusion_threshold=" << fusion_threshold_bytes << ";inline_threshold=" << inline_threshold_bytes
-    << ";cpu_operations=" << cpu_operations << ";gpu_operations=" << gpu_operations;
+    << ";cpu_operations=" << cpu_operations << ";gpu_operations=" << gpu_operations
+    << ";steady=" << steady;
   return s.str();
 }
 
@@ -307,7 +318,8 @@ std::string Options::Describe() const {
     << " cycle_time_ms=" << cycle_time_ms << " inline_threshold=" << inline_threshold_bytes << " start_timeout_s=" << start_timeout_s
     << " heartbeat=" << heartbeat_interval_s << "/" << heartbeat_timeout_s
     << "s collective_timeout_s=" << collective_timeout_s << " stall_warning_s=" << stall_warning_s
-    << " stall_timeout_s=" << stall_timeout_s << " cpu_operations=" << cpu_operations
+    << " stall_timeout_s=" << stall_timeout_s << " cpu_operations=" << cpu_operations << " steady=" << steady
+    << " steady_patience_ms=" << steady_patience_ms
     << " gpu_operations=" << gpu_operations
     << " tls=" << (tls_cert.empty() ? "off" : "on")
     << " timeline=" << (timeline.empty() ? "off" : timeline)

@@ -36,6 +36,8 @@ constexpr const char kEnvStallWarning[] = "HORA_STALL_WARNING_SECONDS";
 constexpr const char kEnvStallTimeout[] = "HORA_STALL_TIMEOUT_SECONDS";
 constexpr const char kEnvLogLevel[] = "HORA_LOG_LEVEL";
 constexpr const char kEnvCpuOperations[] = "HORA_CPU_OPERATIONS";
+constexpr const char kEnvSteady[] = "HORA_STEADY";
+constexpr const char kEnvSteadyPatienceMs[] = "HORA_STEADY_PATIENCE_MS";
 constexpr const char kEnvGpuOperations[] = "HORA_GPU_OPERATIONS";
 constexpr const char kEnvHierarchicalAllreduce[] = "HORA_HIERARCHICAL_ALLREDUCE";
 constexpr const char kEnvHorovodHierarchicalAllreduce[] = "HOROVOD_HIERARCHICAL_ALLREDUCE";
@@ -98,6 +100,13 @@ struct Options {
   double stall_warning_s = kDefaultStallWarning.count() / 1000.0;            // HORA_STALL_WARNING_SECONDS
   double stall_timeout_s = 0;                   // HORA_STALL_TIMEOUT_SECONDS; 0 = off
   std::string log_level = "warning";            // HORA_LOG_LEVEL
+  // HORA_STEADY: the steady path (docs/design.md "Steady state"): "auto" (on for every set
+  // whose communicator offers a shared board: shm), "on" (the same, and a set without one is
+  // an error), "off" (every operation asks the coordinator).
+  std::string steady = "auto";
+  // HORA_STEADY_PATIENCE_MS: how long an operation waits on the steady path for the other
+  // members before it goes the normal way.
+  int64_t steady_patience_ms = 500;
   // HORA_CPU_OPERATIONS: the data-plane backend for CPU tensors, "auto" or a built backend's
   // name (collectives/registry.h); a process set may name its own. HORA_GPU_OPERATIONS: the
   // same for CUDA tensors. HORA_HIERARCHICAL_ALLREDUCE (else HOROVOD_) turns an "auto" here

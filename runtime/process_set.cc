@@ -31,10 +31,24 @@ ProcessSetRuntime::~ProcessSetRuntime() { Stop(); }
 
 std::string ProcessSetRuntime::backend() const { return cpu_ ? cpu_->name() : ""; }
 
-void ProcessSetRuntime::Start(std::unique_ptr<Communicator> cpu) {
+void ProcessSetRuntime::Start(std::unique_ptr<Communicator> cpu,
+                              std::unique_ptr<Communicator> steady,
+                              std::chrono::milliseconds patience) {
   HORA_CHECK(included() && !thread_.joinable());
   cpu_ = std::move(cpu);
   executor_ = std::make_unique<BucketExecutor>(cpu_.get());
+  if (steady) {
+    SteadyPath::Host h;
+    h.take = [this](int32_t id) { return host_->TakeRequest(id); };
+    h.complete = [this](int64_t handle, Status status) {
+      host_->Complete(handle, std::move(status), OpResult());
+    };
+    h.job_error = [this] { return host_->JobError(); };
+    h.bucket_failed = [this](const Status& s) { return host_->BucketFailed(s); };
+    h.announce = [this](int32_t id) { host_->Announce(id); };
+    steady_ = std::make_unique<SteadyPath>(id_, ranks_, std::move(steady), std::move(h),
+                                           patience, timeline_);
+  }
   thread_ = std::thread([this] { Loop(); });
 }
 
@@ -53,6 +67,7 @@ void ProcessSetRuntime::Abort(const Status& reason) {
   for (auto& [key, d] : devices_) {
     if (d.comm) d.comm->Abort(reason);
   }
+  if (steady_) steady_->Abort(reason);
 }
 
 bool ProcessSetRuntime::Drain(std::chrono::milliseconds timeout) {
@@ -69,6 +84,7 @@ void ProcessSetRuntime::Stop() {
   }
   cv_.notify_all();
   if (thread_.joinable()) thread_.join();
+  if (steady_) steady_->Stop();
   {
     std::unique_lock<std::mutex> lock(mu_);
     cv_.wait(lock, [&] { return outstanding_ == 0; });

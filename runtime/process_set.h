@@ -38,6 +38,7 @@
 #include "runtime/bucket_executor.h"
 #include "runtime/completion_queue.h"
 #include "runtime/handle_table.h"
+#include "runtime/steady_path.h"
 #include "runtime/tensor_queue.h"
 #include "runtime/timeline.h"
 
@@ -68,6 +69,9 @@ class ProcessSetRuntime {
       return FailedPrecondition(std::string("no ") + (device == Device::kCuda ? "CUDA" : "device") +
                                 " communicator in this runtime");
     }
+    // The queued request of tensor id `id` fell back from the steady path: announce it to
+    // the coordinator.
+    virtual void Announce(int32_t id) = 0;
   };
 
   // ranks: the members (global ranks, sorted); global_rank: this process's rank in the job.
@@ -86,8 +90,13 @@ class ProcessSetRuntime {
   // The CPU communicator's backend name, "" before Start or for non-members.
   std::string backend() const;
 
-  // Members only: takes the set's CPU communicator and starts the executor thread.
-  void Start(std::unique_ptr<Communicator> cpu);
+  // Members only: takes the set's CPU communicator and starts the executor thread; with
+  // `steady` (a second communicator of the same backend offering a SharedBoard) also the
+  // steady path (runtime/steady_path.h), whose fallbacks wait at most `patience`.
+  void Start(std::unique_ptr<Communicator> cpu, std::unique_ptr<Communicator> steady = nullptr,
+             std::chrono::milliseconds patience = std::chrono::milliseconds(500));
+  // The steady path, or null (off, or not a member). Valid until Stop.
+  SteadyPath* steady() const { return steady_.get(); }
   // Queues buckets of this set, in plan order.
   void Push(std::vector<BucketPlan> buckets);
   // Ends the communicator's work in progress and later (the job is broken).
@@ -132,6 +141,7 @@ class ProcessSetRuntime {
   // Keyed by (device, index); created and used by the thread; Abort reads it (any thread).
   mutable std::mutex devices_mu_;
   std::map<std::pair<int, int>, DeviceComm> devices_;  // guarded by devices_mu_ (insertions)
+  std::unique_ptr<SteadyPath> steady_;
 
   mutable std::mutex mu_;
   std::condition_variable cv_;

@@ -2,7 +2,7 @@
 
 namespace hora {
 
-Status TensorQueue::Push(Request request) {
+Status TensorQueue::Push(Request request, bool fresh) {
   std::lock_guard<std::mutex> lock(mu_);
   TensorKey key = TensorKeyOf(request.spec);
   if (in_flight_.count(key) != 0) {
@@ -10,9 +10,14 @@ Status TensorQueue::Push(Request request) {
                   "an operation named " + DescribeTensor(key) + " is already in flight on this "
                   "rank; wait for it before enqueueing the name again");
   }
-  fresh_.push_back(key);
+  if (fresh) fresh_.push_back(key);
   in_flight_.emplace(std::move(key), std::move(request));
   return Status::Ok();
+}
+
+void TensorQueue::MarkFresh(const TensorKey& key) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (in_flight_.count(key) != 0) fresh_.push_back(key);
 }
 
 void TensorQueue::AnnounceFresh(const std::function<void(const Request&)>& fn) {

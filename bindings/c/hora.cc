@@ -268,14 +268,14 @@ hora_status_t hora_wait(hora_handle_t handle, double timeout_seconds) {
   auto e = ForHandles(&st);
   if (!e) return st;
   if (timeout_seconds > 1e9) timeout_seconds = -1;
-  return Report(e->handles().Wait(handle, std::chrono::duration<double>(timeout_seconds)));
+  return Report(e->Wait(handle, std::chrono::duration<double>(timeout_seconds)));
 }
 
 hora_status_t hora_release(hora_handle_t handle) {
   hora_status_t st = HORA_OK;
   auto e = ForHandles(&st);
   if (!e) return st;
-  return Report(e->handles().Release(handle));
+  return Report(e->Release(handle));
 }
 
 hora_status_t hora_result_shape(hora_handle_t handle, int64_t* shape, int32_t max_ndim,

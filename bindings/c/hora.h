@@ -232,6 +232,13 @@ HORA_API hora_status_t hora_process_set_ranks(int32_t id, int32_t* ranks, int32_
                                               int32_t* n);
 /* The ids of every set that exists now, ascending; *n receives their number. */
 HORA_API hora_status_t hora_process_set_ids(int32_t* ids, int32_t max, int32_t* n);
+/* The steady path of set `id` on this rank (docs/design.md "Steady state"): *fast receives
+ * the operations it ran without the coordinator, *slow the submissions of cached names that
+ * went the normal way, *entries the names cached. All zero when the set has no steady path
+ * (HORA_STEADY=off, a backend without a shared board, or not a member). Any pointer may be
+ * NULL. */
+HORA_API hora_status_t hora_steady_stats(int32_t id, int64_t* fast, int64_t* slow,
+                                         int64_t* entries);
 
 /* ---- Handles ---- */
 

@@ -80,6 +80,18 @@ hora_status_t hora_process_set_remove(int32_t id) {
   return Report(e->RemoveProcessSet(id));
 }
 
+hora_status_t hora_steady_stats(int32_t id, int64_t* fast, int64_t* slow, int64_t* entries) {
+  hora_status_t st = HORA_OK;
+  auto e = Running(&st);
+  if (!e) return st;
+  auto stats = e->Steady(id);
+  if (!stats.ok()) return Report(stats.status());
+  if (fast != nullptr) *fast = stats.value().fast;
+  if (slow != nullptr) *slow = stats.value().slow;
+  if (entries != nullptr) *entries = stats.value().entries;
+  return HORA_OK;
+}
+
 hora_status_t hora_process_set_rank(int32_t id, int32_t* rank) {
   if (rank == nullptr) return Fail(Code::kInvalidArgument, "rank pointer is NULL");
   return WithSet(id, [&](const hora::ProcessSetInfo& s) {

@@ -31,6 +31,7 @@ BackendInfo ShmInfo() {
     sc.store = c.store;
     sc.key_prefix = c.key_prefix;
     sc.timeout = c.timeout;
+    sc.spin_us = c.spin_us;
     return CreateShmCommunicator(sc);
   };
   return info;

@@ -56,6 +56,10 @@ class ShmCommunicator : public Communicator {
   Status Send(const void* buf, size_t bytes, int peer, uint32_t tag) override;
   Status Recv(void* buf, size_t bytes, int peer, uint32_t tag) override;
   void Abort(const Status& reason) override;
+  void* SharedBoard(size_t* bytes) override {
+    *bytes = kBoardBytes;
+    return segment_->board();
+  }
 
   // Creation: records this member in the segment, then waits until every member has.
   Status Attach();

@@ -51,7 +51,8 @@ Layout Layout::Make(int size, size_t half_bytes, size_t ring_bytes) {
   l.channels_offset = l.ranks_offset + AlignUp(sizeof(RankControl) * size, 64);
   l.regions_offset = AlignUp(l.channels_offset + sizeof(ChannelControl) * channels, 4096);
   l.rings_offset = l.regions_offset + 2 * static_cast<size_t>(size) * l.half_bytes;
-  l.total_bytes = l.rings_offset + channels * l.ring_bytes;
+  l.board_offset = AlignUp(l.rings_offset + channels * l.ring_bytes, 4096);
+  l.total_bytes = l.board_offset + kBoardBytes;
   return l;
 }
 

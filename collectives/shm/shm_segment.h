@@ -23,6 +23,8 @@
 //   ChannelControl[size*(size-1)]  per ordered pair (src -> dst): head / tail byte counts
 //   regions: size x 2 halves of half_bytes   a member's staging area, by step parity
 //   rings: size*(size-1) x ring_bytes        point-to-point byte streams
+//   board: kBoardBytes                       zeroed memory for the runtime's agreement
+//                                            (Communicator::SharedBoard)
 #ifndef HORA_COLLECTIVES_SHM_SHM_SEGMENT_H_
 #define HORA_COLLECTIVES_SHM_SHM_SEGMENT_H_
 
@@ -39,6 +41,8 @@ namespace shm {
 
 constexpr uint64_t kMagic = 0x31686d732d61726full;  // "ora-shm1"
 constexpr size_t kReasonBytes = 480;
+// The board every shm communicator offers (communicator.h SharedBoard).
+constexpr size_t kBoardBytes = 64 << 10;
 
 // Atomics here are lock-free and address-free on every platform we build for, so they work
 // across processes mapping the same memory.
@@ -82,6 +86,7 @@ struct Layout {
   size_t channels_offset = 0;
   size_t regions_offset = 0;
   size_t rings_offset = 0;
+  size_t board_offset = 0;
   size_t total_bytes = 0;
 
   static Layout Make(int size, size_t half_bytes, size_t ring_bytes);
@@ -122,6 +127,7 @@ class Segment {
   uint8_t* region(int r, int half) const {
     return base_ + layout_.regions_offset + (2 * static_cast<size_t>(r) + half) * layout_.half_bytes;
   }
+  uint8_t* board() const { return base_ + layout_.board_offset; }
   uint8_t* ring(int src, int dst) const {
     return base_ + layout_.rings_offset + layout_.Channel(src, dst) * layout_.ring_bytes;
   }

@@ -82,12 +82,16 @@ def run_once(victim, sig, rng, mode):
 
 
 # (signal, victim is rank 0, job mode, runs): "p2p" passes messages around a ring, so the
-# rank receiving from the victim is blocked in a transfer from it when it dies.
+# rank receiving from the victim is blocked in a transfer from it when it dies; "steady"
+# allreduces one float that the steady path runs without the coordinator.
 SCENARIOS = {
     "sigkill_worker": (signal.SIGKILL, False, "allreduce", RUNS),
     "sigkill_rank0": (signal.SIGKILL, True, "allreduce", RUNS),
     "sigstop_worker": (signal.SIGSTOP, False, "allreduce", RUNS),
     "p2p_sigkill_sender": (signal.SIGKILL, False, "p2p", max(1, RUNS // 2)),
+    # Every rank on the steady path (fault_job prints READY only once its steady path ran).
+    "steady_sigkill_worker": (signal.SIGKILL, False, "steady", max(1, RUNS // 2)),
+    "steady_sigkill_rank0": (signal.SIGKILL, True, "steady", max(1, RUNS // 2)),
 }
 
 

@@ -138,6 +138,8 @@ TEST_CASE("bad values name the variable") {
   check({{"HORA_RANK", "0"}, {"HORA_SIZE", "0"}}, "HORA_SIZE");
   check({{"HORA_SIZE", "2"}}, "HORA_RANK is not set (HORA_SIZE is)");
   check({{"HORA_TLS_CERT", "/c.pem"}}, "HORA_TLS_KEY");
+  check({{"HORA_STEADY", "yes"}}, "HORA_STEADY='yes' is not one of auto, on, off");
+  check({{"HORA_STEADY_PATIENCE_MS", "0"}}, "HORA_STEADY_PATIENCE_MS");
   auto no_addr = ParseOptions(Env({{"HORA_SIZE", "2"}, {"HORA_RANK", "0"}, {"HORA_JOB_TOKEN", "t"}}), {});
   REQUIRE_FALSE(no_addr.ok());
   REQUIRE(no_addr.status().message().find("HORA_COORDINATOR_ADDR") != std::string::npos);
@@ -151,6 +153,15 @@ TEST_CASE("the digest covers the options that must agree") {
   auto b = ParseOptions(Env({{"HORA_FUSION_THRESHOLD", "2048"}}), {});
   REQUIRE(a.value().Digest() != b.value().Digest());
   REQUIRE(a.value().Digest().find("fusion_threshold=1024") != std::string::npos);
+  auto off = ParseOptions(Env({{"HORA_STEADY", "off"}}), {});
+  auto plain = ParseOptions(Env({}), {});
+  REQUIRE(off.ok());
+  REQUIRE(plain.ok());
+  REQUIRE(off.value().steady == "off");
+  REQUIRE(plain.value().steady == "auto");
+  REQUIRE(plain.value().steady_patience_ms == 500);
+  REQUIRE(off.value().Digest() != plain.value().Digest());
+  REQUIRE(off.value().Digest().find("steady=off") != std::string::npos);
 }
 
 TEST_CASE("cpu and gpu operations: auto by default, a built backend by name") {

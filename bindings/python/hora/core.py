@@ -486,6 +486,17 @@ def process_set_ranks(process_set_id):
     return [arr[i] for i in range(n.value)]
 
 
+def steady_stats(process_set_id=0):
+    """The steady path's counters of a set on this rank (hora_steady_stats): the operations it
+    ran without the coordinator, the submissions of cached names that went the normal way, and
+    the names cached."""
+    fast, slow, entries = ctypes.c_int64(), ctypes.c_int64(), ctypes.c_int64()
+    _lib.check(_lib.lib().hora_steady_stats(int(process_set_id), ctypes.byref(fast),
+                                            ctypes.byref(slow), ctypes.byref(entries)),
+               "steady_stats(%d)" % process_set_id)
+    return {"fast": fast.value, "slow": slow.value, "entries": entries.value}
+
+
 def process_set_ids():
     n = ctypes.c_int32()
     lib = _lib.lib()

@@ -1,0 +1,148 @@
+#include "runtime/steady_board.h"
+
+#include <linux/futex.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <climits>
+
+#include "common/logging.h"
+
+namespace hora {
+namespace {
+
+constexpr uint64_t kStatePending = 0, kStateFast = 1, kStateSlow = 2;
+constexpr size_t kWordsOffset = 256;
+constexpr size_t kSlotsOffset = kWordsOffset + SteadyBoard::kMaxEntries * sizeof(uint64_t);
+
+uint32_t InstanceOf(uint64_t w) { return static_cast<uint32_t>(w >> 32); }
+uint64_t StateOf(uint64_t w) { return (w >> 30) & 3; }
+uint32_t MaskOf(uint64_t w) { return static_cast<uint32_t>(w & ((1u << 30) - 1)); }
+uint64_t Word(uint32_t n, uint64_t state, uint32_t mask) {
+  return (static_cast<uint64_t>(n) << 32) | (state << 30) | mask;
+}
+// > 0: the word is past instance n; 0: at n; < 0: before n (wraps after 2^31 instances).
+int32_t Compare(uint64_t w, uint32_t n) { return static_cast<int32_t>(InstanceOf(w) - n); }
+
+SteadyBoard::Outcome OutcomeOf(uint64_t state) {
+  return state == kStateFast ? SteadyBoard::Outcome::kFast
+         : state == kStateSlow ? SteadyBoard::Outcome::kSlow
+                               : SteadyBoard::Outcome::kPending;
+}
+
+}  // namespace
+
+size_t SteadyBoard::BytesNeeded() { return kSlotsOffset + kLogSlots * sizeof(uint64_t); }
+
+SteadyBoard::SteadyBoard(void* memory, int member, int members)
+    : base_(memory),
+      member_(member),
+      bit_(1u << member),
+      full_(members >= 32 ? 0 : static_cast<uint32_t>((1ull << members) - 1)) {
+  HORA_CHECK(members >= 1 && members <= kMaxMembers && member >= 0 && member < members);
+  static_assert(sizeof(Header) <= kWordsOffset, "board header");
+  static_assert(std::atomic<uint64_t>::is_always_lock_free, "board words");
+  static_assert(kMaxEntries <= (1u << 16), "log slots hold the entry in 16 bits");
+}
+
+std::atomic<uint64_t>* SteadyBoard::word(uint32_t e) const {
+  HORA_CHECK(e < kMaxEntries);
+  return reinterpret_cast<std::atomic<uint64_t>*>(static_cast<char*>(base_) + kWordsOffset) + e;
+}
+
+std::atomic<uint64_t>* SteadyBoard::slot(uint64_t index) const {
+  return reinterpret_cast<std::atomic<uint64_t>*>(static_cast<char*>(base_) + kSlotsOffset) +
+         index % kLogSlots;
+}
+
+SteadyBoard::Outcome SteadyBoard::Offer(uint32_t e, uint32_t n) {
+  std::atomic<uint64_t>* w = word(e);
+  uint64_t old = w->load(std::memory_order_acquire);
+  for (;;) {
+    const int32_t c = Compare(old, n);
+    if (c > 0) return Outcome::kSlow;  // decided without this member: slow
+    uint64_t next;
+    if (c == 0) {
+      if (StateOf(old) != kStatePending) return OutcomeOf(StateOf(old));
+      next = Word(n, kStatePending, MaskOf(old) | bit_);
+    } else {
+      next = Word(n, kStatePending, bit_);  // n - 1 is decided: this member finished it
+    }
+    if (MaskOf(next) == full_) next = Word(n, kStateFast, full_);
+    if (w->compare_exchange_weak(old, next, std::memory_order_acq_rel,
+                                 std::memory_order_acquire)) {
+      if (StateOf(next) != kStateFast) return Outcome::kPending;
+      Append(e);
+      return Outcome::kFast;
+    }
+  }
+}
+
+SteadyBoard::Outcome SteadyBoard::Refuse(uint32_t e, uint32_t n) {
+  std::atomic<uint64_t>* w = word(e);
+  uint64_t old = w->load(std::memory_order_acquire);
+  for (;;) {
+    const int32_t c = Compare(old, n);
+    if (c > 0) return Outcome::kSlow;
+    if (c == 0 && StateOf(old) != kStatePending) return OutcomeOf(StateOf(old));
+    const uint64_t next = Word(n, kStateSlow, c == 0 ? MaskOf(old) : 0);
+    if (w->compare_exchange_weak(old, next, std::memory_order_acq_rel,
+                                 std::memory_order_acquire)) {
+      Wake();  // members that offered n take the normal path now
+      return Outcome::kSlow;
+    }
+  }
+}
+
+SteadyBoard::Outcome SteadyBoard::State(uint32_t e, uint32_t n) const {
+  const uint64_t w = word(e)->load(std::memory_order_acquire);
+  const int32_t c = Compare(w, n);
+  if (c > 0) return Outcome::kSlow;
+  if (c < 0) return Outcome::kPending;
+  return OutcomeOf(StateOf(w));
+}
+
+void SteadyBoard::Append(uint32_t e) {
+  const uint64_t index = header()->tail.fetch_add(1, std::memory_order_acq_rel);
+  const uint64_t value = ((index + 1) & 0xffffffffull) << 32 |
+                         static_cast<uint64_t>(member_) << 16 | e;  // e < 2^16
+  slot(index)->store(value, std::memory_order_release);
+  Wake();
+}
+
+bool SteadyBoard::LogAt(uint64_t index, uint32_t* e, int* last) const {
+  const uint64_t v = slot(index)->load(std::memory_order_acquire);
+  if ((v >> 32) != ((index + 1) & 0xffffffffull)) return false;
+  *e = static_cast<uint32_t>(v & 0xffff);
+  if (last != nullptr) *last = static_cast<int>((v >> 16) & 0xffff);
+  return true;
+}
+
+void SteadyBoard::Sleep(uint32_t seen, int64_t timeout_us) {
+  Header* h = header();
+  h->sleepers.fetch_add(1, std::memory_order_seq_cst);
+  if (h->bell.load(std::memory_order_seq_cst) == seen && timeout_us > 0) {
+    timespec ts;
+    ts.tv_sec = static_cast<time_t>(timeout_us / 1000000);
+    ts.tv_nsec = static_cast<long>((timeout_us % 1000000) * 1000);
+    syscall(SYS_futex, reinterpret_cast<uint32_t*>(&h->bell), FUTEX_WAIT, seen, &ts, nullptr, 0);
+  }
+  h->sleepers.fetch_sub(1, std::memory_order_seq_cst);
+}
+
+void SteadyBoard::SetJoined() {
+  header()->joined.store(1, std::memory_order_release);
+  Wake();
+}
+
+void SteadyBoard::Wake() {
+  Header* h = header();
+  h->bell.fetch_add(1, std::memory_order_seq_cst);
+  if (h->sleepers.load(std::memory_order_seq_cst) > 0) {
+    syscall(SYS_futex, reinterpret_cast<uint32_t*>(&h->bell), FUTEX_WAKE, INT_MAX, nullptr,
+            nullptr, 0);
+  }
+}
+
+}  // namespace hora

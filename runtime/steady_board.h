@@ -1,0 +1,86 @@
+// The readiness board of the steady path (docs/design.md "Steady state"): how the members of
+// a process set agree, through memory they all map (Communicator::SharedBoard), whether the
+// n-th submission of a cached entry runs on the fast path, and in which order the fast
+// instances run, without a collective call and without the coordinator.
+//
+// Per entry e one 64-bit word: (instance: 32 bits, state: 2 bits, members offered: 30 bits).
+// A member's n-th submission of e (after e was cached) is instance n. Every change is a CAS,
+// so each instance has exactly one outcome that every member observes:
+//   - Offer: the member sets its bit in instance n (moving the word on from instance n - 1,
+//     which is decided, since this member's own n - 1 finished). The member whose bit fills
+//     the mask decides kFast and appends (e, n) to the log.
+//   - Refuse: instance n is kSlow (the member's spec differs, or it waited past the patience
+//     and withdraws): possible only while n is not kFast. A member that finds n kSlow, or
+//     the word already past n (n was decided without it, so kSlow), takes the normal path.
+// Log: a ring of kLogSlots slots (entry, stamp) filled in decision order; every member runs
+// the fast instances in log order on the set's steady communicator. At most one unconsumed
+// slot per entry exists for any member (the next instance needs every member's offer, which
+// each makes only after running the previous one), so kLogSlots >= kMaxEntries never
+// overwrites a slot some member has not read.
+// Waiting: a member sleeps on the board's bell (a process-shared futex) after a short spin;
+// every append, refusal and Wake() increments the bell and wakes the sleepers.
+//
+// Thread safety: every method may be called from any thread of any member.
+#ifndef HORA_RUNTIME_STEADY_BOARD_H_
+#define HORA_RUNTIME_STEADY_BOARD_H_
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+
+namespace hora {
+
+class SteadyBoard {
+ public:
+  static constexpr uint32_t kMaxEntries = 1024;
+  static constexpr uint32_t kLogSlots = 1024;
+  static constexpr int kMaxMembers = 30;
+  enum class Outcome { kPending, kFast, kSlow };
+
+  // The bytes a board needs; memory: that many zeroed bytes mapped by every member.
+  static size_t BytesNeeded();
+  SteadyBoard(void* memory, int member, int members);
+
+  // This member offers instance n of entry e. kFast: this offer completed it (it is in the
+  // log); kPending: others have not offered yet; kSlow: n was decided slow.
+  Outcome Offer(uint32_t e, uint32_t n);
+  // Instance n of entry e goes the normal way unless it is already fast. Returns kSlow (it is
+  // slow now) or kFast (it runs on the fast path: too late to refuse).
+  Outcome Refuse(uint32_t e, uint32_t n);
+  // The outcome of an instance this member offered.
+  Outcome State(uint32_t e, uint32_t n) const;
+
+  // The log slot `index` (0, 1, ...), if written: *e is its entry; *last (if not null) the
+  // member whose offer completed it.
+  bool LogAt(uint64_t index, uint32_t* e, int* last = nullptr) const;
+
+  uint32_t Bell() const { return header()->bell.load(std::memory_order_acquire); }
+  // Sleeps while the bell still reads `seen`, at most timeout_us (spurious returns are fine).
+  void Sleep(uint32_t seen, int64_t timeout_us);
+  // Rings the bell: every sleeper (of every member) wakes.
+  void Wake();
+  // Some member joined (sticky): members refuse every instance from then on.
+  void SetJoined();
+  bool joined() const { return header()->joined.load(std::memory_order_acquire) != 0; }
+
+ private:
+  struct Header {
+    alignas(64) std::atomic<uint64_t> tail;  // log slots appended, ever
+    alignas(64) std::atomic<uint32_t> bell;
+    std::atomic<uint32_t> sleepers;
+    alignas(64) std::atomic<uint32_t> joined;
+  };
+  Header* header() const { return static_cast<Header*>(base_); }
+  std::atomic<uint64_t>* word(uint32_t e) const;
+  std::atomic<uint64_t>* slot(uint64_t index) const;
+  void Append(uint32_t e);
+
+  void* const base_;
+  const int member_;
+  const uint32_t bit_;
+  const uint32_t full_;
+};
+
+}  // namespace hora
+
+#endif  // HORA_RUNTIME_STEADY_BOARD_H_

@@ -1,0 +1,322 @@
+#include "runtime/steady_path.h"
+
+#include <pthread.h>
+#include <signal.h>
+
+#include <algorithm>
+
+#include "common/logging.h"
+
+namespace hora {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+// The thread never spins before it sleeps: measured on 2 loaded cores, a spin after each
+// fast instance (50 us, 1 ms) only took the core from the peer's threads and made the median
+// worse (docs/benchmarks-steady.md).
+// The longest sleep (stop and abort also wake it).
+constexpr auto kMaxSleep = std::chrono::milliseconds(200);
+// The largest fast instance the enqueuing thread runs itself (Begin).
+constexpr size_t kInlineBytes = 64 << 10;
+
+}  // namespace
+
+SteadyPath::SteadyPath(int32_t process_set, std::vector<int> ranks,
+                       std::unique_ptr<Communicator> comm, Host host,
+                       std::chrono::milliseconds patience, Timeline* timeline)
+    : process_set_(process_set),
+      ranks_(std::move(ranks)),
+      comm_(std::move(comm)),
+      host_(std::move(host)),
+      patience_(patience),
+      timeline_(timeline),
+      executor_(comm_.get()) {
+  size_t bytes = 0;
+  void* memory = comm_->SharedBoard(&bytes);
+  HORA_CHECK(memory != nullptr && bytes >= SteadyBoard::BytesNeeded());
+  board_ = std::make_unique<SteadyBoard>(memory, comm_->rank(), comm_->size());
+  thread_ = std::thread([this] { Loop(); });
+}
+
+SteadyPath::~SteadyPath() { Stop(); }
+
+bool SteadyPath::Matches(const TensorSpec& spec) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = by_name_.find(spec.name);
+  return it != by_name_.end() && entries_[it->second].spec == spec;
+}
+
+bool SteadyPath::Begin(const TensorSpec& spec, Ticket* ticket) {
+  uint32_t e = 0, n = 0;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = by_name_.find(spec.name);
+    if (it == by_name_.end()) return false;
+    e = it->second;
+    Entry& entry = entries_[e];
+    n = ++entry.instance;
+    if (entry.spec != spec || board_->joined()) {
+      ++stats_.slow;
+      (void)board_->Refuse(e, n);
+      return false;
+    }
+    pending_[e] = Pending{n, entry.id, Clock::now() + patience_};
+  }
+  ticket->entry = e;
+  ticket->instance = n;
+  const SteadyBoard::Outcome o = board_->Offer(e, n);
+  if (o == SteadyBoard::Outcome::kFast) {
+    // This member's offer was the last: the others' threads are waking for it now. Running
+    // it here, if nobody else is driving, spares this member's thread a wake-up (only small
+    // ones: the caller of an async call should not wait for a long transfer).
+    std::unique_lock<std::mutex> drive(drive_mu_, std::try_to_lock);
+    if (drive.owns_lock()) DriveLog(kInlineBytes);
+  }
+  if (o != SteadyBoard::Outcome::kSlow) return true;
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = pending_.find(e);
+  if (it == pending_.end() || it->second.instance != n) return true;  // the thread announced it
+  pending_.erase(it);
+  ++stats_.slow;
+  return false;
+}
+
+void SteadyPath::Learn(const BucketPlan& bucket, const std::vector<const TensorSpec*>& specs) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (learning_over_) return;
+  if (bucket.joined_ranks > 0) {
+    learning_over_ = true;
+    learning_.clear();
+    return;
+  }
+  const bool single = bucket.collective == CollectiveType::kAllreduce &&
+                      bucket.device == Device::kCpu && bucket.participants.empty() &&
+                      bucket.entries.size() == 1 && specs.size() == 1 && specs[0] != nullptr;
+  if (!single) {
+    for (const TensorSpec* s : specs) {
+      if (s != nullptr) learning_.erase(s->name);
+    }
+    return;
+  }
+  const TensorSpec& spec = *specs[0];
+  Learning& l = learning_[spec.name];
+  if (l.count > 0 && l.spec == spec) {
+    ++l.count;
+  } else {
+    l.spec = spec;
+    l.count = 1;
+  }
+  if (l.count < kWarmup) return;
+  auto it = by_name_.find(spec.name);
+  if (it == by_name_.end()) {
+    if (entries_.size() >= SteadyBoard::kMaxEntries) return;
+    by_name_.emplace(spec.name, static_cast<uint32_t>(entries_.size()));
+    entries_.push_back(Entry{spec, bucket.entries[0].id, 0});
+    stats_.entries = static_cast<int64_t>(entries_.size());
+  } else if (entries_[it->second].spec != spec) {
+    entries_[it->second].spec = spec;  // the instance count goes on
+  }
+}
+
+SteadyStats SteadyPath::Stats() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return stats_;
+}
+
+void SteadyPath::Joined() { board_->SetJoined(); }
+
+void SteadyPath::Abort(const Status& reason) {
+  aborted_.store(true, std::memory_order_seq_cst);  // helpers leave (the job's error fails them)
+  comm_->Abort(reason);
+  board_->Wake();
+}
+
+void SteadyPath::Stop() {
+  stop_.store(true);
+  if (board_) board_->Wake();
+  if (thread_.joinable()) thread_.join();
+}
+
+Clock::time_point SteadyPath::CheckPending() {
+  std::vector<int32_t> announce;
+  Clock::time_point next = Clock::now() + kMaxSleep;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    const Clock::time_point now = Clock::now();
+    for (auto it = pending_.begin(); it != pending_.end();) {
+      const Pending& p = it->second;
+      SteadyBoard::Outcome o = board_->State(it->first, p.instance);
+      if (o == SteadyBoard::Outcome::kPending && (now >= p.deadline || board_->joined())) {
+        o = board_->Refuse(it->first, p.instance);  // withdraw: kSlow, or kFast if too late
+      }
+      if (o == SteadyBoard::Outcome::kSlow) {
+        announce.push_back(p.id);
+        ++stats_.slow;
+        it = pending_.erase(it);
+        continue;
+      }
+      if (o == SteadyBoard::Outcome::kPending) next = std::min(next, p.deadline);
+      ++it;
+    }
+  }
+  for (int32_t id : announce) host_.announce(id);
+  return next;
+}
+
+void SteadyPath::Help(const Ticket& ticket, Clock::time_point deadline) {
+  helpers_.fetch_add(1, std::memory_order_seq_cst);
+  uint32_t checked_bell = board_->Bell() - 1;
+  Clock::time_point next_check = Clock::now();
+  while (!stop_.load(std::memory_order_relaxed) && !aborted_.load(std::memory_order_seq_cst)) {
+    const uint32_t bell = board_->Bell();
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      auto it = pending_.find(ticket.entry);
+      if (it == pending_.end() || it->second.instance != ticket.instance) break;
+    }
+    uint32_t e = 0;
+    if (board_->LogAt(cursor_.load(std::memory_order_seq_cst), &e)) {
+      // Blocks while another thread drives (it may be running this very instance); then
+      // runs what is left, or finds the instance gone from pending_ at the top.
+      std::lock_guard<std::mutex> drive(drive_mu_);
+      DriveLog(SIZE_MAX);
+      continue;
+    }
+    Clock::time_point now = Clock::now();
+    if (now >= deadline) break;
+    if (bell != checked_bell || now >= next_check) {  // a refusal, or the patience ran out
+      checked_bell = bell;
+      next_check = CheckPending();
+      continue;
+    }
+    const auto wait = std::chrono::duration_cast<std::chrono::microseconds>(
+        std::min({next_check, deadline, now + kMaxSleep}) - now);
+    board_->Sleep(bell, std::max<int64_t>(1, wait.count()));
+  }
+  helpers_.fetch_sub(1, std::memory_order_seq_cst);
+  uint32_t e = 0;
+  // The set's thread may have left an entry to this helper: hand it back.
+  if (board_->LogAt(cursor_.load(std::memory_order_seq_cst), &e)) board_->Wake();
+}
+
+bool SteadyPath::DriveLog(size_t max_bytes) {
+  bool ran = false;
+  uint32_t e = 0;
+  int last = -1;
+  while (board_->LogAt(cursor_, &e, &last)) {
+    if (max_bytes != SIZE_MAX) {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (entries_[e].spec.ByteSize() > max_bytes) break;
+    }
+    ++cursor_;
+    Run(e, last);
+    ran = true;
+  }
+  return ran;
+}
+
+void SteadyPath::Loop() {
+  // It may announce fallbacks (a write to the coordinator's socket): a dead peer's socket
+  // must be an error, never SIGPIPE (as for every thread Hora starts; engine.cc).
+  sigset_t block;
+  sigemptyset(&block);
+  sigaddset(&block, SIGPIPE);
+  pthread_sigmask(SIG_BLOCK, &block, nullptr);
+  uint32_t checked_bell = board_->Bell() - 1;  // check once at the start
+  Clock::time_point next_check = Clock::now();
+  while (!stop_.load(std::memory_order_relaxed)) {
+    uint32_t e = 0;
+    const uint32_t bell = board_->Bell();
+    if (board_->LogAt(cursor_.load(std::memory_order_seq_cst), &e) &&
+        helpers_.load(std::memory_order_seq_cst) == 0) {
+      std::lock_guard<std::mutex> drive(drive_mu_);
+      DriveLog(SIZE_MAX);
+      continue;
+    }
+    Clock::time_point now = Clock::now();
+    if (bell != checked_bell || now >= next_check) {
+      checked_bell = bell;
+      next_check = CheckPending();
+      now = Clock::now();
+    }
+    if (board_->LogAt(cursor_.load(std::memory_order_seq_cst), &e) &&
+        helpers_.load(std::memory_order_seq_cst) == 0) {
+      continue;
+    }
+    const auto wait = std::chrono::duration_cast<std::chrono::microseconds>(
+        std::min(next_check, now + kMaxSleep) - now);
+    board_->Sleep(bell, std::max<int64_t>(1, wait.count()));
+  }
+}
+
+void SteadyPath::Run(uint32_t e, int last_member) {
+  Entry entry;
+  Clock::time_point offered = Clock::now();
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    entry = entries_[e];
+    auto it = pending_.find(e);
+    if (it != pending_.end()) {
+      offered = it->second.deadline - patience_;
+      pending_.erase(it);
+    }
+  }
+  std::optional<Request> r = host_.take(entry.id);
+  if (!r) return;  // failed meanwhile with the job's error
+  std::unique_ptr<TimelineBucket> trace;
+  if (timeline_ != nullptr && timeline_->on()) {
+    trace = std::make_unique<TimelineBucket>();
+    trace->start_us = TimelineNowUs();
+    trace->process_set = process_set_;
+    trace->seq = fast_seq_;
+    trace->collective = CollectiveType::kAllreduce;
+    trace->backend = std::string("steady:") + comm_->name();
+    trace->bytes = static_cast<int64_t>(r->spec.ByteSize());
+    const int64_t waited = std::max<int64_t>(
+        0, std::chrono::duration_cast<std::chrono::microseconds>(Clock::now() - offered).count());
+    const int last = last_member >= 0 && last_member < static_cast<int>(ranks_.size())
+                         ? ranks_[last_member]
+                         : -1;
+    trace->tensors.push_back({r->handle, trace->bytes, last, waited, waited});
+  }
+  ++fast_seq_;
+  BucketPlan plan;
+  plan.process_set = process_set_;
+  plan.collective = CollectiveType::kAllreduce;
+  plan.dtype = entry.spec.dtype;
+  plan.op = entry.spec.op;
+  plan.device = Device::kCpu;
+  plan.prescale = entry.spec.prescale;
+  plan.postscale = entry.spec.postscale;
+  BucketPlan::Entry pe;
+  pe.id = entry.id;
+  pe.num_elements = r->spec.NumElements();
+  plan.entries.push_back(pe);
+  std::vector<const Request*> requests{&*r};
+  std::vector<OpResult> results;
+  BucketExecutor::Finish finish;
+  Status status = host_.job_error();
+  if (status.ok()) {
+    status = executor_.Start(plan, requests, &results, &finish,
+                             trace ? &trace->collective_us : nullptr);
+  }
+  if (trace) trace->collective_done_us = TimelineNowUs();
+  if (status.ok() && finish) status = finish();
+  finish = nullptr;
+  if (trace) trace->unpacked_us = TimelineNowUs();
+  if (!status.ok()) {
+    Status job = host_.job_error();
+    status = job.ok() ? host_.bucket_failed(status) : job;
+  } else {
+    std::lock_guard<std::mutex> lock(mu_);
+    ++stats_.fast;
+  }
+  if (trace) {  // before the handle completes (as ProcessSetRuntime::Finish)
+    trace->completed_us = TimelineNowUs();
+    if (!status.ok()) trace->error = status.message();
+    timeline_->BucketDone(std::move(*trace));
+  }
+  host_.complete(r->handle, status);
+}
+
+}  // namespace hora

@@ -1,0 +1,170 @@
+// The steady path of one process set (docs/design.md "Steady state"): allreduces whose plan
+// the coordinator has sent unchanged a few times run without asking it again.
+//
+// Learning (Learn, on the thread that delivers plans, before the bucket's requests can
+// finish): a CPU allreduce bucket of one tensor, every member taking part, nobody joined,
+// counts for its name; kWarmup such buckets in a row with the same spec make the name an
+// entry of the cache (id: the next free one) or update its spec. Every member receives the
+// same buckets in the same order, so every member builds the same cache, and a name's cache
+// changes only while one of its instances is in flight on every member, so all members
+// judge their next submission of it against the same entry. A bucket in which some member
+// joined ends learning for the set for good (the joined member cannot tell which names it
+// held).
+//
+// Submission (Begin, on the enqueuing thread, after the request was queued): for a cached
+// name, instance n (the n-th submission since it was cached) is offered on the board
+// (runtime/steady_board.h) when the spec equals the entry's, else refused. The request is
+// not announced to the coordinator unless its instance turns out slow: refused by some
+// member, or not offered by every member within the patience (the member that waited
+// withdraws it). A slow instance is announced and runs the normal way on every member, so
+// the coordinator sees every member's submission and reports a mismatch or a stall exactly
+// as without the steady path.
+//
+// Execution: one thread per set reads the board's log and runs each fast instance in log
+// order on the set's steady communicator (a second communicator of the same backend, so the
+// order of the coordinator's buckets on the first one is untouched), through a
+// BucketExecutor (the same prescale, reduction and postscale as the data-plane path).
+// Waits spin briefly, then sleep on the board's futex.
+//
+// Thread safety: every public method may be called from any thread.
+#ifndef HORA_RUNTIME_STEADY_PATH_H_
+#define HORA_RUNTIME_STEADY_PATH_H_
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <unordered_map>
+#include <vector>
+
+#include "collectives/communicator.h"
+#include "common/status.h"
+#include "coordinator/messages.h"
+#include "runtime/bucket_executor.h"
+#include "runtime/steady_board.h"
+#include "runtime/tensor_queue.h"
+#include "runtime/timeline.h"
+
+namespace hora {
+
+struct SteadyStats {
+  int64_t fast = 0;     // operations this rank ran on the steady path
+  int64_t slow = 0;     // submissions of cached names that went the normal way
+  int64_t entries = 0;  // names in the cache
+};
+
+class SteadyPath {
+ public:
+  static constexpr int kWarmup = 3;
+
+  // What the steady path needs from the engine (the set's host).
+  struct Host {
+    std::function<std::optional<Request>(int32_t id)> take;  // by this rank's tensor id
+    std::function<void(int64_t handle, Status status)> complete;
+    std::function<Status()> job_error;
+    std::function<Status(const Status&)> bucket_failed;
+    // Announce the queued request of tensor id `id` to the coordinator (it fell back).
+    std::function<void(int32_t id)> announce;
+  };
+
+  // comm: the set's steady communicator (its SharedBoard holds the board); ranks: the
+  // members' global ranks. timeline (may be null; not owned) records each fast instance as
+  // a bucket of backend "steady:<name>" whose last_rank is the member whose offer completed
+  // it and whose wait_us (and lag_us, a lower bound) is how long this rank's offer waited.
+  SteadyPath(int32_t process_set, std::vector<int> ranks, std::unique_ptr<Communicator> comm,
+             Host host, std::chrono::milliseconds patience, Timeline* timeline = nullptr);
+  ~SteadyPath();  // Stop()
+  SteadyPath(const SteadyPath&) = delete;
+  SteadyPath& operator=(const SteadyPath&) = delete;
+
+  // True when `spec` names a cached entry with exactly this spec: the caller queues the
+  // request without announcing it, then calls Begin.
+  bool Matches(const TensorSpec& spec) const;
+  // Which instance of which entry a request on the steady path is.
+  struct Ticket {
+    uint32_t entry = 0;
+    uint32_t instance = 0;
+  };
+  // After the request of `spec` was queued (for every name, cached or not): true when it
+  // takes the steady path or was already announced by the steady thread (the caller
+  // announces nothing; *ticket says which instance it is), false when the caller must
+  // announce it now.
+  bool Begin(const TensorSpec& spec, Ticket* ticket);
+  // A thread about to wait for the request of `ticket` helps instead: while the instance is
+  // still waiting on the steady path (until `deadline`), it sleeps on the board and runs the
+  // log itself when nobody else is driving, so the wake-up that ends its wait is the one
+  // that starts the collective. Returns once the instance ran, fell back or is being run by
+  // another thread, or at Abort or Stop; the caller then waits for its handle as usual.
+  void Help(const Ticket& ticket, std::chrono::steady_clock::time_point deadline);
+  // A bucket of this set as the coordinator planned it; specs[i]: this rank's spec of entry i
+  // (null where this rank joined).
+  void Learn(const BucketPlan& bucket, const std::vector<const TensorSpec*>& specs);
+
+  SteadyStats Stats() const;
+  // This rank joined the set (hora_join): from now on every member's cached names go the
+  // normal way (the coordinator plans joins), for the rest of the set's life.
+  void Joined();
+  void Abort(const Status& reason);
+  void Stop();  // idempotent
+
+ private:
+  struct Entry {
+    TensorSpec spec;
+    int32_t id = -1;       // this rank's tensor id for the name
+    uint32_t instance = 0; // submissions since the name was cached
+  };
+  struct Learning {
+    TensorSpec spec;
+    int count = 0;
+  };
+  struct Pending {
+    uint32_t instance = 0;
+    int32_t id = -1;
+    std::chrono::steady_clock::time_point deadline;
+  };
+  void Loop();
+  // Under drive_mu_: runs the log's fast instances from cursor_ on, in order, while the next
+  // one is at most max_bytes. True if it ran any.
+  bool DriveLog(size_t max_bytes);
+  void Run(uint32_t e, int last_member);
+  // Announces what fell back (refused by a peer, or past the patience). Returns when the
+  // earliest deadline of what is still pending comes.
+  std::chrono::steady_clock::time_point CheckPending();
+
+  const int32_t process_set_;
+  const std::vector<int> ranks_;
+  const std::unique_ptr<Communicator> comm_;
+  const Host host_;
+  const std::chrono::milliseconds patience_;
+  Timeline* const timeline_;
+  uint64_t fast_seq_ = 0;  // under drive_mu_: the timeline's sequence of fast instances
+  std::unique_ptr<SteadyBoard> board_;
+  BucketExecutor executor_;
+
+  mutable std::mutex mu_;
+  std::unordered_map<std::string, uint32_t> by_name_;      // guarded by mu_
+  std::vector<Entry> entries_;                             // guarded by mu_
+  std::unordered_map<std::string, Learning> learning_;     // guarded by mu_
+  bool learning_over_ = false;                             // guarded by mu_
+  std::map<uint32_t, Pending> pending_;                    // guarded by mu_: by entry
+  SteadyStats stats_;                                      // guarded by mu_
+
+  // Whoever runs fast instances on comm_ holds drive_mu_: the set's thread, or an enqueuing
+  // thread whose offer completed an instance (Begin).
+  std::mutex drive_mu_;
+  std::atomic<uint64_t> cursor_{0};  // written under drive_mu_: the next log slot to run
+  std::atomic<int> helpers_{0};      // threads in Help: the set's thread leaves the log to them
+
+  std::atomic<bool> stop_{false};
+  std::atomic<bool> aborted_{false};  // Abort: helpers stop helping
+  std::thread thread_;
+};
+
+}  // namespace hora
+
+#endif  // HORA_RUNTIME_STEADY_PATH_H_

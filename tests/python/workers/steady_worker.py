@@ -1,0 +1,108 @@
+"""The steady path (docs/design.md "Steady state") through hora.torch, every rank of one host
+(shm): a name allreduced the same way a few times runs without the coordinator (counted by
+hora.steady_stats), with the same bits as its first, coordinator-planned runs; a changed
+shape falls back; a mismatch after the steady state still names the ranks."""
+
+import ctypes
+import sys
+
+import torch
+
+import hora
+import hora.torch as hvd
+import cases
+from cases import case, check, raises
+
+WARM = 3   # SteadyPath::kWarmup
+RUNS = WARM + 4
+
+DTYPES = [torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.int32,
+          torch.int64, torch.int8, torch.uint8]
+OPS = [("sum", hvd.Sum), ("average", hvd.Average), ("min", hvd.Min), ("max", hvd.Max),
+       ("product", hvd.Product)]
+
+
+def _input(dtype, n):
+    v = (torch.arange(n, dtype=torch.float64) * 7 + hvd.rank() * 3) % 4 + 1  # 1..4
+    if dtype.is_floating_point:
+        v = v * 0.75 / 3
+    elif dtype == torch.int8:
+        v = v - 2
+    return v.to(dtype)
+
+
+def _bytes(t):
+    t = t.contiguous()
+    return ctypes.string_at(t.data_ptr(), t.numel() * t.element_size())
+
+
+def _runs(name, make, **kwargs):
+    """RUNS allreduces of the same input under one name: the results' bytes (the first WARM
+    planned by the coordinator), and how many ran on the steady path."""
+    sid = kwargs["process_set"].process_set_id if "process_set" in kwargs else 0
+    before = hora.steady_stats(sid)["fast"]
+    outs = [_bytes(hvd.allreduce(make(), name=name, **kwargs)) for _ in range(RUNS)]
+    return outs, hora.steady_stats(sid)["fast"] - before
+
+
+@case
+def results_equal_the_coordinator_path_bit_for_bit():
+    for dtype in DTYPES:
+        for opname, op in OPS:
+            if op == hvd.Average and not dtype.is_floating_point:
+                continue
+            for n in (1, 5000):  # coordinator-reduced inline, and on the data plane
+                name = "bits.%s.%s.%d" % (str(dtype)[6:], opname, n)
+                outs, fast = _runs(name, lambda: _input(dtype, n), op=op)
+                for i, o in enumerate(outs[1:], 1):
+                    check(o == outs[0], "%s: run %d differs from run 0" % (name, i))
+                check(fast >= RUNS - WARM - 1, "%s: %d fast runs" % (name, fast))
+
+
+@case
+def prescale_postscale_equal_bit_for_bit():
+    for dtype in (torch.float32, torch.float64, torch.float16):
+        outs, fast = _runs("scaled.%s" % dtype, lambda: _input(dtype, 9), op=hvd.Average,
+                           prescale_factor=0.5, postscale_factor=3.0)
+        for o in outs[1:]:
+            check(o == outs[0], "scaled %s differs" % dtype)
+        check(fast >= RUNS - WARM - 1, "scaled %s: %d fast runs" % (dtype, fast))
+
+
+@case
+def process_set():
+    if hvd.size() < 3:
+        return  # [0, 1] is the global set
+    ps = hvd.add_process_set([0, 2])
+    if hvd.rank() in (0, 2):
+        outs, fast = _runs("set.x", lambda: _input(torch.float32, 4), op=hvd.Sum,
+                           process_set=ps)
+        for o in outs:
+            check(o == outs[0], "process set results differ")
+        check(fast >= RUNS - WARM - 1, "process set: %d fast runs" % fast)
+    hvd.remove_process_set(ps)
+
+
+@case
+def changed_shape_falls_back_and_mismatch_names_ranks():
+    for _ in range(RUNS):
+        y = hvd.allreduce(torch.ones(4), name="w", op=hvd.Sum)
+    s0 = hora.steady_stats(0)
+    check(y.tolist() == [float(hvd.size())] * 4, "warm result")
+    y = hvd.allreduce(torch.ones(5), name="w", op=hvd.Sum)
+    s1 = hora.steady_stats(0)
+    check(y.tolist() == [float(hvd.size())] * 5, "changed shape result")
+    check(s1["slow"] > s0["slow"] and s1["fast"] == s0["fast"], "did not fall back: %r" % s1)
+    for _ in range(RUNS):
+        hvd.allreduce(torch.ones(5), name="w", op=hvd.Sum)
+    check(hora.steady_stats(0)["fast"] > s1["fast"], "not relearned")
+    n = 6 if hvd.rank() == hvd.size() - 1 else 5
+    e = raises(hora.HoraMismatchError, hvd.allreduce, torch.ones(n), name="w", op=hvd.Sum)
+    last = hvd.size() - 1
+    others = ",".join(str(r) for r in range(last))
+    want = "[5] on rank%s %s; [6] on rank %d" % ("s" if last > 1 else "", others, last)
+    check(want in e.message, "message %r does not contain %r" % (e.message, want))
+
+
+if __name__ == "__main__":
+    cases.run_all(hvd.init, hvd.shutdown, only=sys.argv[1:])
