@@ -1,5 +1,5 @@
-"""horarun as a package: the wheel (tools/build_wheel.sh) ships this folder as `hora._launcher`
-and its `horarun` console script calls main(). The modules import each other by their plain
+"""horarun as a package: the wheel (tools/build_wheel.sh) ships this folder as `hora_launcher`
+(beside `hora`, whose import needs numpy) and its `horarun` console script calls main(). The modules import each other by their plain
 names, as tools/launcher/horarun does, so main() puts this folder first on sys.path."""
 
 import os

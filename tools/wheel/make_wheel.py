@@ -5,7 +5,9 @@ The wheel holds, under site-packages:
   hora/                      the Python package (bindings/python/hora), hora.torch included
   hora/libhora.so            where hora/_lib.py looks first; RUNPATH $ORIGIN/_libs
   hora/_libs/                every non-system library libhora.so needs (bundle_libs.py)
-  hora/_launcher/            horarun (tools/launcher), the `horarun` console script
+  hora_launcher/             horarun (tools/launcher), for the `horarun` console script: a
+                             package of its own, since `import hora` needs numpy and horarun
+                             needs only the standard library
   hora/include/hora.h        the C API's header
   hora/_bundle.json          what was bundled from where, and the glibc / GLIBCXX floor
   hora-VERSION.dist-info/    METADATA, WHEEL, entry_points.txt, RECORD (sha256 of each file)
@@ -51,7 +53,7 @@ def stage(args, package_dir, root):
         dst = os.path.join(pkg, rel)
         os.makedirs(os.path.dirname(dst), exist_ok=True)
         shutil.copyfile(src, dst)
-    launcher = os.path.join(pkg, "_launcher")
+    launcher = os.path.join(root, "hora_launcher")
     os.makedirs(launcher)
     for src in args.launcher_files:
         if src.endswith(".py"):
@@ -100,8 +102,8 @@ def write_wheel(root, out, version, manifest):
         "METADATA": metadata(version, manifest),
         "WHEEL": "Wheel-Version: 1.0\nGenerator: hora tools/wheel/make_wheel.py\n"
                  "Root-Is-Purelib: false\nTag: %s\n" % TAG,
-        "entry_points.txt": "[console_scripts]\nhorarun = hora._launcher:main\n",
-        "top_level.txt": "hora\n",
+        "entry_points.txt": "[console_scripts]\nhorarun = hora_launcher:main\n",
+        "top_level.txt": "hora\nhora_launcher\n",
     }
     entries = []
     for dirpath, dirnames, filenames in os.walk(root):
