@@ -63,8 +63,9 @@ Status CheckComponentDirs(const std::string& component_path, const std::string& 
     if (!dir.empty() && HoldsComponent(dir)) return Status::Ok();
   }
   return FailedPrecondition(
-      "mpi: " + library + " finds none of its components (mca_*.so) in " + kComponentPathVar +
-      "=" + component_path + ": this libmpi loads them from the Open MPI installation it was "
+      "mpi: " + library + " finds none of its components (mca_*.so) in " + kComponentPathVar + "=" +
+      component_path +
+      ": this libmpi loads them from the Open MPI installation it was "
       "built for, so the mpi backend needs that Open MPI on this machine (Debian 12: "
       "openmpi-bin, Open MPI 4.1), or OPAL_PREFIX set to its prefix; otherwise choose another "
       "backend (HORA_CPU_OPERATIONS=auto, gloo or shm)");

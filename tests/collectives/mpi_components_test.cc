@@ -7,10 +7,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <catch2/catch.hpp>
 #include <fstream>
 #include <string>
-
-#include <catch2/catch.hpp>
 
 namespace hora {
 namespace {

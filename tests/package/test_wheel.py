@@ -61,7 +61,7 @@ def python312():
 def clean_env(venv):
     """A fresh process's environment: the venv first on PATH, nothing of the repository."""
     env = {"PATH": os.path.join(venv, "bin") + ":/usr/local/bin:/usr/bin:/bin",
-           "HOME": os.environ.get("HOME", "/root"), "LANG": "C.UTF-8",
+           "PIP_NO_CACHE_DIR": "1", "HOME": os.environ.get("HOME", "/root"), "LANG": "C.UTF-8",
            "PYTHONDONTWRITEBYTECODE": "1", "OMP_NUM_THREADS": "1", "TMPDIR": "/tmp"}
     if os.environ.get("USER"):
         env["USER"] = os.environ["USER"]
