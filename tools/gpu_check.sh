@@ -157,6 +157,15 @@ s = importlib.util.find_spec("nvidia.nccl")
 print(os.path.join(list(s.submodule_search_locations)[0], "lib") if s else "")' 2>/dev/null)"
 [ -z "$NCCL_DIR" ] && [ -e /usr/local/cuda/lib64/libnccl.so.2 ] && NCCL_DIR=/usr/local/cuda/lib64
 say "NCCL for the test binaries: ${NCCL_DIR:-none found}"
+# with_nccl CMD...: CMD with that NCCL first on the loader's path and as HORA_NCCL_LIBRARY
+with_nccl() {
+  if [ -n "$NCCL_DIR" ] && [ -e "$NCCL_DIR/libnccl.so.2" ]; then
+    LD_LIBRARY_PATH="$NCCL_DIR${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" \
+      HORA_NCCL_LIBRARY="${HORA_NCCL_LIBRARY:-$NCCL_DIR/libnccl.so.2}" "$@"
+  else
+    "$@"
+  fi
+}
 
 # ---- 3. tests/gpu ---------------------------------------------------------------------------
 # counts "P passed, F failed, S skipped" from a JUnit XML file
@@ -224,7 +233,7 @@ print("\n".join(json.load(open(sys.argv[1]))[sys.argv[2]]))' "$BUNDLE/bundle.jso
         S=$((S + k)); say "would run $n ($k cases): needs a GPU"
         continue
       fi
-      LD_LIBRARY_PATH="${NCCL_DIR}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" run_part "cc_$n" 120 "$BUNDLE/$b"
+      with_nccl run_part "cc_$n" 120 "$BUNDLE/$b"
       local rc=$? p f; read -r p f < <(catch2_counts "$WORK/cc_$n.log")
       [ "$rc" -ne 0 ] && [ "$f" -eq 0 ] && f=1
       P=$((P + p)); F=$((F + f)); [ "$f" -ne 0 ] && bad+=("$n")
@@ -238,16 +247,21 @@ fi
 
 # ---- 5. the GPU benchmarks ----------------------------------------------------------------------
 benches=()
-bench_line() {  # bench_line NAME RC LOG: its SUMMARY line(s), else its last line
-  local s; s="$(grep -E '^SUMMARY ' "$3" | tr '\n' ' ')"
+# bench_line NAME RC LOG: the benchmark's result lines (`SUMMARY ...`, `GPU_..._BENCH ...`,
+# also under horarun's `[0]<stdout>: ` prefix), else its last line. A failed run, or a result
+# line that says result=FAIL (below its target), fails the part.
+bench_line() {
+  local s; s="$(grep -E '^(\[[0-9]+\]<stdout>: )?(SUMMARY|[A-Z_]+_BENCH) ' "$3" |
+                sed -E 's/^\[[0-9]+\]<stdout>: //' | tr '\n' ' ')"
   [ -z "$s" ] && s="$(grep -v '^\s*$' "$3" | tail -1)"
   if [ "$2" -ne 0 ]; then FAILED=1; benches+=("$1 FAILED (exit $2): $s")
+  elif grep -q 'result=FAIL' <<<"$s"; then FAILED=1; benches+=("$1 BELOW TARGET: $s")
   else benches+=("$1: $s"); fi
 }
 if [ "$GPU" = 1 ]; then
   for b in "${bench_bins[@]}"; do
     n="$(basename "$b")"
-    LD_LIBRARY_PATH="${NCCL_DIR}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" run_part "bench_$n" 150 "$BUNDLE/$b"
+    with_nccl run_part "bench_$n" 150 "$BUNDLE/$b"
     bench_line "$n" $? "$WORK/bench_$n.log"
   done
   [ ${#bench_bins[@]} -eq 0 ] && benches+=("no benchmark binary in the bundle (cuda_batch_copy_bench missing)")
