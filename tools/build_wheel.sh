@@ -22,8 +22,7 @@ bin="$(bzl info "$@" bazel-bin)"
 wheel="$(ls "$bin"/tools/wheel/hora-*.whl)"
 mkdir -p dist
 rm -f dist/hora-*.whl
-cp "$wheel" dist/
-chmod u+w "dist/$(basename "$wheel")"
+install -m 0644 "$wheel" dist/
 size=$(stat -c %s "dist/$(basename "$wheel")")
 echo "build_wheel: dist/$(basename "$wheel") ($(awk -v s="$size" 'BEGIN{printf "%.1f", s/1048576}') MiB)"
 /usr/bin/python3 - "dist/$(basename "$wheel")" <<'PY'
