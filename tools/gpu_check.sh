@@ -136,6 +136,15 @@ if ! run_part install 120 bash -c "{ '$PY' -m venv --system-site-packages '$VENV
   fail_line install "venv or pip install --no-index $wheel failed ($WORK/install.log)"
   finish
 fi
+# When $PY is itself a venv's, --system-site-packages reaches its base Python, not the
+# site-packages holding torch: a .pth adds $PY's own site directories (after the venv's).
+"$PY" -c 'import site, sys
+dirs = site.getsitepackages() + ([site.getusersitepackages()] if site.ENABLE_USER_SITE else [])
+print("\n".join(dirs))' > "$("$VENV/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')/zz_gpu_check_base.pth"
+if ! torch_in_venv="$("$VENV/bin/python" -c 'import torch; print(torch.__version__)' 2>&1)"; then
+  fail_line install "torch does not import in the venv over $PY: $(tail -1 <<<"$torch_in_venv")"
+  finish
+fi
 # From here on nothing of the tree is on the Python path, and no HORA_LIBRARY.
 unset PYTHONPATH HORA_LIBRARY
 export PATH="$VENV/bin:$PATH" HORARUN="$VENV/bin/horarun" PYTHONDONTWRITEBYTECODE=1
@@ -150,7 +159,7 @@ if ! (cd "$WORK" && run_part check_build 60 "$VENV/bin/horarun" --check-build); 
   fail_line install "horarun --check-build failed ($WORK/check_build.log)"
 fi
 built="$(grep -E '^(CUDA|NCCL):' "$WORK/check_build.log" | tr '\n' ' ')"
-line install "passed: hora $(awk '{print $3}' <<<"$where") in a fresh venv ($(basename "$wheel"), $(du -h "$wheel" | cut -f1)); $floor; horarun --check-build: ${built:-unavailable}"
+line install "passed: hora $(awk '{print $3}' <<<"$where") with torch $torch_in_venv in a fresh venv ($(basename "$wheel"), $(du -h "$wheel" | cut -f1)); $floor; horarun --check-build: ${built:-unavailable}"
 # NCCL for binaries that link it: torch's nvidia-nccl wheel, else CUDA's.
 NCCL_DIR="$("$VENV/bin/python" -c 'import importlib.util, os
 s = importlib.util.find_spec("nvidia.nccl")
@@ -204,7 +213,6 @@ bundle=dist/hora-gpu-tests.tar.gz
 BUNDLE="$WORK/gpu-tests"
 if [ ! -f "$bundle" ]; then
   line cc "skipped: no $bundle (tools/build_gpu_bundle.sh packs gpu-tagged cc_tests; none built)"
-  line bench "skipped: no $bundle, so no benchmark binaries"
   bench_bins=()
 else
   mkdir -p "$BUNDLE" && tar -C "$BUNDLE" -xzf "$bundle"
