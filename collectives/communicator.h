@@ -35,6 +35,8 @@
 
 namespace hora {
 
+class DeviceOps;  // collectives/device.h
+
 // Work in progress on an asynchronous communicator. Thread-safe.
 class Work {
  public:
@@ -82,6 +84,10 @@ class Communicator {
 
   // See "Completion" above. Default: a synchronous backend.
   virtual std::unique_ptr<Work> Fence() { return nullptr; }
+
+  // A device backend's buffers and stream (collectives/device.h); null for CPU backends.
+  // Buffers given to the collectives of a device communicator are device memory.
+  virtual DeviceOps* device_ops() { return nullptr; }
 
   // Ends every call in progress and every later call with `reason` (the job is broken: a
   // peer died, the coordinator is lost). Thread-safe, idempotent; the first reason sticks.

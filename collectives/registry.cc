@@ -97,6 +97,16 @@ std::vector<std::string> BuiltBackends() {
 
 bool IsBackendBuilt(const std::string& name) { return Find(name) != nullptr; }
 
+int BackendLibraryVersion(const std::string& name, std::string* detail) {
+  const BackendInfo* b = Find(name);
+  if (b == nullptr || !b->library) {
+    *detail = b == nullptr ? "backend '" + name + "' is not built into this libhora"
+                           : "backend '" + name + "' loads no library";
+    return -1;
+  }
+  return b->library(detail);
+}
+
 std::string BuiltBackendsString() {
   std::string s;
   for (const std::string& n : BuiltBackends()) s += (s.empty() ? "" : ", ") + n;
@@ -122,9 +132,11 @@ Status CheckSelection(const std::string& selection, Device device, const std::st
   return Status::Ok();
 }
 
-StatusOr<std::unique_ptr<Communicator>> CreateCommunicator(const std::string& selection,
-                                                           const std::string& option,
-                                                           const BackendConfig& config) {
+namespace {
+
+// The backend `selection` picks for the set, or why none can serve it.
+StatusOr<const BackendInfo*> Choose(const std::string& selection, const std::string& option,
+                                    const BackendConfig& config) {
   HORA_RETURN_IF_ERROR(CheckSelection(selection, config.device, option));
   if (config.rank < 0 || config.rank >= config.size() ||
       config.hostnames.size() != config.global_ranks.size()) {
@@ -159,6 +171,22 @@ StatusOr<std::unique_ptr<Communicator>> CreateCommunicator(const std::string& se
                                   "' cannot serve " + Members(config) + ": " + s.message());
     }
   }
+  return chosen;
+}
+
+}  // namespace
+
+Status CheckCanServe(const std::string& selection, const std::string& option,
+                     const BackendConfig& config) {
+  return Choose(selection, option, config).status();
+}
+
+StatusOr<std::unique_ptr<Communicator>> CreateCommunicator(const std::string& selection,
+                                                           const std::string& option,
+                                                           const BackendConfig& config) {
+  auto choice = Choose(selection, option, config);
+  if (!choice.ok()) return choice.status();
+  const BackendInfo* chosen = choice.value();
   if (config.rank == 0) {
     HORA_LOG_INFO("{}: {} operations by {} ({}={})", Members(config), DeviceName(config.device),
                   chosen->name, option, selection);

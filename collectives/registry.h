@@ -70,6 +70,9 @@ struct BackendInfo {
   // OK when the backend can serve this set (e.g. every member on one host); else why not.
   std::function<Status(const BackendConfig&)> can_serve;
   BackendFactory create;
+  // Backends over a library loaded at run time (nccl): its version code, 0 when it cannot be
+  // loaded here; *detail receives the file it was loaded from, or why it could not be.
+  std::function<int(std::string* detail)> library;
 };
 
 // Called by HORA_REGISTER_BACKEND. Returns true (for a static initializer).
@@ -82,9 +85,18 @@ bool IsBackendBuilt(const std::string& name);
 // "gloo, loopback".
 std::string BuiltBackendsString();
 
+// The library of a built backend (BackendInfo::library): its version code, 0 when it cannot
+// be loaded (*detail says why), -1 when `name` is not built or loads no library.
+int BackendLibraryVersion(const std::string& name, std::string* detail);
+
 // Validates a selection without building anything: "auto" or a built backend of `device`.
 // `option` names the knob in the message ("HORA_CPU_OPERATIONS").
 Status CheckSelection(const std::string& selection, Device device, const std::string& option);
+
+// Whether `selection` can serve the set (the choice CreateCommunicator would make, without
+// building anything): OK, or the error CreateCommunicator would return. Not collective.
+Status CheckCanServe(const std::string& selection, const std::string& option,
+                     const BackendConfig& config);
 
 // Collective over the set's members (every member calls it with the same selection and
 // config apart from `rank`): builds the communicator, bounded by config.timeout.

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <type_traits>
 
 namespace hora {
 
@@ -74,15 +75,29 @@ uint16_t FloatToBfloat16(float f) {
 
 namespace {
 
+// The type sums and products of T run in: for integers, the unsigned type C++ would promote
+// them to (signed overflow is undefined, and int16/uint16 promote to int, where
+// 65535 * 65535 overflows); unsigned arithmetic wraps, and the cast back to T keeps the low
+// bits: two's complement wrap-around, as torch and numpy compute.
+template <typename T, bool = std::is_integral<T>::value>
+struct Arith {
+  using type = std::make_unsigned_t<decltype(T() + T())>;
+};
+template <typename T>
+struct Arith<T, false> {
+  using type = T;
+};
+
 template <typename T>
 void ReduceTyped(T* __restrict d, const T* __restrict s, size_t n, ReduceOp op) {
+  using A = typename Arith<T>::type;
   switch (op) {
     case ReduceOp::kSum:
     case ReduceOp::kAverage:
-      for (size_t i = 0; i < n; ++i) d[i] = static_cast<T>(d[i] + s[i]);
+      for (size_t i = 0; i < n; ++i) d[i] = static_cast<T>(static_cast<A>(d[i]) + static_cast<A>(s[i]));
       break;
     case ReduceOp::kProduct:
-      for (size_t i = 0; i < n; ++i) d[i] = static_cast<T>(d[i] * s[i]);
+      for (size_t i = 0; i < n; ++i) d[i] = static_cast<T>(static_cast<A>(d[i]) * static_cast<A>(s[i]));
       break;
     case ReduceOp::kMin:
       for (size_t i = 0; i < n; ++i) d[i] = std::min(d[i], s[i]);
@@ -151,6 +166,10 @@ void ReduceInto(void* dst, const void* src, size_t count, DataType dtype, Reduce
       return ReduceTyped(static_cast<uint8_t*>(dst), static_cast<const uint8_t*>(src), count, op);
     case DataType::kInt8:
       return ReduceTyped(static_cast<int8_t*>(dst), static_cast<const int8_t*>(src), count, op);
+    case DataType::kInt16:
+      return ReduceTyped(static_cast<int16_t*>(dst), static_cast<const int16_t*>(src), count, op);
+    case DataType::kUint16:
+      return ReduceTyped(static_cast<uint16_t*>(dst), static_cast<const uint16_t*>(src), count, op);
     case DataType::kInt32:
       return ReduceTyped(static_cast<int32_t*>(dst), static_cast<const int32_t*>(src), count, op);
     case DataType::kInt64:
@@ -180,6 +199,10 @@ void ScaleCopy(void* dst, const void* src, size_t count, DataType dtype, double 
       return ScaleCopyTyped(static_cast<uint8_t*>(dst), static_cast<const uint8_t*>(src), count, factor);
     case DataType::kInt8:
       return ScaleCopyTyped(static_cast<int8_t*>(dst), static_cast<const int8_t*>(src), count, factor);
+    case DataType::kInt16:
+      return ScaleCopyTyped(static_cast<int16_t*>(dst), static_cast<const int16_t*>(src), count, factor);
+    case DataType::kUint16:
+      return ScaleCopyTyped(static_cast<uint16_t*>(dst), static_cast<const uint16_t*>(src), count, factor);
     case DataType::kInt32:
       return ScaleCopyTyped(static_cast<int32_t*>(dst), static_cast<const int32_t*>(src), count, factor);
     case DataType::kInt64:

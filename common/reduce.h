@@ -3,6 +3,8 @@
 //
 // float16 and bfloat16 are widened to float32 for every operation and rounded back to nearest
 // even, so a sum of half-precision values is exact to half precision at each step.
+// Integers wrap on overflow (two's complement, as torch's and numpy's integer arithmetic):
+// an int16 sum of 30000 and 10000 is -25536.
 // For bool, sum and max are logical or, product and min are logical and.
 // Average reduces as a sum; the division is the caller's postscale.
 #ifndef HORA_COMMON_REDUCE_H_

@@ -12,6 +12,8 @@ size_t DataTypeSize(DataType t) {
     case DataType::kInt8:
     case DataType::kBool:
       return 1;
+    case DataType::kInt16:
+    case DataType::kUint16:
     case DataType::kFloat16:
     case DataType::kBfloat16:
       return 2;
@@ -36,6 +38,8 @@ const char* DataTypeName(DataType t) {
     case DataType::kFloat32: return "float32";
     case DataType::kFloat64: return "float64";
     case DataType::kBool: return "bool";
+    case DataType::kInt16: return "int16";
+    case DataType::kUint16: return "uint16";
   }
   return "unknown";
 }

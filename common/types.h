@@ -24,8 +24,10 @@ enum class DataType : int32_t {
   kFloat32 = 6,
   kFloat64 = 7,
   kBool = 8,
+  kInt16 = 9,  // appended: the values above keep their numbers
+  kUint16 = 10,
 };
-constexpr int kNumDataTypes = 9;
+constexpr int kNumDataTypes = 11;
 
 enum class ReduceOp : int32_t {
   kSum = 0,

@@ -110,15 +110,25 @@ grpc::Status CoordinatorServiceImpl::Join(grpc::ServerContext* ctx,
     return valid;
   }
   std::unique_lock<std::mutex> lock(mu_);
-  if (aborted_) return grpc::Status(grpc::StatusCode::ABORTED, abort_message_);
+  const int rank = request->rank();
+  RankState& state = ranks_[rank];
+  if (aborted_) {
+    if (state.joined && state.had_session && !state.session) {
+      // The rank left the aborted job (shutdown) and starts again (init) before rank 0 has
+      // replaced this coordinator: it should wait for the new one (Join retries until its
+      // deadline), not fail with the old job's error.
+      return grpc::Status(grpc::StatusCode::UNAVAILABLE,
+                          "the coordinator of the previous job, aborted (" + abort_message_ +
+                              "), still runs: waiting for rank 0 to start a new one");
+    }
+    return grpc::Status(grpc::StatusCode::ABORTED, abort_message_);
+  }
   if (shutting_down_) {
     return grpc::Status(grpc::StatusCode::UNAVAILABLE, "the coordinator is shutting down");
   }
   if (!start_failure_.empty()) {
     return grpc::Status(grpc::StatusCode::DEADLINE_EXCEEDED, start_failure_);
   }
-  const int rank = request->rank();
-  RankState& state = ranks_[rank];
   if (state.joined && state.had_session && !state.session && !state.lost) {
     // The rank said goodbye and is starting again (shutdown, then init), while this
     // coordinator still drains the old job: it should wait for the new coordinator.

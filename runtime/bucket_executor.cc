@@ -16,6 +16,10 @@ std::vector<int64_t> WithFirstDim(const TensorSpec& spec, int64_t first) {
 
 }  // namespace
 
+BucketExecutor::BucketExecutor(Communicator* comm) : comm_(comm), device_(comm->device_ops()) {
+  if (device_ != nullptr) device_pool_ = std::make_unique<DeviceFusionPool>(device_);
+}
+
 FusionPool::Lease FusionPool::Acquire(size_t bytes) {
   std::unique_lock<std::mutex> lock(mu_);
   cv_.wait(lock, [&] { return !free_.empty() || created_ < kMaxBuffers; });
@@ -46,6 +50,7 @@ Status BucketExecutor::Start(const BucketPlan& plan, const std::vector<const Req
   results->assign(plan.entries.size(), OpResult());
   *finish = nullptr;
   collective_us_ = collective_us;
+  if (device_ != nullptr) return StartDevice(plan, requests, results, finish);
   switch (plan.collective) {
     case CollectiveType::kAllreduce:
       return StartAllreduce(plan, requests, finish);

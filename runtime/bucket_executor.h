@@ -9,6 +9,12 @@
 // buffer stays leased to the bucket until `finish` has run, so the next bucket never writes
 // into a buffer the communicator may still read).
 //
+// On a device communicator (Communicator::device_ops(), collectives/device.h) the inputs and
+// outputs are device memory: bucket_executor_device.cc enqueues everything on the
+// communicator's stream (waiting first for each request's `ready` event, then packing into a
+// device fusion buffer, the collective, unpacking), so `finish` only gives the buffer back;
+// allgather, reducescatter and alltoall results are device memory the result holds.
+//
 // Thread safety: Start is called by one thread (the set's executor); a `finish` may run on
 // another thread, concurrently with later Starts.
 #ifndef HORA_RUNTIME_BUCKET_EXECUTOR_H_
@@ -23,6 +29,7 @@
 #include "collectives/communicator.h"
 #include "common/status.h"
 #include "coordinator/messages.h"
+#include "runtime/device_fusion_pool.h"
 #include "runtime/handle_table.h"
 #include "runtime/tensor_queue.h"
 #include "runtime/timeline.h"
@@ -50,7 +57,7 @@ class BucketExecutor {
  public:
   using Finish = std::function<Status()>;
 
-  explicit BucketExecutor(Communicator* comm) : comm_(comm) {}
+  explicit BucketExecutor(Communicator* comm);
 
   // requests[i] is this rank's request for plan.entries[i], or nullptr where this rank has
   // joined (it contributes zeros). results receives one OpResult per entry (filled for
@@ -70,12 +77,27 @@ class BucketExecutor {
                             Finish* finish);
   Status StartAlltoall(const BucketPlan& plan, const Request& request, OpResult* result);
   Status StartSendRecv(const BucketPlan& plan, const Request& request);
+  // The device twins (bucket_executor_device.cc).
+  Status StartDevice(const BucketPlan& plan, const std::vector<const Request*>& requests,
+                     std::vector<OpResult>* results, Finish* finish);
+  Status DeviceAllreduce(const BucketPlan& plan, const std::vector<const Request*>& requests,
+                         Finish* finish);
+  Status DeviceBroadcast(const BucketPlan& plan, const std::vector<const Request*>& requests,
+                         Finish* finish);
+  Status DeviceAllgather(const BucketPlan& plan, const Request& request, OpResult* result);
+  Status DeviceReducescatter(const BucketPlan& plan, const Request& request, OpResult* result,
+                             Finish* finish);
+  Status DeviceAlltoall(const BucketPlan& plan, const Request& request, OpResult* result);
+  // A device result of `bytes` bytes on the request's device, held by `result`.
+  StatusOr<void*> DeviceResult(const Request& request, size_t bytes, OpResult* result);
   void MarkCollective() {
     if (collective_us_ != nullptr) *collective_us_ = TimelineNowUs();
   }
 
   Communicator* comm_;  // not owned
   FusionPool pool_;
+  DeviceOps* const device_;                        // comm_->device_ops(): null for CPU
+  std::unique_ptr<DeviceFusionPool> device_pool_;  // when device_ != null
   int64_t* collective_us_ = nullptr;  // during Start
 };
 

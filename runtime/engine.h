@@ -166,6 +166,10 @@ class Engine : private ProcessSetRuntime::Host {
   void Complete(int64_t handle, Status status, OpResult result) override;
   Status JobError() override { return AsyncError(); }
   Status BucketFailed(const Status& status) override;
+  // The set's communicator for CUDA tensors, chosen by HORA_GPU_OPERATIONS.
+  StatusOr<std::unique_ptr<Communicator>> CreateDeviceCommunicator(
+      int32_t set, const std::vector<int>& ranks, int set_rank, Device device, int index,
+      int ordinal) override;
 
   // Constant after Init.
   const Options options_;

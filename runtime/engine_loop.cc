@@ -1,6 +1,7 @@
 // The Engine's request path: enqueue, announce, plan delivery, the control thread.
 #include <chrono>
 
+#include "collectives/device.h"
 #include "common/logging.h"
 #include "common/reduce.h"
 #include "runtime/engine.h"
@@ -211,7 +212,15 @@ StatusOr<int64_t> Engine::EnqueueIn(const ProcessSetRuntime& set, TensorSpec spe
     if (!error_.ok()) return error_;
     if (stop_) return Aborted("Hora is shutting down");
   }
+  std::shared_ptr<DeviceEvent> ready;
+  if (spec.device != Device::kCpu && spec.collective != CollectiveType::kBarrier) {
+    // ValidateSpec found the device's runtime: the bucket's stream will wait for this event.
+    auto event = DeviceRuntimeFor(spec.device)->RecordEvent(spec.device_index, stream);
+    if (!event.ok()) return Refuse(std::move(spec), event.status());
+    ready = std::move(event).value();
+  }
   Request r;
+  r.ready = std::move(ready);
   r.spec = std::move(spec);
   r.input = input;
   r.output = output;

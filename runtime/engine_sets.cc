@@ -53,6 +53,23 @@ BackendConfig Engine::BackendConfigFor(int32_t id, const std::vector<int>& ranks
   return c;
 }
 
+StatusOr<std::unique_ptr<Communicator>> Engine::CreateDeviceCommunicator(
+    int32_t set, const std::vector<int>& ranks, int set_rank, Device device, int index,
+    int ordinal) {
+  BackendConfig c = BackendConfigFor(set, ranks, set_rank);
+  c.device = device;
+  c.device_index = index;
+  // The same on every member: each rank's device index may differ (one GPU per local rank).
+  c.key_prefix = "set/" + std::to_string(set) + "/cuda/" + std::to_string(ordinal) + "/";
+  auto comm = CreateCommunicator(options_.gpu_operations, kEnvGpuOperations, c);
+  if (!comm.ok()) {
+    return Status(comm.status().code(), "process set " + std::to_string(set) +
+                                            ": the communicator for CUDA device " +
+                                            std::to_string(index) + ": " + comm.status().message());
+  }
+  return comm;
+}
+
 Status Engine::InstallSet(int32_t id, std::vector<int> ranks, const std::string& cpu_operations) {
   ProcessSetRuntime::Host* host = this;
   auto set = std::make_shared<ProcessSetRuntime>(id, ranks, options_.rank, host, completion_.get(),

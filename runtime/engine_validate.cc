@@ -2,6 +2,8 @@
 #include <cmath>
 #include <limits>
 
+#include "collectives/device.h"
+#include "collectives/registry.h"
 #include "runtime/engine.h"
 
 namespace hora {
@@ -112,7 +114,27 @@ Status Engine::ValidateSpec(const TensorSpec& spec, const ProcessSetRuntime& set
     return Bad(spec, "unknown reduce op " + std::to_string(static_cast<int>(spec.op)));
   }
   if (spec.device != Device::kCpu) {
-    return Bad(spec, "CUDA tensors need the NCCL backend, which is not available in this build");
+    if (spec.device != Device::kCuda) {
+      return Bad(spec, "unknown device " + std::to_string(static_cast<int>(spec.device)));
+    }
+    const DeviceRuntime* cuda = DeviceRuntimeFor(Device::kCuda);
+    if (cuda == nullptr) {
+      return Bad(spec, "CUDA tensors need a libhora built with CUDA and NCCL; this one has "
+                       "backends " + BuiltBackendsString());
+    }
+    if (Status s = CheckSelection(options_.gpu_operations, Device::kCuda, kEnvGpuOperations);
+        !s.ok()) {
+      return Bad(spec, s.message());
+    }
+    if (Status s = cuda->Probe(spec.device_index); !s.ok()) return Bad(spec, s.message());
+    // A set whose CUDA communicator could not be built would fail the bucket on every rank
+    // and break the job: refuse here instead (NCCL not loadable, no backend that serves).
+    BackendConfig c = BackendConfigFor(set.id(), set.ranks(), set.rank());
+    c.device = Device::kCuda;
+    c.device_index = spec.device_index;
+    if (Status s = CheckCanServe(options_.gpu_operations, kEnvGpuOperations, c); !s.ok()) {
+      return Bad(spec, s.message());
+    }
   }
   if (spec.collective == CollectiveType::kBarrier) return Status::Ok();
   HORA_RETURN_IF_ERROR(CheckShape(spec));

@@ -10,6 +10,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
+#include <memory>
 #include <mutex>
 #include <unordered_map>
 #include <vector>
@@ -23,6 +24,11 @@ struct OpResult {
   std::vector<char> data;
   std::vector<int64_t> splits;  // alltoall: rows received from each rank
   int join_rank = -1;           // join: the last rank to join
+  // Device tensors: the result lives in device memory (data is then empty); freed with the
+  // result. hora_result_copy copies it into the framework's tensor.
+  std::shared_ptr<void> device_data;
+  size_t device_bytes = 0;
+  int device_index = 0;
 };
 
 class HandleTable {

@@ -49,6 +49,10 @@ void ProcessSetRuntime::Push(std::vector<BucketPlan> buckets) {
 
 void ProcessSetRuntime::Abort(const Status& reason) {
   if (cpu_) cpu_->Abort(reason);
+  std::lock_guard<std::mutex> lock(devices_mu_);
+  for (auto& [key, d] : devices_) {
+    if (d.comm) d.comm->Abort(reason);
+  }
 }
 
 bool ProcessSetRuntime::Drain(std::chrono::milliseconds timeout) {
@@ -65,8 +69,64 @@ void ProcessSetRuntime::Stop() {
   }
   cv_.notify_all();
   if (thread_.joinable()) thread_.join();
-  std::unique_lock<std::mutex> lock(mu_);
-  cv_.wait(lock, [&] { return outstanding_ == 0; });
+  {
+    std::unique_lock<std::mutex> lock(mu_);
+    cv_.wait(lock, [&] { return outstanding_ == 0; });
+  }
+  std::lock_guard<std::mutex> lock(devices_mu_);
+  for (auto& [key, d] : devices_) d.executor.reset();
+  devices_.clear();
+}
+
+Status ProcessSetRuntime::Select(const BucketPlan& bucket,
+                                 const std::vector<const Request*>& requests,
+                                 Communicator** comm, BucketExecutor** executor) {
+  *comm = cpu_.get();
+  *executor = executor_.get();
+  if (bucket.device == Device::kCpu) return Status::Ok();
+  // The device of this rank's first tensor; a rank that joined every entry uses the device
+  // of the set's existing communicator for the kind, else index 0.
+  int index = -1;
+  for (const Request* r : requests) {
+    if (r != nullptr) {
+      index = r->spec.device_index;
+      break;
+    }
+  }
+  const int kind = static_cast<int>(bucket.device);
+  std::unique_lock<std::mutex> lock(devices_mu_);
+  if (index < 0) {
+    index = 0;
+    for (const auto& [key, d] : devices_) {
+      if (key.first == kind && d.comm) {
+        index = key.second;
+        break;
+      }
+    }
+  }
+  auto it = devices_.find({kind, index});
+  if (it == devices_.end()) {
+    int ordinal = 0;
+    for (const auto& [key, d] : devices_) ordinal += key.first == kind ? 1 : 0;
+    lock.unlock();  // creation is collective and slow; Abort must not wait for it
+    DeviceComm d;
+    auto created =
+        host_->CreateDeviceCommunicator(id_, ranks_, rank_, bucket.device, index, ordinal);
+    if (created.ok()) {
+      d.comm = std::move(created).value();
+      d.executor = std::make_unique<BucketExecutor>(d.comm.get());
+      Status job = host_->JobError();
+      if (!job.ok()) d.comm->Abort(job);  // an abort that came during the creation
+    } else {
+      d.failed = created.status();
+    }
+    lock.lock();
+    it = devices_.emplace(std::make_pair(kind, index), std::move(d)).first;
+  }
+  if (!it->second.comm) return it->second.failed;
+  *comm = it->second.comm.get();
+  *executor = it->second.executor.get();
+  return Status::Ok();
 }
 
 void ProcessSetRuntime::Loop() {
@@ -116,16 +176,23 @@ void ProcessSetRuntime::Run(const BucketPlan& bucket) {
   for (size_t i = 0; i < f->slot.size(); ++i) {
     if (f->slot[i] != SIZE_MAX) requests[i] = &f->owned[f->slot[i]];
   }
+  Communicator* comm = nullptr;
+  BucketExecutor* executor = nullptr;
+  Status status = host_->JobError();
+  if (status.ok()) status = Select(bucket, requests, &comm, &executor);
+  if (!status.ok()) {
+    Finish(f, std::move(status));
+    return;
+  }
   int64_t* collective_us = nullptr;
   if (f->timeline) {
-    TraceStart(bucket, requests, f->timeline.get());
+    TraceStart(bucket, requests, f->timeline.get(), comm);
     collective_us = &f->timeline->collective_us;
   }
-  Status status = host_->JobError();
-  if (status.ok()) {
-    status = executor_->Start(bucket, requests, &f->results, &f->finish, collective_us);
-  }
-  std::unique_ptr<Work> work = status.ok() ? cpu_->Fence() : nullptr;
+  status = executor->Start(bucket, requests, &f->results, &f->finish, collective_us);
+  // A device communicator enqueued the work: even a failed Start may have queued some, so
+  // the buffers wait for its Fence.
+  std::unique_ptr<Work> work = status.ok() || comm->device_ops() != nullptr ? comm->Fence() : nullptr;
   if (!work) {
     Finish(f, std::move(status));
     return;
@@ -134,8 +201,10 @@ void ProcessSetRuntime::Run(const BucketPlan& bucket) {
     std::lock_guard<std::mutex> lock(mu_);
     ++outstanding_;
   }
-  completion_->Add(std::move(work), [this, f](Status s) {
-    Finish(f, std::move(s));
+  // A failed Start on a device communicator: wait for what it queued (bounded by the Work),
+  // then fail with Start's error.
+  completion_->Add(std::move(work), [this, f, status](Status s) {
+    Finish(f, status.ok() ? std::move(s) : status);
     {
       std::lock_guard<std::mutex> lock(mu_);
       --outstanding_;
@@ -146,11 +215,11 @@ void ProcessSetRuntime::Run(const BucketPlan& bucket) {
 
 void ProcessSetRuntime::TraceStart(const BucketPlan& bucket,
                                    const std::vector<const Request*>& requests,
-                                   TimelineBucket* t) const {
+                                   TimelineBucket* t, const Communicator* comm) const {
   t->process_set = id_;
   t->seq = bucket.seq;
   t->collective = bucket.collective;
-  t->backend = cpu_->name();
+  t->backend = comm->name();
   for (size_t i = 0; i < requests.size(); ++i) {
     if (requests[i] == nullptr) continue;  // this rank joined
     const BucketPlan::Entry& e = bucket.entries[i];

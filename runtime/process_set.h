@@ -9,6 +9,11 @@
 // completes. Sets run side by side, each on its own thread and communicator, so two sets
 // that share ranks never wait for each other.
 //
+// Device buckets (BucketPlan::device != kCpu) run on the set's communicator for that device
+// and device index, which the executor creates on the set's first bucket for it (through the
+// host, collectively: every member sees the set's buckets in the same order). A creation that
+// fails fails the bucket (the engine then breaks the job) and is sticky for that device.
+//
 // Thread safety: Push and Abort may be called from any thread; Start and Stop from the
 // thread that owns the set (the engine, under its set lock).
 #ifndef HORA_RUNTIME_PROCESS_SET_H_
@@ -18,11 +23,13 @@
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "collectives/communicator.h"
@@ -50,6 +57,17 @@ class ProcessSetRuntime {
     // A bucket failed with `status` while the job looked healthy. Returns the error its
     // handles get: the job's error once known (the coordinator usually names a dead rank).
     virtual Status BucketFailed(const Status& status) = 0;
+    // Builds the set's communicator for `device` / `index` (collective over the members;
+    // bounded by the collective timeout). set_rank: this rank within the set. ordinal: how
+    // many communicators of this device kind the set made before (the same on every member,
+    // unlike `index`: each rank drives its own GPU), which keys the collective creation.
+    virtual StatusOr<std::unique_ptr<Communicator>> CreateDeviceCommunicator(
+        int32_t set, const std::vector<int>& ranks, int set_rank, Device device, int index,
+        int ordinal) {
+      (void)set, (void)ranks, (void)set_rank, (void)index, (void)ordinal;
+      return FailedPrecondition(std::string("no ") + (device == Device::kCuda ? "CUDA" : "device") +
+                                " communicator in this runtime");
+    }
   };
 
   // ranks: the members (global ranks, sorted); global_rank: this process's rank in the job.
@@ -84,12 +102,21 @@ class ProcessSetRuntime {
 
  private:
   struct InFlight;
+  // A device communicator of the set and the executor over it (or why there is none).
+  struct DeviceComm {
+    std::unique_ptr<Communicator> comm;
+    std::unique_ptr<BucketExecutor> executor;  // destroyed before comm (its pool frees on it)
+    Status failed;
+  };
+  // The communicator and executor for the bucket's device (created on first use).
+  Status Select(const BucketPlan& bucket, const std::vector<const Request*>& requests,
+                Communicator** comm, BucketExecutor** executor);
   void Loop();
   void Run(const BucketPlan& bucket);
   void Finish(const std::shared_ptr<InFlight>& f, Status status);
   // Fills the timeline's record of a bucket about to start.
   void TraceStart(const BucketPlan& bucket, const std::vector<const Request*>& requests,
-                  TimelineBucket* t) const;
+                  TimelineBucket* t, const Communicator* comm) const;
 
   // Constant after construction.
   const int32_t id_;
@@ -102,6 +129,9 @@ class ProcessSetRuntime {
   // Set by Start, before the thread starts; used by that thread (Abort: any thread).
   std::unique_ptr<Communicator> cpu_;
   std::unique_ptr<BucketExecutor> executor_;
+  // Keyed by (device, index); created and used by the thread; Abort reads it (any thread).
+  mutable std::mutex devices_mu_;
+  std::map<std::pair<int, int>, DeviceComm> devices_;  // guarded by devices_mu_ (insertions)
 
   mutable std::mutex mu_;
   std::condition_variable cv_;

@@ -9,12 +9,14 @@
 
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <mutex>
 #include <optional>
 #include <string>
 #include <unordered_map>
 #include <vector>
 
+#include "collectives/device.h"
 #include "common/status.h"
 #include "common/types.h"
 
@@ -26,6 +28,9 @@ struct Request {
   const void* input = nullptr;  // caller-owned, valid until the handle is done
   void* output = nullptr;       // allreduce: same shape as input (may equal it); broadcast: in place
   void* stream = nullptr;       // CUDA: the framework's stream the input is ready on
+  // Device tensors: an event recorded on `stream` at enqueue time; the bucket's stream waits
+  // for it before reading the input (the framework may queue more work on its stream later).
+  std::shared_ptr<DeviceEvent> ready;
 };
 
 class TensorQueue {

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs every system package Hora needs (Debian 12, non-interactive, idempotent), then
-# torch 2.x from PyPI in its own environment (tools/setup_torch2.sh).
+# torch 2.x from PyPI in its own environment (tools/setup_torch2.sh), and the environment
+# Horovod's examples run in (tools/setup_examples.sh).
 # Usage: tools/setup.sh            (as root, or with sudo available)
 set -euo pipefail
 
@@ -9,7 +10,7 @@ PACKAGES=(
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   libspdlog-dev libfmt-dev catch2
   libopenmpi-dev openmpi-bin libpmix-dev libgloo-dev
-  python3-torch python3-numpy python3-pytest python3-matplotlib python3-venv
+  python3-torch python3-torchvision python3-numpy python3-pytest python3-matplotlib python3-venv
   openssh-server openssh-client iproute2 procps openssl patchelf
 )
 
@@ -29,4 +30,5 @@ else
   $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
 $SUDO "$(dirname "$0")/setup_torch2.sh"
+$SUDO "$(dirname "$0")/setup_examples.sh"
 echo "setup: done"

@@ -8,6 +8,7 @@
 #include <string>
 
 #include "bindings/c/api_util.h"
+#include "collectives/device.h"
 #include "collectives/registry.h"
 #include "runtime/engine.h"
 #include "runtime/options.h"
@@ -301,6 +302,16 @@ hora_status_t hora_result_copy(hora_handle_t handle, void* dst, size_t dst_bytes
   auto e = ForHandles(&st);
   if (!e) return st;
   return Report(e->handles().WithResult(handle, [&](const hora::OpResult& r) {
+    if (r.device_data) {
+      // A device result: dst is the framework's tensor (device or host memory).
+      if (dst_bytes != r.device_bytes) {
+        return hora::InvalidArgument("the result has " + std::to_string(r.device_bytes) +
+                                     " bytes; the destination has " + std::to_string(dst_bytes));
+      }
+      if (r.device_bytes > 0 && dst == nullptr) return hora::InvalidArgument("destination is NULL");
+      return hora::DeviceRuntimeFor(hora::Device::kCuda)
+          ->Copy(r.device_index, dst, r.device_data.get(), r.device_bytes);
+    }
     if (dst_bytes != r.data.size()) {
       return hora::InvalidArgument("the result has " + std::to_string(r.data.size()) +
                                    " bytes; the destination has " + std::to_string(dst_bytes));
@@ -385,7 +396,30 @@ const char* hora_version(void) { return "0.2.0"; }  // = horarun --version, the 
 
 int hora_built(const char* backend) {
   if (backend == nullptr) return 0;
+  if (std::string(backend) == "cuda") {
+    return hora::DeviceRuntimeFor(hora::Device::kCuda) != nullptr ? 1 : 0;
+  }
   return hora::IsBackendBuilt(backend) ? 1 : 0;
+}
+
+int hora_nccl_version(const char** detail) {
+  static std::mutex mu;
+  static std::string text;
+  std::lock_guard<std::mutex> lock(mu);
+  std::string d;
+  const int v = hora::BackendLibraryVersion("nccl", &d);
+  text = d;
+  if (detail != nullptr) *detail = text.c_str();
+  return v > 0 ? v : 0;
+}
+
+const char* hora_cuda_info(void) {
+  static std::mutex mu;
+  static std::string text;
+  std::lock_guard<std::mutex> lock(mu);
+  const hora::DeviceRuntime* cuda = hora::DeviceRuntimeFor(hora::Device::kCuda);
+  text = cuda != nullptr ? cuda->Describe() : "";
+  return text.c_str();
 }
 
 const char* hora_built_backends(void) {

@@ -86,7 +86,9 @@ typedef enum {
   HORA_BFLOAT16 = 5,
   HORA_FLOAT32 = 6,
   HORA_FLOAT64 = 7,
-  HORA_BOOL = 8
+  HORA_BOOL = 8,
+  HORA_INT16 = 9,
+  HORA_UINT16 = 10
 } hora_dtype_t;
 
 typedef enum {
@@ -115,6 +117,11 @@ typedef struct {
   int32_t device_index;
   void* stream;          /* CUDA: the framework's current cudaStream_t; CPU: NULL */
 } hora_tensor_t;
+/* CUDA tensors (docs/gpu.md, "NCCL backend"): the enqueue records an event on `stream`, and
+ * Hora's own stream waits for it before reading the tensor, so work the framework queues on
+ * `stream` after the enqueue is not waited for (and must not write the tensor before the
+ * handle is done). A done handle means the device data is final. Without a usable GPU or a
+ * backend that can serve CUDA tensors the enqueue fails on every rank, naming why. */
 
 /* Init configuration. Zero / NULL fields mean "from the environment, else the default". */
 typedef struct {
@@ -240,7 +247,10 @@ HORA_API hora_status_t hora_wait(hora_handle_t handle, double timeout_seconds);
  * runtime keeps what it needs); its outcome is then discarded. */
 HORA_API hora_status_t hora_release(hora_handle_t handle);
 
-/* Result of a finished allgather / alltoall / reducescatter. */
+/* Result of a finished allgather / alltoall / reducescatter. For a CUDA input the result is
+ * held in device memory of the input's device: allocate the output there (two phases: the
+ * shape, then the copy) and hora_result_copy copies device to device (cudaMemcpy, finished
+ * when it returns; dst may also be host memory). */
 HORA_API hora_status_t hora_result_shape(hora_handle_t handle, int64_t* shape, int32_t max_ndim,
                                          int32_t* ndim);
 HORA_API hora_status_t hora_result_copy(hora_handle_t handle, void* dst, size_t dst_bytes);
@@ -281,6 +291,16 @@ HORA_API const char* hora_version(void);
 HORA_API int hora_built(const char* backend);
 /* The backends compiled in, comma-separated and sorted ("gloo,loopback"); static storage. */
 HORA_API const char* hora_built_backends(void);
+/* NCCL as this process loads it at run time ($HORA_NCCL_LIBRARY, else libnccl.so.2 on the
+ * loader's path, else /usr/local/cuda/lib64; docs/gpu.md): its version code (22809 for
+ * 2.28.9, what Horovod's nccl_built() returns), or 0 when this build has no NCCL backend or
+ * the library cannot be loaded. *detail (may be NULL) receives the file it was loaded from,
+ * or why not; static storage. Loads NCCL on the first call; needs no hora_init. */
+HORA_API int hora_nccl_version(const char** detail);
+/* One line on CUDA: the runtime's version, the driver's, and the device count or the error
+ * cudaGetDeviceCount gave ("" when this build has no CUDA support); static storage until the
+ * next call. hora_built("cuda") is 1 when this build has CUDA support. */
+HORA_API const char* hora_cuda_info(void);
 
 #ifdef __cplusplus
 }

@@ -85,6 +85,12 @@ StatusOr<MpiReduction> MpiReductionFor(DataType dtype, ReduceOp op) {
     case DataType::kInt8:
       r.type = MPI_INT8_T;
       break;
+    case DataType::kInt16:
+      r.type = MPI_INT16_T;
+      break;
+    case DataType::kUint16:
+      r.type = MPI_UINT16_T;
+      break;
     case DataType::kInt32:
       r.type = MPI_INT32_T;
       break;

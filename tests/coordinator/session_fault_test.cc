@@ -2,6 +2,8 @@
 // timeout, a lost coordinator, the coordinator's shutdown, an oversized message.
 #include <catch2/catch.hpp>
 
+#include <thread>
+
 #include "tests/coordinator/coordinator_test_util.h"
 #include "tests/harness/hang_bound.h"
 
@@ -121,6 +123,41 @@ TEST_CASE("The stall timeout aborts with the stall report", "[fault]") {
   job.ExpectAbort(Code::kAborted,
                   "stall timeout: tensor 'grad.w' submitted by ranks 0,1 but not by rank 2 for 0.",
                   t0, milliseconds(1000));
+}
+
+// After an abort, a rank that has left the job (its session ended) and joins again is
+// starting a new job before rank 0 has replaced this coordinator: it is told to wait
+// (UNAVAILABLE, which the client's Join retries), not given the old job's error; a rank that
+// is still in the aborted job gets the abort.
+TEST_CASE("After an abort, a rank that left and joins again is told to wait", "[fault]") {
+  CoordinatorConfig c = ServiceConfig(3);
+  c.stall_warning = milliseconds(100);
+  c.stall_timeout = milliseconds(400);
+  FaultJob job;
+  REQUIRE(job.Start(c, false, milliseconds(5000)));
+  const auto t0 = Clock::now();
+  ReadyNotice n;
+  n.id = 1;
+  n.spec = TensorSpec();
+  n.spec->name = "grad.w";
+  n.spec->shape = {4};
+  job.clients[0]->SendReady({n});
+  job.ExpectAbort(Code::kAborted, "stall timeout: tensor 'grad.w'", t0, milliseconds(1000));
+  job.clients[1]->Close();  // rank 1 leaves the aborted job (shutdown)
+  RawRank again(job.service->port());
+  grpc::Status left = grpc::Status::OK;
+  const auto deadline = Clock::now() + HangBound(milliseconds(1000));
+  do {  // the session's end reaches the service asynchronously
+    left = again.Join(RawRank::Request(1, 3));
+    if (left.error_code() != grpc::StatusCode::UNAVAILABLE) std::this_thread::sleep_for(milliseconds(20));
+  } while (left.error_code() != grpc::StatusCode::UNAVAILABLE && Clock::now() < deadline);
+  INFO(left.error_message());
+  CHECK(left.error_code() == grpc::StatusCode::UNAVAILABLE);
+  CHECK(Contains(left.error_message(), "waiting for rank 0 to start a new one"));
+  CHECK(Contains(left.error_message(), "stall timeout: tensor 'grad.w'"));
+  grpc::Status stayed = RawRank(job.service->port()).Join(RawRank::Request(2, 3));
+  CHECK(stayed.error_code() == grpc::StatusCode::ABORTED);
+  CHECK(Contains(stayed.error_message(), "stall timeout: tensor 'grad.w'"));
 }
 
 TEST_CASE("A client that hears nothing from the coordinator reports it lost", "[fault]") {

@@ -85,6 +85,23 @@ def _c_built(lib, name):
     return bool(fn(name.encode()))
 
 
+def _nccl(lib):
+    """(version code, detail) from hora_nccl_version, or None for a libhora without it."""
+    fn = getattr(lib, "hora_nccl_version", None)
+    if fn is None:
+        return None
+    fn.restype = ctypes.c_int
+    fn.argtypes = [ctypes.POINTER(ctypes.c_char_p)]
+    detail = ctypes.c_char_p()
+    code = fn(ctypes.byref(detail))
+    return int(code), (detail.value or b"").decode("utf-8", "replace")
+
+
+def _nccl_text(code):
+    major, rest = (code // 10000, code % 10000) if code >= 10000 else (code // 1000, code % 1000)
+    return "%d.%d.%d" % (major, rest // 100, rest % 100)
+
+
 def facts():
     """What --check-build reports, as a dict (tests read it through the printed text)."""
     hora = _import_hora()
@@ -108,6 +125,8 @@ def facts():
             result["source"] = "hora_built_backends()"
     for name in KNOWN + tuple(result["backends"] or ()):
         result["built"][name] = _c_built(lib, name)
+    result["nccl"] = _nccl(lib)
+    result["cuda_info"] = _c_string(lib, "hora_cuda_info")
     return result
 
 
@@ -143,15 +162,28 @@ def main():
     listed = f["backends"]
 
     def has(name):
-        """The list decides where there is one; else hora_built(name)."""
+        """The list decides where there is one (cuda is no backend: hora_built says); else
+        hora_built(name)."""
+        if name == "cuda" and built.get("cuda") is not None:
+            return built["cuda"]
         return (name in listed) if listed is not None else built.get(name)
 
     for name in sorted(set(KNOWN) | set(listed or ())):
         w("    %s %s\n" % (_mark(has(name)), name))
     words = {True: "yes", False: "no", None: "unknown"}
     cuda, nccl = built.get("cuda"), built.get("nccl")  # hora_built() first: it knows CUDA
-    w("\nCUDA: %s\nNCCL: %s\n" % (words[has("cuda") if cuda is None else cuda],
-                                   words[has("nccl") if nccl is None else nccl]))
+    cuda_word = words[has("cuda") if cuda is None else cuda]
+    nccl_word = words[has("nccl") if nccl is None else nccl]
+    if f.get("cuda_info"):
+        cuda_word += ": " + f["cuda_info"]
+    loaded = f.get("nccl")
+    if loaded is not None and nccl_word == "yes":
+        code, detail = loaded
+        if code > 0:
+            nccl_word += ": version %s (%d), loaded from %s" % (_nccl_text(code), code, detail)
+        else:
+            nccl_word += ", but it cannot be loaded here: %s" % detail
+    w("\nCUDA: %s\nNCCL: %s\n" % (cuda_word, nccl_word))
     mpirun = _mpirun_version()
     w("\nLaunchers on this host:\n")
     w("    [X] local\n")

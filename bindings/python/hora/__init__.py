@@ -7,7 +7,7 @@ Both go through the C API of libhora.so (bindings/c/hora.h) with ctypes.
 from .errors import (HoraError, HoraPeerFailureError, HoraMismatchError, HoraTimeoutError,
                      HoraPreconditionError)
 from .core import (init, shutdown, is_initialized, rank, size, local_rank, local_size,
-                   cross_rank, cross_size, version, built, built_backends,
+                   cross_rank, cross_size, version, built, built_backends, nccl_version, cuda_info,
                    async_error, autotune_state)
 from .numpy_ops import (Sum, Average, Min, Max, Product, AsyncResult, allreduce,
                         allreduce_async, broadcast, broadcast_async, allgather,
@@ -17,7 +17,7 @@ from .numpy_ops import (Sum, Average, Min, Max, Product, AsyncResult, allreduce,
 __all__ = [
     "HoraError", "HoraPeerFailureError", "HoraMismatchError", "HoraTimeoutError",
     "HoraPreconditionError", "init", "shutdown", "is_initialized", "rank", "size",
-    "local_rank", "local_size", "cross_rank", "cross_size", "version", "built", "built_backends", "async_error", "autotune_state",
+    "local_rank", "local_size", "cross_rank", "cross_size", "version", "built", "built_backends", "nccl_version", "cuda_info", "async_error", "autotune_state",
     "Sum", "Average", "Min", "Max", "Product", "AsyncResult", "allreduce", "allreduce_async",
     "broadcast", "broadcast_async", "allgather", "allgather_async", "reducescatter",
     "reducescatter_async", "alltoall", "alltoall_async", "barrier", "join",

@@ -99,6 +99,8 @@ _PROTOTYPES = {
     "hora_version": (ctypes.c_char_p, []),
     "hora_built": (ctypes.c_int, [ctypes.c_char_p]),
     "hora_built_backends": (ctypes.c_char_p, []),
+    "hora_nccl_version": (ctypes.c_int, [ctypes.POINTER(ctypes.c_char_p)]),
+    "hora_cuda_info": (ctypes.c_char_p, []),
 }
 
 _lock = threading.Lock()
@@ -125,6 +127,30 @@ def candidate_paths():
     return paths
 
 
+def nccl_wheel_library():
+    """libnccl.so.2 of the `nvidia-nccl` wheel (the one torch brings), or None."""
+    import sys
+    for entry in sys.path:
+        if not entry or not os.path.isdir(entry):
+            continue
+        path = os.path.join(entry, "nvidia", "nccl", "lib", "libnccl.so.2")
+        if os.path.exists(path):
+            return path
+    return None
+
+
+def _point_at_nccl_wheel():
+    """libhora loads NCCL itself (HORA_NCCL_LIBRARY, then the loader's path, then
+    /usr/local/cuda/lib64; docs/gpu.md). When HORA_NCCL_LIBRARY is unset and the nvidia-nccl
+    wheel is installed, point it there before libhora reads it, so that Hora uses the NCCL
+    torch uses."""
+    if os.environ.get("HORA_NCCL_LIBRARY"):
+        return
+    path = nccl_wheel_library()
+    if path is not None:
+        os.environ["HORA_NCCL_LIBRARY"] = path
+
+
 def _declare(lib):
     for name, (restype, argtypes) in _PROTOTYPES.items():
         fn = getattr(lib, name)
@@ -140,6 +166,7 @@ def lib():
     with _lock:
         if _lib is not None:
             return _lib
+        _point_at_nccl_wheel()
         tried = []
         env = os.environ.get("HORA_LIBRARY")
         for path in candidate_paths():

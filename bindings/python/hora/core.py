@@ -13,9 +13,9 @@ from . import errors
 # hora_reduce_op_t
 SUM, AVERAGE, MIN, MAX, PRODUCT = 0, 1, 2, 3, 4
 # hora_dtype_t
-UINT8, INT8, INT32, INT64, FLOAT16, BFLOAT16, FLOAT32, FLOAT64, BOOL = range(9)
+UINT8, INT8, INT32, INT64, FLOAT16, BFLOAT16, FLOAT32, FLOAT64, BOOL, INT16, UINT16 = range(11)
 DTYPE_SIZES = {UINT8: 1, INT8: 1, INT32: 4, INT64: 8, FLOAT16: 2, BFLOAT16: 2, FLOAT32: 4,
-               FLOAT64: 8, BOOL: 1}
+               FLOAT64: 8, BOOL: 1, INT16: 2, UINT16: 2}
 DEVICE_CPU, DEVICE_CUDA = 0, 1
 
 # hora_wait slices: a Python thread waiting forever stays interruptible (Ctrl-C).
@@ -29,11 +29,19 @@ _atexit_registered = False
 def init(rank=None, size=None, coordinator_address=None, token=None):
     """Starts the runtime (collective). Arguments left None come from the environment
     (HORA_RANK, HORA_SIZE, HORA_COORDINATOR_ADDR, HORA_JOB_TOKEN, ...). Calling init when
-    already initialized does nothing."""
+    already initialized does nothing, unless the job has failed (a stall timeout or a lost
+    peer: async_error() is HORA_ERR_ABORTED or HORA_ERR_PEER_FAILURE, and every operation
+    would fail with it): then init shuts that runtime down and starts a new one, as every
+    rank of the failed job does when it calls init (rank 0 replaces the coordinator; the
+    others wait for it, up to the start timeout)."""
     global _atexit_registered
     lib = _lib.lib()
     if lib.hora_is_initialized():
-        return
+        failed = async_error()
+        if failed is None or failed.status not in (errors.ERR_ABORTED,
+                                                   errors.ERR_PEER_FAILURE):
+            return
+        lib.hora_shutdown()  # its status repeats the failure; the new job is what counts
     cfg = _lib.HoraConfig()
     cfg.struct_size = ctypes.sizeof(_lib.HoraConfig)
     cfg.rank = -1 if rank is None else int(rank)
@@ -109,6 +117,21 @@ def version():
 def built(backend):
     """True if `backend` ("gloo", "mpi", "nccl", "shm", ...) was compiled into libhora.so."""
     return bool(_lib.lib().hora_built(backend.encode()))
+
+
+def nccl_version():
+    """(code, detail): NCCL's version code as libhora loads it (22809 for 2.28.9; 0 when this
+    build has no NCCL backend or the library cannot be loaded) and the file it came from, or
+    why it could not be loaded."""
+    detail = ctypes.c_char_p()
+    code = _lib.lib().hora_nccl_version(ctypes.byref(detail))
+    return int(code), _lib._decode(detail.value) if detail.value is not None else ""
+
+
+def cuda_info():
+    """One line on CUDA: runtime and driver versions, device count or cudaGetDeviceCount's
+    error; "" when this build has no CUDA support."""
+    return _lib._decode(_lib.lib().hora_cuda_info())
 
 
 def built_backends():

@@ -10,6 +10,8 @@ Sum, Average, Min, Max, Product = core.SUM, core.AVERAGE, core.MIN, core.MAX, co
 _NP_DTYPES = {
     np.dtype(np.uint8): core.UINT8,
     np.dtype(np.int8): core.INT8,
+    np.dtype(np.int16): core.INT16,
+    np.dtype(np.uint16): core.UINT16,
     np.dtype(np.int32): core.INT32,
     np.dtype(np.int64): core.INT64,
     np.dtype(np.float16): core.FLOAT16,

@@ -1,5 +1,6 @@
 """Every hora.torch collective against a reference computed here. Runs on each rank."""
 
+import functools
 import os
 import sys
 
@@ -57,7 +58,7 @@ def allreduce_ops():
 
 @case
 def allreduce_dtypes():
-    for dt in (torch.uint8, torch.int8, torch.int32, torch.int64, torch.float16,
+    for dt in (torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64, torch.float16,
                torch.bfloat16, torch.float32, torch.float64):
         xs = [torch.tensor([r + 1, 2, 3], dtype=dt) for r in range(N())]
         y = hvd.allreduce(xs[R()], op=hvd.Sum, name="dt.%s" % dt)
@@ -72,7 +73,8 @@ def allreduce_dtypes():
     raises(ValueError, hvd.allreduce, torch.zeros(3, dtype=torch.complex64))  # as Horovod
 
 
-_NUMERIC = (torch.uint8, torch.int8, torch.int32, torch.int64, torch.float16, torch.bfloat16,
+_NUMERIC = (torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64, torch.float16,
+            torch.bfloat16,
             torch.float32, torch.float64)
 
 
@@ -240,7 +242,7 @@ def broadcast():
         base = xs[R()].clone()
         hvd.broadcast_(base.t(), root)
         close(base, xs[root])
-    for dt in (torch.uint8, torch.int8, torch.int32, torch.int64, torch.float16,
+    for dt in (torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64, torch.float16,
                torch.bfloat16, torch.float32, torch.float64, torch.bool):
         x = torch.tensor([R(), 1, 0]).to(dt)
         close(hvd.broadcast(x, N() - 1), torch.tensor([N() - 1, 1, 0]).to(dt), msg=str(dt))
@@ -447,6 +449,18 @@ def numpy_api():
     check(g.tolist() == [s for s in range(N()) for _ in range(s + 1)], str(g))
     out, splits = hora.alltoall(np.arange(N(), dtype=np.int32) + 10 * R())
     check(out.tolist() == [10 * s + R() for s in range(N())] and splits.tolist() == [1] * N())
+    # int16 and uint16 are native: sums and products wrap as numpy's own arithmetic does
+    for dt in (np.int16, np.uint16):
+        xs = [(np.arange(6, dtype=np.int64) * 12001 + s).astype(dt) for s in range(N())]
+        for op, fold in ((hora.Sum, np.add), (hora.Product, np.multiply),
+                         (hora.Min, np.minimum), (hora.Max, np.maximum)):
+            want = functools.reduce(fold, xs)
+            got = hora.allreduce(xs[R()], op=op)
+            check(got.dtype == dt and np.array_equal(got, want),
+                  "%s op %d: %s != %s" % (np.dtype(dt), op, got.tolist(), want.tolist()))
+        g = hora.allgather(xs[R()])
+        check(g.dtype == dt and np.array_equal(g, np.concatenate(xs)), "allgather %s" % dt)
+    check(functools.reduce(np.add, [np.array([30000], np.int16)] * 2)[0] == -5536)
     hora.barrier()
 
 

@@ -2,6 +2,7 @@
 dtypes, error types, join, grouped and sparse collectives, DistributedOptimizer corner cases,
 SyncBatchNorm. Every rank runs every case."""
 
+import functools
 import warnings
 
 import torch
@@ -59,14 +60,21 @@ def horovod_names():
 
 @case
 def int16_every_collective():
+    """int16 is native (HORA_INT16): values outside int8's range whose sums and products
+    overflow int16 and wrap as torch's own int16 arithmetic does (the reference is torch's
+    int16 add/mul, rank by rank)."""
     dt = torch.int16
-    x = (torch.arange(6).reshape(3, 2) * 1000 + R()).to(dt)
-    xs = [(torch.arange(6).reshape(3, 2) * 1000 + r).to(dt) for r in range(N())]
+    x = (torch.arange(6).reshape(3, 2) * 6000 + R()).to(dt)
+    xs = [(torch.arange(6).reshape(3, 2) * 6000 + r).to(dt) for r in range(N())]
     y = hvd.allreduce(x, op=hvd.Sum)
     check(y.dtype == dt, "allreduce keeps int16")
-    # wraps modulo 2**16 as int16 arithmetic does
-    ref = sum(v.int() for v in xs).to(dt)
+    ref = functools.reduce(torch.add, xs)
+    exact = sum(v.int() for v in xs)
+    check(ref.dtype == dt and bool((exact > 32767).any()), "the sums overflow int16")
     check(torch.equal(y, ref), "sum %s != %s" % (y.tolist(), ref.tolist()))
+    prod = functools.reduce(torch.mul, xs)
+    got = hvd.allreduce(x, op=hvd.Product)
+    check(torch.equal(got, prod), "product %s != %s" % (got.tolist(), prod.tolist()))
     check(torch.equal(hvd.allreduce(x, op=hvd.Max), torch.stack(xs).max(0)[0]), "max")
     check(torch.equal(hvd.allreduce(x, op=hvd.Min), torch.stack(xs).min(0)[0]), "min")
     z = x.clone()

@@ -54,12 +54,29 @@ def gloo_built():
 
 
 def nccl_built():
-    """Horovod returns the NCCL version code; Hora returns 1 when NCCL is built in, else 0."""
-    return 1 if _built("nccl") else 0
+    """NCCL's version code as Horovod returns it (e.g. 22809), as libhora loads NCCL at run
+    time; 0 when this build has no NCCL backend or NCCL cannot be loaded here
+    (hora.nccl_version() says why)."""
+    try:
+        return _core.nccl_version()[0]
+    except (OSError, AttributeError):
+        return 0
 
 
 def cuda_built():
+    """True when libhora was built with CUDA support (whether or not this machine has a GPU)."""
     return _built("cuda")
+
+
+def gpu_available(ext_base_name="torch", verbose=False):
+    """Horovod's check: CUDA support built in and a usable GPU here (torch sees one)."""
+    import torch
+    ok = cuda_built() and torch.cuda.is_available()
+    if verbose and not ok:
+        import logging
+        logging.getLogger("hora").info("GPU not available: %s", _core.cuda_info() or
+                                       "this libhora has no CUDA support")
+    return ok
 
 
 def mpi_enabled():

@@ -9,7 +9,7 @@ from .process_sets import _set_rank
 from .refusal import refusing
 from .mpi_ops import (Average, Sum, _check_devices, _check_input, _contig, _describe,
                       _gathered, _invalid, _register, _resolve_op, _set_id, _set_root,
-                      _set_size, _unwire, _wire, global_process_set, synchronize, allreduce,
+                      _set_size, global_process_set, synchronize, allreduce,
                       grouped_allreduce)
 
 
@@ -28,11 +28,11 @@ def _allgather_submit(tensors, name, set_id, group):
     with refusing("grouped_allgather" if group else "allgather", name, set_id,
                   parts=len(tensors) if group else None):
         _nonscalar(tensors, "allgather")
-        wired = [_wire(t) for t in tensors]
+        wired = [_contig(t) for t in tensors]
     base = core.op_name("grouped_allgather" if group else "allgather", name, set_id)
     handles = []
     try:
-        for i, (c, _) in enumerate(wired):
+        for i, c in enumerate(wired):
             handles.append(core.allgather_async("%s.%d" % (base, i) if group else base,
                                                 _describe(c), keep=c, process_set=set_id))
     except BaseException:
@@ -41,7 +41,7 @@ def _allgather_submit(tensors, name, set_id, group):
         raise
 
     def finish(hs):
-        outs = [_unwire(_gathered(h, c), back) for h, (c, back) in zip(hs, wired)]
+        outs = [_gathered(h, c) for h, c in zip(hs, wired)]
         return outs if group else outs[0]
 
     return _register(handles, finish, keep=wired)
@@ -129,10 +129,9 @@ def _broadcast_async(tensor, inplace, root_rank, name, set_id=0):
         _check_input(tensor)
         root = _set_root(set_id, _check_root(root_rank))
     if inplace:
-        buf, back = _wire(tensor)
+        buf = _contig(tensor)
     else:
         buf = tensor.detach().clone(memory_format=torch.contiguous_format)
-        buf, back = _wire(buf)
     h = core.broadcast_async(core.op_name("broadcast", name, set_id), _describe(buf), root,
                              keep=buf, process_set=set_id)
 
@@ -142,7 +141,7 @@ def _broadcast_async(tensor, inplace, root_rank, name, set_id=0):
                 with torch.no_grad():
                     tensor.copy_(buf)
             return tensor
-        return _unwire(buf, back)
+        return buf
 
     return _register([h], finish, keep=(buf, tensor))
 
@@ -224,13 +223,13 @@ def alltoall_async(tensor, splits=None, name=None, process_set=global_process_se
         _nonscalar([tensor], "alltoall")
         n = _set_size(set_id)
         split_list = _splits_list(splits, tensor, n)
-    c, back = _wire(tensor)
+    c = _contig(tensor)
     h = core.alltoall_async(core.op_name("alltoall", name, set_id), _describe(c), split_list,
                             keep=c, process_set=set_id)
     splits_device = splits.device if isinstance(splits, torch.Tensor) else torch.device("cpu")
 
     def finish(hs):
-        out = _unwire(_gathered(hs[0], c), back)
+        out = _gathered(hs[0], c)
         received = torch.tensor(hs[0].result_splits(n), dtype=torch.int32,
                                 device=splits_device)
         return out, received
@@ -282,11 +281,11 @@ def _reducescatter_submit(tensors, name, op, prescale, postscale, set_id, group)
     with refusing("grouped_reducescatter" if group else "reducescatter", name, set_id,
                   parts=len(tensors) if group else None):
         _nonscalar(tensors, "reducescatter")
-        wired = [_wire(t) for t in tensors]
+        wired = [_contig(t) for t in tensors]
     base = core.op_name("grouped_reducescatter" if group else "reducescatter", name, set_id)
     handles = []
     try:
-        for i, (c, _) in enumerate(wired):
+        for i, c in enumerate(wired):
             handles.append(core.reducescatter_async(
                 "%s.%d" % (base, i) if group else base, _describe(c), op, prescale, postscale,
                 keep=c, process_set=set_id))
@@ -296,7 +295,7 @@ def _reducescatter_submit(tensors, name, op, prescale, postscale, set_id, group)
         raise
 
     def finish(hs):
-        outs = [_unwire(_gathered(h, c), back) for h, (c, back) in zip(hs, wired)]
+        outs = [_gathered(h, c) for h, c in zip(hs, wired)]
         return outs if group else outs[0]
 
     return _register(handles, finish, keep=wired)
@@ -453,7 +452,7 @@ def isend(tensor, dst, tag=0, process_set=global_process_set):
     this rank with that tag."""
     set_id = _set_id(process_set)
     peer = _p2p_check(tensor, dst, tag, set_id, "isend")
-    c, _ = _wire(tensor)
+    c = _contig(tensor)
     h = core.send_async(_describe(c), peer, tag, keep=c, process_set=set_id)
     return _register([h], lambda hs: None, keep=c)
 
@@ -463,7 +462,7 @@ def irecv(tensor, src, tag=0, process_set=global_process_set):
     dtype and element count must match the send."""
     set_id = _set_id(process_set)
     peer = _p2p_check(tensor, src, tag, set_id, "irecv")
-    c, _ = _wire(tensor)
+    c = _contig(tensor)
     h = core.recv_async(_describe(c), peer, tag, keep=c, process_set=set_id)
 
     def finish(_):

@@ -33,12 +33,10 @@ _TORCH_DTYPES = {
     torch.float32: core.FLOAT32,
     torch.float64: core.FLOAT64,
     torch.bool: core.BOOL,
+    torch.int16: core.INT16,
 }
-
-# dtypes the C API lacks, carried in a wider one where that is exact: int16 goes as int32
-# (sums, products, min and max of int16 values agree with the int16 results modulo 2**16,
-# which is what the cast back gives; allgather/broadcast/alltoall move the values unchanged).
-_WIDENED = {torch.int16: torch.int32}
+if hasattr(torch, "uint16"):  # torch >= 2.3 (a "shell" dtype there: few ops, but it moves)
+    _TORCH_DTYPES[torch.uint16] = core.UINT16
 
 
 def _invalid(message):
@@ -73,13 +71,10 @@ def _resolve_op(op, average):
 
 def _dtype_code(tensor):
     code = _TORCH_DTYPES.get(tensor.dtype)
-    if code is None and tensor.dtype in _WIDENED:
-        code = _TORCH_DTYPES[_WIDENED[tensor.dtype]]
     if code is None:
         raise UnsupportedDtypeError(
             errors.ERR_INVALID_ARGUMENT, "hora does not support tensors of dtype %s; "
-            "supported: %s" % (tensor.dtype, ", ".join(
-                str(d) for d in list(_TORCH_DTYPES) + list(_WIDENED))))
+            "supported: %s" % (tensor.dtype, ", ".join(str(d) for d in _TORCH_DTYPES)))
     return code
 
 
@@ -95,26 +90,10 @@ def _check_input(tensor, what="tensor"):
     _dtype_code(tensor)
 
 
-def _wire(tensor):
-    """(contiguous tensor in a dtype the C API takes, dtype to cast results back to or None).
-    A widened dtype is a copy."""
-    wide = _WIDENED.get(tensor.dtype)
-    if wide is not None:
-        return tensor.detach().to(wide, memory_format=torch.contiguous_format), tensor.dtype
-    return _contig(tensor), None
-
-
-def _unwire(result, back):
-    return result if back is None else result.to(back)
-
-
 def _describe(tensor):
-    """hora_tensor_t for a contiguous tensor of a dtype the C API takes (see _wire)."""
+    """hora_tensor_t for a contiguous tensor of a dtype the C API takes."""
     _check_input(tensor)
-    code = _TORCH_DTYPES.get(tensor.dtype)
-    if code is None:  # a widened dtype that did not go through _wire: a bug in hora.torch
-        raise AssertionError("hora.torch: %s tensor passed to the C API unwidened"
-                             % tensor.dtype)
+    code = _TORCH_DTYPES[tensor.dtype]
     if tensor.device.type == "cuda":
         index = tensor.device.index if tensor.device.index is not None else \
             torch.cuda.current_device()
@@ -227,11 +206,10 @@ def _allreduce_async_impl(tensors, name, op, prescale, postscale, inplace, group
         _check_devices(tensors)
     if op == Adasum:
         return _adasum_now(tensors, prescale, postscale, inplace, group, set_id)
-    prepared, outputs, copy_back, backs = [], [], [], []
+    prepared, outputs, copy_back = [], [], []
     for t in tensors:
-        c, back = _wire(t)
+        c = _contig(t)
         prepared.append(c)
-        backs.append(back)
         if inplace:
             outputs.append(c)
             copy_back.append(c is not t)
@@ -242,12 +220,12 @@ def _allreduce_async_impl(tensors, name, op, prescale, postscale, inplace, group
 
     def finish(_):
         results = []
-        for t, out, back, dt in zip(tensors, outputs, copy_back, backs):
+        for t, out, back in zip(tensors, outputs, copy_back):
             if back:
                 with torch.no_grad():
                     t.copy_(out)
                 out = t
-            results.append(t if inplace else _unwire(out, dt))
+            results.append(t if inplace else out)
         return results if group else results[0]
 
     return _register(handles, finish, keep=(tensors, prepared, outputs))
@@ -385,8 +363,8 @@ _profiling.wrap(globals(), ["synchronize", "allreduce", "allreduce_", "allreduce
 # (imported last: these modules import the helpers above)
 from .basics import (init, shutdown, is_initialized, rank, size, local_rank,  # noqa: E402
                      local_size, cross_rank, cross_size, is_homogeneous, mpi_built,
-                     gloo_built, nccl_built, cuda_built, rocm_built, ddl_built, ccl_built,
-                     mpi_enabled, gloo_enabled, mpi_threads_supported, start_timeline,
+                     gloo_built, nccl_built, cuda_built, gpu_available, rocm_built,
+                     ddl_built, ccl_built, mpi_enabled, gloo_enabled, mpi_threads_supported, start_timeline,
                      stop_timeline, autotune_state)
 from .collective_ops import (allgather, allgather_async, grouped_allgather,  # noqa: E402
                              grouped_allgather_async, broadcast, broadcast_, broadcast_async,
@@ -398,7 +376,7 @@ from .collective_ops import (allgather, allgather_async, grouped_allgather,  # n
 __all__ = [
     "init", "shutdown", "is_initialized", "rank", "size", "local_rank", "local_size",
     "cross_rank", "cross_size", "is_homogeneous", "mpi_built", "gloo_built", "nccl_built",
-    "cuda_built", "rocm_built", "ddl_built", "ccl_built", "mpi_enabled", "gloo_enabled",
+    "cuda_built", "gpu_available", "rocm_built", "ddl_built", "ccl_built", "mpi_enabled", "gloo_enabled",
     "mpi_threads_supported", "start_timeline", "stop_timeline", "autotune_state",
     "Average", "Sum", "Min", "Max", "Product", "Adasum", "HorovodInternalError",
     "ProcessSet", "global_process_set", "add_process_set", "remove_process_set",

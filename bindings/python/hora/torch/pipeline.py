@@ -35,7 +35,7 @@ TAG_HEADER, TAG_ACTIVATION, TAG_GRADIENT = 7001, 7002, 7003
 SCHEDULES = ("gpipe", "1f1b")
 _MAX_DIMS = 8
 _DTYPES = [torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.int64,
-           torch.int32, torch.uint8, torch.bool, torch.int8]
+           torch.int32, torch.uint8, torch.bool, torch.int8, torch.int16]
 
 
 def split_sequential(seq, num_stages, balance=None):

@@ -1,0 +1,106 @@
+// Internal to collectives/nccl: the state an NCCL communicator shares with its Works, and
+// the error and wait helpers (see nccl_communicator.h for the rules they implement).
+#ifndef HORA_COLLECTIVES_NCCL_NCCL_STATE_H_
+#define HORA_COLLECTIVES_NCCL_NCCL_STATE_H_
+
+#include <cuda_runtime_api.h>
+#include <nccl.h>
+
+#include <atomic>
+#include <chrono>
+#include <mutex>
+#include <string>
+
+#include "collectives/nccl/nccl_loader.h"
+#include "common/status.h"
+#include "common/types.h"
+
+namespace hora {
+
+// "cudaMalloc: out of memory".
+Status CudaError(cudaError_t e, const std::string& what);
+// Makes `device` current on the calling thread (a no-op when it is): for Hora's own threads.
+Status UseDevice(int device);
+
+// Makes `device` current for a scope and restores the caller's device afterwards: for calls
+// on the framework's threads (enqueue, result copies, frees), whose current device belongs to
+// the framework (CUDA's current device is per thread and shared by every CUDA runtime in the
+// process, torch's included).
+class ScopedDevice {
+ public:
+  ScopedDevice() = default;
+  ~ScopedDevice();
+  ScopedDevice(const ScopedDevice&) = delete;
+  ScopedDevice& operator=(const ScopedDevice&) = delete;
+  Status Enter(int device);
+
+ private:
+  int previous_ = -1;
+};
+
+// Shared by the communicator and every Work of its Fence(): a Work may outlive the
+// communicator's last call (never the process).
+class NcclState {
+ public:
+  NcclState(const NcclApi* api, int rank, int size, int device, std::chrono::milliseconds timeout)
+      : api_(api), rank_(rank), size_(size), device_(device), timeout_(timeout) {}
+  ~NcclState();  // finalizes and destroys the communicator (or aborts it), frees the stream
+
+  const NcclApi& api() const { return *api_; }
+  int rank() const { return rank_; }
+  int size() const { return size_; }
+  int device() const { return device_; }
+  std::chrono::milliseconds timeout() const { return timeout_; }
+  cudaStream_t stream() const { return stream_; }
+
+  // Creation, by the creating thread before any other use.
+  Status Init(const ncclUniqueId& id);
+
+  // Runs `call(comm)` (one NCCL call on the communicator, or a group of them) under the lock,
+  // then waits (the lock released between polls) until the communicator is no longer
+  // ncclInProgress. An error or the timeout aborts; the sticky error is returned.
+  template <typename F>
+  Status Issue(const char* what, F call) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (comm_ == nullptr) return reason_;
+      const ncclResult_t r = call(comm_);
+      if (r != ncclSuccess && r != ncclInProgress) {
+        Status s = ErrorLocked(r, what);
+        AbortLocked(s);
+        return s;
+      }
+    }
+    return WaitReady(what, std::chrono::steady_clock::now() + timeout_);
+  }
+
+  // Polls the communicator once: OK (ready), IN_PROGRESS as `*busy`, or the error (the
+  // communicator is then aborted).
+  Status Poll(const char* what, bool* busy);
+  Status WaitReady(const char* what, std::chrono::steady_clock::time_point deadline);
+
+  // Aborts the NCCL communicator (idempotent; the first reason sticks).
+  void Abort(const Status& reason);
+  bool aborted() const { return aborted_.load(std::memory_order_acquire); }
+  Status reason() const;
+
+ private:
+  Status ErrorLocked(ncclResult_t r, const std::string& what);
+  void AbortLocked(const Status& reason);
+
+  const NcclApi* const api_;
+  const int rank_;
+  const int size_;
+  const int device_;
+  const std::chrono::milliseconds timeout_;
+  cudaStream_t stream_ = nullptr;  // set by Init
+
+  mutable std::mutex mu_;
+  ncclComm_t comm_ = nullptr;  // guarded by mu_; null once aborted or before Init
+  Status reason_ = FailedPrecondition("the NCCL communicator is not initialized");  // guarded
+  std::atomic<bool> aborted_{false};
+};
+
+}  // namespace hora
+
+#endif  // HORA_COLLECTIVES_NCCL_NCCL_STATE_H_
