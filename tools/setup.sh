@@ -11,7 +11,7 @@ PACKAGES=(
   libspdlog-dev libfmt-dev catch2
   libopenmpi-dev openmpi-bin libpmix-dev libgloo-dev
   python3-torch python3-torchvision python3-numpy python3-pytest python3-matplotlib python3-venv
-  openssh-server openssh-client iproute2 procps openssl
+  openssh-server openssh-client iproute2 procps openssl patchelf
 )
 
 missing=()

@@ -392,7 +392,7 @@ hora_status_t hora_async_error(const char** message) {
   return static_cast<hora_status_t>(s.code());
 }
 
-const char* hora_version(void) { return "0.1.0"; }
+const char* hora_version(void) { return "0.2.0"; }  // = horarun --version, the wheel
 
 int hora_built(const char* backend) {
   if (backend == nullptr) return 0;

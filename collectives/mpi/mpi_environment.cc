@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <mutex>
 
+#include "collectives/mpi/mpi_components.h"
 #include "common/logging.h"
 
 namespace hora {
@@ -112,6 +113,8 @@ Status InitLocked(State& st, const MpiEnvLookup& env) {
   if (already) {
     MPI_Query_thread(&provided);
   } else {
+    // A libmpi without its components aborts inside MPI_Init_thread: refuse before.
+    HORA_RETURN_IF_ERROR(CheckMpiComponents());
     int rc = MPI_Init_thread(nullptr, nullptr, MPI_THREAD_MULTIPLE, &provided);
     if (rc != MPI_SUCCESS) {
       return Internal("mpi: MPI_Init_thread(MPI_THREAD_MULTIPLE) failed: " + MpiErrorString(rc));

@@ -11,7 +11,8 @@
 // every rank alike: its default for in-place calls is a binomial tree, about twice
 // MPI_Allreduce's time at 64 MiB (docs/benchmarks-mpi.md).
 //
-// Initialization. The first MpiEnvironment::Acquire() calls
+// Initialization. The first MpiEnvironment::Acquire() checks that Open MPI finds its
+// components (mpi_components.h: FAILED_PRECONDITION instead of MPI's abort), then calls
 // MPI_Init_thread(MPI_THREAD_MULTIPLE): each process set's executor drives its own MPI
 // communicator from its own thread, so anything less is refused (FAILED_PRECONDITION naming
 // the level MPI provided). If MPI was already initialized by someone else (the application
@@ -53,7 +54,8 @@ Status CheckMpiLauncher(const MpiEnvLookup& env, int global_rank,
 class MpiEnvironment {
  public:
   // Initializes MPI on the first call in this process (see above). Errors:
-  // FAILED_PRECONDITION (the thread level is too low, or MPI was already finalized),
+  // FAILED_PRECONDITION (the thread level is too low, MPI was already finalized, or Open
+  // MPI has no components: CheckMpiComponents),
   // INTERNAL (MPI_Init_thread failed, with MPI's error string).
   // `env` (as in CheckMpiLauncher) tells whether the user chose libnbc's algorithm.
   static StatusOr<MpiEnvironment> Acquire(const MpiEnvLookup& env);

@@ -1,12 +1,13 @@
 # Sourced by the tests/*/run_pytest.sh runners (after they cd to the repository root):
-# defines run_pytest ARGS..., which runs /usr/bin/python3 -m pytest and ends with the
+# defines run_pytest ARGS..., which runs /usr/bin/python3 -m pytest (or $HORA_PYTEST_PYTHON:
+# tests/python/run_pytest.sh under HORA_TEST_INSTALLED) and ends with the
 # "N passed, N failed, N skipped" line .ci/test_summary.sh reads (docs/testing.md).
 # Cases come from the JUnit XML (Bazel's $XML_OUTPUT_FILE, else a temporary file): errors
 # count as failed, skips (and xfails) as skipped; a crash or nothing collected is 1 failed.
 xml="${XML_OUTPUT_FILE:-${TEST_TMPDIR:-${TMPDIR:-/tmp}}/pytest-junit.$$.xml}"
 rm -f "$xml"
 run_pytest() {
-  /usr/bin/python3 -m pytest -q -rs -p no:cacheprovider "--junitxml=$xml" "$@"
+  "${HORA_PYTEST_PYTHON:-/usr/bin/python3}" -m pytest -q -rs -p no:cacheprovider "--junitxml=$xml" "$@"
   rc=$?
   read -r passed failed skipped < <(/usr/bin/python3 - "$xml" <<'PY' 2>/dev/null || echo "0 0 0"
 import sys, xml.etree.ElementTree as ET

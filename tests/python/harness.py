@@ -19,6 +19,10 @@ if not os.path.exists(PYTHON):
     raise RuntimeError("HORA_TEST_PYTHON=%s does not exist: run tools/setup.sh" % PYTHON)
 # torch 2.x from PyPI, beside Debian's 1.13 (tools/setup_torch2.sh installs it).
 TORCH2_PYTHON = os.path.join(os.environ.get("HORA_TORCH2", "/opt/hora/torch2"), "bin", "python")
+# An installed package under test (run_pytest.sh's HORA_TEST_INSTALLED): bindings/python stays
+# off every path, so the ranks and this process import the installed hora.
+BINDINGS = [] if os.environ.get("HORA_TEST_INSTALLED") else [os.path.join(REPO, "bindings",
+                                                                           "python")]
 
 
 def torch2_python():
@@ -42,7 +46,7 @@ def horarun():
 
 def job_env(extra=None):
     env = dict(os.environ)
-    paths = [os.path.join(REPO, "bindings", "python"), WORKERS]
+    paths = BINDINGS + [WORKERS]
     if env.get("PYTHONPATH"):
         paths.append(env["PYTHONPATH"])
     env["PYTHONPATH"] = os.pathsep.join(paths)
@@ -106,7 +110,8 @@ def run_job(np, script, args=(), timeout=240, extra_env=None, launcher_args=(), 
 def case_names(module_name):
     """The case names a worker module registers (imported without running it)."""
     sys.path.insert(0, WORKERS)
-    sys.path.insert(0, os.path.join(REPO, "bindings", "python"))
+    for path in BINDINGS:
+        sys.path.insert(0, path)
     import importlib
     mod = importlib.import_module(module_name)
     if not hasattr(mod, "cases"):
