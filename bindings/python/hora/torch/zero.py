@@ -29,6 +29,7 @@ reduced at step() with zeros), named by the unit, so submissions match across ra
 """
 
 import contextlib
+import inspect
 import itertools
 import zlib
 
@@ -42,6 +43,19 @@ from .zero_gather import _GatherInto, _PreBackward, _replace_tensors, _tensors_i
 _instances = itertools.count()
 _FREE, _GATHERING, _FULL = 0, 1, 2
 
+
+
+def _constructor_defaults(optimizer):
+    """The optimizer's defaults that its constructor accepts. torch 2.x's AdamW keeps
+    `decoupled_weight_decay` in its defaults but refuses it as an argument; every group
+    passed along already holds each hyperparameter, so a default left out loses nothing."""
+    try:
+        params = inspect.signature(type(optimizer).__init__).parameters
+    except (TypeError, ValueError):
+        return dict(optimizer.defaults)
+    if any(p.kind == inspect.Parameter.VAR_KEYWORD for p in params.values()):
+        return dict(optimizer.defaults)
+    return {k: v for k, v in optimizer.defaults.items() if k in params}
 
 class _Unit(object):
     """A flat buffer holding some parameters; this rank owns chunk `rank` of it."""
@@ -145,7 +159,7 @@ class ZeroOptimizer(torch.optim.Optimizer):
             hyper = {k: v for k, v in g.items() if k != "params"}
             hyper["params"] = [u.shard for u in self._units if u.group_index == gi]
             groups.append(hyper)
-        self.optimizer = type(optimizer)(groups, **optimizer.defaults)
+        self.optimizer = type(optimizer)(groups, **_constructor_defaults(optimizer))
         self.defaults = self.optimizer.defaults
         self.param_groups = self.optimizer.param_groups
         self.state = self.optimizer.state
