@@ -17,6 +17,9 @@ constexpr std::chrono::milliseconds kDefaultStartTimeout{120000};
 constexpr std::chrono::milliseconds kDefaultHeartbeatInterval{1000};
 constexpr std::chrono::milliseconds kDefaultHeartbeatTimeout{30000};
 constexpr std::chrono::milliseconds kDefaultStallWarning{60000};
+// A stall (a tensor some ranks submitted and others did not) aborts the job after this long
+// unless HORA_STALL_TIMEOUT_SECONDS says otherwise (0 = never): no wait is unbounded by default.
+constexpr std::chrono::milliseconds kDefaultStallTimeout{600000};
 // The largest control-plane message (and store value), in bytes.
 constexpr int64_t kDefaultMaxMessageBytes = int64_t{64} << 20;
 

@@ -98,7 +98,7 @@ struct Options {
   double heartbeat_timeout_s = kDefaultHeartbeatTimeout.count() / 1000.0;    // HORA_HEARTBEAT_TIMEOUT_SECONDS
   double collective_timeout_s = 0;  // HORA_COLLECTIVE_TIMEOUT_SECONDS; 0 = heartbeat timeout
   double stall_warning_s = kDefaultStallWarning.count() / 1000.0;            // HORA_STALL_WARNING_SECONDS
-  double stall_timeout_s = 0;                   // HORA_STALL_TIMEOUT_SECONDS; 0 = off
+  double stall_timeout_s = kDefaultStallTimeout.count() / 1000.0;  // HORA_STALL_TIMEOUT_SECONDS; 0 = off
   std::string log_level = "warning";            // HORA_LOG_LEVEL
   // HORA_STEADY: the steady path (docs/design.md "Steady state"): "auto" (on for every set
   // whose communicator offers a shared board: shm), "on" (the same, and a set without one is

@@ -27,7 +27,7 @@ TEST_CASE("defaults for a single process without a launcher") {
   REQUIRE(o.value().size == 1);
   REQUIRE(o.value().coordinator_address == "127.0.0.1:0");
   REQUIRE(o.value().fusion_threshold_bytes == 64ll << 20);
-  REQUIRE(o.value().stall_timeout_s == 0);
+  REQUIRE(o.value().stall_timeout_s == 600);
   REQUIRE(o.value().collective_timeout_s == o.value().heartbeat_timeout_s);
 }
 
