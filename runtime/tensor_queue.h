@@ -17,6 +17,7 @@
 
 #include "common/status.h"
 #include "common/types.h"
+#include "common/mutex.h"
 
 namespace hora {
 
@@ -44,9 +45,9 @@ class TensorQueue {
   size_t size() const;
 
  private:
-  mutable std::mutex mu_;
-  std::unordered_map<TensorKey, Request, TensorKeyHash> in_flight_;  // guarded by mu_
-  std::vector<TensorKey> fresh_;                                      // guarded by mu_
+  mutable Mutex mu_;
+  std::unordered_map<TensorKey, Request, TensorKeyHash> in_flight_ GUARDED_BY(mu_);
+  std::vector<TensorKey> fresh_ GUARDED_BY(mu_);
 };
 
 }  // namespace hora
