@@ -74,13 +74,13 @@ class ClientImpl final : public CoordinatorClient {
   std::thread reader_;
   std::thread heartbeat_;
 
-  Mutex write_mu_;
+  Mutex write_mu_ ACQUIRED_AFTER(close_mu_);  // the order: close_mu_, write_mu_, mu_
   bool writes_done_ GUARDED_BY(write_mu_) = false;  // WritesDone or Finish happened
 
   std::atomic<Clock::rep> last_recv_{0};
   std::atomic<bool> abort_fired_{false};
 
-  Mutex mu_;
+  Mutex mu_ ACQUIRED_AFTER(write_mu_);
   CondVar cv_;
   bool stop_heartbeat_ GUARDED_BY(mu_) = false;
   bool reader_done_ GUARDED_BY(mu_) = false;

@@ -145,7 +145,7 @@ class Timeline {
   Mutex start_mu_;  // serializes Start and Stop
   std::atomic<bool> on_{false};
 
-  mutable Mutex mu_;
+  mutable Mutex mu_ ACQUIRED_AFTER(start_mu_);
   CondVar cv_;
   bool open_ GUARDED_BY(mu_) = false;  // records are accepted
   bool stop_ GUARDED_BY(mu_) = false;  // the writer drains and exits
