@@ -137,10 +137,10 @@ void ProcessSetRuntime::Run(const BucketPlan& bucket) {
   }
   completion_->Add(std::move(work), [this, f](Status s) {
     Finish(f, std::move(s));
-    {
-      MutexLock lock(&mu_);
-      --outstanding_;
-    }
+    // Notified under the lock: Stop() (the destructor) returns once it sees outstanding_ == 0,
+    // and a notify after the unlock could reach a destroyed cv_ (ThreadSanitizer found it).
+    MutexLock lock(&mu_);
+    --outstanding_;
     cv_.NotifyAll();
   });
 }
