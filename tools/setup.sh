@@ -11,6 +11,7 @@ PACKAGES=(
   libopenmpi-dev openmpi-bin libpmix-dev libgloo-dev
   python3-torch python3-numpy python3-pytest python3-matplotlib python3-venv
   openssh-server openssh-client iproute2 procps openssl
+  clang-14 clang-format  # tools/check_tsa.sh (thread-safety analysis, in CI), tools/check_format.sh
 )
 
 missing=()
