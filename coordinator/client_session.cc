@@ -10,10 +10,10 @@
 #include <sstream>
 
 #include "common/logging.h"
+#include "common/mutex.h"
 #include "coordinator/auth.h"
 #include "coordinator/client_impl.h"
 #include "coordinator/convert.h"
-#include "common/mutex.h"
 
 namespace hora {
 namespace {
@@ -82,11 +82,17 @@ Status ClientImpl::StartSession(SessionCallbacks callbacks) {
 Status ClientImpl::AwaitSessionOpen() {
   MutexLock lock(&mu_);
   // The coordinator answers Hello with a heartbeat (or an Abort, or by ending the call).
-  if (!cv_.WaitFor(&mu_, config_.heartbeat_timeout, [this] { mu_.AssertHeld(); return acked_ || reader_done_; })) {
+  if (!cv_.WaitFor(&mu_, config_.heartbeat_timeout, [this] {
+        mu_.AssertHeld();
+        return acked_ || reader_done_;
+      })) {
     session_ctx_->TryCancel();
   }
   if (acked_) return Status::Ok();
-  cv_.Wait(&mu_, [this] { mu_.AssertHeld(); return reader_done_; });
+  cv_.Wait(&mu_, [this] {
+    mu_.AssertHeld();
+    return reader_done_;
+  });
   stop_heartbeat_ = true;
   cv_.NotifyAll();
   const Status watchdog = watchdog_status_;
@@ -236,8 +242,10 @@ void ClientImpl::HeartbeatLoop() {
   MutexLock lock(&mu_);
   while (!stop_heartbeat_ && !reader_done_) {
     const TimePoint last = TimePoint(Clock::duration(last_recv_.load()));
-    cv_.WaitUntil(&mu_, std::min(next_beat, last + timeout),
-                   [this] { mu_.AssertHeld(); return stop_heartbeat_ || reader_done_; });
+    cv_.WaitUntil(&mu_, std::min(next_beat, last + timeout), [this] {
+      mu_.AssertHeld();
+      return stop_heartbeat_ || reader_done_;
+    });
     if (stop_heartbeat_ || reader_done_) break;
     const TimePoint now = Clock::now();
     const auto silent = now - TimePoint(Clock::duration(last_recv_.load()));
@@ -290,8 +298,10 @@ void ClientImpl::Close() {
   const bool on_reader = std::this_thread::get_id() == reader_.get_id();
   {
     MutexLock lock(&mu_);
-    if (!on_reader &&
-        !cv_.WaitFor(&mu_, milliseconds(2000), [this] { mu_.AssertHeld(); return reader_done_; })) {
+    if (!on_reader && !cv_.WaitFor(&mu_, milliseconds(2000), [this] {
+          mu_.AssertHeld();
+          return reader_done_;
+        })) {
       session_ctx_->TryCancel();
     }
     stop_heartbeat_ = true;

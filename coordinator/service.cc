@@ -9,8 +9,8 @@
 #include <sstream>
 
 #include "common/logging.h"
-#include "coordinator/service_impl.h"
 #include "common/mutex.h"
+#include "coordinator/service_impl.h"
 
 namespace hora {
 namespace {
@@ -119,13 +119,18 @@ void CoordinatorServiceImpl::Shutdown(const std::string& reason, milliseconds dr
     MutexLock lock(&mu_);
     // Drain: ranks still working (or still opening their session after a join that just
     // completed) may finish and say Goodbye; new sessions are still accepted meanwhile.
-    sessions_cv_.WaitUntil(&mu_, Clock::now() + drain, [this] { mu_.AssertHeld(); return DrainedLocked(); });
+    sessions_cv_.WaitUntil(&mu_, Clock::now() + drain, [this] {
+      mu_.AssertHeld();
+      return DrainedLocked();
+    });
     shutting_down_ = true;
     join_cv_.NotifyAll();
     if (!DrainedLocked()) AbortLocked(Code::kAborted, reason, -1);
     // Let the sender thread deliver the aborts before the calls are cancelled (bounded).
-    sender_cv_.WaitUntil(&mu_, Clock::now() + milliseconds(500),
-                          [this] { mu_.AssertHeld(); return flush_queue_.empty() && !sender_busy_; });
+    sender_cv_.WaitUntil(&mu_, Clock::now() + milliseconds(500), [this] {
+      mu_.AssertHeld();
+      return flush_queue_.empty() && !sender_busy_;
+    });
   }
   {
     MutexLock lock(&store_mu_);

@@ -29,13 +29,13 @@
 #include <unordered_set>
 #include <vector>
 
+#include "common/mutex.h"
 #include "coordinator/local_session.h"
 #include "coordinator/messages.h"
 #include "coordinator/planner.h"
 #include "coordinator/service.h"
 #include "coordinator/session_stream.h"
 #include "proto/coordinator.grpc.pb.h"
-#include "common/mutex.h"
 
 namespace hora {
 
@@ -154,8 +154,8 @@ class CoordinatorServiceImpl final : public CoordinatorService,
                          Touched* touched) REQUIRES(mu_);
   // Polls every set's planner (set == nullptr) or one set's, and sends what came out; `extra`
   // (indexed by global rank, may be null) adds errors found while reading notices.
-  void PollLocked(TimePoint now, SetState* set, std::vector<PlanMessage>* extra,
-                  Touched* touched) REQUIRES(mu_);
+  void PollLocked(TimePoint now, SetState* set, std::vector<PlanMessage>* extra, Touched* touched)
+      REQUIRES(mu_);
   void SendPlannerOutputLocked(const SetState& set, PlannerOutput out,
                                std::vector<PlanMessage>* extra, Touched* touched) REQUIRES(mu_);
   void SendExtraLocked(std::vector<PlanMessage>* extra, Touched* touched) REQUIRES(mu_);
@@ -182,7 +182,8 @@ class CoordinatorServiceImpl final : public CoordinatorService,
   Status CheckMembershipLocked(int rank, const TensorSpec& spec, SetState** set) REQUIRES(mu_);
   void HandleSetOpLocked(int rank, const ProcessSetOp& op, Touched* touched) REQUIRES(mu_);
   ProcessSetResult ResolveSetOpLocked(uint64_t seq, const PendingSetOp& pending) REQUIRES(mu_);
-  void SendSetResultLocked(int rank, const ProcessSetResult& result, Touched* touched) REQUIRES(mu_);
+  void SendSetResultLocked(int rank, const ProcessSetResult& result, Touched* touched)
+      REQUIRES(mu_);
   void CheckSetOpTimeoutsLocked(TimePoint now, Touched* touched) REQUIRES(mu_);
   TimePoint NextSetDeadlineLocked() const REQUIRES(mu_);
   void EndSession(int rank, const std::shared_ptr<SessionStream>& session, bool goodbye);
@@ -193,7 +194,8 @@ class CoordinatorServiceImpl final : public CoordinatorService,
   void TimerTickLocked(TimePoint now) REQUIRES(mu_);
   void CheckLivenessLocked(TimePoint now) REQUIRES(mu_);
   void CheckStallsLocked(TimePoint now) REQUIRES(mu_);
-  std::vector<StallReport> StalledLocked(TimePoint now, std::chrono::milliseconds older_than) const REQUIRES(mu_);
+  std::vector<StallReport> StalledLocked(TimePoint now, std::chrono::milliseconds older_than) const
+      REQUIRES(mu_);
   TimePoint NextWakeLocked() const REQUIRES(mu_);
   void WakeTimerLocked(TimePoint at) REQUIRES(mu_);
   void SendHeartbeatsLocked() REQUIRES(mu_);
@@ -220,10 +222,10 @@ class CoordinatorServiceImpl final : public CoordinatorService,
   bool shut_down_ GUARDED_BY(shutdown_mu_) = false;
 
   Mutex mu_;
-  CondVar join_cv_;      // topology ready, start failed, shutting down
-  CondVar timer_cv_;     // the timer thread waits here
-  CondVar sessions_cv_;  // a session ended
-  CondVar sender_cv_;    // work for the sender thread, or it went idle
+  CondVar join_cv_;                                   // topology ready, start failed, shutting down
+  CondVar timer_cv_;                                  // the timer thread waits here
+  CondVar sessions_cv_;                               // a session ended
+  CondVar sender_cv_;                                 // work for the sender thread, or it went idle
   std::map<int32_t, SetState> sets_ GUARDED_BY(mu_);  // 0 = every rank
   int32_t next_set_id_ GUARDED_BY(mu_) = 1;           // ids are never reused within a job
   std::map<uint64_t, PendingSetOp> set_ops_ GUARDED_BY(mu_);
@@ -243,7 +245,8 @@ class CoordinatorServiceImpl final : public CoordinatorService,
   TimePoint next_heartbeat_ GUARDED_BY(mu_);
   TimePoint next_stall_check_ GUARDED_BY(mu_);
   TimePoint next_stall_log_ GUARDED_BY(mu_);  // stall warnings at most every stall_warning / 2
-  std::vector<std::shared_ptr<SessionStream>> flush_queue_ GUARDED_BY(mu_);  // for the sender thread
+  std::vector<std::shared_ptr<SessionStream>> flush_queue_
+      GUARDED_BY(mu_);  // for the sender thread
   bool sender_busy_ GUARDED_BY(mu_) = false;
 
   Mutex store_mu_;

@@ -8,8 +8,8 @@
 #include <algorithm>
 
 #include "common/logging.h"
-#include "coordinator/service_impl.h"
 #include "common/mutex.h"
+#include "coordinator/service_impl.h"
 
 namespace hora {
 namespace {
@@ -186,7 +186,10 @@ void CoordinatorServiceImpl::ScheduleFlushLocked(const std::shared_ptr<SessionSt
 void CoordinatorServiceImpl::SenderLoop() {
   MutexLock lock(&mu_);
   while (true) {
-    sender_cv_.Wait(&mu_, [this] { mu_.AssertHeld(); return stop_threads_ || !flush_queue_.empty(); });
+    sender_cv_.Wait(&mu_, [this] {
+      mu_.AssertHeld();
+      return stop_threads_ || !flush_queue_.empty();
+    });
     if (flush_queue_.empty()) break;  // stop_threads_ and nothing left
     std::vector<std::shared_ptr<SessionStream>> batch;
     batch.swap(flush_queue_);

@@ -1,9 +1,9 @@
 // The rendezvous store: set, and get that waits for the key up to the caller's timeout.
 #include <algorithm>
 
+#include "common/mutex.h"
 #include "coordinator/auth.h"
 #include "coordinator/service_impl.h"
-#include "common/mutex.h"
 
 namespace hora {
 namespace {
@@ -48,7 +48,10 @@ grpc::Status CoordinatorServiceImpl::StoreGet(grpc::ServerContext* ctx,
                                                   std::chrono::system_clock::now()));
   }
   MutexLock lock(&store_mu_);
-  store_cv_.WaitUntil(&store_mu_, deadline, [&] { store_mu_.AssertHeld(); return store_closed_ || store_.count(key) > 0; });
+  store_cv_.WaitUntil(&store_mu_, deadline, [&] {
+    store_mu_.AssertHeld();
+    return store_closed_ || store_.count(key) > 0;
+  });
   auto it = store_.find(key);
   if (it != store_.end()) {
     response->set_value(it->second);

@@ -7,8 +7,8 @@
 
 #include "collectives/registry.h"
 #include "common/logging.h"
-#include "runtime/engine_config.h"
 #include "common/mutex.h"
+#include "runtime/engine_config.h"
 
 namespace hora {
 namespace {
@@ -235,7 +235,10 @@ void Engine::Complete(int64_t handle, Status status, OpResult result) {
 // briefly for its verdict so the error names the culprit, else report ours.
 Status Engine::BucketFailed(const Status& status) {
   MutexLock lock(&mu_);
-  cv_.WaitFor(&mu_, std::chrono::seconds(3), [&] { mu_.AssertHeld(); return !error_.ok() || stop_; });
+  cv_.WaitFor(&mu_, std::chrono::seconds(3), [&] {
+    mu_.AssertHeld();
+    return !error_.ok() || stop_;
+  });
   if (!error_.ok()) return error_;
   lock.Unlock();
   client_->SendFailure(status.message());

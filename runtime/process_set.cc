@@ -54,8 +54,10 @@ void ProcessSetRuntime::Abort(const Status& reason) {
 
 bool ProcessSetRuntime::Drain(std::chrono::milliseconds timeout) {
   MutexLock lock(&mu_);
-  return cv_.WaitFor(&mu_, timeout,
-                      [&] { mu_.AssertHeld(); return inbox_.empty() && !running_ && outstanding_ == 0; });
+  return cv_.WaitFor(&mu_, timeout, [&] {
+    mu_.AssertHeld();
+    return inbox_.empty() && !running_ && outstanding_ == 0;
+  });
 }
 
 void ProcessSetRuntime::Stop() {
@@ -67,7 +69,10 @@ void ProcessSetRuntime::Stop() {
   cv_.NotifyAll();
   if (thread_.joinable()) thread_.join();
   MutexLock lock(&mu_);
-  cv_.Wait(&mu_, [&] { mu_.AssertHeld(); return outstanding_ == 0; });
+  cv_.Wait(&mu_, [&] {
+    mu_.AssertHeld();
+    return outstanding_ == 0;
+  });
 }
 
 void ProcessSetRuntime::Loop() {
@@ -75,7 +80,10 @@ void ProcessSetRuntime::Loop() {
     BucketPlan bucket;
     {
       MutexLock lock(&mu_);
-      cv_.Wait(&mu_, [&] { mu_.AssertHeld(); return stop_ || !inbox_.empty(); });
+      cv_.Wait(&mu_, [&] {
+        mu_.AssertHeld();
+        return stop_ || !inbox_.empty();
+      });
       if (stop_) return;
       bucket = std::move(inbox_.front());
       inbox_.pop_front();

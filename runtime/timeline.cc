@@ -164,8 +164,14 @@ void Timeline::WriterLoop() {
     bool last = false;
     {
       MutexLock lock(&mu_);
-      cv_.Wait(&mu_, [&] { mu_.AssertHeld(); return stop_ || pending_records_ > 0; });
-      cv_.WaitFor(&mu_, kBatchWait, [&] { mu_.AssertHeld(); return stop_ || pending_records_ >= kBatchRecords; });
+      cv_.Wait(&mu_, [&] {
+        mu_.AssertHeld();
+        return stop_ || pending_records_ > 0;
+      });
+      cv_.WaitFor(&mu_, kBatchWait, [&] {
+        mu_.AssertHeld();
+        return stop_ || pending_records_ >= kBatchRecords;
+      });
       std::swap(batch, pending_);
       pending_records_ = 0;
       last = stop_;

@@ -9,9 +9,9 @@
 
 #include "bindings/c/api_util.h"
 #include "collectives/registry.h"
+#include "common/mutex.h"
 #include "runtime/engine.h"
 #include "runtime/options.h"
-#include "common/mutex.h"
 
 namespace hora {
 namespace capi {
@@ -23,7 +23,7 @@ using hora::Status;
 
 Mutex g_mu;
 std::shared_ptr<Engine> g_engine GUARDED_BY(g_mu);  // the running engine
-std::shared_ptr<Engine> g_last GUARDED_BY(g_mu);    // the last one shut down (its handles stay valid)
+std::shared_ptr<Engine> g_last GUARDED_BY(g_mu);  // the last one shut down (its handles stay valid)
 bool g_was_shut_down GUARDED_BY(g_mu) = false;
 // guarded by g_mu: the sticky error's text, set once per engine (the error never changes
 // once set), so a pointer hora_async_error handed out stays valid until hora_shutdown.

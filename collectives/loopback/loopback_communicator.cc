@@ -12,8 +12,8 @@
 #include <vector>
 
 #include "common/logging.h"
-#include "common/reduce.h"
 #include "common/mutex.h"
+#include "common/reduce.h"
 
 namespace hora {
 namespace {
@@ -32,9 +32,9 @@ struct Stream {
   Mutex mu;
   CondVar cv;
   std::deque<Task> queue GUARDED_BY(mu);
-  uint64_t queued GUARDED_BY(mu) = 0;     // tasks ever queued
-  uint64_t done GUARDED_BY(mu) = 0;       // tasks ever finished (run or dropped)
-  Status error GUARDED_BY(mu);            // sticky
+  uint64_t queued GUARDED_BY(mu) = 0;  // tasks ever queued
+  uint64_t done GUARDED_BY(mu) = 0;    // tasks ever finished (run or dropped)
+  Status error GUARDED_BY(mu);         // sticky
   bool stop GUARDED_BY(mu) = false;
 
   Status Error() {
@@ -267,7 +267,10 @@ class LoopbackCommunicator : public Communicator {
   void Progress() {
     MutexLock lock(&stream_->mu);
     for (;;) {
-      stream_->cv.Wait(&stream_->mu, [&] { stream_->mu.AssertHeld(); return stream_->stop || !stream_->queue.empty(); });
+      stream_->cv.Wait(&stream_->mu, [&] {
+        stream_->mu.AssertHeld();
+        return stream_->stop || !stream_->queue.empty();
+      });
       if (stream_->queue.empty()) return;  // stopped
       Task task = std::move(stream_->queue.front());
       stream_->queue.pop_front();
