@@ -78,8 +78,13 @@ StatusOr<std::unique_ptr<CoordinatorClient>> CoordinatorClient::Connect(
       grpc::CreateCustomChannel(config.address, creds.value(), args);
   const SystemTime deadline = std::chrono::system_clock::now() + config.start_timeout;
   if (!channel->WaitForConnected(deadline)) {
+    // gRPC reports a failed TLS handshake as a connection that never comes up.
+    const bool tls = config.tls.enabled() || !config.tls.ca_file.empty();
     return Unavailable("cannot connect to the coordinator at " + config.address + " within " +
-                       Seconds(config.start_timeout));
+                       Seconds(config.start_timeout) +
+                       (tls ? " (TLS is on: a certificate that the CA does not verify, on "
+                              "either side, or a missing client certificate, also ends here)"
+                            : ""));
   }
   auto client = std::make_unique<ClientImpl>(config, std::move(channel));
   // The coordinator fails the start itself (naming the missing ranks) at its own deadline;

@@ -17,6 +17,7 @@
 #include "coordinator/local_session.h"
 #include "coordinator/planner.h"
 #include "proto/coordinator.grpc.pb.h"
+#include "common/mutex.h"
 
 namespace hora {
 
@@ -47,14 +48,14 @@ class ClientImpl final : public CoordinatorClient {
 
   void AddToken(grpc::ClientContext* ctx) const;
   // Writes one message under write_mu_; false when the stream is over.
-  bool Write(const proto::WorkerMessage& message);
-  void ReaderLoop();
-  void HeartbeatLoop();
+  bool Write(const proto::WorkerMessage& message) EXCLUDES(write_mu_);
+  void ReaderLoop() EXCLUDES(mu_, write_mu_);
+  void HeartbeatLoop() EXCLUDES(mu_, write_mu_);
   void Dispatch(const proto::CoordinatorMessage& message);
   void FireAbort(const Status& status);
   std::string LostCoordinator(const std::string& why) const;
   // Waits for the coordinator's answer to Hello; on failure stops the threads.
-  Status AwaitSessionOpen();
+  Status AwaitSessionOpen() EXCLUDES(mu_);
 
   // Constant after construction.
   const ClientConfig config_;
@@ -62,8 +63,8 @@ class ClientImpl final : public CoordinatorClient {
   const std::unique_ptr<proto::Coordinator::Stub> stub_;
   Topology topology_;  // set by DoJoin before Connect returns
 
-  std::mutex close_mu_;      // serializes StartSession and Close
-  bool closed_ = false;      // guarded by close_mu_
+  Mutex close_mu_;      // serializes StartSession and Close
+  bool closed_ GUARDED_BY(close_mu_) = false;
   std::atomic<bool> closing_{false};
 
   // Set by StartSession before the threads start; constant afterwards.
@@ -73,19 +74,19 @@ class ClientImpl final : public CoordinatorClient {
   std::thread reader_;
   std::thread heartbeat_;
 
-  std::timed_mutex write_mu_;
-  bool writes_done_ = false;  // guarded by write_mu_: WritesDone or Finish happened
+  Mutex write_mu_ ACQUIRED_AFTER(close_mu_);  // the order: close_mu_, write_mu_, mu_
+  bool writes_done_ GUARDED_BY(write_mu_) = false;  // WritesDone or Finish happened
 
   std::atomic<Clock::rep> last_recv_{0};
   std::atomic<bool> abort_fired_{false};
 
-  std::mutex mu_;
-  std::condition_variable cv_;
-  bool stop_heartbeat_ = false;  // guarded by mu_
-  bool reader_done_ = false;     // guarded by mu_
-  Status watchdog_status_;       // guarded by mu_: why the heartbeat thread cancelled the call
-  bool acked_ = false;           // guarded by mu_: the coordinator answered Hello
-  grpc::Status final_status_;    // guarded by mu_: the call's status once reader_done_
+  Mutex mu_ ACQUIRED_AFTER(write_mu_);
+  CondVar cv_;
+  bool stop_heartbeat_ GUARDED_BY(mu_) = false;
+  bool reader_done_ GUARDED_BY(mu_) = false;
+  Status watchdog_status_ GUARDED_BY(mu_);       // why the heartbeat thread cancelled the call
+  bool acked_ GUARDED_BY(mu_) = false;           // the coordinator answered Hello
+  grpc::Status final_status_ GUARDED_BY(mu_);    // the call's status once reader_done_
   std::atomic<bool> acked_fast_{false};  // acked_, readable without mu_
   bool local_ = false;  // the session runs through config_.local_host; set by StartSession
 };

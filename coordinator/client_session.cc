@@ -10,6 +10,7 @@
 #include <sstream>
 
 #include "common/logging.h"
+#include "common/mutex.h"
 #include "coordinator/auth.h"
 #include "coordinator/client_impl.h"
 #include "coordinator/convert.h"
@@ -52,7 +53,7 @@ std::string ClientImpl::LostCoordinator(const std::string& why) const {
 }
 
 Status ClientImpl::StartSession(SessionCallbacks callbacks) {
-  std::lock_guard<std::mutex> close_lock(close_mu_);
+  MutexLock close_lock(&close_mu_);
   if (closed_) return FailedPrecondition("StartSession after Close");
   if (stream_ || local_) return FailedPrecondition("the session was already started");
   callbacks_ = std::move(callbacks);
@@ -68,6 +69,7 @@ Status ClientImpl::StartSession(SessionCallbacks callbacks) {
   proto::WorkerMessage hello;
   hello.mutable_hello()->set_rank(config_.rank);
   if (!Write(hello)) {
+    MutexLock lock(&write_mu_);  // no other thread yet; taken for the analysis
     grpc::Status st = stream_->Finish();
     writes_done_ = true;
     return FromGrpcStatus(st, "session with the coordinator at " + config_.address);
@@ -78,18 +80,24 @@ Status ClientImpl::StartSession(SessionCallbacks callbacks) {
 }
 
 Status ClientImpl::AwaitSessionOpen() {
-  std::unique_lock<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   // The coordinator answers Hello with a heartbeat (or an Abort, or by ending the call).
-  if (!cv_.wait_for(lock, config_.heartbeat_timeout, [this] { return acked_ || reader_done_; })) {
+  if (!cv_.WaitFor(&mu_, config_.heartbeat_timeout, [this] {
+        mu_.AssertHeld();
+        return acked_ || reader_done_;
+      })) {
     session_ctx_->TryCancel();
   }
   if (acked_) return Status::Ok();
-  cv_.wait(lock, [this] { return reader_done_; });
+  cv_.Wait(&mu_, [this] {
+    mu_.AssertHeld();
+    return reader_done_;
+  });
   stop_heartbeat_ = true;
-  cv_.notify_all();
+  cv_.NotifyAll();
   const Status watchdog = watchdog_status_;
   const grpc::Status st = final_status_;
-  lock.unlock();
+  lock.Unlock();
   reader_.join();
   heartbeat_.join();
   if (!watchdog.ok()) return watchdog;
@@ -106,7 +114,7 @@ bool ClientImpl::Write(const proto::WorkerMessage& message) {
     config_.local_host->LocalMessage(config_.rank, message);
     return true;
   }
-  std::lock_guard<std::timed_mutex> lock(write_mu_);
+  MutexLock lock(&write_mu_);
   if (!stream_ || writes_done_) return false;
   return stream_->Write(message);
 }
@@ -142,28 +150,28 @@ void ClientImpl::ReaderLoop() {
   while (stream_->Read(&message)) {
     last_recv_.store(Clock::now().time_since_epoch().count());
     if (!acked_fast_.load(std::memory_order_relaxed)) {
-      std::lock_guard<std::mutex> lock(mu_);
+      MutexLock lock(&mu_);
       acked_ = true;
       acked_fast_.store(true);
-      cv_.notify_all();
+      cv_.NotifyAll();
     }
     Dispatch(message);
   }
   grpc::Status st;
   {
-    std::lock_guard<std::timed_mutex> lock(write_mu_);
+    MutexLock lock(&write_mu_);
     writes_done_ = true;
     st = stream_->Finish();
   }
   Status watchdog;
   bool acked;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     reader_done_ = true;
     final_status_ = st;
     watchdog = watchdog_status_;
     acked = acked_;
-    cv_.notify_all();
+    cv_.NotifyAll();
   }
   if (closing_.load() || !acked) return;  // before the answer to Hello: StartSession reports
   FireAbort(!watchdog.ok() ? watchdog : PeerFailure(LostCoordinator(GrpcStatusText(st))));
@@ -231,11 +239,13 @@ void ClientImpl::FireAbort(const Status& status) {
 void ClientImpl::HeartbeatLoop() {
   const auto timeout = config_.heartbeat_timeout;
   TimePoint next_beat = Clock::now() + config_.heartbeat_interval;
-  std::unique_lock<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   while (!stop_heartbeat_ && !reader_done_) {
     const TimePoint last = TimePoint(Clock::duration(last_recv_.load()));
-    cv_.wait_until(lock, std::min(next_beat, last + timeout),
-                   [this] { return stop_heartbeat_ || reader_done_; });
+    cv_.WaitUntil(&mu_, std::min(next_beat, last + timeout), [this] {
+      mu_.AssertHeld();
+      return stop_heartbeat_ || reader_done_;
+    });
     if (stop_heartbeat_ || reader_done_) break;
     const TimePoint now = Clock::now();
     const auto silent = now - TimePoint(Clock::duration(last_recv_.load()));
@@ -246,19 +256,19 @@ void ClientImpl::HeartbeatLoop() {
     }
     if (now < next_beat) continue;
     next_beat = now + config_.heartbeat_interval;
-    lock.unlock();
-    if (write_mu_.try_lock()) {  // a write in progress is as good as a heartbeat
+    lock.Unlock();
+    if (write_mu_.TryLock()) {  // a write in progress is as good as a heartbeat
       proto::WorkerMessage beat;
       beat.mutable_heartbeat();
       if (stream_ && !writes_done_) stream_->Write(beat);
-      write_mu_.unlock();
+      write_mu_.Unlock();
     }
-    lock.lock();
+    lock.Lock();
   }
 }
 
 void ClientImpl::Close() {
-  std::lock_guard<std::mutex> close_lock(close_mu_);
+  MutexLock close_lock(&close_mu_);
   if (closed_) return;
   closed_ = true;
   if (local_) {
@@ -271,7 +281,7 @@ void ClientImpl::Close() {
   closing_.store(true);
   if (!stream_ || !reader_.joinable()) return;  // no session, or it failed to open
   // Goodbye, then half-close; the coordinator ends the call, which ends the reader.
-  if (write_mu_.try_lock_for(milliseconds(1000))) {
+  if (write_mu_.TryLockFor(milliseconds(1000))) {
     if (!writes_done_) {
       proto::WorkerMessage bye;
       bye.mutable_goodbye();
@@ -279,7 +289,7 @@ void ClientImpl::Close() {
       stream_->WritesDone();
       writes_done_ = true;
     }
-    write_mu_.unlock();
+    write_mu_.Unlock();
   } else {
     session_ctx_->TryCancel();
   }
@@ -287,13 +297,15 @@ void ClientImpl::Close() {
   // when the callback returns, and the destructor joins it.
   const bool on_reader = std::this_thread::get_id() == reader_.get_id();
   {
-    std::unique_lock<std::mutex> lock(mu_);
-    if (!on_reader &&
-        !cv_.wait_for(lock, milliseconds(2000), [this] { return reader_done_; })) {
+    MutexLock lock(&mu_);
+    if (!on_reader && !cv_.WaitFor(&mu_, milliseconds(2000), [this] {
+          mu_.AssertHeld();
+          return reader_done_;
+        })) {
       session_ctx_->TryCancel();
     }
     stop_heartbeat_ = true;
-    cv_.notify_all();
+    cv_.NotifyAll();
   }
   if (on_reader) session_ctx_->TryCancel();
   heartbeat_.join();

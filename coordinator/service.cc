@@ -9,6 +9,7 @@
 #include <sstream>
 
 #include "common/logging.h"
+#include "common/mutex.h"
 #include "coordinator/service_impl.h"
 
 namespace hora {
@@ -111,33 +112,38 @@ Status CoordinatorServiceImpl::Init() {
 }
 
 void CoordinatorServiceImpl::Shutdown(const std::string& reason, milliseconds drain) {
-  std::lock_guard<std::mutex> shutdown_lock(shutdown_mu_);
+  MutexLock shutdown_lock(&shutdown_mu_);
   if (shut_down_ || !server_) return;
   shut_down_ = true;
   {
-    std::unique_lock<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     // Drain: ranks still working (or still opening their session after a join that just
     // completed) may finish and say Goodbye; new sessions are still accepted meanwhile.
-    sessions_cv_.wait_until(lock, Clock::now() + drain, [this] { return DrainedLocked(); });
+    sessions_cv_.WaitUntil(&mu_, Clock::now() + drain, [this] {
+      mu_.AssertHeld();
+      return DrainedLocked();
+    });
     shutting_down_ = true;
-    join_cv_.notify_all();
+    join_cv_.NotifyAll();
     if (!DrainedLocked()) AbortLocked(Code::kAborted, reason, -1);
     // Let the sender thread deliver the aborts before the calls are cancelled (bounded).
-    sender_cv_.wait_until(lock, Clock::now() + milliseconds(500),
-                          [this] { return flush_queue_.empty() && !sender_busy_; });
+    sender_cv_.WaitUntil(&mu_, Clock::now() + milliseconds(500), [this] {
+      mu_.AssertHeld();
+      return flush_queue_.empty() && !sender_busy_;
+    });
   }
   {
-    std::lock_guard<std::mutex> lock(store_mu_);
+    MutexLock lock(&store_mu_);
     store_closed_ = true;
-    store_cv_.notify_all();
+    store_cv_.NotifyAll();
   }
   // Calls still running after the deadline are cancelled; this returns when all handlers have.
   server_->Shutdown(std::chrono::system_clock::now() + milliseconds(200));
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     stop_threads_ = true;
-    timer_cv_.notify_all();
-    sender_cv_.notify_all();
+    timer_cv_.NotifyAll();
+    sender_cv_.NotifyAll();
   }
   timer_thread_.join();
   sender_thread_.join();

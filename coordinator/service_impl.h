@@ -29,6 +29,7 @@
 #include <unordered_set>
 #include <vector>
 
+#include "common/mutex.h"
 #include "coordinator/local_session.h"
 #include "coordinator/messages.h"
 #include "coordinator/planner.h"
@@ -137,10 +138,11 @@ class CoordinatorServiceImpl final : public CoordinatorService,
 
   // service_join.cc
   grpc::Status ValidateJoin(const proto::JoinRequest& request) const;
-  grpc::Status WaitForTopology(grpc::ServerContext* ctx, std::unique_lock<std::mutex>* lock,
-                               proto::JoinResponse* response);
-  void FailStartLocked();
-  std::string DescribeRank(int rank) const;  // "rank 3 (host h, pid 12)"; REQUIRES mu_
+  // Waits (releasing mu_) for every rank's Join, the start deadline or the end.
+  grpc::Status WaitForTopology(grpc::ServerContext* ctx, proto::JoinResponse* response)
+      REQUIRES(mu_);
+  void FailStartLocked() REQUIRES(mu_);
+  std::string DescribeRank(int rank) const REQUIRES(mu_);  // "rank 3 (host h, pid 12)"
 
   // session.cc
   grpc::Status OpenSession(grpc::ServerContext* ctx, SessionServerStream* stream,
@@ -149,58 +151,60 @@ class CoordinatorServiceImpl final : public CoordinatorService,
   void HandleMessage(int rank, const proto::WorkerMessage& message, Touched* touched,
                      bool* goodbye);
   void HandleReadyLocked(int rank, const proto::WorkerMessage::Ready& ready, TimePoint now,
-                         Touched* touched);
+                         Touched* touched) REQUIRES(mu_);
   // Polls every set's planner (set == nullptr) or one set's, and sends what came out; `extra`
   // (indexed by global rank, may be null) adds errors found while reading notices.
-  void PollLocked(TimePoint now, SetState* set, std::vector<PlanMessage>* extra,
-                  Touched* touched);
+  void PollLocked(TimePoint now, SetState* set, std::vector<PlanMessage>* extra, Touched* touched)
+      REQUIRES(mu_);
   void SendPlannerOutputLocked(const SetState& set, PlannerOutput out,
-                               std::vector<PlanMessage>* extra, Touched* touched);
-  void SendExtraLocked(std::vector<PlanMessage>* extra, Touched* touched);
-  void PushPlanLocked(SessionStream& session, const PlanMessage& plan);
+                               std::vector<PlanMessage>* extra, Touched* touched) REQUIRES(mu_);
+  void SendExtraLocked(std::vector<PlanMessage>* extra, Touched* touched) REQUIRES(mu_);
+  void PushPlanLocked(SessionStream& session, const PlanMessage& plan) REQUIRES(mu_);
   BucketPlan PlanForRankLocked(const SetState& set, const PlannedBucket& bucket, int rank,
-                               const std::vector<std::string>& inline_results) const;
+                               const std::vector<std::string>& inline_results) const REQUIRES(mu_);
 
   // service_autotune.cc: feeds the buckets of `out` to the autotuner; when the settings change,
   // applies them to every planner, tells every rank and rewrites the CSV log.
-  void ObserveTuningLocked(const PlannerOutput& out, TimePoint now, Touched* touched);
-  void SendTuningLocked(Touched* touched);
+  void ObserveTuningLocked(const PlannerOutput& out, TimePoint now, Touched* touched) REQUIRES(mu_);
+  void SendTuningLocked(Touched* touched) REQUIRES(mu_);
 
   // session_inline.cc: small allreduces reduced here from the data the ranks sent inline.
   // Returns one result per entry, or nothing when some rank did not send its data.
   std::vector<std::string> InlineReduceLocked(const SetState& set,
-                                              const PlannedBucket& bucket) const;
+                                              const PlannedBucket& bucket) const REQUIRES(mu_);
   // Forgets the inline data of the names that went out or failed.
-  void DropPayloadsLocked(const SetState& set, const PlannerOutput& out);
+  void DropPayloadsLocked(const SetState& set, const PlannerOutput& out) REQUIRES(mu_);
 
   // service_sets.cc
-  SetState* FindSetLocked(int32_t id);
-  void AddSetLocked(int32_t id, std::vector<int> ranks, std::string cpu_operations);
+  SetState* FindSetLocked(int32_t id) REQUIRES(mu_);
+  void AddSetLocked(int32_t id, std::vector<int> ranks, std::string cpu_operations) REQUIRES(mu_);
   // Why `rank` may not submit `spec` (unknown set, not a member), or OK.
-  Status CheckMembershipLocked(int rank, const TensorSpec& spec, SetState** set);
-  void HandleSetOpLocked(int rank, const ProcessSetOp& op, Touched* touched);
-  ProcessSetResult ResolveSetOpLocked(uint64_t seq, const PendingSetOp& pending);
-  void SendSetResultLocked(int rank, const ProcessSetResult& result, Touched* touched);
-  void CheckSetOpTimeoutsLocked(TimePoint now, Touched* touched);
-  TimePoint NextSetDeadlineLocked() const;
+  Status CheckMembershipLocked(int rank, const TensorSpec& spec, SetState** set) REQUIRES(mu_);
+  void HandleSetOpLocked(int rank, const ProcessSetOp& op, Touched* touched) REQUIRES(mu_);
+  ProcessSetResult ResolveSetOpLocked(uint64_t seq, const PendingSetOp& pending) REQUIRES(mu_);
+  void SendSetResultLocked(int rank, const ProcessSetResult& result, Touched* touched)
+      REQUIRES(mu_);
+  void CheckSetOpTimeoutsLocked(TimePoint now, Touched* touched) REQUIRES(mu_);
+  TimePoint NextSetDeadlineLocked() const REQUIRES(mu_);
   void EndSession(int rank, const std::shared_ptr<SessionStream>& session, bool goodbye);
 
   // service_liveness.cc
   void TimerLoop();
   void SenderLoop();
-  void TimerTickLocked(TimePoint now);
-  void CheckLivenessLocked(TimePoint now);
-  void CheckStallsLocked(TimePoint now);
-  std::vector<StallReport> StalledLocked(TimePoint now, std::chrono::milliseconds older_than) const;
-  TimePoint NextWakeLocked() const;
-  void WakeTimerLocked(TimePoint at);
-  void SendHeartbeatsLocked();
-  void RankLostLocked(int rank, const std::string& why);
+  void TimerTickLocked(TimePoint now) REQUIRES(mu_);
+  void CheckLivenessLocked(TimePoint now) REQUIRES(mu_);
+  void CheckStallsLocked(TimePoint now) REQUIRES(mu_);
+  std::vector<StallReport> StalledLocked(TimePoint now, std::chrono::milliseconds older_than) const
+      REQUIRES(mu_);
+  TimePoint NextWakeLocked() const REQUIRES(mu_);
+  void WakeTimerLocked(TimePoint at) REQUIRES(mu_);
+  void SendHeartbeatsLocked() REQUIRES(mu_);
+  void RankLostLocked(int rank, const std::string& why) REQUIRES(mu_);
   // Aborts the job: every session but `except_rank` receives Abort(code, message).
-  void AbortLocked(Code code, const std::string& message, int except_rank);
-  void ScheduleFlushLocked(const std::shared_ptr<SessionStream>& session);
+  void AbortLocked(Code code, const std::string& message, int except_rank) REQUIRES(mu_);
+  void ScheduleFlushLocked(const std::shared_ptr<SessionStream>& session) REQUIRES(mu_);
   // No session open and none still expected (every joined rank had one, or was lost).
-  bool DrainedLocked() const;
+  bool DrainedLocked() const REQUIRES(mu_);
 
   // Constant after construction.
   const CoordinatorConfig config_;
@@ -214,41 +218,41 @@ class CoordinatorServiceImpl final : public CoordinatorService,
   std::thread timer_thread_;
   std::thread sender_thread_;
 
-  std::mutex shutdown_mu_;  // serializes Shutdown
-  bool shut_down_ = false;  // guarded by shutdown_mu_
+  Mutex shutdown_mu_;  // serializes Shutdown
+  bool shut_down_ GUARDED_BY(shutdown_mu_) = false;
 
-  std::mutex mu_;
-  std::condition_variable join_cv_;      // topology ready, start failed, shutting down
-  std::condition_variable timer_cv_;     // the timer thread waits here
-  std::condition_variable sessions_cv_;  // a session ended
-  std::condition_variable sender_cv_;    // work for the sender thread, or it went idle
-  // All guarded by mu_.
-  std::map<int32_t, SetState> sets_;  // 0 = every rank
-  int32_t next_set_id_ = 1;           // ids are never reused within a job
-  std::map<uint64_t, PendingSetOp> set_ops_;
-  std::unique_ptr<Autotuner> tuner_;  // set when config_.autotune.enabled
-  std::vector<RankState> ranks_;
-  int joined_count_ = 0;
-  bool topology_ready_ = false;
-  Topology topology_;
-  TimePoint topology_time_;
-  std::string start_failure_;  // non-empty once the start timed out
-  bool aborted_ = false;
-  std::string abort_message_;
-  Code abort_code_ = Code::kAborted;
-  bool shutting_down_ = false;
-  bool stop_threads_ = false;
-  TimePoint timer_wake_ = TimePoint::max();
-  TimePoint next_heartbeat_;
-  TimePoint next_stall_check_;
-  TimePoint next_stall_log_;  // stall warnings at most every stall_warning / 2
-  std::vector<std::shared_ptr<SessionStream>> flush_queue_;  // for the sender thread
-  bool sender_busy_ = false;
+  Mutex mu_;
+  CondVar join_cv_;                                   // topology ready, start failed, shutting down
+  CondVar timer_cv_;                                  // the timer thread waits here
+  CondVar sessions_cv_;                               // a session ended
+  CondVar sender_cv_;                                 // work for the sender thread, or it went idle
+  std::map<int32_t, SetState> sets_ GUARDED_BY(mu_);  // 0 = every rank
+  int32_t next_set_id_ GUARDED_BY(mu_) = 1;           // ids are never reused within a job
+  std::map<uint64_t, PendingSetOp> set_ops_ GUARDED_BY(mu_);
+  std::unique_ptr<Autotuner> tuner_ GUARDED_BY(mu_);  // set when config_.autotune.enabled
+  std::vector<RankState> ranks_ GUARDED_BY(mu_);
+  int joined_count_ GUARDED_BY(mu_) = 0;
+  bool topology_ready_ GUARDED_BY(mu_) = false;
+  Topology topology_ GUARDED_BY(mu_);
+  TimePoint topology_time_ GUARDED_BY(mu_);
+  std::string start_failure_ GUARDED_BY(mu_);  // non-empty once the start timed out
+  bool aborted_ GUARDED_BY(mu_) = false;
+  std::string abort_message_ GUARDED_BY(mu_);
+  Code abort_code_ GUARDED_BY(mu_) = Code::kAborted;
+  bool shutting_down_ GUARDED_BY(mu_) = false;
+  bool stop_threads_ GUARDED_BY(mu_) = false;
+  TimePoint timer_wake_ GUARDED_BY(mu_) = TimePoint::max();
+  TimePoint next_heartbeat_ GUARDED_BY(mu_);
+  TimePoint next_stall_check_ GUARDED_BY(mu_);
+  TimePoint next_stall_log_ GUARDED_BY(mu_);  // stall warnings at most every stall_warning / 2
+  std::vector<std::shared_ptr<SessionStream>> flush_queue_
+      GUARDED_BY(mu_);  // for the sender thread
+  bool sender_busy_ GUARDED_BY(mu_) = false;
 
-  std::mutex store_mu_;
-  std::condition_variable store_cv_;
-  std::map<std::string, std::string> store_;  // guarded by store_mu_
-  bool store_closed_ = false;                 // guarded by store_mu_
+  Mutex store_mu_;
+  CondVar store_cv_;
+  std::map<std::string, std::string> store_ GUARDED_BY(store_mu_);
+  bool store_closed_ GUARDED_BY(store_mu_) = false;
 };
 
 }  // namespace hora

@@ -7,6 +7,7 @@
 #include "coordinator/auth.h"
 #include "coordinator/convert.h"
 #include "coordinator/service_impl.h"
+#include "common/mutex.h"
 
 namespace hora {
 namespace {
@@ -109,7 +110,7 @@ grpc::Status CoordinatorServiceImpl::Join(grpc::ServerContext* ctx,
     HORA_LOG_ERROR("coordinator: refused Join from {}: {}", ctx->peer(), valid.error_message());
     return valid;
   }
-  std::unique_lock<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   const int rank = request->rank();
   RankState& state = ranks_[rank];
   if (aborted_) {
@@ -157,13 +158,12 @@ grpc::Status CoordinatorServiceImpl::Join(grpc::ServerContext* ctx,
     topology_time_ = Clock::now();
     WakeTimerLocked(topology_time_ + config_.start_timeout);
     HORA_LOG_INFO("coordinator: all {} ranks joined", config_.size);
-    join_cv_.notify_all();
+    join_cv_.NotifyAll();
   }
-  return WaitForTopology(ctx, &lock, response);
+  return WaitForTopology(ctx, response);
 }
 
 grpc::Status CoordinatorServiceImpl::WaitForTopology(grpc::ServerContext* ctx,
-                                                     std::unique_lock<std::mutex>* lock,
                                                      proto::JoinResponse* response) {
   TimePoint deadline = start_deadline_;
   const auto client_deadline = ctx->deadline();
@@ -171,7 +171,8 @@ grpc::Status CoordinatorServiceImpl::WaitForTopology(grpc::ServerContext* ctx,
     const auto left = client_deadline - std::chrono::system_clock::now();
     deadline = std::min(deadline, Clock::now() + left);
   }
-  join_cv_.wait_until(*lock, deadline, [this] {
+  join_cv_.WaitUntil(&mu_, deadline, [this] {
+    mu_.AssertHeld();
     return topology_ready_ || !start_failure_.empty() || shutting_down_ || aborted_;
   });
   if (topology_ready_) {
@@ -198,7 +199,7 @@ void CoordinatorServiceImpl::FailStartLocked() {
                    " of " + std::to_string(config_.size) + " did not join within " +
                    FormatSeconds(config_.start_timeout);
   HORA_LOG_ERROR("coordinator: {}", start_failure_);
-  join_cv_.notify_all();
+  join_cv_.NotifyAll();
 }
 
 }  // namespace hora

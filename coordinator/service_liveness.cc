@@ -8,6 +8,7 @@
 #include <algorithm>
 
 #include "common/logging.h"
+#include "common/mutex.h"
 #include "coordinator/service_impl.h"
 
 namespace hora {
@@ -30,20 +31,20 @@ std::string DescribeStalls(const std::vector<StallReport>& stalls, size_t cap) {
 }  // namespace
 
 void CoordinatorServiceImpl::TimerLoop() {
-  std::unique_lock<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   while (!stop_threads_) {
     const TimePoint now = Clock::now();
     TimerTickLocked(now);
     // Never spin, even if a deadline stays in the past.
     timer_wake_ = std::max(NextWakeLocked(), now + std::chrono::microseconds(100));
-    timer_cv_.wait_until(lock, timer_wake_);
+    timer_cv_.WaitUntil(&mu_, timer_wake_);
   }
 }
 
 void CoordinatorServiceImpl::WakeTimerLocked(TimePoint at) {
   if (at < timer_wake_) {
     timer_wake_ = at;
-    timer_cv_.notify_one();
+    timer_cv_.NotifyOne();
   }
 }
 
@@ -163,7 +164,7 @@ void CoordinatorServiceImpl::AbortLocked(Code code, const std::string& message,
   abort_message_ = message;
   abort_code_ = code;
   HORA_LOG_ERROR("coordinator: aborting the job: {}", message);
-  join_cv_.notify_all();
+  join_cv_.NotifyAll();
   for (int i = 0; i < config_.size; ++i) {
     const RankState& r = ranks_[i];
     if (i == except_rank || !r.session) continue;
@@ -179,23 +180,26 @@ void CoordinatorServiceImpl::ScheduleFlushLocked(const std::shared_ptr<SessionSt
   if (std::find(flush_queue_.begin(), flush_queue_.end(), s) == flush_queue_.end()) {
     flush_queue_.push_back(s);
   }
-  sender_cv_.notify_all();
+  sender_cv_.NotifyAll();
 }
 
 void CoordinatorServiceImpl::SenderLoop() {
-  std::unique_lock<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   while (true) {
-    sender_cv_.wait(lock, [this] { return stop_threads_ || !flush_queue_.empty(); });
+    sender_cv_.Wait(&mu_, [this] {
+      mu_.AssertHeld();
+      return stop_threads_ || !flush_queue_.empty();
+    });
     if (flush_queue_.empty()) break;  // stop_threads_ and nothing left
     std::vector<std::shared_ptr<SessionStream>> batch;
     batch.swap(flush_queue_);
     sender_busy_ = true;
-    lock.unlock();
+    lock.Unlock();
     for (const auto& s : batch) s->Flush();
     batch.clear();
-    lock.lock();
+    lock.Lock();
     sender_busy_ = false;
-    sender_cv_.notify_all();
+    sender_cv_.NotifyAll();
   }
 }
 

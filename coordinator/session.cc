@@ -10,6 +10,7 @@
 #include "coordinator/auth.h"
 #include "coordinator/convert.h"
 #include "coordinator/service_impl.h"
+#include "common/mutex.h"
 
 namespace hora {
 
@@ -55,12 +56,12 @@ grpc::Status CoordinatorServiceImpl::OpenSession(grpc::ServerContext* ctx,
                         "Hello from rank " + std::to_string(rank) + ", out of range [0, " +
                             std::to_string(config_.size) + ")");
   }
-  std::unique_lock<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   if (aborted_) {  // tell the rank why, as it would have heard with a session
     proto::CoordinatorMessage abort;
     abort.mutable_abort()->set_code(static_cast<int32_t>(abort_code_));
     abort.mutable_abort()->set_message(abort_message_);
-    lock.unlock();
+    lock.Unlock();
     stream->Write(abort);
     return grpc::Status::OK;
   }
@@ -93,12 +94,12 @@ void CoordinatorServiceImpl::HandleMessage(int rank, const proto::WorkerMessage&
     case proto::WorkerMessage::kHeartbeat:
       return;
     case proto::WorkerMessage::kReady: {
-      std::lock_guard<std::mutex> lock(mu_);
+      MutexLock lock(&mu_);
       if (!aborted_) HandleReadyLocked(rank, message.ready(), Clock::now(), touched);
       return;
     }
     case proto::WorkerMessage::kJoinOp: {
-      std::lock_guard<std::mutex> lock(mu_);
+      MutexLock lock(&mu_);
       if (aborted_) return;
       const TimePoint now = Clock::now();
       SetState* set = FindSetLocked(message.join_op().process_set());
@@ -112,7 +113,7 @@ void CoordinatorServiceImpl::HandleMessage(int rank, const proto::WorkerMessage&
       return;
     }
     case proto::WorkerMessage::kProcessSetOp: {
-      std::lock_guard<std::mutex> lock(mu_);
+      MutexLock lock(&mu_);
       if (aborted_) return;
       ProcessSetOp op;
       Status s = FromProto(message.process_set_op(), &op);
@@ -130,7 +131,7 @@ void CoordinatorServiceImpl::HandleMessage(int rank, const proto::WorkerMessage&
       *goodbye = true;
       return;
     case proto::WorkerMessage::kFailure: {
-      std::lock_guard<std::mutex> lock(mu_);
+      MutexLock lock(&mu_);
       AbortLocked(Code::kPeerFailure,
                   DescribeRank(rank) + " failed: " + message.failure().message(), rank);
       return;
@@ -138,7 +139,7 @@ void CoordinatorServiceImpl::HandleMessage(int rank, const proto::WorkerMessage&
     default: {
       // A broken or hostile client can send these as fast as it can write: log the 1st, 2nd,
       // 4th, 8th, ... so that the coordinator's log stays small (a fuzz run wrote 2,600 a second).
-      std::lock_guard<std::mutex> lock(mu_);
+      MutexLock lock(&mu_);
       const uint64_t n = ++ranks_[rank].unexpected;
       if ((n & (n - 1)) == 0) {
         HORA_LOG_WARN("coordinator: ignored an unexpected message (kind {}) from rank {} ({} so "
@@ -160,6 +161,7 @@ void CoordinatorServiceImpl::HandleReadyLocked(int rank, const proto::WorkerMess
   };
   std::vector<SetState*> polled;
   auto submit = [&](uint32_t id, const TensorSpec& spec, const proto::ReadyTensor& t) {
+    mu_.AssertHeld();  // the lambdas here run inside HandleReadyLocked
     SetState* set = nullptr;
     Status member = CheckMembershipLocked(rank, spec, &set);
     if (!member.ok()) {
@@ -252,6 +254,7 @@ BucketPlan CoordinatorServiceImpl::PlanForRankLocked(
 void CoordinatorServiceImpl::PollLocked(TimePoint now, SetState* only,
                                         std::vector<PlanMessage>* extra, Touched* touched) {
   auto poll = [&](SetState& set) {
+    mu_.AssertHeld();
     PlannerOutput out = set.planner->Poll(now);
     if (tuner_ != nullptr) ObserveTuningLocked(out, now, touched);
     SendPlannerOutputLocked(set, std::move(out), extra, touched);
@@ -359,14 +362,14 @@ void CoordinatorServiceImpl::SendExtraLocked(std::vector<PlanMessage>* extra, To
 void CoordinatorServiceImpl::EndSession(int rank, const std::shared_ptr<SessionStream>& session,
                                         bool goodbye) {
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     RankState& state = ranks_[rank];
     if (!goodbye && !state.lost && !aborted_ && !shutting_down_) {
       RankLostLocked(rank, "its connection to the coordinator broke");
     }
     if (goodbye) HORA_LOG_DEBUG("coordinator: {} said goodbye", DescribeRank(rank));
     if (state.session == session) state.session.reset();
-    sessions_cv_.notify_all();
+    sessions_cv_.NotifyAll();
   }
   session->Close(std::chrono::seconds(1));
 }

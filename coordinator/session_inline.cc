@@ -51,6 +51,7 @@ std::vector<std::string> CoordinatorServiceImpl::InlineReduceLocked(
 
 void CoordinatorServiceImpl::DropPayloadsLocked(const SetState& set, const PlannerOutput& out) {
   auto drop = [&](const std::string& name) {
+    mu_.AssertHeld();
     const TensorKey key{set.id, name};
     for (int r : set.ranks) {
       RankState& state = ranks_[r];

@@ -2,6 +2,7 @@
 // same state and message handling as a stream session, with function calls for transport.
 #include "common/logging.h"
 #include "coordinator/service_impl.h"
+#include "common/mutex.h"
 
 namespace hora {
 
@@ -9,12 +10,12 @@ Status CoordinatorServiceImpl::OpenLocalSession(int rank, Sink sink) {
   if (rank < 0 || rank >= config_.size) {
     return InvalidArgument("local session for rank " + std::to_string(rank) + ", out of range");
   }
-  std::unique_lock<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   if (aborted_) {  // tell the rank why, as a stream session would
     proto::CoordinatorMessage abort;
     abort.mutable_abort()->set_code(static_cast<int32_t>(abort_code_));
     abort.mutable_abort()->set_message(abort_message_);
-    lock.unlock();
+    lock.Unlock();
     sink(abort);
     return Status::Ok();
   }
@@ -33,7 +34,7 @@ Status CoordinatorServiceImpl::OpenLocalSession(int rank, Sink sink) {
 void CoordinatorServiceImpl::LocalMessage(int rank, const proto::WorkerMessage& message) {
   std::shared_ptr<SessionStream> session;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     if (rank < 0 || rank >= config_.size) return;
     session = ranks_[rank].session;
   }

@@ -1,6 +1,7 @@
 #include "coordinator/session_stream.h"
 
 #include <utility>
+#include "common/mutex.h"
 
 namespace hora {
 
@@ -16,26 +17,26 @@ SessionStream::SessionStream(int rank, Sink sink, TimePoint now)
       last_recv_(now.time_since_epoch().count()) {}
 
 void SessionStream::Push(proto::CoordinatorMessage message) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   if (!closed_) outbox_.push_back(std::move(message));
 }
 
 void SessionStream::Flush() {
-  std::unique_lock<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   if (flushing_) return;  // the thread that is flushing writes our messages too
   flushing_ = true;
   while (!closed_ && !outbox_.empty()) {
     proto::CoordinatorMessage message = std::move(outbox_.front());
     outbox_.pop_front();
     write_started_ = Clock::now();
-    lock.unlock();
+    lock.Unlock();
     bool ok = true;
     if (sink_) {
       sink_(message);
     } else {
       ok = stream_->Write(message);
     }
-    lock.lock();
+    lock.Lock();
     write_started_ = TimePoint::max();
     if (!ok) {  // the call is over; the handler's Read sees it too
       outbox_.clear();
@@ -43,26 +44,26 @@ void SessionStream::Flush() {
     }
   }
   flushing_ = false;
-  idle_cv_.notify_all();
+  idle_cv_.NotifyAll();
 }
 
 TimePoint SessionStream::write_started() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   return write_started_;
 }
 
 void SessionStream::Cancel() {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   if (!finished_ && ctx_ != nullptr) ctx_->TryCancel();
 }
 
 void SessionStream::Close(std::chrono::milliseconds grace) {
-  std::unique_lock<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   closed_ = true;
   outbox_.clear();
-  if (!idle_cv_.wait_for(lock, grace, [this] { return !flushing_; })) {
+  if (!idle_cv_.WaitFor(&mu_, grace, [this] { mu_.AssertHeld(); return !flushing_; })) {
     if (ctx_ != nullptr) ctx_->TryCancel();  // a write is stuck: cancelling the call makes it return
-    idle_cv_.wait(lock, [this] { return !flushing_; });
+    idle_cv_.Wait(&mu_, [this] { mu_.AssertHeld(); return !flushing_; });
   }
   finished_ = true;
 }

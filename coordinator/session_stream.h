@@ -25,6 +25,7 @@
 
 #include "coordinator/planner.h"
 #include "proto/coordinator.pb.h"
+#include "common/mutex.h"
 
 namespace hora {
 
@@ -68,13 +69,13 @@ class SessionStream {
   const Sink sink_;
   std::atomic<Clock::rep> last_recv_;
 
-  mutable std::mutex mu_;
-  std::condition_variable idle_cv_;
-  std::deque<proto::CoordinatorMessage> outbox_;  // guarded by mu_
-  bool flushing_ = false;                         // guarded by mu_
-  bool closed_ = false;                           // guarded by mu_
-  bool finished_ = false;                         // guarded by mu_
-  TimePoint write_started_ = TimePoint::max();    // guarded by mu_
+  mutable Mutex mu_;
+  CondVar idle_cv_;
+  std::deque<proto::CoordinatorMessage> outbox_ GUARDED_BY(mu_);
+  bool flushing_ GUARDED_BY(mu_) = false;
+  bool closed_ GUARDED_BY(mu_) = false;
+  bool finished_ GUARDED_BY(mu_) = false;
+  TimePoint write_started_ GUARDED_BY(mu_) = TimePoint::max();
 };
 
 }  // namespace hora

@@ -1,6 +1,7 @@
 // The rendezvous store: set, and get that waits for the key up to the caller's timeout.
 #include <algorithm>
 
+#include "common/mutex.h"
 #include "coordinator/auth.h"
 #include "coordinator/service_impl.h"
 
@@ -19,7 +20,7 @@ grpc::Status CoordinatorServiceImpl::StoreSet(grpc::ServerContext* ctx,
   if (request->key().empty()) {
     return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "store: empty key");
   }
-  std::lock_guard<std::mutex> lock(store_mu_);
+  MutexLock lock(&store_mu_);
   if (store_closed_) {
     return grpc::Status(grpc::StatusCode::UNAVAILABLE, "the coordinator is shutting down");
   }
@@ -28,7 +29,7 @@ grpc::Status CoordinatorServiceImpl::StoreSet(grpc::ServerContext* ctx,
     return grpc::Status::OK;
   }
   store_[request->key()] = request->value();
-  store_cv_.notify_all();
+  store_cv_.NotifyAll();
   return grpc::Status::OK;
 }
 
@@ -46,8 +47,11 @@ grpc::Status CoordinatorServiceImpl::StoreGet(grpc::ServerContext* ctx,
     deadline = std::min(deadline, Clock::now() + (client_deadline -
                                                   std::chrono::system_clock::now()));
   }
-  std::unique_lock<std::mutex> lock(store_mu_);
-  store_cv_.wait_until(lock, deadline, [&] { return store_closed_ || store_.count(key) > 0; });
+  MutexLock lock(&store_mu_);
+  store_cv_.WaitUntil(&store_mu_, deadline, [&] {
+    store_mu_.AssertHeld();
+    return store_closed_ || store_.count(key) > 0;
+  });
   auto it = store_.find(key);
   if (it != store_.end()) {
     response->set_value(it->second);

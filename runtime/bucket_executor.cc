@@ -3,6 +3,7 @@
 #include <cstring>
 
 #include "common/reduce.h"
+#include "common/mutex.h"
 
 namespace hora {
 namespace {
@@ -21,8 +22,8 @@ BucketExecutor::BucketExecutor(Communicator* comm) : comm_(comm), device_(comm->
 }
 
 FusionPool::Lease FusionPool::Acquire(size_t bytes) {
-  std::unique_lock<std::mutex> lock(mu_);
-  cv_.wait(lock, [&] { return !free_.empty() || created_ < kMaxBuffers; });
+  MutexLock lock(&mu_);
+  cv_.Wait(&mu_, [&] { mu_.AssertHeld(); return !free_.empty() || created_ < kMaxBuffers; });
   std::unique_ptr<std::vector<char>> buf;
   if (!free_.empty()) {
     buf = std::move(free_.back());
@@ -31,17 +32,17 @@ FusionPool::Lease FusionPool::Acquire(size_t bytes) {
     buf = std::make_unique<std::vector<char>>();
     ++created_;
   }
-  lock.unlock();
+  lock.Unlock();
   if (buf->size() < bytes) buf->resize(bytes);
   return Lease(buf.release(), [this](std::vector<char>* b) { Return(b); });
 }
 
 void FusionPool::Return(std::vector<char>* buffer) {
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     free_.emplace_back(buffer);
   }
-  cv_.notify_one();
+  cv_.NotifyOne();
 }
 
 Status BucketExecutor::Start(const BucketPlan& plan, const std::vector<const Request*>& requests,

@@ -33,6 +33,7 @@
 #include "runtime/handle_table.h"
 #include "runtime/tensor_queue.h"
 #include "runtime/timeline.h"
+#include "common/mutex.h"
 
 namespace hora {
 
@@ -47,10 +48,10 @@ class FusionPool {
  private:
   void Return(std::vector<char>* buffer);
 
-  std::mutex mu_;
-  std::condition_variable cv_;
-  std::vector<std::unique_ptr<std::vector<char>>> free_;  // guarded by mu_
-  size_t created_ = 0;                                    // guarded by mu_
+  Mutex mu_;
+  CondVar cv_;
+  std::vector<std::unique_ptr<std::vector<char>>> free_ GUARDED_BY(mu_);
+  size_t created_ GUARDED_BY(mu_) = 0;
 };
 
 class BucketExecutor {

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include "common/mutex.h"
 
 namespace hora {
 
@@ -11,18 +12,18 @@ CompletionQueue::~CompletionQueue() { Stop(); }
 
 void CompletionQueue::Add(std::unique_ptr<Work> work, Done done) {
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     incoming_.push_back(Item{std::move(work), std::move(done)});
   }
-  cv_.notify_all();
+  cv_.NotifyAll();
 }
 
 void CompletionQueue::Stop() {
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     stop_ = true;
   }
-  cv_.notify_all();
+  cv_.NotifyAll();
   if (thread_.joinable()) thread_.join();
 }
 
@@ -31,12 +32,12 @@ void CompletionQueue::Loop() {
   auto sleep = std::chrono::microseconds(0);
   for (;;) {
     {
-      std::unique_lock<std::mutex> lock(mu_);
+      MutexLock lock(&mu_);
       if (items.empty()) {
-        cv_.wait(lock, [&] { return stop_ || !incoming_.empty(); });
+        cv_.Wait(&mu_, [&] { mu_.AssertHeld(); return stop_ || !incoming_.empty(); });
         if (incoming_.empty()) return;  // stopped, nothing outstanding
       } else if (sleep.count() > 0) {
-        cv_.wait_for(lock, sleep, [&] { return !incoming_.empty(); });
+        cv_.WaitFor(&mu_, sleep, [&] { mu_.AssertHeld(); return !incoming_.empty(); });
       }
       for (Item& i : incoming_) items.push_back(std::move(i));
       incoming_.clear();

@@ -22,6 +22,7 @@
 
 #include "collectives/communicator.h"
 #include "common/status.h"
+#include "common/mutex.h"
 
 namespace hora {
 
@@ -45,10 +46,10 @@ class CompletionQueue {
   };
   void Loop();
 
-  mutable std::mutex mu_;
-  std::condition_variable cv_;
-  std::vector<Item> incoming_;  // guarded by mu_
-  bool stop_ = false;           // guarded by mu_
+  mutable Mutex mu_;
+  CondVar cv_;
+  std::vector<Item> incoming_ GUARDED_BY(mu_);
+  bool stop_ GUARDED_BY(mu_) = false;
   std::thread thread_;
 };
 

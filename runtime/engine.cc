@@ -7,6 +7,7 @@
 
 #include "collectives/registry.h"
 #include "common/logging.h"
+#include "common/mutex.h"
 #include "runtime/engine_config.h"
 
 namespace hora {
@@ -80,14 +81,14 @@ Status Engine::Init() {
   callbacks.on_plan = [this](PlanMessage plan) { OnPlan(std::move(plan)); };
   callbacks.on_join_done = [this](int32_t set, int last_rank) {
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      MutexLock lock(&mu_);
       join_done_.emplace_back(set, last_rank);
     }
-    cv_.notify_all();
+    cv_.NotifyAll();
   };
   callbacks.on_process_set = [this](ProcessSetResult r) { OnProcessSetResult(std::move(r)); };
   callbacks.on_tuning = [this](TuningNotice t) {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     tuning_ = t;
   };
   callbacks.on_abort = [this](Status status) { SetError(std::move(status)); };
@@ -142,14 +143,14 @@ Engine::~Engine() { (void)Shutdown(); }  // a destructor reports nothing; Shutdo
 
 Status Engine::Shutdown() {
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     stop_ = true;
   }
-  cv_.notify_all();
+  cv_.NotifyAll();
   if (thread_.joinable()) thread_.join();
   std::map<int32_t, std::shared_ptr<ProcessSetRuntime>> sets;
   {
-    std::lock_guard<std::mutex> lock(sets_mu_);
+    MutexLock lock(&sets_mu_);
     sets.swap(sets_);
   }
   const Status aborted = Aborted("Hora was shut down while the operation was pending");
@@ -174,30 +175,30 @@ Status Engine::Shutdown() {
 }
 
 TuningNotice Engine::Tuning() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   return tuning_;
 }
 
 Status Engine::AsyncError() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   return error_;
 }
 
 void Engine::SetError(Status status) {
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     if (!error_.ok()) return;
     error_ = std::move(status);
     HORA_LOG_ERROR("job failed: {}", error_.message());
   }
-  cv_.notify_all();
+  cv_.NotifyAll();
 }
 
 void Engine::FailEverything(const Status& status) {
   for (Request& r : queue_.TakeAll()) handles_.Complete(r.handle, status);
   std::map<int32_t, int64_t> joins;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     joins.swap(join_handles_);
   }
   for (const auto& [set, handle] : joins) handles_.Complete(handle, status);
@@ -237,10 +238,13 @@ void Engine::Complete(int64_t handle, Status status, OpResult result) {
 // A failed collective breaks the job. The coordinator usually knows why (a rank died): wait
 // briefly for its verdict so the error names the culprit, else report ours.
 Status Engine::BucketFailed(const Status& status) {
-  std::unique_lock<std::mutex> lock(mu_);
-  cv_.wait_for(lock, std::chrono::seconds(3), [&] { return !error_.ok() || stop_; });
+  MutexLock lock(&mu_);
+  cv_.WaitFor(&mu_, std::chrono::seconds(3), [&] {
+    mu_.AssertHeld();
+    return !error_.ok() || stop_;
+  });
   if (!error_.ok()) return error_;
-  lock.unlock();
+  lock.Unlock();
   client_->SendFailure(status.message());
   SetError(status);
   return status;

@@ -50,6 +50,7 @@
 #include "runtime/process_set.h"
 #include "runtime/tensor_queue.h"
 #include "runtime/timeline.h"
+#include "common/mutex.h"
 
 namespace hora {
 
@@ -167,7 +168,8 @@ class Engine : private ProcessSetRuntime::Host {
   // Starts rank 0's coordinator (rank 0) and learns the address every rank connects to.
   StatusOr<std::string> StartCoordinator();
   // Sends the n-th process-set operation and waits for the coordinator's answer.
-  StatusOr<ProcessSetResult> RunSetOp(ProcessSetOp op, const std::string& refused);
+  StatusOr<ProcessSetResult> RunSetOp(ProcessSetOp op, const std::string& refused)
+      REQUIRES(set_op_mu_);
   // Builds (members) and registers the set's runtime.
   Status InstallSet(int32_t id, std::vector<int> ranks, const std::string& cpu_operations);
   BackendConfig BackendConfigFor(int32_t id, const std::vector<int>& ranks, int set_rank) const;
@@ -202,31 +204,31 @@ class Engine : private ProcessSetRuntime::Host {
   Timeline timeline_;  // hooks check timeline_.on() (one load) before recording
 
   // Process sets: the runtimes are shared with the threads that deliver plans.
-  mutable std::mutex sets_mu_;
-  std::map<int32_t, std::shared_ptr<ProcessSetRuntime>> sets_;  // guarded by sets_mu_
-  std::mutex set_op_mu_;     // serializes AddProcessSet / RemoveProcessSet on this rank
-  uint64_t next_set_op_ = 0; // guarded by set_op_mu_
+  mutable Mutex sets_mu_;
+  std::map<int32_t, std::shared_ptr<ProcessSetRuntime>> sets_ GUARDED_BY(sets_mu_);
+  Mutex set_op_mu_;     // serializes AddProcessSet / RemoveProcessSet on this rank
+  uint64_t next_set_op_ GUARDED_BY(set_op_mu_) = 0;
 
-  mutable std::mutex mu_;
-  std::condition_variable cv_;
-  bool stop_ = false;                           // guarded by mu_
-  std::deque<std::pair<int32_t, int>> join_done_;  // guarded by mu_: (set, last rank)
-  TuningNotice tuning_;                         // guarded by mu_: the coordinator's last word
-  std::map<uint64_t, ProcessSetResult> set_results_;  // guarded by mu_: by seq
-  Status error_;                                // guarded by mu_: the sticky error
-  bool error_handled_ = false;                  // guarded by mu_: pending ops failed with error_
-  std::map<int32_t, int64_t> barrier_count_;    // guarded by mu_: per set
-  std::map<int32_t, int64_t> join_handles_;     // guarded by mu_: per set, the pending join
+  mutable Mutex mu_;
+  CondVar cv_;
+  bool stop_ GUARDED_BY(mu_) = false;
+  std::deque<std::pair<int32_t, int>> join_done_ GUARDED_BY(mu_);  // (set, last rank)
+  TuningNotice tuning_ GUARDED_BY(mu_);                         // the coordinator's last word
+  std::map<uint64_t, ProcessSetResult> set_results_ GUARDED_BY(mu_);  // by seq
+  Status error_ GUARDED_BY(mu_);                                // the sticky error
+  bool error_handled_ GUARDED_BY(mu_) = false;                  // pending ops failed with error_
+  std::map<int32_t, int64_t> barrier_count_ GUARDED_BY(mu_);    // per set
+  std::map<int32_t, int64_t> join_handles_ GUARDED_BY(mu_);     // per set, the pending join
   // guarded by mu_: per (set, sender, receiver, tag), transfers enqueued so far
   std::map<std::tuple<int32_t, int, int, int>, int64_t> transfers_;
 
   // Tensor ids. New requests are announced by the enqueuing thread itself (no wake-up of
   // another thread on the latency path); plan delivery maps ids back to keys.
-  std::mutex announce_mu_;
-  std::unordered_map<TensorKey, uint32_t, TensorKeyHash> ids_;  // guarded by announce_mu_
-  std::unordered_map<uint32_t, TensorSpec> id_specs_;  // guarded by announce_mu_: last announced
-  std::unordered_map<uint32_t, TensorKey> id_keys_;    // guarded by announce_mu_
-  uint32_t next_id_ = 0;                               // guarded by announce_mu_
+  Mutex announce_mu_;
+  std::unordered_map<TensorKey, uint32_t, TensorKeyHash> ids_ GUARDED_BY(announce_mu_);
+  std::unordered_map<uint32_t, TensorSpec> id_specs_ GUARDED_BY(announce_mu_);  // last announced
+  std::unordered_map<uint32_t, TensorKey> id_keys_ GUARDED_BY(announce_mu_);
+  uint32_t next_id_ GUARDED_BY(announce_mu_) = 0;
 
   // Handles of requests waiting on a steady path, for Wait: their set and instance.
   std::mutex steady_mu_;

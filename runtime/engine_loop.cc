@@ -5,6 +5,7 @@
 #include "common/logging.h"
 #include "common/reduce.h"
 #include "runtime/engine.h"
+#include "common/mutex.h"
 
 namespace hora {
 
@@ -13,8 +14,8 @@ void Engine::BackgroundLoop() {
     std::deque<std::pair<int32_t, int>> joins;
     Status error;
     {
-      std::unique_lock<std::mutex> lock(mu_);
-      cv_.wait(lock, [&] {
+      MutexLock lock(&mu_);
+      cv_.Wait(&mu_, [&] { mu_.AssertHeld();
         return stop_ || !join_done_.empty() || (!error_.ok() && !error_handled_);
       });
       if (stop_) return;
@@ -25,7 +26,7 @@ void Engine::BackgroundLoop() {
     if (!error.ok()) {
       std::vector<std::shared_ptr<ProcessSetRuntime>> sets;
       {
-        std::lock_guard<std::mutex> lock(sets_mu_);
+        MutexLock lock(&sets_mu_);
         for (auto& [id, set] : sets_) sets.push_back(set);
       }
       for (auto& set : sets) set->Abort(error);
@@ -35,7 +36,7 @@ void Engine::BackgroundLoop() {
     for (const auto& [set, last_rank] : joins) {
       int64_t handle = 0;
       {
-        std::lock_guard<std::mutex> lock(mu_);
+        MutexLock lock(&mu_);
         auto it = join_handles_.find(set);
         if (it != join_handles_.end()) {
           handle = it->second;
@@ -50,7 +51,7 @@ void Engine::BackgroundLoop() {
 }
 
 std::optional<TensorKey> Engine::KeyOfId(int32_t id) {
-  std::lock_guard<std::mutex> lock(announce_mu_);
+  MutexLock lock(&announce_mu_);
   auto it = id_keys_.find(static_cast<uint32_t>(id));
   if (it == id_keys_.end()) return std::nullopt;
   return it->second;
@@ -59,8 +60,9 @@ std::optional<TensorKey> Engine::KeyOfId(int32_t id) {
 void Engine::AnnounceFresh() {
   std::vector<ReadyNotice> notices;
   {
-    std::lock_guard<std::mutex> lock(announce_mu_);
+    MutexLock lock(&announce_mu_);
     queue_.AnnounceFresh([&](const Request& r) {
+      announce_mu_.AssertHeld();  // called back synchronously, under the lock
       ReadyNotice n;
       const TensorKey key = TensorKeyOf(r.spec);
       auto it = ids_.find(key);
@@ -129,7 +131,7 @@ void Engine::LearnSteady(SteadyPath* steady, const BucketPlan& bucket) {
   std::vector<TensorSpec> specs;
   std::vector<bool> have;
   {
-    std::lock_guard<std::mutex> lock(announce_mu_);
+    MutexLock lock(&announce_mu_);
     for (const BucketPlan::Entry& e : bucket.entries) {
       auto it = e.id < 0 ? id_specs_.end() : id_specs_.find(static_cast<uint32_t>(e.id));
       have.push_back(it != id_specs_.end());
@@ -190,7 +192,7 @@ Status Engine::Refuse(TensorSpec spec, const Status& why) {
   HORA_RETURN_IF_ERROR(ValidateIdentity(spec));
   const Status refused(why.code(), "rank " + std::to_string(options_.rank) + ": " + why.message());
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     if (!error_.ok() || stop_) return refused;
   }
   // What the coordinator needs to parse and pair the notice; the other fields do not matter.
@@ -202,7 +204,7 @@ Status Engine::Refuse(TensorSpec spec, const Status& why) {
   spec.refused = refused.message();
   ReadyNotice n;
   {
-    std::lock_guard<std::mutex> lock(announce_mu_);
+    MutexLock lock(&announce_mu_);
     const TensorKey key = TensorKeyOf(spec);
     auto it = ids_.find(key);
     if (it == ids_.end()) {
@@ -233,7 +235,7 @@ StatusOr<int64_t> Engine::EnqueueIn(const ProcessSetRuntime& set, TensorSpec spe
     return Refuse(std::move(spec), bad);
   }
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     if (!error_.ok()) return error_;
     if (stop_) return Aborted("Hora is shutting down");
   }
@@ -323,7 +325,7 @@ StatusOr<int64_t> Engine::EnqueueBarrier(int32_t process_set) {
   std::shared_ptr<ProcessSetRuntime> set;
   HORA_RETURN_IF_ERROR(ValidateIdentity(spec, &set));
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     spec.name = "hora.barrier." + std::to_string(barrier_count_[process_set]++);
   }
   return EnqueueIn(*set, std::move(spec), nullptr, nullptr, nullptr);
@@ -340,7 +342,7 @@ StatusOr<int64_t> Engine::EnqueueJoin(int32_t process_set) {
   }
   int64_t handle = 0;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     if (!error_.ok()) return error_;
     if (stop_) return Aborted("Hora is shutting down");
     if (join_handles_.count(process_set) != 0) {
@@ -373,7 +375,7 @@ StatusOr<int64_t> Engine::EnqueueTransfer(TensorSpec spec, const void* input, vo
   }
   const int from = send ? me : peer, to = send ? peer : me;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     const int64_t n = transfers_[{spec.process_set, from, to, tag}]++;
     spec.name = "hora.p2p." + std::to_string(from) + ">" + std::to_string(to) + ".t" +
                 std::to_string(tag) + "." + std::to_string(n);

@@ -12,6 +12,7 @@
 #include "common/logging.h"
 #include "runtime/engine.h"
 #include "runtime/engine_config.h"
+#include "common/mutex.h"
 
 namespace hora {
 namespace {
@@ -25,7 +26,7 @@ std::string RanksText(const std::vector<int>& ranks) {
 }  // namespace
 
 std::shared_ptr<ProcessSetRuntime> Engine::FindSet(int32_t id) const {
-  std::lock_guard<std::mutex> lock(sets_mu_);
+  MutexLock lock(&sets_mu_);
   auto it = sets_.find(id);
   return it == sets_.end() ? nullptr : it->second;
 }
@@ -128,24 +129,24 @@ Status Engine::InstallSet(int32_t id, std::vector<int> ranks, const std::string&
     set->Start(std::move(comm).value(), std::move(steady).value(),
                std::chrono::milliseconds(options_.steady_patience_ms));
   }
-  std::lock_guard<std::mutex> lock(sets_mu_);
+  MutexLock lock(&sets_mu_);
   sets_[id] = std::move(set);
   return Status::Ok();
 }
 
 void Engine::OnProcessSetResult(ProcessSetResult result) {
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     set_results_[result.seq] = std::move(result);
   }
-  cv_.notify_all();
+  cv_.NotifyAll();
 }
 
 StatusOr<ProcessSetResult> Engine::RunSetOp(ProcessSetOp op, const std::string& refused) {
   op.seq = next_set_op_++;
   op.refused = refused;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     if (!error_.ok()) return error_;
     if (stop_) return Aborted("Hora is shutting down");
   }
@@ -154,8 +155,8 @@ StatusOr<ProcessSetResult> Engine::RunSetOp(ProcessSetOp op, const std::string& 
   // made by then); the margin covers a lost coordinator, which the heartbeat timeout detects.
   const auto bound = std::chrono::milliseconds(
       static_cast<int64_t>((options_.start_timeout_s + 2 * options_.heartbeat_timeout_s) * 1000));
-  std::unique_lock<std::mutex> lock(mu_);
-  cv_.wait_for(lock, bound, [&] {
+  MutexLock lock(&mu_);
+  cv_.WaitFor(&mu_, bound, [&] { mu_.AssertHeld();
     return set_results_.count(op.seq) != 0 || !error_.ok() || stop_;
   });
   auto it = set_results_.find(op.seq);
@@ -172,7 +173,7 @@ StatusOr<ProcessSetResult> Engine::RunSetOp(ProcessSetOp op, const std::string& 
 }
 
 StatusOr<int32_t> Engine::AddProcessSet(std::vector<int> ranks, const std::string& cpu_operations) {
-  std::lock_guard<std::mutex> serial(set_op_mu_);
+  MutexLock serial(&set_op_mu_);
   std::sort(ranks.begin(), ranks.end());
   std::string refused;
   if (ranks.empty()) {
@@ -205,7 +206,7 @@ StatusOr<int32_t> Engine::AddProcessSet(std::vector<int> ranks, const std::strin
 }
 
 Status Engine::RemoveProcessSet(int32_t id) {
-  std::lock_guard<std::mutex> serial(set_op_mu_);
+  MutexLock serial(&set_op_mu_);
   std::string refused;
   if (id == kGlobalProcessSet) {
     refused = "the global process set (0) cannot be removed";
@@ -220,7 +221,7 @@ Status Engine::RemoveProcessSet(int32_t id) {
   if (!result.ok()) return result.status();
   std::shared_ptr<ProcessSetRuntime> set;
   {
-    std::lock_guard<std::mutex> lock(sets_mu_);
+    MutexLock lock(&sets_mu_);
     auto it = sets_.find(id);
     if (it != sets_.end()) {
       set = std::move(it->second);
@@ -243,7 +244,7 @@ Status Engine::RemoveProcessSet(int32_t id) {
   for (Request& r : queue_.TakeSet(id)) handles_.Complete(r.handle, removed);
   int64_t join = 0;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     auto it = join_handles_.find(id);
     if (it != join_handles_.end()) {
       join = it->second;
@@ -269,7 +270,7 @@ StatusOr<ProcessSetInfo> Engine::ProcessSet(int32_t id) const {
 }
 
 std::vector<int32_t> Engine::ProcessSetIds() const {
-  std::lock_guard<std::mutex> lock(sets_mu_);
+  MutexLock lock(&sets_mu_);
   std::vector<int32_t> ids;
   for (const auto& [id, set] : sets_) ids.push_back(id);
   return ids;

@@ -6,6 +6,7 @@
 #include <memory>
 #include <mutex>
 #include <set>
+#include "common/mutex.h"
 
 namespace hora {
 namespace {
@@ -88,7 +89,7 @@ size_t EditDistance(const std::string& a, const std::string& b) {
 // What the wrapped lookup remembers: converted values (so their pointers stay valid) and
 // which variables have been reported.
 struct AliasState {
-  std::mutex mu;
+  Mutex mu;
   std::map<std::string, std::string> values;
   std::set<std::string> reported;
 };
@@ -116,7 +117,7 @@ EnvLookup WithHorovodAliases(const EnvLookup& env, std::vector<std::string>* not
         if (value == "0" || value.empty()) continue;  // checks stay on
         value = "10000000";                          // no warning within 115 days
       }
-      std::lock_guard<std::mutex> lock(state->mu);
+      MutexLock lock(&state->mu);
       auto it = state->values.insert_or_assign(name, value).first;
       if (notes != nullptr && state->reported.insert(a.horovod).second) {
         notes->push_back(std::string(a.horovod) + "=" + v + " read as " + name + "=" + value);

@@ -1,9 +1,10 @@
 #include "runtime/handle_table.h"
+#include "common/mutex.h"
 
 namespace hora {
 
 int64_t HandleTable::Create() {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   int64_t h = next_++;
   entries_.emplace(h, Entry());
   return h;
@@ -11,14 +12,14 @@ int64_t HandleTable::Create() {
 
 void HandleTable::Complete(int64_t handle, Status status, OpResult result) {
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     auto it = entries_.find(handle);
     if (it == entries_.end() || it->second.done) return;
     it->second.done = true;
     it->second.status = std::move(status);
     it->second.result = std::move(result);
   }
-  cv_.notify_all();
+  cv_.NotifyAll();
 }
 
 Status HandleTable::NotFound(int64_t handle) {
@@ -26,7 +27,7 @@ Status HandleTable::NotFound(int64_t handle) {
 }
 
 Status HandleTable::Poll(int64_t handle, bool* done) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   auto it = entries_.find(handle);
   if (it == entries_.end()) return NotFound(handle);
   *done = it->second.done;
@@ -34,16 +35,17 @@ Status HandleTable::Poll(int64_t handle, bool* done) {
 }
 
 Status HandleTable::Wait(int64_t handle, std::chrono::duration<double> timeout) {
-  std::unique_lock<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   auto it = entries_.find(handle);
   if (it == entries_.end()) return NotFound(handle);
   auto is_done = [&] {
+    mu_.AssertHeld();
     it = entries_.find(handle);
     return it == entries_.end() || it->second.done;
   };
   if (timeout.count() < 0) {
-    cv_.wait(lock, is_done);
-  } else if (!cv_.wait_for(lock, timeout, is_done)) {
+    cv_.Wait(&mu_, is_done);
+  } else if (!cv_.WaitFor(&mu_, timeout, is_done)) {
     return DeadlineExceeded("the operation did not finish within " +
                             std::to_string(timeout.count()) + " s");
   }
@@ -52,13 +54,13 @@ Status HandleTable::Wait(int64_t handle, std::chrono::duration<double> timeout) 
 }
 
 Status HandleTable::Release(int64_t handle) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   if (entries_.erase(handle) == 0) return NotFound(handle);
   return Status::Ok();
 }
 
 size_t HandleTable::size() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   return entries_.size();
 }
 

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "common/status.h"
+#include "common/mutex.h"
 
 namespace hora {
 
@@ -49,7 +50,7 @@ class HandleTable {
   // REQUIRES: the handle is done. Calls fn with the result under the lock.
   template <typename Fn>
   Status WithResult(int64_t handle, Fn fn) {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     auto it = entries_.find(handle);
     if (it == entries_.end()) return NotFound(handle);
     if (!it->second.done) return Status(Code::kFailedPrecondition, "the operation has not finished");
@@ -68,10 +69,10 @@ class HandleTable {
   };
   static Status NotFound(int64_t handle);
 
-  mutable std::mutex mu_;
-  std::condition_variable cv_;
-  int64_t next_ = 1;                               // guarded by mu_
-  std::unordered_map<int64_t, Entry> entries_;     // guarded by mu_
+  mutable Mutex mu_;
+  CondVar cv_;
+  int64_t next_ GUARDED_BY(mu_) = 1;
+  std::unordered_map<int64_t, Entry> entries_ GUARDED_BY(mu_);
 };
 
 }  // namespace hora

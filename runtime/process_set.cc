@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "common/logging.h"
+#include "common/mutex.h"
 
 namespace hora {
 
@@ -54,11 +55,11 @@ void ProcessSetRuntime::Start(std::unique_ptr<Communicator> cpu,
 
 void ProcessSetRuntime::Push(std::vector<BucketPlan> buckets) {
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     if (stop_) return;
     for (BucketPlan& b : buckets) inbox_.push_back(std::move(b));
   }
-  cv_.notify_all();
+  cv_.NotifyAll();
 }
 
 void ProcessSetRuntime::Abort(const Status& reason) {
@@ -71,23 +72,28 @@ void ProcessSetRuntime::Abort(const Status& reason) {
 }
 
 bool ProcessSetRuntime::Drain(std::chrono::milliseconds timeout) {
-  std::unique_lock<std::mutex> lock(mu_);
-  return cv_.wait_for(lock, timeout,
-                      [&] { return inbox_.empty() && !running_ && outstanding_ == 0; });
+  MutexLock lock(&mu_);
+  return cv_.WaitFor(&mu_, timeout, [&] {
+    mu_.AssertHeld();
+    return inbox_.empty() && !running_ && outstanding_ == 0;
+  });
 }
 
 void ProcessSetRuntime::Stop() {
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     stop_ = true;
     inbox_.clear();
   }
-  cv_.notify_all();
+  cv_.NotifyAll();
   if (thread_.joinable()) thread_.join();
   if (steady_) steady_->Stop();
   {
-    std::unique_lock<std::mutex> lock(mu_);
-    cv_.wait(lock, [&] { return outstanding_ == 0; });
+    MutexLock lock(&mu_);
+    cv_.Wait(&mu_, [&] {
+      mu_.AssertHeld();
+      return outstanding_ == 0;
+    });
   }
   std::lock_guard<std::mutex> lock(devices_mu_);
   for (auto& [key, d] : devices_) d.executor.reset();
@@ -149,8 +155,11 @@ void ProcessSetRuntime::Loop() {
   for (;;) {
     BucketPlan bucket;
     {
-      std::unique_lock<std::mutex> lock(mu_);
-      cv_.wait(lock, [&] { return stop_ || !inbox_.empty(); });
+      MutexLock lock(&mu_);
+      cv_.Wait(&mu_, [&] {
+        mu_.AssertHeld();
+        return stop_ || !inbox_.empty();
+      });
       if (stop_) return;
       bucket = std::move(inbox_.front());
       inbox_.pop_front();
@@ -158,10 +167,10 @@ void ProcessSetRuntime::Loop() {
     }
     Run(bucket);
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      MutexLock lock(&mu_);
       running_ = false;
     }
-    cv_.notify_all();
+    cv_.NotifyAll();
   }
 }
 
@@ -214,18 +223,18 @@ void ProcessSetRuntime::Run(const BucketPlan& bucket) {
     return;
   }
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     ++outstanding_;
   }
   // A failed Start on a device communicator: wait for what it queued (bounded by the Work),
   // then fail with Start's error.
   completion_->Add(std::move(work), [this, f, status](Status s) {
     Finish(f, status.ok() ? std::move(s) : status);
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      --outstanding_;
-    }
-    cv_.notify_all();
+    // Notified under the lock: Stop() (the destructor) returns once it sees outstanding_ == 0,
+    // and a notify after the unlock could reach a destroyed cv_ (ThreadSanitizer found it).
+    MutexLock lock(&mu_);
+    --outstanding_;
+    cv_.NotifyAll();
   });
 }
 

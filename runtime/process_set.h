@@ -41,6 +41,7 @@
 #include "runtime/steady_path.h"
 #include "runtime/tensor_queue.h"
 #include "runtime/timeline.h"
+#include "common/mutex.h"
 
 namespace hora {
 
@@ -143,12 +144,12 @@ class ProcessSetRuntime {
   std::map<std::pair<int, int>, DeviceComm> devices_;  // guarded by devices_mu_ (insertions)
   std::unique_ptr<SteadyPath> steady_;
 
-  mutable std::mutex mu_;
-  std::condition_variable cv_;
-  std::deque<BucketPlan> inbox_;  // guarded by mu_
-  bool stop_ = false;             // guarded by mu_
-  bool running_ = false;          // guarded by mu_: the thread is inside Run()
-  size_t outstanding_ = 0;        // guarded by mu_: buckets on the completion thread
+  mutable Mutex mu_;
+  CondVar cv_;
+  std::deque<BucketPlan> inbox_ GUARDED_BY(mu_);
+  bool stop_ GUARDED_BY(mu_) = false;
+  bool running_ GUARDED_BY(mu_) = false;          // the thread is inside Run()
+  size_t outstanding_ GUARDED_BY(mu_) = 0;        // buckets on the completion thread
   std::thread thread_;
 };
 

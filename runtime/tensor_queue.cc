@@ -1,9 +1,10 @@
 #include "runtime/tensor_queue.h"
+#include "common/mutex.h"
 
 namespace hora {
 
 Status TensorQueue::Push(Request request, bool fresh) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   TensorKey key = TensorKeyOf(request.spec);
   if (in_flight_.count(key) != 0) {
     return Status(Code::kAlreadyExists,
@@ -16,12 +17,12 @@ Status TensorQueue::Push(Request request, bool fresh) {
 }
 
 void TensorQueue::MarkFresh(const TensorKey& key) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   if (in_flight_.count(key) != 0) fresh_.push_back(key);
 }
 
 void TensorQueue::AnnounceFresh(const std::function<void(const Request&)>& fn) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   for (const TensorKey& key : fresh_) {
     auto it = in_flight_.find(key);
     if (it != in_flight_.end()) fn(it->second);
@@ -30,7 +31,7 @@ void TensorQueue::AnnounceFresh(const std::function<void(const Request&)>& fn) {
 }
 
 std::optional<Request> TensorQueue::Take(const TensorKey& key) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   auto it = in_flight_.find(key);
   if (it == in_flight_.end()) return std::nullopt;
   Request r = std::move(it->second);
@@ -39,7 +40,7 @@ std::optional<Request> TensorQueue::Take(const TensorKey& key) {
 }
 
 std::vector<Request> TensorQueue::TakeAll() {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   std::vector<Request> out;
   for (auto& kv : in_flight_) out.push_back(std::move(kv.second));
   in_flight_.clear();
@@ -48,7 +49,7 @@ std::vector<Request> TensorQueue::TakeAll() {
 }
 
 std::vector<Request> TensorQueue::TakeSet(int32_t process_set) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   std::vector<Request> out;
   for (auto it = in_flight_.begin(); it != in_flight_.end();) {
     if (it->first.process_set != process_set) {
@@ -62,7 +63,7 @@ std::vector<Request> TensorQueue::TakeSet(int32_t process_set) {
 }
 
 size_t TensorQueue::size() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   return in_flight_.size();
 }
 

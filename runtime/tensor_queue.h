@@ -19,6 +19,7 @@
 #include "collectives/device.h"
 #include "common/status.h"
 #include "common/types.h"
+#include "common/mutex.h"
 
 namespace hora {
 
@@ -53,9 +54,9 @@ class TensorQueue {
   size_t size() const;
 
  private:
-  mutable std::mutex mu_;
-  std::unordered_map<TensorKey, Request, TensorKeyHash> in_flight_;  // guarded by mu_
-  std::vector<TensorKey> fresh_;                                      // guarded by mu_
+  mutable Mutex mu_;
+  std::unordered_map<TensorKey, Request, TensorKeyHash> in_flight_ GUARDED_BY(mu_);
+  std::vector<TensorKey> fresh_ GUARDED_BY(mu_);
 };
 
 }  // namespace hora

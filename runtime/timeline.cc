@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "common/logging.h"
+#include "common/mutex.h"
 
 namespace hora {
 namespace {
@@ -61,15 +62,15 @@ Timeline::~Timeline() {
 }
 
 std::string Timeline::path() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   return path_;
 }
 
 Status Timeline::Start(const std::string& path, int rank, const std::string& label,
                        int64_t clock_offset_us) {
-  std::lock_guard<std::mutex> serial(start_mu_);
+  MutexLock serial(&start_mu_);
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     if (open_) {
       return Status(Code::kFailedPrecondition,
                     "the timeline is already being written to '" + path_ + "'; stop it first");
@@ -99,7 +100,7 @@ Status Timeline::Start(const std::string& path, int rank, const std::string& lab
   Metadata("thread_name", kStepsTrack, Kv("name", "steps"));
   Metadata("thread_sort_index", kStepsTrack, Kv("sort_index", kStepsTrack));
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     path_ = path;
     open_ = true;
     stop_ = false;
@@ -112,15 +113,15 @@ Status Timeline::Start(const std::string& path, int rank, const std::string& lab
 }
 
 Status Timeline::Stop() {
-  std::lock_guard<std::mutex> serial(start_mu_);
+  MutexLock serial(&start_mu_);
   on_.store(false, std::memory_order_relaxed);
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     if (!open_) return Status::Ok();
     open_ = false;
     stop_ = true;
   }
-  cv_.notify_all();
+  cv_.NotifyAll();
   writer_.join();
   out_ += "\n]\n";
   const bool wrote = std::fwrite(out_.data(), 1, out_.size(), file_) == out_.size();
@@ -129,7 +130,7 @@ Status Timeline::Stop() {
   out_.clear();
   std::string path;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     path = path_;
   }
   if (!wrote || !closed) return Internal("writing the timeline '" + path + "' failed");
@@ -137,24 +138,24 @@ Status Timeline::Stop() {
 }
 
 void Timeline::Submitted(int64_t handle, const TensorSpec& spec, int64_t at_us) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   if (!open_) return;
   pending_.submissions.push_back({handle, at_us, spec.process_set, spec.collective, spec.name});
-  if (++pending_records_ == 1 || pending_records_ == kBatchRecords) cv_.notify_one();
+  if (++pending_records_ == 1 || pending_records_ == kBatchRecords) cv_.NotifyOne();
 }
 
 void Timeline::Planned(int32_t process_set, uint64_t seq, int64_t at_us) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   if (!open_) return;
   pending_.planned.push_back({{process_set, seq}, at_us});
-  if (++pending_records_ == 1 || pending_records_ == kBatchRecords) cv_.notify_one();
+  if (++pending_records_ == 1 || pending_records_ == kBatchRecords) cv_.NotifyOne();
 }
 
 void Timeline::BucketDone(TimelineBucket bucket) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   if (!open_) return;
   pending_.buckets.push_back(std::move(bucket));
-  if (++pending_records_ == 1 || pending_records_ == kBatchRecords) cv_.notify_one();
+  if (++pending_records_ == 1 || pending_records_ == kBatchRecords) cv_.NotifyOne();
 }
 
 void Timeline::WriterLoop() {
@@ -162,9 +163,15 @@ void Timeline::WriterLoop() {
     Pending batch;
     bool last = false;
     {
-      std::unique_lock<std::mutex> lock(mu_);
-      cv_.wait(lock, [&] { return stop_ || pending_records_ > 0; });
-      cv_.wait_for(lock, kBatchWait, [&] { return stop_ || pending_records_ >= kBatchRecords; });
+      MutexLock lock(&mu_);
+      cv_.Wait(&mu_, [&] {
+        mu_.AssertHeld();
+        return stop_ || pending_records_ > 0;
+      });
+      cv_.WaitFor(&mu_, kBatchWait, [&] {
+        mu_.AssertHeld();
+        return stop_ || pending_records_ >= kBatchRecords;
+      });
       std::swap(batch, pending_);
       pending_records_ = 0;
       last = stop_;

@@ -46,6 +46,7 @@
 
 #include "common/status.h"
 #include "common/types.h"
+#include "common/mutex.h"
 
 namespace hora {
 
@@ -141,16 +142,16 @@ class Timeline {
   void Metadata(const char* what, int tid, const std::string& args);
   int64_t Ts(int64_t us) const { return us + offset_us_; }
 
-  std::mutex start_mu_;  // serializes Start and Stop
+  Mutex start_mu_;  // serializes Start and Stop
   std::atomic<bool> on_{false};
 
-  mutable std::mutex mu_;
-  std::condition_variable cv_;
-  bool open_ = false;  // guarded by mu_: records are accepted
-  bool stop_ = false;  // guarded by mu_: the writer drains and exits
-  Pending pending_;    // guarded by mu_
-  size_t pending_records_ = 0;  // guarded by mu_
-  std::string path_;   // guarded by mu_
+  mutable Mutex mu_ ACQUIRED_AFTER(start_mu_);
+  CondVar cv_;
+  bool open_ GUARDED_BY(mu_) = false;  // records are accepted
+  bool stop_ GUARDED_BY(mu_) = false;  // the writer drains and exits
+  Pending pending_ GUARDED_BY(mu_);
+  size_t pending_records_ GUARDED_BY(mu_) = 0;
+  std::string path_ GUARDED_BY(mu_);
 
   // Set by Start before the writer starts; then the writer's alone until Stop joins it.
   std::FILE* file_ = nullptr;

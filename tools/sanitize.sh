@@ -36,7 +36,8 @@ TARGETS=(
   //tests/collectives:shm_test
 )
 
-extra=()
+# Instrumented code runs several times slower: medium targets (shm_test) get 15 minutes.
+extra=(--test_timeout=300,900,2700,3600)
 if [ "$config" = tsan ]; then
   # The system libraries' races (tools/tsan.supp); an absolute path, as the test runs elsewhere.
   extra+=(--test_env=TSAN_OPTIONS=halt_on_error=0:second_deadlock_stack=1:report_signal_unsafe=0:suppressions=$PWD/tools/tsan.supp)

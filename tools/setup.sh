@@ -12,6 +12,7 @@ PACKAGES=(
   libopenmpi-dev openmpi-bin libpmix-dev libgloo-dev
   python3-torch python3-torchvision python3-numpy python3-pytest python3-matplotlib python3-venv
   openssh-server openssh-client iproute2 procps openssl patchelf
+  clang-14 clang-format  # tools/check_tsa.sh (thread-safety analysis, in CI), tools/check_format.sh
 )
 
 missing=()

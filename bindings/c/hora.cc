@@ -10,6 +10,7 @@
 #include "bindings/c/api_util.h"
 #include "collectives/device.h"
 #include "collectives/registry.h"
+#include "common/mutex.h"
 #include "runtime/engine.h"
 #include "runtime/options.h"
 
@@ -21,10 +22,10 @@ using hora::Code;
 using hora::Engine;
 using hora::Status;
 
-std::mutex g_mu;
-std::shared_ptr<Engine> g_engine;  // guarded by g_mu: the running engine
-std::shared_ptr<Engine> g_last;    // guarded by g_mu: the last one shut down (its handles stay valid)
-bool g_was_shut_down = false;      // guarded by g_mu
+Mutex g_mu;
+std::shared_ptr<Engine> g_engine GUARDED_BY(g_mu);  // the running engine
+std::shared_ptr<Engine> g_last GUARDED_BY(g_mu);  // the last one shut down (its handles stay valid)
+bool g_was_shut_down GUARDED_BY(g_mu) = false;
 // guarded by g_mu: the sticky error's text, set once per engine (the error never changes
 // once set), so a pointer hora_async_error handed out stays valid until hora_shutdown.
 std::string g_async_message;
@@ -50,7 +51,7 @@ hora_status_t Report(const Status& s) {
 
 // The running engine, or an error status in *status.
 std::shared_ptr<Engine> Running(hora_status_t* status) {
-  std::lock_guard<std::mutex> lock(g_mu);
+  hora::MutexLock lock(&g_mu);
   if (g_engine) return g_engine;
   *status = Fail(Code::kFailedPrecondition, g_was_shut_down
                                                 ? "Hora has been shut down; call hora_init again"
@@ -60,7 +61,7 @@ std::shared_ptr<Engine> Running(hora_status_t* status) {
 
 // The engine whose handles are valid: the running one, else the last one shut down.
 std::shared_ptr<Engine> ForHandles(hora_status_t* status) {
-  std::lock_guard<std::mutex> lock(g_mu);
+  hora::MutexLock lock(&g_mu);
   if (g_engine) return g_engine;
   if (g_last) return g_last;
   *status = Fail(Code::kFailedPrecondition, "Hora is not initialized; call hora_init first");
@@ -140,7 +141,7 @@ hora_status_t hora_init(const hora_config_t* config) {
     if (config->coordinator_address) ov.coordinator_address = config->coordinator_address;
     if (config->token) ov.token = config->token;
   }
-  std::lock_guard<std::mutex> lock(g_mu);
+  hora::MutexLock lock(&g_mu);
   if (g_engine) return Fail(Code::kFailedPrecondition, "Hora is already initialized");
   auto options = hora::OptionsFromEnvironment(ov);
   if (!options.ok()) return Fail(options.status());
@@ -157,7 +158,7 @@ hora_status_t hora_init(const hora_config_t* config) {
 hora_status_t hora_shutdown(void) {
   std::shared_ptr<Engine> e;
   {
-    std::lock_guard<std::mutex> lock(g_mu);
+    hora::MutexLock lock(&g_mu);
     if (!g_engine) return HORA_OK;
     e = g_engine;
     g_engine.reset();
@@ -168,7 +169,7 @@ hora_status_t hora_shutdown(void) {
 }
 
 int hora_is_initialized(void) {
-  std::lock_guard<std::mutex> lock(g_mu);
+  hora::MutexLock lock(&g_mu);
   return g_engine ? 1 : 0;
 }
 
@@ -385,7 +386,7 @@ hora_status_t hora_autotune_state(int64_t* fusion_threshold_bytes, double* cycle
 const char* hora_last_error(void) { return t_last_error.c_str(); }
 
 hora_status_t hora_async_error(const char** message) {
-  std::lock_guard<std::mutex> lock(g_mu);
+  hora::MutexLock lock(&g_mu);
   Status s = g_engine ? g_engine->AsyncError() : Status::Ok();
   if (g_async_message.empty() && !s.ok()) g_async_message = s.message();
   if (message != nullptr) *message = s.ok() ? "" : g_async_message.c_str();

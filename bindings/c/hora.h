@@ -19,7 +19,8 @@
  *             hora_result_copy(). Every handle must be released exactly once; a released
  *             handle is invalid (HORA_ERR_NOT_FOUND) and never reused.
  * Names.      Every collective has a name, the same on every rank, that identifies it during
- *             negotiation; at most one operation per name is in flight on a rank at a time
+ *             negotiation (non-empty UTF-8, at most 4096 bytes: else INVALID_ARGUMENT); at
+ *             most one operation per name is in flight on a rank at a time
  *             (HORA_ERR_ALREADY_EXISTS). Names may be reused once the previous one is done.
  * Collective. hora_init, hora_shutdown and every *_async enqueue are collective: all ranks
  *             of the operation's process set must make the same calls with the same names

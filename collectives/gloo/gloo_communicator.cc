@@ -25,6 +25,7 @@
 #include "collectives/gloo/kv_store_adapter.h"
 #include "common/logging.h"
 #include "common/reduce.h"
+#include "common/mutex.h"
 
 namespace hora {
 namespace {
@@ -123,13 +124,13 @@ class GlooCommunicator : public Communicator {
   const std::shared_ptr<gloo::rendezvous::Context> context_;
   const std::chrono::milliseconds timeout_;
   // The first failure (or the Abort reason); OK while the communicator is healthy.
-  mutable std::mutex mu_;
-  Status error_;  // guarded by mu_
-  std::vector<gloo::transport::UnboundBuffer*> waiting_;  // guarded by mu_
+  mutable Mutex mu_;
+  Status error_ GUARDED_BY(mu_);
+  std::vector<gloo::transport::UnboundBuffer*> waiting_ GUARDED_BY(mu_);
 };
 
 Status GlooCommunicator::Error() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   return error_;
 }
 
@@ -159,7 +160,7 @@ Status GlooCommunicator::Run(const char* what, size_t bytes, Fn&& fn) {
 
 Status GlooCommunicator::Fail(Status s) {
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     if (!error_.ok()) return error_;  // aborted meanwhile: the abort's reason is the cause
     error_ = s;
   }
@@ -396,7 +397,7 @@ Status GlooCommunicator::Recv(void* buf, size_t bytes, int peer, uint32_t tag) {
 // when a peer's connection breaks or at the timeout. The buffers of Hora's own exchanges
 // (send, recv, alltoallv, reducescatter) are registered while they wait and are woken now.
 void GlooCommunicator::Abort(const Status& reason) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   if (!error_.ok()) return;
   error_ = reason.ok() ? Aborted("the communicator was aborted") : reason;
   for (gloo::transport::UnboundBuffer* b : waiting_) {
@@ -408,13 +409,13 @@ void GlooCommunicator::Abort(const Status& reason) {
 GlooCommunicator::Waiting::Waiting(GlooCommunicator* c, gloo::transport::UnboundBuffer* b)
     : comm_(c), buf_(b) {
   if (buf_ == nullptr) return;
-  std::lock_guard<std::mutex> lock(comm_->mu_);
+  MutexLock lock(&comm_->mu_);
   comm_->waiting_.push_back(buf_);
 }
 
 GlooCommunicator::Waiting::~Waiting() {
   if (buf_ == nullptr) return;
-  std::lock_guard<std::mutex> lock(comm_->mu_);
+  MutexLock lock(&comm_->mu_);
   auto& w = comm_->waiting_;
   w.erase(std::remove(w.begin(), w.end(), buf_), w.end());
 }

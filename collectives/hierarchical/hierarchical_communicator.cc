@@ -23,6 +23,7 @@
 
 #include "collectives/hierarchical/host_layout.h"
 #include "common/types.h"
+#include "common/mutex.h"
 
 namespace hora {
 namespace {
@@ -99,7 +100,7 @@ class HierarchicalCommunicator : public Communicator {
 
   void Abort(const Status& reason) override {
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      MutexLock lock(&mu_);
       if (error_.ok()) error_ = reason.ok() ? Aborted("the communicator was aborted") : reason;
     }
     AbortInner(Error());
@@ -107,7 +108,7 @@ class HierarchicalCommunicator : public Communicator {
 
  private:
   Status Error() const {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     return error_;
   }
 
@@ -117,7 +118,7 @@ class HierarchicalCommunicator : public Communicator {
     if (s.ok()) return s;
     Status first;
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      MutexLock lock(&mu_);
       if (error_.ok()) {
         error_ = Status(s.code(), std::string("hierarchical ") + what + " (" + inner.name() +
                                       "): " + s.message());
@@ -143,8 +144,8 @@ class HierarchicalCommunicator : public Communicator {
   // Used by the driving thread only.
   std::vector<uint8_t> shard_;
   // The first failure or the Abort reason; OK while healthy.
-  mutable std::mutex mu_;
-  Status error_;  // guarded by mu_
+  mutable Mutex mu_;
+  Status error_ GUARDED_BY(mu_);
 };
 
 // Builds one inner communicator; refuses an asynchronous one (see the header).

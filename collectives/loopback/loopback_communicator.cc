@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "common/logging.h"
+#include "common/mutex.h"
 #include "common/reduce.h"
 
 namespace hora {
@@ -28,22 +29,22 @@ size_t Offset(const std::vector<size_t>& v, int upto) {
 
 // The queue and the progress thread. Shared with the Works that Fence() hands out.
 struct Stream {
-  std::mutex mu;
-  std::condition_variable cv;
-  std::deque<Task> queue;  // guarded by mu
-  uint64_t queued = 0;     // guarded by mu: tasks ever queued
-  uint64_t done = 0;       // guarded by mu: tasks ever finished (run or dropped)
-  Status error;            // guarded by mu: sticky
-  bool stop = false;       // guarded by mu
+  Mutex mu;
+  CondVar cv;
+  std::deque<Task> queue GUARDED_BY(mu);
+  uint64_t queued GUARDED_BY(mu) = 0;  // tasks ever queued
+  uint64_t done GUARDED_BY(mu) = 0;    // tasks ever finished (run or dropped)
+  Status error GUARDED_BY(mu);         // sticky
+  bool stop GUARDED_BY(mu) = false;
 
   Status Error() {
-    std::lock_guard<std::mutex> lock(mu);
+    MutexLock lock(&mu);
     return error;
   }
   void Fail(const Status& s) {
-    std::lock_guard<std::mutex> lock(mu);
+    MutexLock lock(&mu);
     if (error.ok()) error = s;
-    cv.notify_all();
+    cv.NotifyAll();
   }
 };
 
@@ -52,7 +53,7 @@ class FenceWork : public Work {
   FenceWork(std::shared_ptr<Stream> stream, uint64_t target)
       : stream_(std::move(stream)), target_(target) {}
   bool Test(Status* status) override {
-    std::lock_guard<std::mutex> lock(stream_->mu);
+    MutexLock lock(&stream_->mu);
     if (stream_->done < target_ && stream_->error.ok()) return false;
     *status = stream_->error;
     return true;
@@ -72,11 +73,11 @@ class LoopbackCommunicator : public Communicator {
 
   ~LoopbackCommunicator() override {
     {
-      std::lock_guard<std::mutex> lock(stream_->mu);
+      MutexLock lock(&stream_->mu);
       stream_->stop = true;
       if (stream_->error.ok()) stream_->error = Aborted("the loopback communicator was destroyed");
     }
-    stream_->cv.notify_all();
+    stream_->cv.NotifyAll();
     thread_.join();
   }
 
@@ -237,7 +238,7 @@ class LoopbackCommunicator : public Communicator {
   }
 
   std::unique_ptr<Work> Fence() override {
-    std::lock_guard<std::mutex> lock(stream_->mu);
+    MutexLock lock(&stream_->mu);
     return std::make_unique<FenceWork>(stream_, stream_->queued);
   }
 
@@ -248,12 +249,12 @@ class LoopbackCommunicator : public Communicator {
  private:
   Status Enqueue(Task task) {
     {
-      std::lock_guard<std::mutex> lock(stream_->mu);
+      MutexLock lock(&stream_->mu);
       if (!stream_->error.ok()) return stream_->error;
       stream_->queue.push_back(std::move(task));
       ++stream_->queued;
     }
-    stream_->cv.notify_all();
+    stream_->cv.NotifyAll();
     return Status::Ok();
   }
 
@@ -264,22 +265,25 @@ class LoopbackCommunicator : public Communicator {
   }
 
   void Progress() {
-    std::unique_lock<std::mutex> lock(stream_->mu);
+    MutexLock lock(&stream_->mu);
     for (;;) {
-      stream_->cv.wait(lock, [&] { return stream_->stop || !stream_->queue.empty(); });
+      stream_->cv.Wait(&stream_->mu, [&] {
+        stream_->mu.AssertHeld();
+        return stream_->stop || !stream_->queue.empty();
+      });
       if (stream_->queue.empty()) return;  // stopped
       Task task = std::move(stream_->queue.front());
       stream_->queue.pop_front();
       const bool run = stream_->error.ok();
-      lock.unlock();
+      lock.Unlock();
       Status s = run ? task() : Status::Ok();
-      lock.lock();
+      lock.Lock();
       if (!s.ok() && stream_->error.ok()) {
         stream_->error = s;
         HORA_LOG_ERROR("loopback communicator rank {} is broken: {}", config_.rank, s.ToString());
       }
       ++stream_->done;
-      stream_->cv.notify_all();
+      stream_->cv.NotifyAll();
     }
   }
 

@@ -12,6 +12,7 @@
 #include "collectives/mpi/mpi_impl.h"
 #include "collectives/mpi/mpi_reduce.h"
 #include "common/logging.h"
+#include "common/mutex.h"
 
 namespace hora {
 namespace {
@@ -81,7 +82,7 @@ MpiCommunicator::MpiCommunicator(MpiEnvironment env, MPI_Comm comm,
 }
 
 MpiCommunicator::~MpiCommunicator() {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   // A communicator with an abandoned request stays allocated: MPI may still complete it.
   if (abandoned_) return;
   MPI_Comm c = comm_;
@@ -89,13 +90,13 @@ MpiCommunicator::~MpiCommunicator() {
 }
 
 Status MpiCommunicator::Error() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   return error_;
 }
 
 Status MpiCommunicator::Fail(Status s) {
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     if (!error_.ok()) return error_;  // aborted meanwhile: the abort's reason is the cause
     error_ = s;
   }
@@ -122,7 +123,7 @@ Status MpiCommunicator::Await(int started, MPI_Request request, const char* what
     if (!done) MPI_Request_free(&request);
   }
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     abandoned_ = abandoned_ || !cancel;
   }
   if (end == WaitEnd::kAborted) return Error();
@@ -296,7 +297,7 @@ Status MpiCommunicator::Recv(void* buf, size_t bytes, int peer, uint32_t tag) {
 }
 
 void MpiCommunicator::Abort(const Status& reason) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   if (!error_.ok()) return;
   error_ = reason.ok() ? Aborted("the mpi communicator was aborted") : reason;
   aborted_.store(true, std::memory_order_release);

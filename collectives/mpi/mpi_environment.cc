@@ -9,6 +9,7 @@
 
 #include "collectives/mpi/mpi_components.h"
 #include "common/logging.h"
+#include "common/mutex.h"
 
 namespace hora {
 namespace {
@@ -43,10 +44,10 @@ const char* ThreadLevelName(int level) {
 
 // The process-wide state behind every MpiEnvironment.
 struct State {
-  std::mutex mu;
-  bool initialized = false;  // guarded by mu: MPI is usable (by us or by the application)
-  bool ours = false;         // guarded by mu: we called MPI_Init_thread, so we finalize
-  int references = 0;        // guarded by mu
+  Mutex mu;
+  bool initialized GUARDED_BY(mu) = false;  // MPI is usable (by us or by the application)
+  bool ours GUARDED_BY(mu) = false;         // we called MPI_Init_thread, so we finalize
+  int references GUARDED_BY(mu) = 0;
   int world_rank = 0;        // constant once initialized
   int world_size = 0;        // constant once initialized
 };
@@ -59,7 +60,7 @@ State& Global() {
 // atexit: finalize what we initialized, unless a communicator still lives.
 void FinalizeAtExit() {
   State& st = Global();
-  std::lock_guard<std::mutex> lock(st.mu);
+  MutexLock lock(&st.mu);
   if (!st.ours) return;
   int finalized = 0;
   MPI_Finalized(&finalized);
@@ -100,7 +101,7 @@ void SelectRingIallreduce(const MpiEnvLookup& env) {
   if (!set) HORA_LOG_INFO("mpi: cannot select libnbc's ring allreduce ({} not writable)", kIallreduceVar);
 }
 
-Status InitLocked(State& st, const MpiEnvLookup& env) {
+Status InitLocked(State& st, const MpiEnvLookup& env) REQUIRES(st.mu) {
   int finalized = 0;
   MPI_Finalized(&finalized);
   if (finalized) {
@@ -180,7 +181,7 @@ Status CheckMpiLauncher(const MpiEnvLookup& env, int global_rank,
 
 StatusOr<MpiEnvironment> MpiEnvironment::Acquire(const MpiEnvLookup& env) {
   State& st = Global();
-  std::lock_guard<std::mutex> lock(st.mu);
+  MutexLock lock(&st.mu);
   if (!st.initialized) HORA_RETURN_IF_ERROR(InitLocked(st, env));
   ++st.references;
   return MpiEnvironment();
@@ -198,7 +199,7 @@ MpiEnvironment& MpiEnvironment::operator=(MpiEnvironment&& o) noexcept {
 MpiEnvironment::~MpiEnvironment() {
   if (!held_) return;
   State& st = Global();
-  std::lock_guard<std::mutex> lock(st.mu);
+  MutexLock lock(&st.mu);
   --st.references;
 }
 

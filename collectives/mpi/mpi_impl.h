@@ -14,6 +14,7 @@
 #include "collectives/communicator.h"
 #include "collectives/mpi/mpi_environment.h"
 #include "common/status.h"
+#include "common/mutex.h"
 
 namespace hora {
 
@@ -69,9 +70,9 @@ class MpiCommunicator : public Communicator {
   int tag_ub_ = 32767;
 
   std::atomic<bool> aborted_{false};  // set with error_ by Abort(); read by every wait
-  mutable std::mutex mu_;
-  Status error_;                 // guarded by mu_: the first failure or the abort reason
-  bool abandoned_ = false;       // guarded by mu_: a request was left pending inside MPI
+  mutable Mutex mu_;
+  Status error_ GUARDED_BY(mu_);                 // the first failure or the abort reason
+  bool abandoned_ GUARDED_BY(mu_) = false;       // a request was left pending inside MPI
 };
 
 }  // namespace hora

@@ -34,6 +34,7 @@
 
 #include "collectives/shm/shm_impl.h"
 #include "common/logging.h"
+#include "common/mutex.h"
 
 namespace hora {
 namespace shm {
@@ -171,7 +172,7 @@ void ShmCommunicator::RingAll() {
 }
 
 Status ShmCommunicator::Error() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   return error_;
 }
 
@@ -185,7 +186,7 @@ Status ShmCommunicator::Healthy() {
 
 Status ShmCommunicator::Fail(Status s) {
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     if (!error_.ok()) return error_;
     error_ = s;
     failed_.store(true, std::memory_order_release);

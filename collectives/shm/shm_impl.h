@@ -22,6 +22,7 @@
 #include "collectives/shm/shm_communicator.h"
 #include "collectives/shm/shm_segment.h"
 #include "common/status.h"
+#include "common/mutex.h"
 
 namespace hora {
 namespace shm {
@@ -150,8 +151,8 @@ class ShmCommunicator : public Communicator {
   std::vector<bool> pid_visible_;
 
   // The first failure; OK while healthy. failed_ mirrors !error_.ok() for lock-free checks.
-  mutable std::mutex mu_;
-  Status error_;  // guarded by mu_
+  mutable Mutex mu_;
+  Status error_ GUARDED_BY(mu_);
   std::atomic<bool> failed_{false};
 };
 

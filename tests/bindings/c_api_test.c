@@ -83,6 +83,16 @@ static void bad_inputs(void) {
   CHECK(hora_allreduce_async("t", NULL, data, HORA_SUM, 1, 1, HORA_GLOBAL_PROCESS_SET, &h) == HORA_ERR_INVALID_ARGUMENT);
   CHECK(hora_allreduce_async("bad\xff\xfe", &x, data, HORA_SUM, 1, 1, HORA_GLOBAL_PROCESS_SET, &h) == HORA_ERR_INVALID_ARGUMENT);
   CHECK(strstr(hora_last_error(), "UTF-8") != NULL);
+  /* Names of up to 4096 bytes (hora.h); one byte more is refused, naming the limit. */
+  static char long_name[4098];
+  memset(long_name, 'n', 4097);
+  long_name[4097] = '\0';
+  CHECK(hora_allreduce_async(long_name, &x, data, HORA_SUM, 1, 1, HORA_GLOBAL_PROCESS_SET, &h) == HORA_ERR_INVALID_ARGUMENT);
+  CHECK(strstr(hora_last_error(), "4097 bytes is longer than 4096") != NULL);
+  long_name[4096] = '\0';
+  CHECK(hora_allreduce_async(long_name, &x, data, HORA_SUM, 1, 1, HORA_GLOBAL_PROCESS_SET, &h) == HORA_OK);
+  CHECK(hora_wait(h, 30) == HORA_OK);
+  CHECK(hora_release(h) == HORA_OK);
   CHECK(hora_allreduce_async("caf\xc3\xa9", &x, data, HORA_SUM, 1, 1, HORA_GLOBAL_PROCESS_SET, &h) == HORA_OK);
   CHECK(hora_wait(h, 30) == HORA_OK);
   CHECK(hora_release(h) == HORA_OK);

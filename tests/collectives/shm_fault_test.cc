@@ -125,6 +125,7 @@ TEST_CASE("shm fault: Abort wakes a member blocked in a collective and in a recv
   CAPTURE(blocked_in);
   std::atomic<Communicator*> target{nullptr};
   std::atomic<bool> released{false};
+  std::atomic<bool> abort_returned{false};  // rank 0's communicator outlives the Abort call
   Status got, peer_got;
   // The aborting thread: once rank 0 exists, give it a moment to block (not required for
   // correctness: an abort before the call fails the call just the same), then abort.
@@ -134,6 +135,7 @@ TEST_CASE("shm fault: Abort wakes a member blocked in a collective and in a recv
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
     if (Communicator* c = target.load()) c->Abort(PeerFailure("the coordinator lost rank 7"));
+    abort_returned.store(true);
   });
   auto run = RunShmRanks(2, [&](Communicator& comm) -> std::string {
     if (comm.rank() == 1) {
@@ -152,6 +154,9 @@ TEST_CASE("shm fault: Abort wakes a member blocked in a collective and in a recv
     } else {
       got = comm.Send(buf.data(), buf.size(), 1, 3);  // 4 MiB into a 256 KiB ring
     }
+    // The operation fails as soon as Abort marks the segment broken, while Abort may still
+    // run (it logs); returning would destroy `comm` under it (ThreadSanitizer saw that).
+    while (!abort_returned.load()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
     released.store(true);
     return "";
   }, nullptr, kLong);

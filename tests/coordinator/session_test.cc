@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstring>
 #include <map>
 #include <random>
 
@@ -174,6 +175,68 @@ TEST_CASE("Every rank receives the same bucket sequence with its own ids", "[ses
       for (auto& rec : job.recorders) CHECK(rec->aborts.empty());
     }
   }
+}
+
+// docs/design.md: a small allreduce whose data every rank sent inline is reduced by the
+// coordinator; when some rank's data is missing, the bucket falls back to the data plane.
+TEST_CASE("Inline allreduce: reduced by the coordinator, or on the data plane when a rank's data "
+          "is missing", "[session]") {
+  const int size = 2;
+  Job job;
+  REQUIRE(job.Start(ServiceConfig(size), size));
+  const float values[size][3] = {{1.5f, -2.0f, 4.0f}, {0.25f, 8.0f, -1.0f}};
+  auto submit = [&](const std::string& name, bool rank1_inline) {
+    RunRanks(size, [&](int r) {
+      ReadyNotice n;
+      n.id = 10 + r;
+      TensorSpec spec;
+      spec.name = name;
+      spec.dtype = DataType::kFloat32;
+      spec.collective = CollectiveType::kAllreduce;
+      spec.shape = {3};
+      n.spec = spec;
+      if (r == 0 || rank1_inline) {
+        n.payload = std::string(reinterpret_cast<const char*>(values[r]), sizeof(values[r]));
+      }
+      job.clients[r]->SendReady({n});
+    });
+  };
+  auto bucket_of = [&](int r, size_t from) {
+    Recorder* rec = job.recorders[r].get();
+    REQUIRE(rec->WaitFor(milliseconds(5000), [&] { return EntryCount(rec, from) == 1; }));
+    std::lock_guard<std::mutex> l(rec->mu);
+    for (size_t i = from; i < rec->plans.size(); ++i) {
+      if (!rec->plans[i].buckets.empty()) return rec->plans[i].buckets[0];
+    }
+    FAIL("no bucket");
+    return BucketPlan();
+  };
+  SECTION("every rank's data inline: the plan carries the sum") {
+    submit("small", true);
+    for (int r = 0; r < size; ++r) {
+      BucketPlan b = bucket_of(r, 0);
+      INFO("rank " << r);
+      REQUIRE(b.inline_reduced);
+      REQUIRE(b.entries.size() == 1);
+      REQUIRE(b.entries[0].inline_result.size() == 3 * sizeof(float));
+      float got[3];
+      std::memcpy(got, b.entries[0].inline_result.data(), sizeof(got));
+      for (int i = 0; i < 3; ++i) CHECK(got[i] == values[0][i] + values[1][i]);
+    }
+  }
+  SECTION("rank 1 sent no data: the bucket runs on the data plane") {
+    submit("small", false);
+    for (int r = 0; r < size; ++r) {
+      BucketPlan b = bucket_of(r, 0);
+      INFO("rank " << r);
+      CHECK_FALSE(b.inline_reduced);
+      REQUIRE(b.entries.size() == 1);
+      CHECK(b.entries[0].id == 10 + r);
+      CHECK(b.entries[0].inline_result.empty());
+    }
+  }
+  for (auto& c : job.clients) c->Close();
+  for (auto& rec : job.recorders) CHECK(rec->aborts.empty());
 }
 
 TEST_CASE("Join: a joined rank gets id -1, then join_done reaches everyone", "[session]") {

@@ -197,7 +197,8 @@ def test_rank_killed_by_signal(sig):
     assert "rank 0 (pid" in err and signal.Signals(sig).name in err
 
 
-@pytest.mark.parametrize("sig,code", [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
+@pytest.mark.parametrize("sig,code", [(signal.SIGINT, 130), (signal.SIGTERM, 143),
+                                      (signal.SIGHUP, 129)])
 def test_signal_to_horarun_stops_every_rank(tmp_path, sig, code):
     np = 3
     child = write_pid_then("time.sleep(300)\n", grandchild=True)
@@ -218,6 +219,55 @@ def test_signal_to_horarun_stops_every_rank(tmp_path, sig, code):
         if p.poll() is None:
             p.kill()
             p.wait()
+
+
+def test_second_signal_kills_at_once(tmp_path):
+    # The ranks (and their grandchildren) ignore SIGTERM, and the grace period is far longer
+    # than the test: only the second signal's SIGKILL can end them in time.
+    np = 2
+    grace = 600
+    child = ("import signal\nsignal.signal(signal.SIGTERM, signal.SIG_IGN)\n" +
+             write_pid_then("time.sleep(900)\n", grandchild=True).replace(
+                 "subprocess.Popen(['sleep','300'])",
+                 "subprocess.Popen(['sleep','900'], preexec_fn=lambda: "
+                 "signal.signal(signal.SIGTERM, signal.SIG_IGN))"))
+    p = subprocess.Popen([HORARUN, "-np", str(np), "--grace", str(grace), PY, "-c", child,
+                          str(tmp_path)], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE)
+    try:
+        assert wait_until(lambda: all(os.path.exists(os.path.join(str(tmp_path), "pid.%d" % r))
+                                      for r in range(np)), 30)
+        pids = read_pids(tmp_path, np)
+        assert len(pids) == 2 * np and all(alive(x) for x in pids)
+        p.send_signal(signal.SIGTERM)
+        # The first signal is forwarded and ignored: everything still runs.
+        time.sleep(1)
+        assert p.poll() is None and all(alive(x) for x in pids)
+        p.send_signal(signal.SIGTERM)
+        out, err = p.communicate(timeout=TIMEOUT)
+        assert p.returncode == 143, err
+        assert b"second signal: killing every rank now" in err, err
+        assert wait_until(lambda: not any(alive(x) for x in pids), 10), pids
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+        if all(os.path.exists(os.path.join(str(tmp_path), "pid.%d" % r)) for r in range(np)):
+            for x in read_pids(tmp_path, np):
+                if alive(x):
+                    os.kill(x, signal.SIGKILL)  # they ignore SIGTERM
+
+
+def test_processes_left_behind_are_stopped_after_a_successful_job(tmp_path):
+    # Each rank starts a grandchild in its process group and exits 0 at once.
+    np = 2
+    rc, out, err, _ = horarun("-np", str(np), "--grace", "2", PY, "-c",
+                              write_pid_then("", grandchild=True), str(tmp_path))
+    assert rc == 0, err
+    pids = read_pids(tmp_path, np)
+    grandchildren = pids[1::2]
+    assert len(grandchildren) == np
+    assert wait_until(lambda: not any(alive(x) for x in grandchildren), 10), grandchildren
 
 
 @pytest.mark.parametrize("args,message", [

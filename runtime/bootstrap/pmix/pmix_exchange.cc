@@ -17,6 +17,7 @@
 #include <cstdio>
 #include <condition_variable>
 #include <mutex>
+#include "common/mutex.h"
 
 namespace hora {
 namespace {
@@ -41,11 +42,11 @@ struct Pending {
   pmix_proc_t proc;
   pmix_info_t info[2];
 
-  std::mutex mu;
-  std::condition_variable cv;
-  bool done = false;                  // guarded by mu
-  pmix_status_t status = PMIX_SUCCESS;  // guarded by mu
-  std::string value;                  // guarded by mu
+  Mutex mu;
+  CondVar cv;
+  bool done GUARDED_BY(mu) = false;
+  pmix_status_t status GUARDED_BY(mu) = PMIX_SUCCESS;
+  std::string value GUARDED_BY(mu);
 };
 
 using PendingRef = std::shared_ptr<Pending>;
@@ -55,7 +56,7 @@ void Finish(void* cbdata, pmix_status_t status, const pmix_value_t* kv) {
   PendingRef p = *ref;
   delete ref;
   {
-    std::lock_guard<std::mutex> lock(p->mu);
+    MutexLock lock(&p->mu);
     p->status = status;
     if (status == PMIX_SUCCESS && kv != nullptr) {
       if (kv->type == PMIX_STRING && kv->data.string != nullptr) {
@@ -66,7 +67,7 @@ void Finish(void* cbdata, pmix_status_t status, const pmix_value_t* kv) {
     }
     p->done = true;
   }
-  p->cv.notify_all();
+  p->cv.NotifyAll();
 }
 
 void OnFence(pmix_status_t status, void* cbdata) { Finish(cbdata, status, nullptr); }
@@ -108,15 +109,15 @@ class PmixExchange : public AddressExchange {
     rc = PMIx_Get_nb(&get->proc, kKey, get->info, 1, OnGet, new PendingRef(get));
     if (rc != PMIX_SUCCESS) return Internal(PmixError("PMIx_Get_nb of rank 0's address", rc));
     HORA_RETURN_IF_ERROR(Wait(get, deadline, timeout, "rank 0's address"));
-    std::lock_guard<std::mutex> lock(get->mu);
+    MutexLock lock(&get->mu);
     return get->value;
   }
 
  private:
   Status Wait(const PendingRef& p, std::chrono::steady_clock::time_point deadline,
               std::chrono::milliseconds timeout, const char* what) {
-    std::unique_lock<std::mutex> lock(p->mu);
-    if (!p->cv.wait_until(lock, deadline, [&p] { return p->done; })) {
+    MutexLock lock(&p->mu);
+    if (!p->cv.WaitUntil(&p->mu, deadline, [&p] { p->mu.AssertHeld(); return p->done; })) {
       abandoned_ = true;
       char seconds[32];
       std::snprintf(seconds, sizeof(seconds), "%g", timeout.count() / 1000.0);
