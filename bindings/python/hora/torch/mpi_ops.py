@@ -249,9 +249,49 @@ def _adasum_now(tensors, prescale, postscale, inplace, group, set_id):
     return _register([], lambda _: results if group else results[0], keep=tensors)
 
 
+# ---- the fast path: one CPU, contiguous, dense tensor of a supported dtype, no compression,
+# no scaling, the global set, no autograd graph to record. It makes exactly the calls the full
+# path makes for such a tensor (same name, same C API call, same held name, same errors), minus
+# the checks that cannot fail for it; anything else takes the full path.
+_FAST_OPS = {None: Average, Average: Average, Sum: Sum, Min: Min, Max: Max, Product: Product}
+_Tensor = torch.Tensor
+_strided = torch.strided
+_grad_enabled = torch.is_grad_enabled
+
+
+def _fast_submit(tensor, name, op):
+    """A handle for allreduce(tensor) on the fast path, or None when the tensor needs the
+    full path. op: an entry of _FAST_OPS."""
+    if type(tensor) is not _Tensor or not tensor.is_cpu or tensor.layout is not _strided \
+            or not tensor.is_contiguous() or (tensor.requires_grad and _grad_enabled()):
+        return None
+    code = _TORCH_DTYPES.get(tensor.dtype)
+    if code is None:
+        return None
+    out = torch.empty_like(tensor)
+    shape = tuple(tensor.shape)
+    n = tensor.numel()
+    h = core.allreduce_cpu_async(core.op_name("allreduce", name, 0),
+                                 tensor.data_ptr() if n else None, shape, code,
+                                 out.data_ptr() if n else None, op, keep=(tensor, out))
+    return h, out
+
+
+def _fast_eligible(average, compression, prescale, postscale, process_set, op):
+    return (average is None and process_set is global_process_set and
+            compression is Compression.none and prescale == 1.0 and postscale == 1.0 and
+            (op is None or op.__class__ is int) and op in _FAST_OPS)
+
+
 def allreduce_async(tensor, average=None, name=None, op=None, prescale_factor=1.0,
                     postscale_factor=1.0, process_set=global_process_set):
     """Starts reducing `tensor` over all ranks into a new tensor; returns a handle."""
+    if _fast_eligible(average, Compression.none, prescale_factor, postscale_factor,
+                      process_set, op):
+        fast = _fast_submit(tensor, name, _FAST_OPS[op])
+        if fast is not None:
+            h, out = fast
+            return _register((h,), lambda _: out)
     set_id = _set_id(process_set)
     op = _resolve_op(op, average)
     return _allreduce_async_impl([tensor], name, op, prescale_factor, postscale_factor,
@@ -294,6 +334,12 @@ def allreduce(tensor, average=None, name=None, compression=Compression.none, op=
               prescale_factor=1.0, postscale_factor=1.0, process_set=global_process_set):
     """Reduces `tensor` over all ranks (Average by default); the input is not modified.
     Autograd-aware: the gradient is allreduced with the same op."""
+    if _fast_eligible(average, compression, prescale_factor, postscale_factor, process_set,
+                      op):
+        fast = _fast_submit(tensor, name, _FAST_OPS[op])
+        if fast is not None:
+            core.wait_release(fast[0])
+            return fast[1]
     set_id = _set_id(process_set)
     op = _resolve_op(op, average)
     compressed, cctx = compression.compress(tensor)
