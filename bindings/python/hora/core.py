@@ -392,67 +392,6 @@ def allreduce_async(name, tensor, out_ptr, op, prescale=1.0, postscale=1.0, keep
                     int(process_set), keep=(tensor, keep), hold=(name, int(process_set)))
 
 
-# ---- the small-op fast path (hora.torch's allreduce of a CPU contiguous tensor) ----
-# One shape array per (shape) reused across calls: the C API copies the descriptor when it
-# enqueues (bindings/c/hora.cc ToSpec), so a shared read-only array is safe on any thread.
-_shape_arrays = {}
-_SHAPE_CACHE_MAX = 4096
-
-
-def _shape_array(shape):
-    arr = _shape_arrays.get(shape)
-    if arr is None:
-        arr = (ctypes.c_int64 * max(len(shape), 1))(*shape)
-        if len(_shape_arrays) < _SHAPE_CACHE_MAX:
-            _shape_arrays[shape] = arr
-    return arr
-
-
-def allreduce_cpu_async(name, data_ptr, shape, dtype, out_ptr, op, keep=None, process_set=0):
-    """allreduce_async for a contiguous CPU buffer, without a make_tensor per call: the same
-    checks, errors and held name as allreduce_async."""
-    hold = (name, process_set)
-    with _held_lock:
-        if hold in _held:
-            code = errors.ERR_ALREADY_EXISTS
-            raise errors.error_class(code)(
-                code, "an operation named '%s' is already in flight on this rank; wait for "
-                "it before enqueueing the name again" % name)
-        _held.add(hold)
-    try:
-        arr = _shape_array(shape)
-        desc = _lib.HoraTensor(data_ptr or None, arr, len(shape), dtype, DEVICE_CPU, 0, None)
-        raw = _lib.c_handle()
-        lib = _lib._lib or _lib.lib()
-        status = lib.hora_allreduce_async(name.encode("utf-8"), ctypes.byref(desc),
-                                          out_ptr or None, op, 1.0, 1.0, process_set,
-                                          ctypes.byref(raw))
-    except BaseException:
-        _unhold(hold)
-        raise
-    if status != errors.OK:
-        _unhold(hold)
-        raise _lib.make_error(status, "hora_allreduce_async(%s)" % name)
-    return Handle(raw.value, name, keep, hold)
-
-
-def wait_release(handle):
-    """handle.wait() then handle.release(), as synchronize() does for one handle: the wait's
-    error first, the release's only if the wait succeeded."""
-    lib = _lib._lib or _lib.lib()
-    raw = handle._h
-    try:
-        while True:
-            status = lib.hora_wait(raw, _WAIT_SLICE_S)
-            if status != errors.ERR_DEADLINE_EXCEEDED:
-                break
-        handle._done = True
-        if status != errors.OK:
-            raise _lib.make_error(status, handle.name)
-    finally:
-        handle.release()
-
-
 def broadcast_async(name, tensor, root, keep=None, process_set=0):
     return _enqueue("hora_broadcast_async", name, _encode_name(name), ctypes.byref(tensor),
                     int(root), int(process_set), keep=(tensor, keep),

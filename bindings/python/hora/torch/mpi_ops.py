@@ -9,6 +9,7 @@ import torch
 
 from .. import core
 from .. import errors
+from .. import fast_ops
 from . import profiling as _profiling
 from .compression import Compression
 from .refusal import refusing
@@ -271,9 +272,9 @@ def _fast_submit(tensor, name, op):
     out = torch.empty_like(tensor)
     shape = tuple(tensor.shape)
     n = tensor.numel()
-    h = core.allreduce_cpu_async(core.op_name("allreduce", name, 0),
-                                 tensor.data_ptr() if n else None, shape, code,
-                                 out.data_ptr() if n else None, op, keep=(tensor, out))
+    h = fast_ops.allreduce_cpu_async(core.op_name("allreduce", name, 0),
+                                     tensor.data_ptr() if n else None, shape, code,
+                                     out.data_ptr() if n else None, op, keep=(tensor, out))
     return h, out
 
 
@@ -338,7 +339,7 @@ def allreduce(tensor, average=None, name=None, compression=Compression.none, op=
                       op):
         fast = _fast_submit(tensor, name, _FAST_OPS[op])
         if fast is not None:
-            core.wait_release(fast[0])
+            fast_ops.wait_release(fast[0])
             return fast[1]
     set_id = _set_id(process_set)
     op = _resolve_op(op, average)
