@@ -141,10 +141,15 @@ class _DistributedMixin(object):
         return units
 
     def _register_hooks(self, params):
+        # Each hook runs once p.grad holds this pass's gradient: torch >= 2.1's
+        # post-accumulate-grad hook where it exists, else a hook on p's AccumulateGrad node
+        # (kept alive in _grad_accs; the node is what torch 1.x offers).
+        post = hasattr(torch.Tensor, "register_post_accumulate_grad_hook")
         with torch.enable_grad():
             for p in params:
-                # The AccumulateGrad node of p; its hook runs once p.grad holds this pass's
-                # gradient. Works on torch 1.x and 2.x alike.
+                if post:
+                    self._grad_accs.append(p.register_post_accumulate_grad_hook(self._make_hook(p)))
+                    continue
                 grad_acc = p.expand_as(p).grad_fn.next_functions[0][0]
                 grad_acc.register_hook(self._make_hook(p))
                 self._grad_accs.append(grad_acc)
