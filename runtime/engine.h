@@ -231,9 +231,9 @@ class Engine : private ProcessSetRuntime::Host {
   uint32_t next_id_ GUARDED_BY(announce_mu_) = 0;
 
   // Handles of requests waiting on a steady path, for Wait: their set and instance.
-  std::mutex steady_mu_;
+  Mutex steady_mu_;
   std::unordered_map<int64_t, std::pair<std::shared_ptr<ProcessSetRuntime>, SteadyPath::Ticket>>
-      steady_waits_;  // guarded by steady_mu_
+      steady_waits_ GUARDED_BY(steady_mu_);
 
   std::thread thread_;
 };

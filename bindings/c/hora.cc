@@ -404,9 +404,9 @@ int hora_built(const char* backend) {
 }
 
 int hora_nccl_version(const char** detail) {
-  static std::mutex mu;
+  static hora::Mutex mu;
   static std::string text;
-  std::lock_guard<std::mutex> lock(mu);
+  hora::MutexLock lock(&mu);
   std::string d;
   const int v = hora::BackendLibraryVersion("nccl", &d);
   text = d;
@@ -415,9 +415,9 @@ int hora_nccl_version(const char** detail) {
 }
 
 const char* hora_cuda_info(void) {
-  static std::mutex mu;
+  static hora::Mutex mu;
   static std::string text;
-  std::lock_guard<std::mutex> lock(mu);
+  hora::MutexLock lock(&mu);
   const hora::DeviceRuntime* cuda = hora::DeviceRuntimeFor(hora::Device::kCuda);
   text = cuda != nullptr ? cuda->Describe() : "";
   return text.c_str();
