@@ -26,9 +26,9 @@ Mutex g_mu;
 std::shared_ptr<Engine> g_engine GUARDED_BY(g_mu);  // the running engine
 std::shared_ptr<Engine> g_last GUARDED_BY(g_mu);  // the last one shut down (its handles stay valid)
 bool g_was_shut_down GUARDED_BY(g_mu) = false;
-// guarded by g_mu: the sticky error's text, set once per engine (the error never changes
-// once set), so a pointer hora_async_error handed out stays valid until hora_shutdown.
-std::string g_async_message;
+// The sticky error's text, set once per engine (the error never changes once set), so a
+// pointer hora_async_error handed out stays valid until hora_shutdown.
+std::string g_async_message GUARDED_BY(g_mu);
 
 thread_local std::string t_last_error;  // hora_last_error()
 
