@@ -7,10 +7,13 @@ DeviceFusionPool::~DeviceFusionPool() {
 }
 
 StatusOr<DeviceFusionPool::Lease> DeviceFusionPool::Acquire(size_t bytes) {
-  std::unique_lock<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   // Bounded: every lease out belongs to a bucket on the completion thread, whose Work ends
   // within the communicator's timeout.
-  cv_.wait(lock, [&] { return !free_.empty() || created_ < kMaxBuffers; });
+  cv_.Wait(&mu_, [&] {
+    mu_.AssertHeld();
+    return !free_.empty() || created_ < kMaxBuffers;
+  });
   std::unique_ptr<Buffer> buf;
   if (!free_.empty()) {
     buf = std::move(free_.back());
@@ -19,7 +22,7 @@ StatusOr<DeviceFusionPool::Lease> DeviceFusionPool::Acquire(size_t bytes) {
     buf = std::make_unique<Buffer>();
     ++created_;
   }
-  lock.unlock();
+  lock.Unlock();
   if (buf->bytes < bytes) {
     ops_->Free(buf->ptr);
     buf->ptr = nullptr;
@@ -37,10 +40,10 @@ StatusOr<DeviceFusionPool::Lease> DeviceFusionPool::Acquire(size_t bytes) {
 
 void DeviceFusionPool::Return(Buffer* buffer) {
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     free_.emplace_back(buffer);
   }
-  cv_.notify_one();
+  cv_.NotifyOne();
 }
 
 }  // namespace hora

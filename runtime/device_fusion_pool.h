@@ -8,12 +8,11 @@
 #ifndef HORA_RUNTIME_DEVICE_FUSION_POOL_H_
 #define HORA_RUNTIME_DEVICE_FUSION_POOL_H_
 
-#include <condition_variable>
 #include <memory>
-#include <mutex>
 #include <vector>
 
 #include "collectives/device.h"
+#include "common/mutex.h"
 #include "common/status.h"
 
 namespace hora {
@@ -35,13 +34,13 @@ class DeviceFusionPool {
   StatusOr<Lease> Acquire(size_t bytes);
 
  private:
-  void Return(Buffer* buffer);
+  void Return(Buffer* buffer) EXCLUDES(mu_);
 
   DeviceOps* const ops_;  // not owned
-  std::mutex mu_;
-  std::condition_variable cv_;
-  std::vector<std::unique_ptr<Buffer>> free_;  // guarded by mu_
-  size_t created_ = 0;                         // guarded by mu_
+  Mutex mu_;
+  CondVar cv_;
+  std::vector<std::unique_ptr<Buffer>> free_ GUARDED_BY(mu_);
+  size_t created_ GUARDED_BY(mu_) = 0;
 };
 
 }  // namespace hora

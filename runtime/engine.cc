@@ -229,7 +229,7 @@ std::optional<Request> Engine::TakeRequest(int32_t id) {
 
 void Engine::Complete(int64_t handle, Status status, OpResult result) {
   {
-    std::lock_guard<std::mutex> lock(steady_mu_);
+    MutexLock lock(&steady_mu_);
     steady_waits_.erase(handle);
   }
   handles_.Complete(handle, std::move(status), std::move(result));

@@ -219,8 +219,8 @@ class Engine : private ProcessSetRuntime::Host {
   bool error_handled_ GUARDED_BY(mu_) = false;                  // pending ops failed with error_
   std::map<int32_t, int64_t> barrier_count_ GUARDED_BY(mu_);    // per set
   std::map<int32_t, int64_t> join_handles_ GUARDED_BY(mu_);     // per set, the pending join
-  // guarded by mu_: per (set, sender, receiver, tag), transfers enqueued so far
-  std::map<std::tuple<int32_t, int, int, int>, int64_t> transfers_;
+  // per (set, sender, receiver, tag), transfers enqueued so far
+  std::map<std::tuple<int32_t, int, int, int>, int64_t> transfers_ GUARDED_BY(mu_);
 
   // Tensor ids. New requests are announced by the enqueuing thread itself (no wake-up of
   // another thread on the latency path); plan delivery maps ids back to keys.
@@ -231,9 +231,9 @@ class Engine : private ProcessSetRuntime::Host {
   uint32_t next_id_ GUARDED_BY(announce_mu_) = 0;
 
   // Handles of requests waiting on a steady path, for Wait: their set and instance.
-  std::mutex steady_mu_;
+  Mutex steady_mu_;
   std::unordered_map<int64_t, std::pair<std::shared_ptr<ProcessSetRuntime>, SteadyPath::Ticket>>
-      steady_waits_;  // guarded by steady_mu_
+      steady_waits_ GUARDED_BY(steady_mu_);
 
   std::thread thread_;
 };

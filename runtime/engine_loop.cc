@@ -273,7 +273,7 @@ StatusOr<int64_t> Engine::EnqueueIn(const ProcessSetRuntime& set, TensorSpec spe
     std::shared_ptr<ProcessSetRuntime> owner = FindSet(set.id());
     bool done = true;
     if (owner && handles_.Poll(handle, &done).ok() && !done) {
-      std::lock_guard<std::mutex> lock(steady_mu_);
+      MutexLock lock(&steady_mu_);
       steady_waits_[handle] = {std::move(owner), ticket};
     }
     return handle;
@@ -285,7 +285,7 @@ StatusOr<int64_t> Engine::EnqueueIn(const ProcessSetRuntime& set, TensorSpec spe
 
 Status Engine::Release(int64_t handle) {
   {
-    std::lock_guard<std::mutex> lock(steady_mu_);
+    MutexLock lock(&steady_mu_);
     steady_waits_.erase(handle);
   }
   return handles_.Release(handle);
@@ -295,7 +295,7 @@ Status Engine::Wait(int64_t handle, std::chrono::duration<double> timeout) {
   std::shared_ptr<ProcessSetRuntime> set;
   SteadyPath::Ticket ticket;
   {
-    std::lock_guard<std::mutex> lock(steady_mu_);
+    MutexLock lock(&steady_mu_);
     auto it = steady_waits_.find(handle);
     if (it != steady_waits_.end()) {
       set = std::move(it->second.first);

@@ -64,7 +64,7 @@ void ProcessSetRuntime::Push(std::vector<BucketPlan> buckets) {
 
 void ProcessSetRuntime::Abort(const Status& reason) {
   if (cpu_) cpu_->Abort(reason);
-  std::lock_guard<std::mutex> lock(devices_mu_);
+  MutexLock lock(&devices_mu_);
   for (auto& [key, d] : devices_) {
     if (d.comm) d.comm->Abort(reason);
   }
@@ -95,7 +95,7 @@ void ProcessSetRuntime::Stop() {
       return outstanding_ == 0;
     });
   }
-  std::lock_guard<std::mutex> lock(devices_mu_);
+  MutexLock lock(&devices_mu_);
   for (auto& [key, d] : devices_) d.executor.reset();
   devices_.clear();
 }
@@ -116,7 +116,7 @@ Status ProcessSetRuntime::Select(const BucketPlan& bucket,
     }
   }
   const int kind = static_cast<int>(bucket.device);
-  std::unique_lock<std::mutex> lock(devices_mu_);
+  MutexLock lock(&devices_mu_);
   if (index < 0) {
     index = 0;
     for (const auto& [key, d] : devices_) {
@@ -130,7 +130,7 @@ Status ProcessSetRuntime::Select(const BucketPlan& bucket,
   if (it == devices_.end()) {
     int ordinal = 0;
     for (const auto& [key, d] : devices_) ordinal += key.first == kind ? 1 : 0;
-    lock.unlock();  // creation is collective and slow; Abort must not wait for it
+    lock.Unlock();  // creation is collective and slow; Abort must not wait for it
     DeviceComm d;
     auto created =
         host_->CreateDeviceCommunicator(id_, ranks_, rank_, bucket.device, index, ordinal);
@@ -142,7 +142,7 @@ Status ProcessSetRuntime::Select(const BucketPlan& bucket,
     } else {
       d.failed = created.status();
     }
-    lock.lock();
+    lock.Lock();
     it = devices_.emplace(std::make_pair(kind, index), std::move(d)).first;
   }
   if (!it->second.comm) return it->second.failed;

@@ -140,8 +140,8 @@ class ProcessSetRuntime {
   std::unique_ptr<Communicator> cpu_;
   std::unique_ptr<BucketExecutor> executor_;
   // Keyed by (device, index); created and used by the thread; Abort reads it (any thread).
-  mutable std::mutex devices_mu_;
-  std::map<std::pair<int, int>, DeviceComm> devices_;  // guarded by devices_mu_ (insertions)
+  mutable Mutex devices_mu_;
+  std::map<std::pair<int, int>, DeviceComm> devices_ GUARDED_BY(devices_mu_);
   std::unique_ptr<SteadyPath> steady_;
 
   mutable Mutex mu_;

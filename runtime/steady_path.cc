@@ -41,7 +41,7 @@ SteadyPath::SteadyPath(int32_t process_set, std::vector<int> ranks,
 SteadyPath::~SteadyPath() { Stop(); }
 
 bool SteadyPath::Matches(const TensorSpec& spec) const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   auto it = by_name_.find(spec.name);
   return it != by_name_.end() && entries_[it->second].spec == spec;
 }
@@ -49,7 +49,7 @@ bool SteadyPath::Matches(const TensorSpec& spec) const {
 bool SteadyPath::Begin(const TensorSpec& spec, Ticket* ticket) {
   uint32_t e = 0, n = 0;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     auto it = by_name_.find(spec.name);
     if (it == by_name_.end()) return false;
     e = it->second;
@@ -69,11 +69,13 @@ bool SteadyPath::Begin(const TensorSpec& spec, Ticket* ticket) {
     // This member's offer was the last: the others' threads are waking for it now. Running
     // it here, if nobody else is driving, spares this member's thread a wake-up (only small
     // ones: the caller of an async call should not wait for a long transfer).
-    std::unique_lock<std::mutex> drive(drive_mu_, std::try_to_lock);
-    if (drive.owns_lock()) DriveLog(kInlineBytes);
+    if (drive_mu_.TryLock()) {
+      DriveLog(kInlineBytes);
+      drive_mu_.Unlock();
+    }
   }
   if (o != SteadyBoard::Outcome::kSlow) return true;
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   auto it = pending_.find(e);
   if (it == pending_.end() || it->second.instance != n) return true;  // the thread announced it
   pending_.erase(it);
@@ -82,7 +84,7 @@ bool SteadyPath::Begin(const TensorSpec& spec, Ticket* ticket) {
 }
 
 void SteadyPath::Learn(const BucketPlan& bucket, const std::vector<const TensorSpec*>& specs) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   if (learning_over_) return;
   if (bucket.joined_ranks > 0) {
     learning_over_ = true;
@@ -119,7 +121,7 @@ void SteadyPath::Learn(const BucketPlan& bucket, const std::vector<const TensorS
 }
 
 SteadyStats SteadyPath::Stats() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   return stats_;
 }
 
@@ -141,7 +143,7 @@ Clock::time_point SteadyPath::CheckPending() {
   std::vector<int32_t> announce;
   Clock::time_point next = Clock::now() + kMaxSleep;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     const Clock::time_point now = Clock::now();
     for (auto it = pending_.begin(); it != pending_.end();) {
       const Pending& p = it->second;
@@ -170,7 +172,7 @@ void SteadyPath::Help(const Ticket& ticket, Clock::time_point deadline) {
   while (!stop_.load(std::memory_order_relaxed) && !aborted_.load(std::memory_order_seq_cst)) {
     const uint32_t bell = board_->Bell();
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      MutexLock lock(&mu_);
       auto it = pending_.find(ticket.entry);
       if (it == pending_.end() || it->second.instance != ticket.instance) break;
     }
@@ -178,7 +180,7 @@ void SteadyPath::Help(const Ticket& ticket, Clock::time_point deadline) {
     if (board_->LogAt(cursor_.load(std::memory_order_seq_cst), &e)) {
       // Blocks while another thread drives (it may be running this very instance); then
       // runs what is left, or finds the instance gone from pending_ at the top.
-      std::lock_guard<std::mutex> drive(drive_mu_);
+      MutexLock drive(&drive_mu_);
       DriveLog(SIZE_MAX);
       continue;
     }
@@ -205,7 +207,7 @@ bool SteadyPath::DriveLog(size_t max_bytes) {
   int last = -1;
   while (board_->LogAt(cursor_, &e, &last)) {
     if (max_bytes != SIZE_MAX) {
-      std::lock_guard<std::mutex> lock(mu_);
+      MutexLock lock(&mu_);
       if (entries_[e].spec.ByteSize() > max_bytes) break;
     }
     ++cursor_;
@@ -229,7 +231,7 @@ void SteadyPath::Loop() {
     const uint32_t bell = board_->Bell();
     if (board_->LogAt(cursor_.load(std::memory_order_seq_cst), &e) &&
         helpers_.load(std::memory_order_seq_cst) == 0) {
-      std::lock_guard<std::mutex> drive(drive_mu_);
+      MutexLock drive(&drive_mu_);
       DriveLog(SIZE_MAX);
       continue;
     }
@@ -253,7 +255,7 @@ void SteadyPath::Run(uint32_t e, int last_member) {
   Entry entry;
   Clock::time_point offered = Clock::now();
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     entry = entries_[e];
     auto it = pending_.find(e);
     if (it != pending_.end()) {
@@ -308,7 +310,7 @@ void SteadyPath::Run(uint32_t e, int last_member) {
     Status job = host_.job_error();
     status = job.ok() ? host_.bucket_failed(status) : job;
   } else {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     ++stats_.fast;
   }
   if (trace) {  // before the handle completes (as ProcessSetRuntime::Finish)

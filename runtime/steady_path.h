@@ -36,13 +36,13 @@
 #include <functional>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <thread>
 #include <unordered_map>
 #include <vector>
 
 #include "collectives/communicator.h"
+#include "common/mutex.h"
 #include "common/status.h"
 #include "coordinator/messages.h"
 #include "runtime/bucket_executor.h"
@@ -130,8 +130,8 @@ class SteadyPath {
   void Loop();
   // Under drive_mu_: runs the log's fast instances from cursor_ on, in order, while the next
   // one is at most max_bytes. True if it ran any.
-  bool DriveLog(size_t max_bytes);
-  void Run(uint32_t e, int last_member);
+  bool DriveLog(size_t max_bytes) REQUIRES(drive_mu_);
+  void Run(uint32_t e, int last_member) REQUIRES(drive_mu_);
   // Announces what fell back (refused by a peer, or past the patience). Returns when the
   // earliest deadline of what is still pending comes.
   std::chrono::steady_clock::time_point CheckPending();
@@ -142,21 +142,21 @@ class SteadyPath {
   const Host host_;
   const std::chrono::milliseconds patience_;
   Timeline* const timeline_;
-  uint64_t fast_seq_ = 0;  // under drive_mu_: the timeline's sequence of fast instances
   std::unique_ptr<SteadyBoard> board_;
-  BucketExecutor executor_;
 
-  mutable std::mutex mu_;
-  std::unordered_map<std::string, uint32_t> by_name_;      // guarded by mu_
-  std::vector<Entry> entries_;                             // guarded by mu_
-  std::unordered_map<std::string, Learning> learning_;     // guarded by mu_
-  bool learning_over_ = false;                             // guarded by mu_
-  std::map<uint32_t, Pending> pending_;                    // guarded by mu_: by entry
-  SteadyStats stats_;                                      // guarded by mu_
+  mutable Mutex mu_;
+  std::unordered_map<std::string, uint32_t> by_name_ GUARDED_BY(mu_);
+  std::vector<Entry> entries_ GUARDED_BY(mu_);
+  std::unordered_map<std::string, Learning> learning_ GUARDED_BY(mu_);
+  bool learning_over_ GUARDED_BY(mu_) = false;
+  std::map<uint32_t, Pending> pending_ GUARDED_BY(mu_);  // by entry
+  SteadyStats stats_ GUARDED_BY(mu_);
 
   // Whoever runs fast instances on comm_ holds drive_mu_: the set's thread, or an enqueuing
   // thread whose offer completed an instance (Begin).
-  std::mutex drive_mu_;
+  Mutex drive_mu_;
+  uint64_t fast_seq_ GUARDED_BY(drive_mu_) = 0;  // the timeline's sequence of fast instances
+  BucketExecutor executor_ GUARDED_BY(drive_mu_);
   std::atomic<uint64_t> cursor_{0};  // written under drive_mu_: the next log slot to run
   std::atomic<int> helpers_{0};      // threads in Help: the set's thread leaves the log to them
 

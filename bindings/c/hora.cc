@@ -26,9 +26,9 @@ Mutex g_mu;
 std::shared_ptr<Engine> g_engine GUARDED_BY(g_mu);  // the running engine
 std::shared_ptr<Engine> g_last GUARDED_BY(g_mu);  // the last one shut down (its handles stay valid)
 bool g_was_shut_down GUARDED_BY(g_mu) = false;
-// guarded by g_mu: the sticky error's text, set once per engine (the error never changes
-// once set), so a pointer hora_async_error handed out stays valid until hora_shutdown.
-std::string g_async_message;
+// The sticky error's text, set once per engine (the error never changes once set), so a
+// pointer hora_async_error handed out stays valid until hora_shutdown.
+std::string g_async_message GUARDED_BY(g_mu);
 
 thread_local std::string t_last_error;  // hora_last_error()
 
@@ -404,9 +404,9 @@ int hora_built(const char* backend) {
 }
 
 int hora_nccl_version(const char** detail) {
-  static std::mutex mu;
+  static hora::Mutex mu;
   static std::string text;
-  std::lock_guard<std::mutex> lock(mu);
+  hora::MutexLock lock(&mu);
   std::string d;
   const int v = hora::BackendLibraryVersion("nccl", &d);
   text = d;
@@ -415,9 +415,9 @@ int hora_nccl_version(const char** detail) {
 }
 
 const char* hora_cuda_info(void) {
-  static std::mutex mu;
+  static hora::Mutex mu;
   static std::string text;
-  std::lock_guard<std::mutex> lock(mu);
+  hora::MutexLock lock(&mu);
   const hora::DeviceRuntime* cuda = hora::DeviceRuntimeFor(hora::Device::kCuda);
   text = cuda != nullptr ? cuda->Describe() : "";
   return text.c_str();

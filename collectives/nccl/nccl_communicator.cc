@@ -1,11 +1,11 @@
 #include "collectives/nccl/nccl_communicator.h"
 
-#include <mutex>
 #include <numeric>
 #include <thread>
 
 #include "collectives/nccl/cuda_device.h"
 #include "collectives/nccl/nccl_state.h"
+#include "common/mutex.h"
 
 namespace hora {
 namespace {
@@ -64,19 +64,19 @@ class NcclWork : public Work {
   ~NcclWork() override { cudaEventDestroy(event_); }
 
   bool Test(Status* status) override {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     if (!done_) Check();
     if (done_) *status = result_;
     return done_;
   }
 
  private:
-  void Finish(Status s) {
+  void Finish(Status s) REQUIRES(mu_) {
     done_ = true;
     result_ = std::move(s);
   }
   // An aborted communicator's kernels end with garbage: the abort is checked first.
-  void Check() {
+  void Check() REQUIRES(mu_) {
     if (state_->aborted()) return Finish(state_->reason());
     const cudaError_t e = cudaEventQuery(event_);
     // Abort sets the flag before it ends kernels: a flag still clear after the event
@@ -101,9 +101,9 @@ class NcclWork : public Work {
   const std::shared_ptr<NcclState> state_;
   const cudaEvent_t event_;
   const std::chrono::steady_clock::time_point deadline_;
-  std::mutex mu_;
-  bool done_ = false;  // guarded by mu_
-  Status result_;      // guarded by mu_
+  Mutex mu_;
+  bool done_ GUARDED_BY(mu_) = false;
+  Status result_ GUARDED_BY(mu_);
 };
 
 class FailedWork : public Work {

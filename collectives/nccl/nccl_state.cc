@@ -44,7 +44,7 @@ Status NcclState::Init(const ncclUniqueId& id) {
   ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
   config.blocking = 0;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     ncclComm_t comm = nullptr;
     const ncclResult_t r = api_->CommInitRankConfig(&comm, size_, id, rank_, &config);
     if (r != ncclSuccess && r != ncclInProgress) {
@@ -62,7 +62,7 @@ NcclState::~NcclState() {
   if (UseDevice(device_).ok()) {
     ncclComm_t comm = nullptr;
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      MutexLock lock(&mu_);
       comm = comm_;
     }
     if (comm != nullptr) {
@@ -114,7 +114,7 @@ Status NcclState::ErrorLocked(ncclResult_t r, const std::string& what) {
 
 Status NcclState::Poll(const char* what, bool* busy) {
   *busy = false;
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   if (comm_ == nullptr) return reason_;
   ncclResult_t state = ncclSuccess;
   ncclResult_t r = api_->CommGetAsyncError(comm_, &state);
@@ -160,12 +160,12 @@ void NcclState::AbortLocked(const Status& reason) {
 }
 
 void NcclState::Abort(const Status& reason) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   AbortLocked(reason);
 }
 
 Status NcclState::reason() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   return reason_;
 }
 

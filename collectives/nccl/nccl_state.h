@@ -8,10 +8,10 @@
 
 #include <atomic>
 #include <chrono>
-#include <mutex>
 #include <string>
 
 #include "collectives/nccl/nccl_loader.h"
+#include "common/mutex.h"
 #include "common/status.h"
 #include "common/types.h"
 
@@ -62,7 +62,7 @@ class NcclState {
   template <typename F>
   Status Issue(const char* what, F call) {
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      MutexLock lock(&mu_);
       if (comm_ == nullptr) return reason_;
       const ncclResult_t r = call(comm_);
       if (r != ncclSuccess && r != ncclInProgress) {
@@ -85,8 +85,8 @@ class NcclState {
   Status reason() const;
 
  private:
-  Status ErrorLocked(ncclResult_t r, const std::string& what);
-  void AbortLocked(const Status& reason);
+  Status ErrorLocked(ncclResult_t r, const std::string& what) REQUIRES(mu_);
+  void AbortLocked(const Status& reason) REQUIRES(mu_);
 
   const NcclApi* const api_;
   const int rank_;
@@ -95,9 +95,9 @@ class NcclState {
   const std::chrono::milliseconds timeout_;
   cudaStream_t stream_ = nullptr;  // set by Init
 
-  mutable std::mutex mu_;
-  ncclComm_t comm_ = nullptr;  // guarded by mu_; null once aborted or before Init
-  Status reason_ = FailedPrecondition("the NCCL communicator is not initialized");  // guarded
+  mutable Mutex mu_;
+  ncclComm_t comm_ GUARDED_BY(mu_) = nullptr;  // null once aborted or before Init
+  Status reason_ GUARDED_BY(mu_) = FailedPrecondition("the NCCL communicator is not initialized");
   std::atomic<bool> aborted_{false};
 };
 
