@@ -6,16 +6,10 @@
 #include "collectives/device.h"
 #include "common/reduce.h"
 #include "runtime/bucket_executor.h"
+#include "runtime/bucket_layout.h"
 
 namespace hora {
 namespace {
-
-std::vector<int64_t> ShapeWithRows(const TensorSpec& spec, int64_t rows) {
-  std::vector<int64_t> shape = spec.shape;
-  if (shape.empty()) shape.push_back(rows);
-  else shape[0] = rows;
-  return shape;
-}
 
 char* At(void* base, size_t offset) { return static_cast<char*>(base) + offset; }
 
@@ -157,33 +151,20 @@ StatusOr<void*> BucketExecutor::DeviceResult(const Request& r, size_t bytes, OpR
 
 Status BucketExecutor::DeviceAllgather(const BucketPlan& plan, const Request& r,
                                        OpResult* result) {
-  const auto& dims = plan.entries[0].first_dims;
-  if (static_cast<int>(dims.size()) != comm_->size()) {
-    return Internal("allgather plan has " + std::to_string(dims.size()) + " first dimensions");
-  }
-  const size_t row_bytes = static_cast<size_t>(r.spec.RowElements()) * DataTypeSize(r.spec.dtype);
-  std::vector<size_t> bytes(dims.size());
-  int64_t rows = 0;
-  for (size_t i = 0; i < dims.size(); ++i) {
-    bytes[i] = static_cast<size_t>(dims[i]) * row_bytes;
-    rows += dims[i];
-  }
-  auto out = DeviceResult(r, static_cast<size_t>(rows) * row_bytes, result);
+  auto layout = AllgatherLayout(plan, r.spec, comm_->size());
+  if (!layout.ok()) return layout.status();
+  const RowLayout& l = layout.value();
+  auto out = DeviceResult(r, l.out_bytes, result);
   if (!out.ok()) return out.status();
-  result->shape = ShapeWithRows(r.spec, rows);
+  result->shape = WithFirstDim(r.spec, l.rows);
   MarkCollective();
-  return comm_->Allgatherv(r.input, out.value(), bytes);
+  return comm_->Allgatherv(r.input, out.value(), l.recv_bytes);
 }
 
 Status BucketExecutor::DeviceReducescatter(const BucketPlan& plan, const Request& r,
                                            OpResult* result, Finish* finish) {
   const int size = comm_->size();
-  const int64_t d0 = r.spec.shape.empty() ? 1 : r.spec.shape[0];
-  const int64_t row = r.spec.RowElements();
-  std::vector<size_t> counts(size);
-  for (int i = 0; i < size; ++i) {
-    counts[i] = static_cast<size_t>((d0 / size + (i < d0 % size ? 1 : 0)) * row);
-  }
+  const std::vector<size_t> counts = ReducescatterCounts(r.spec, size);
   const DataType dtype = r.spec.dtype;
   const void* in = r.input;
   DeviceFusionPool::Lease lease;
@@ -199,7 +180,7 @@ Status BucketExecutor::DeviceReducescatter(const BucketPlan& plan, const Request
   const size_t mine = counts[comm_->rank()];
   auto out = DeviceResult(r, mine * DataTypeSize(dtype), result);
   if (!out.ok()) return out.status();
-  result->shape = ShapeWithRows(r.spec, d0 / size + (comm_->rank() < d0 % size ? 1 : 0));
+  result->shape = WithFirstDim(r.spec, ReducescatterRows(r.spec, size, comm_->rank()));
   MarkCollective();
   HORA_RETURN_IF_ERROR(comm_->Reducescatter(in, out.value(), counts, dtype, ReductionOp(plan.op)));
   const double post = FinalPostscale(plan.op, plan.postscale, size);
@@ -208,28 +189,15 @@ Status BucketExecutor::DeviceReducescatter(const BucketPlan& plan, const Request
 }
 
 Status BucketExecutor::DeviceAlltoall(const BucketPlan& plan, const Request& r, OpResult* result) {
-  const int size = comm_->size();
-  const auto& recv = plan.entries[0].recv_splits;
-  if (static_cast<int>(recv.size()) != size) {
-    return Internal("alltoall plan has " + std::to_string(recv.size()) + " receive splits");
-  }
-  const int64_t d0 = r.spec.shape.empty() ? 0 : r.spec.shape[0];
-  std::vector<int64_t> send = r.spec.splits;
-  if (send.empty()) send.assign(size, d0 / size);
-  const size_t row_bytes = static_cast<size_t>(r.spec.RowElements()) * DataTypeSize(r.spec.dtype);
-  std::vector<size_t> send_bytes(size), recv_bytes(size);
-  int64_t rows = 0;
-  for (int i = 0; i < size; ++i) {
-    send_bytes[i] = static_cast<size_t>(send[i]) * row_bytes;
-    recv_bytes[i] = static_cast<size_t>(recv[i]) * row_bytes;
-    rows += recv[i];
-  }
-  auto out = DeviceResult(r, static_cast<size_t>(rows) * row_bytes, result);
+  auto layout = AlltoallLayout(plan, r.spec, comm_->size());
+  if (!layout.ok()) return layout.status();
+  const RowLayout& l = layout.value();
+  auto out = DeviceResult(r, l.out_bytes, result);
   if (!out.ok()) return out.status();
-  result->shape = ShapeWithRows(r.spec, rows);
-  result->splits = recv;
+  result->shape = WithFirstDim(r.spec, l.rows);
+  result->splits = plan.entries[0].recv_splits;
   MarkCollective();
-  return comm_->Alltoallv(r.input, send_bytes, out.value(), recv_bytes);
+  return comm_->Alltoallv(r.input, l.send_bytes, out.value(), l.recv_bytes);
 }
 
 }  // namespace hora
