@@ -16,15 +16,16 @@ using namespace jobtest;
 
 namespace {
 
-const hora_dtype_t kDtypes[] = {HORA_UINT8,   HORA_INT8,    HORA_INT32, HORA_INT64, HORA_FLOAT16,
-                                HORA_BFLOAT16, HORA_FLOAT32, HORA_FLOAT64, HORA_BOOL};
+const hora_dtype_t kDtypes[] = {HORA_UINT8,   HORA_INT8,    HORA_INT16,   HORA_UINT16,
+                                HORA_INT32,   HORA_INT64,   HORA_FLOAT16, HORA_BFLOAT16,
+                                HORA_FLOAT32, HORA_FLOAT64, HORA_BOOL};
 const hora_reduce_op_t kOps[] = {HORA_SUM, HORA_AVERAGE, HORA_MIN, HORA_MAX, HORA_PRODUCT};
 const int64_t kCounts[] = {0, 1, 7, 1001, 65537};
 // The group the battery runs in: thread-local, so two threads run it on two sets at once.
 thread_local int g_size = 1;
 thread_local int32_t g_set = HORA_GLOBAL_PROCESS_SET;
 
-bool IsSigned(hora_dtype_t t) { return t != HORA_UINT8 && t != HORA_BOOL; }
+bool IsSigned(hora_dtype_t t) { return t != HORA_UINT8 && t != HORA_UINT16 && t != HORA_BOOL; }
 bool IsFloat(hora_dtype_t t) {
   return t == HORA_FLOAT16 || t == HORA_BFLOAT16 || t == HORA_FLOAT32 || t == HORA_FLOAT64;
 }

@@ -24,6 +24,8 @@ double Get(const std::vector<char>& buf, hora_dtype_t t, size_t i) {
   switch (t) {
     case HORA_UINT8: return *reinterpret_cast<const uint8_t*>(p);
     case HORA_INT8: return *reinterpret_cast<const int8_t*>(p);
+    case HORA_INT16: return *reinterpret_cast<const int16_t*>(p);
+    case HORA_UINT16: return *reinterpret_cast<const uint16_t*>(p);
     case HORA_INT32: return *reinterpret_cast<const int32_t*>(p);
     case HORA_INT64: return static_cast<double>(*reinterpret_cast<const int64_t*>(p));
     case HORA_FLOAT16: return hora::HalfToFloat(*reinterpret_cast<const uint16_t*>(p));
@@ -40,6 +42,8 @@ void Set(std::vector<char>* buf, hora_dtype_t t, size_t i, double v) {
   switch (t) {
     case HORA_UINT8: *reinterpret_cast<uint8_t*>(p) = static_cast<uint8_t>(v); break;
     case HORA_INT8: *reinterpret_cast<int8_t*>(p) = static_cast<int8_t>(v); break;
+    case HORA_INT16: *reinterpret_cast<int16_t*>(p) = static_cast<int16_t>(v); break;
+    case HORA_UINT16: *reinterpret_cast<uint16_t*>(p) = static_cast<uint16_t>(v); break;
     case HORA_INT32: *reinterpret_cast<int32_t*>(p) = static_cast<int32_t>(v); break;
     case HORA_INT64: *reinterpret_cast<int64_t*>(p) = static_cast<int64_t>(v); break;
     case HORA_FLOAT16: *reinterpret_cast<uint16_t*>(p) = hora::FloatToHalf(static_cast<float>(v)); break;

@@ -17,8 +17,9 @@ using namespace jobtest;
 namespace {
 
 int g_size = 1;
-const hora_dtype_t kDtypes[] = {HORA_UINT8,   HORA_INT8,    HORA_INT32, HORA_INT64, HORA_FLOAT16,
-                                HORA_BFLOAT16, HORA_FLOAT32, HORA_FLOAT64, HORA_BOOL};
+const hora_dtype_t kDtypes[] = {HORA_UINT8,   HORA_INT8,    HORA_INT16,   HORA_UINT16,
+                                HORA_INT32,   HORA_INT64,   HORA_FLOAT16, HORA_BFLOAT16,
+                                HORA_FLOAT32, HORA_FLOAT64, HORA_BOOL};
 
 int CountEntries(const char* dir) {
   DIR* d = opendir(dir);
