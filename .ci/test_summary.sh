@@ -66,7 +66,15 @@ while read -r label status; do
     FLAKY*) flaky=$((flaky + 1)) ;;
   esac
   p=0; f=0; s=0; found=0
-  for tl in "$dir/test.log" "$dir"/shard_*/test.log "$dir"/run_*/test.log "$dir"/shard_*/run_*/test.log; do
+  # A target's logs are either one test.log or its shard_*/run_* logs; Bazel does not remove
+  # the split logs of an earlier --runs_per_test or sharded run, so the newer kind wins.
+  logs=()
+  for tl in "$dir"/shard_*/test.log "$dir"/run_*/test.log "$dir"/shard_*/run_*/test.log; do
+    [ -f "$tl" ] || continue
+    if [ ! -f "$dir/test.log" ] || [ "$tl" -nt "$dir/test.log" ]; then logs+=("$tl"); fi
+  done
+  [ "${#logs[@]}" -eq 0 ] && logs=("$dir/test.log")
+  for tl in "${logs[@]}"; do
     [ -f "$tl" ] || continue
     c="$(counts_from_log "$tl")"
     [ -n "$c" ] || continue
