@@ -97,14 +97,15 @@ std::vector<std::string> BuiltBackends() {
 
 bool IsBackendBuilt(const std::string& name) { return Find(name) != nullptr; }
 
-int BackendLibraryVersion(const std::string& name, std::string* detail) {
+int BackendLibraryVersion(const std::string& name,
+                          const std::function<const char*(const char*)>& env, std::string* detail) {
   const BackendInfo* b = Find(name);
   if (b == nullptr || !b->library) {
     *detail = b == nullptr ? "backend '" + name + "' is not built into this libhora"
                            : "backend '" + name + "' loads no library";
     return -1;
   }
-  return b->library(detail);
+  return b->library(env, detail);
 }
 
 std::string BuiltBackendsString() {

@@ -74,8 +74,10 @@ struct BackendInfo {
   std::function<Status(const BackendConfig&)> can_serve;
   BackendFactory create;
   // Backends over a library loaded at run time (nccl): its version code, 0 when it cannot be
-  // loaded here; *detail receives the file it was loaded from, or why it could not be.
-  std::function<int(std::string* detail)> library;
+  // loaded here; *detail receives the file it was loaded from, or why it could not be. env:
+  // the environment as runtime/options.cc reads it (as BackendConfig::env).
+  std::function<int(const std::function<const char*(const char*)>& env, std::string* detail)>
+      library;
 };
 
 // Called by HORA_REGISTER_BACKEND. Returns true (for a static initializer).
@@ -90,7 +92,8 @@ std::string BuiltBackendsString();
 
 // The library of a built backend (BackendInfo::library): its version code, 0 when it cannot
 // be loaded (*detail says why), -1 when `name` is not built or loads no library.
-int BackendLibraryVersion(const std::string& name, std::string* detail);
+int BackendLibraryVersion(const std::string& name,
+                          const std::function<const char*(const char*)>& env, std::string* detail);
 
 // Validates a selection without building anything: "auto" or a built backend of `device`.
 // `option` names the knob in the message ("HORA_CPU_OPERATIONS").

@@ -286,8 +286,12 @@ StatusOr<Options> ParseOptions(const EnvLookup& raw_env, const OptionOverrides& 
   return o;
 }
 
+EnvLookup ProcessEnvironment() {
+  return [](const char* name) { return std::getenv(name); };
+}
+
 StatusOr<Options> OptionsFromEnvironment(const OptionOverrides& overrides) {
-  auto o = ParseOptions([](const char* name) { return std::getenv(name); }, overrides);
+  auto o = ParseOptions(ProcessEnvironment(), overrides);
   if (!o.ok()) return o;
   auto environment = std::make_shared<std::map<std::string, std::string>>();
   std::vector<std::string> names;

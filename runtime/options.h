@@ -160,6 +160,10 @@ StatusOr<Options> ParseOptions(const EnvLookup& env, const OptionOverrides& over
 // ParseOptions over the process environment.
 StatusOr<Options> OptionsFromEnvironment(const OptionOverrides& overrides);
 
+// The process environment, read here and nowhere else (for what is needed before hora_init,
+// such as hora_nccl_version).
+EnvLookup ProcessEnvironment();
+
 }  // namespace hora
 
 #endif  // HORA_RUNTIME_OPTIONS_H_

@@ -408,7 +408,7 @@ int hora_nccl_version(const char** detail) {
   static std::string text;
   hora::MutexLock lock(&mu);
   std::string d;
-  const int v = hora::BackendLibraryVersion("nccl", &d);
+  const int v = hora::BackendLibraryVersion("nccl", hora::ProcessEnvironment(), &d);
   text = d;
   if (detail != nullptr) *detail = text.c_str();
   return v > 0 ? v : 0;

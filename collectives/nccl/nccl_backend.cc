@@ -20,7 +20,7 @@ BackendInfo NcclInfo() {
   info.device = Device::kCuda;
   info.auto_priority = 10;
   info.can_serve = [](const BackendConfig& c) -> Status {
-    const NcclLoadResult& nccl = LoadNccl();
+    const NcclLoadResult& nccl = LoadNccl(c.env);
     if (nccl.api == nullptr) return nccl.status;
     return CudaRuntime()->Probe(c.device_index);
   };
@@ -32,10 +32,11 @@ BackendInfo NcclInfo() {
     nc.store = c.store;
     nc.key_prefix = c.key_prefix;
     nc.timeout = c.timeout;
+    nc.env = c.env;
     return CreateNcclCommunicator(nc);
   };
-  info.library = [](std::string* detail) {
-    const NcclLoadResult& nccl = LoadNccl();
+  info.library = [](const std::function<const char*(const char*)>& env, std::string* detail) {
+    const NcclLoadResult& nccl = LoadNccl(env);
     if (nccl.api == nullptr) {
       *detail = nccl.status.message();
       return 0;

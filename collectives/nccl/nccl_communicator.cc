@@ -346,7 +346,7 @@ class NcclCommunicator : public Communicator {
 }  // namespace
 
 StatusOr<std::unique_ptr<Communicator>> CreateNcclCommunicator(const NcclConfig& config) {
-  const NcclLoadResult& nccl = LoadNccl();
+  const NcclLoadResult& nccl = LoadNccl(config.env);
   if (nccl.api == nullptr) return nccl.status;
   if (config.size < 1 || config.rank < 0 || config.rank >= config.size) {
     return InvalidArgument("NCCL communicator: rank " + std::to_string(config.rank) +

@@ -28,6 +28,7 @@
 
 #include <chrono>
 #include <memory>
+#include <functional>
 #include <string>
 
 #include "collectives/communicator.h"
@@ -43,6 +44,7 @@ struct NcclConfig {
   KvStore* store = nullptr;  // used during creation only
   std::string key_prefix;    // unique per communicator, the same on every member
   std::chrono::milliseconds timeout{30000};
+  std::function<const char*(const char*)> env;  // BackendConfig::env (HORA_NCCL_LIBRARY)
 };
 
 // Collective over the members. FAILED_PRECONDITION when NCCL cannot be loaded or there is no

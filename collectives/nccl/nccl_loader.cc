@@ -8,7 +8,6 @@
 namespace hora {
 namespace {
 
-constexpr const char kEnvNcclLibrary[] = "HORA_NCCL_LIBRARY";
 constexpr const char kCudaNccl[] = "/usr/local/cuda/lib64/libnccl.so.2";
 constexpr int kMinVersion = 21400;  // ncclCommInitRankConfig with non-blocking communicators
 
@@ -111,8 +110,9 @@ NcclLoadResult LoadNcclFrom(const char* env_path) {
   return result;
 }
 
-const NcclLoadResult& LoadNccl() {
-  static const NcclLoadResult* loaded = new NcclLoadResult(LoadNcclFrom(std::getenv(kEnvNcclLibrary)));
+const NcclLoadResult& LoadNccl(const std::function<const char*(const char*)>& env) {
+  static const NcclLoadResult* loaded =
+      new NcclLoadResult(LoadNcclFrom(env ? env(kEnvNcclLibrary) : nullptr));
   return *loaded;
 }
 

@@ -11,13 +11,14 @@
 // The library must export every function of NcclApi (NCCL >= 2.14: non-blocking
 // communicators, ncclCommInitRankConfig); one that does not is refused, naming the symbol.
 //
-// Thread safety: LoadNccl() loads once per process (the first call decides); thread-safe.
+// Thread safety: LoadNccl loads once per process (the first call decides); thread-safe.
 // The table is never unloaded.
 #ifndef HORA_COLLECTIVES_NCCL_NCCL_LOADER_H_
 #define HORA_COLLECTIVES_NCCL_NCCL_LOADER_H_
 
 #include <nccl.h>
 
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -61,8 +62,12 @@ struct NcclLoadResult {
   Status status;                 // OK iff api != nullptr
 };
 
+// The variable naming the NCCL library to load (read through BackendConfig::env).
+constexpr const char kEnvNcclLibrary[] = "HORA_NCCL_LIBRARY";
+
 // Loads NCCL on the first call (see the search order above); later calls return the same.
-const NcclLoadResult& LoadNccl();
+// env: the environment as runtime/options.cc reads it (BackendConfig::env; empty = none).
+const NcclLoadResult& LoadNccl(const std::function<const char*(const char*)>& env);
 
 // The search itself, uncached, with the value of HORA_NCCL_LIBRARY given (null = unset):
 // for tests. The returned table is leaked on success (libraries are never unloaded).
