@@ -442,65 +442,7 @@ def recv_async(tensor, peer, tag=0, keep=None, process_set=0):
                     int(tag), int(process_set), keep=(tensor, keep))
 
 
-# ---- process sets ----
+# ---- process sets (in _sets.py; the names stay here for the modules that use core.*) ----
 
-def process_set_add(ranks, cpu_operations=None):
-    """Collective over every rank: adds a set of `ranks` (global ranks) and returns its id."""
-    ranks = [int(r) for r in ranks]
-    arr = (ctypes.c_int32 * max(len(ranks), 1))(*ranks)
-    out = ctypes.c_int32()
-    ops = cpu_operations.encode() if cpu_operations else None
-    _lib.check(_lib.lib().hora_process_set_add(arr, len(ranks), ops, ctypes.byref(out)),
-               "add_process_set(%s)" % ranks)
-    return out.value
-
-
-def process_set_remove(process_set_id):
-    _lib.check(_lib.lib().hora_process_set_remove(int(process_set_id)),
-               "remove_process_set(%d)" % process_set_id)
-
-
-def process_set_rank(process_set_id):
-    """This rank's rank in the set, or -1 when it is not a member."""
-    out = ctypes.c_int32()
-    _lib.check(_lib.lib().hora_process_set_rank(int(process_set_id), ctypes.byref(out)),
-               "process_set_rank(%d)" % process_set_id)
-    return out.value
-
-
-def process_set_size(process_set_id):
-    out = ctypes.c_int32()
-    _lib.check(_lib.lib().hora_process_set_size(int(process_set_id), ctypes.byref(out)),
-               "process_set_size(%d)" % process_set_id)
-    return out.value
-
-
-def process_set_ranks(process_set_id):
-    n = ctypes.c_int32()
-    lib = _lib.lib()
-    _lib.check(lib.hora_process_set_ranks(int(process_set_id), None, 0, ctypes.byref(n)),
-               "process_set_ranks(%d)" % process_set_id)
-    arr = (ctypes.c_int32 * max(n.value, 1))()
-    _lib.check(lib.hora_process_set_ranks(int(process_set_id), arr, n.value, ctypes.byref(n)),
-               "process_set_ranks(%d)" % process_set_id)
-    return [arr[i] for i in range(n.value)]
-
-
-def steady_stats(process_set_id=0):
-    """The steady path's counters of a set on this rank (hora_steady_stats): the operations it
-    ran without the coordinator, the submissions of cached names that went the normal way, and
-    the names cached."""
-    fast, slow, entries = ctypes.c_int64(), ctypes.c_int64(), ctypes.c_int64()
-    _lib.check(_lib.lib().hora_steady_stats(int(process_set_id), ctypes.byref(fast),
-                                            ctypes.byref(slow), ctypes.byref(entries)),
-               "steady_stats(%d)" % process_set_id)
-    return {"fast": fast.value, "slow": slow.value, "entries": entries.value}
-
-
-def process_set_ids():
-    n = ctypes.c_int32()
-    lib = _lib.lib()
-    _lib.check(lib.hora_process_set_ids(None, 0, ctypes.byref(n)), "process_set_ids")
-    arr = (ctypes.c_int32 * max(n.value, 1))()
-    _lib.check(lib.hora_process_set_ids(arr, n.value, ctypes.byref(n)), "process_set_ids")
-    return [arr[i] for i in range(n.value)]
+from ._sets import (process_set_add, process_set_remove, process_set_rank,  # noqa: E402,F401
+                    process_set_size, process_set_ranks, process_set_ids, steady_stats)
