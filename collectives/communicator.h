@@ -62,7 +62,8 @@ class Communicator {
 
   // out receives every rank's input, concatenated in rank order; rank r contributes
   // bytes_per_rank[r] bytes (in points to bytes_per_rank[rank()] bytes).
-  virtual Status Allgatherv(const void* in, void* out, const std::vector<size_t>& bytes_per_rank) = 0;
+  virtual Status Allgatherv(const void* in, void* out,
+                            const std::vector<size_t>& bytes_per_rank) = 0;
 
   // in holds send_bytes[r] bytes for each rank r, concatenated in rank order; out receives
   // recv_bytes[r] bytes from each rank r, concatenated in rank order.

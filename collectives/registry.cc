@@ -42,8 +42,9 @@ struct Selection {
 Selection ParseSelection(const std::string& s) {
   Selection sel;
   if (s == "auto") return sel;
-  for (auto [prefix, mode] : {std::pair<const char*, Selection::Mode>{"prefer:", Selection::kPrefer},
-                              {"avoid:", Selection::kAvoid}}) {
+  for (auto [prefix, mode] :
+       {std::pair<const char*, Selection::Mode>{"prefer:", Selection::kPrefer},
+        {"avoid:", Selection::kAvoid}}) {
     const std::string p = prefix;
     if (s.compare(0, p.size(), p) == 0) {
       sel.mode = mode;

@@ -43,8 +43,8 @@ struct BackendConfig {
   std::vector<std::string> hostnames;  // per member: decides intra- and inter-host
   Device device = Device::kCpu;
   int device_index = 0;
-  KvStore* store = nullptr;            // bootstrap; not owned, used only during creation
-  std::string key_prefix;              // unique per set and device; same on every member
+  KvStore* store = nullptr;  // bootstrap; not owned, used only during creation
+  std::string key_prefix;    // unique per set and device; same on every member
   // Network: the address to bind (empty = automatic: loopback when every member is on
   // this host, else the local address toward coordinator_host).
   std::string bind_address;
@@ -115,8 +115,8 @@ StatusOr<std::unique_ptr<Communicator>> CreateCommunicator(const std::string& se
 #define HORA_BACKEND_CONCAT_(a, b) a##b
 #define HORA_BACKEND_CONCAT(a, b) HORA_BACKEND_CONCAT_(a, b)
 // At namespace scope in one .cc of the backend: HORA_REGISTER_BACKEND(MakeGlooInfo());
-#define HORA_REGISTER_BACKEND(info_expr)                                               \
-  static const bool HORA_BACKEND_CONCAT(hora_backend_registered_, __LINE__) \
-      [[maybe_unused]] = ::hora::RegisterBackend(info_expr)
+#define HORA_REGISTER_BACKEND(info_expr)                                                       \
+  static const bool HORA_BACKEND_CONCAT(hora_backend_registered_, __LINE__) [[maybe_unused]] = \
+      ::hora::RegisterBackend(info_expr)
 
 #endif  // HORA_COLLECTIVES_REGISTRY_H_

@@ -1,6 +1,6 @@
 // A key-value store with deadlines: how data-plane backends bootstrap (Gloo exchanges its
-// addresses through it; the loopback test backend moves its data through it). The coordinator client implements it over gRPC; tests use an
-// in-memory one (tests/harness/memory_store.h).
+// addresses through it; the loopback test backend moves its data through it). The coordinator
+// client implements it over gRPC; tests use an in-memory one (tests/harness/memory_store.h).
 #ifndef HORA_COMMON_KV_STORE_H_
 #define HORA_COMMON_KV_STORE_H_
 

@@ -21,10 +21,13 @@ void EnsureLogger() {
 }  // namespace
 
 bool ParseLogLevel(const std::string& name, spdlog::level::level_enum* level) {
-  static const struct { const char* name; spdlog::level::level_enum level; } kLevels[] = {
-      {"trace", spdlog::level::trace}, {"debug", spdlog::level::debug},
-      {"info", spdlog::level::info},   {"warning", spdlog::level::warn},
-      {"warn", spdlog::level::warn},   {"error", spdlog::level::err},
+  static const struct {
+    const char* name;
+    spdlog::level::level_enum level;
+  } kLevels[] = {
+      {"trace", spdlog::level::trace},    {"debug", spdlog::level::debug},
+      {"info", spdlog::level::info},      {"warning", spdlog::level::warn},
+      {"warn", spdlog::level::warn},      {"error", spdlog::level::err},
       {"fatal", spdlog::level::critical}, {"critical", spdlog::level::critical},
       {"off", spdlog::level::off},
   };

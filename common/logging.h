@@ -26,13 +26,13 @@ void SetLogRank(int rank);
 #define HORA_LOG_ERROR(...) ::spdlog::error(__VA_ARGS__)
 
 // A broken internal invariant: log and abort. Never for bad input (that is a Status).
-#define HORA_CHECK(cond)                                                              \
-  do {                                                                                \
-    if (!(cond)) {                                                                    \
-      ::spdlog::critical("check failed at {}:{}: {}", __FILE__, __LINE__, #cond);     \
-      ::spdlog::default_logger()->flush();                                            \
-      std::abort();                                                                   \
-    }                                                                                 \
+#define HORA_CHECK(cond)                                                          \
+  do {                                                                            \
+    if (!(cond)) {                                                                \
+      ::spdlog::critical("check failed at {}:{}: {}", __FILE__, __LINE__, #cond); \
+      ::spdlog::default_logger()->flush();                                        \
+      std::abort();                                                               \
+    }                                                                             \
   } while (0)
 
 #endif  // HORA_COMMON_LOGGING_H_

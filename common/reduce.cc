@@ -43,7 +43,7 @@ uint16_t FloatToHalf(float f) {
     return static_cast<uint16_t>(sign | 0x7c00 | (abs > 0x7f800000 ? 0x200 : 0));
   }
   if (abs >= 0x477ff000) return static_cast<uint16_t>(sign | 0x7c00);  // overflow to inf
-  if (abs < 0x38800000) {  // subnormal or zero in half
+  if (abs < 0x38800000) {                                              // subnormal or zero in half
     if (abs < 0x33000000) return static_cast<uint16_t>(sign);
     uint32_t exp = abs >> 23;
     uint32_t mant = (abs & 0x7fffff) | 0x800000;
@@ -94,10 +94,12 @@ void ReduceTyped(T* __restrict d, const T* __restrict s, size_t n, ReduceOp op) 
   switch (op) {
     case ReduceOp::kSum:
     case ReduceOp::kAverage:
-      for (size_t i = 0; i < n; ++i) d[i] = static_cast<T>(static_cast<A>(d[i]) + static_cast<A>(s[i]));
+      for (size_t i = 0; i < n; ++i)
+        d[i] = static_cast<T>(static_cast<A>(d[i]) + static_cast<A>(s[i]));
       break;
     case ReduceOp::kProduct:
-      for (size_t i = 0; i < n; ++i) d[i] = static_cast<T>(static_cast<A>(d[i]) * static_cast<A>(s[i]));
+      for (size_t i = 0; i < n; ++i)
+        d[i] = static_cast<T>(static_cast<A>(d[i]) * static_cast<A>(s[i]));
       break;
     case ReduceOp::kMin:
       for (size_t i = 0; i < n; ++i) d[i] = std::min(d[i], s[i]);
@@ -139,7 +141,8 @@ void ScaleCopyTyped(T* d, const T* s, size_t n, double factor) {
   for (size_t i = 0; i < n; ++i) {
     double x = static_cast<double>(s[i]) * factor;
     double r = std::nearbyint(x);
-    d[i] = static_cast<T>(std::fabs(x - r) <= 1e-9 * std::max(1.0, std::fabs(x)) ? r : std::trunc(x));
+    d[i] =
+        static_cast<T>(std::fabs(x - r) <= 1e-9 * std::max(1.0, std::fabs(x)) ? r : std::trunc(x));
   }
 }
 
@@ -179,8 +182,8 @@ void ReduceInto(void* dst, const void* src, size_t count, DataType dtype, Reduce
     case DataType::kFloat64:
       return ReduceTyped(static_cast<double*>(dst), static_cast<const double*>(src), count, op);
     case DataType::kFloat16:
-      return ReduceHalfLike<HalfToFloat, FloatToHalf>(
-          static_cast<uint16_t*>(dst), static_cast<const uint16_t*>(src), count, op);
+      return ReduceHalfLike<HalfToFloat, FloatToHalf>(static_cast<uint16_t*>(dst),
+                                                      static_cast<const uint16_t*>(src), count, op);
     case DataType::kBfloat16:
       return ReduceHalfLike<Bfloat16ToFloat, FloatToBfloat16>(
           static_cast<uint16_t*>(dst), static_cast<const uint16_t*>(src), count, op);
@@ -196,21 +199,29 @@ void ScaleCopy(void* dst, const void* src, size_t count, DataType dtype, double 
   }
   switch (dtype) {
     case DataType::kUint8:
-      return ScaleCopyTyped(static_cast<uint8_t*>(dst), static_cast<const uint8_t*>(src), count, factor);
+      return ScaleCopyTyped(static_cast<uint8_t*>(dst), static_cast<const uint8_t*>(src), count,
+                            factor);
     case DataType::kInt8:
-      return ScaleCopyTyped(static_cast<int8_t*>(dst), static_cast<const int8_t*>(src), count, factor);
+      return ScaleCopyTyped(static_cast<int8_t*>(dst), static_cast<const int8_t*>(src), count,
+                            factor);
     case DataType::kInt16:
-      return ScaleCopyTyped(static_cast<int16_t*>(dst), static_cast<const int16_t*>(src), count, factor);
+      return ScaleCopyTyped(static_cast<int16_t*>(dst), static_cast<const int16_t*>(src), count,
+                            factor);
     case DataType::kUint16:
-      return ScaleCopyTyped(static_cast<uint16_t*>(dst), static_cast<const uint16_t*>(src), count, factor);
+      return ScaleCopyTyped(static_cast<uint16_t*>(dst), static_cast<const uint16_t*>(src), count,
+                            factor);
     case DataType::kInt32:
-      return ScaleCopyTyped(static_cast<int32_t*>(dst), static_cast<const int32_t*>(src), count, factor);
+      return ScaleCopyTyped(static_cast<int32_t*>(dst), static_cast<const int32_t*>(src), count,
+                            factor);
     case DataType::kInt64:
-      return ScaleCopyTyped(static_cast<int64_t*>(dst), static_cast<const int64_t*>(src), count, factor);
+      return ScaleCopyTyped(static_cast<int64_t*>(dst), static_cast<const int64_t*>(src), count,
+                            factor);
     case DataType::kFloat32:
-      return ScaleCopyFloat(static_cast<float*>(dst), static_cast<const float*>(src), count, factor);
+      return ScaleCopyFloat(static_cast<float*>(dst), static_cast<const float*>(src), count,
+                            factor);
     case DataType::kFloat64:
-      return ScaleCopyDouble(static_cast<double*>(dst), static_cast<const double*>(src), count, factor);
+      return ScaleCopyDouble(static_cast<double*>(dst), static_cast<const double*>(src), count,
+                             factor);
     case DataType::kFloat16:
       return ScaleCopyHalfLike<HalfToFloat, FloatToHalf>(
           static_cast<uint16_t*>(dst), static_cast<const uint16_t*>(src), count, factor);

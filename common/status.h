@@ -52,9 +52,15 @@ class [[nodiscard]] Status {
   std::string message_;
 };
 
-inline Status InvalidArgument(std::string m) { return Status(Code::kInvalidArgument, std::move(m)); }
-inline Status FailedPrecondition(std::string m) { return Status(Code::kFailedPrecondition, std::move(m)); }
-inline Status DeadlineExceeded(std::string m) { return Status(Code::kDeadlineExceeded, std::move(m)); }
+inline Status InvalidArgument(std::string m) {
+  return Status(Code::kInvalidArgument, std::move(m));
+}
+inline Status FailedPrecondition(std::string m) {
+  return Status(Code::kFailedPrecondition, std::move(m));
+}
+inline Status DeadlineExceeded(std::string m) {
+  return Status(Code::kDeadlineExceeded, std::move(m));
+}
 inline Status PeerFailure(std::string m) { return Status(Code::kPeerFailure, std::move(m)); }
 inline Status Internal(std::string m) { return Status(Code::kInternal, std::move(m)); }
 inline Status Unavailable(std::string m) { return Status(Code::kUnavailable, std::move(m)); }
@@ -65,7 +71,7 @@ template <typename T>
 class [[nodiscard]] StatusOr {
  public:
   StatusOr(Status status) : status_(std::move(status)) {}  // NOLINT: implicit by design
-  StatusOr(T value) : value_(std::move(value)) {}           // NOLINT: implicit by design
+  StatusOr(T value) : value_(std::move(value)) {}          // NOLINT: implicit by design
 
   bool ok() const { return status_.ok(); }
   const Status& status() const { return status_; }
@@ -81,9 +87,9 @@ class [[nodiscard]] StatusOr {
 
 }  // namespace hora
 
-#define HORA_RETURN_IF_ERROR(expr)              \
-  do {                                          \
-    ::hora::Status _hora_status = (expr);       \
+#define HORA_RETURN_IF_ERROR(expr)               \
+  do {                                           \
+    ::hora::Status _hora_status = (expr);        \
     if (!_hora_status.ok()) return _hora_status; \
   } while (0)
 

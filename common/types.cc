@@ -29,42 +29,66 @@ size_t DataTypeSize(DataType t) {
 
 const char* DataTypeName(DataType t) {
   switch (t) {
-    case DataType::kUint8: return "uint8";
-    case DataType::kInt8: return "int8";
-    case DataType::kInt32: return "int32";
-    case DataType::kInt64: return "int64";
-    case DataType::kFloat16: return "float16";
-    case DataType::kBfloat16: return "bfloat16";
-    case DataType::kFloat32: return "float32";
-    case DataType::kFloat64: return "float64";
-    case DataType::kBool: return "bool";
-    case DataType::kInt16: return "int16";
-    case DataType::kUint16: return "uint16";
+    case DataType::kUint8:
+      return "uint8";
+    case DataType::kInt8:
+      return "int8";
+    case DataType::kInt32:
+      return "int32";
+    case DataType::kInt64:
+      return "int64";
+    case DataType::kFloat16:
+      return "float16";
+    case DataType::kBfloat16:
+      return "bfloat16";
+    case DataType::kFloat32:
+      return "float32";
+    case DataType::kFloat64:
+      return "float64";
+    case DataType::kBool:
+      return "bool";
+    case DataType::kInt16:
+      return "int16";
+    case DataType::kUint16:
+      return "uint16";
   }
   return "unknown";
 }
 
 const char* ReduceOpName(ReduceOp op) {
   switch (op) {
-    case ReduceOp::kSum: return "sum";
-    case ReduceOp::kAverage: return "average";
-    case ReduceOp::kMin: return "min";
-    case ReduceOp::kMax: return "max";
-    case ReduceOp::kProduct: return "product";
+    case ReduceOp::kSum:
+      return "sum";
+    case ReduceOp::kAverage:
+      return "average";
+    case ReduceOp::kMin:
+      return "min";
+    case ReduceOp::kMax:
+      return "max";
+    case ReduceOp::kProduct:
+      return "product";
   }
   return "unknown";
 }
 
 const char* CollectiveName(CollectiveType c) {
   switch (c) {
-    case CollectiveType::kAllreduce: return "allreduce";
-    case CollectiveType::kBroadcast: return "broadcast";
-    case CollectiveType::kAllgather: return "allgather";
-    case CollectiveType::kReducescatter: return "reducescatter";
-    case CollectiveType::kAlltoall: return "alltoall";
-    case CollectiveType::kBarrier: return "barrier";
-    case CollectiveType::kSend: return "send";
-    case CollectiveType::kRecv: return "recv";
+    case CollectiveType::kAllreduce:
+      return "allreduce";
+    case CollectiveType::kBroadcast:
+      return "broadcast";
+    case CollectiveType::kAllgather:
+      return "allgather";
+    case CollectiveType::kReducescatter:
+      return "reducescatter";
+    case CollectiveType::kAlltoall:
+      return "alltoall";
+    case CollectiveType::kBarrier:
+      return "barrier";
+    case CollectiveType::kSend:
+      return "send";
+    case CollectiveType::kRecv:
+      return "recv";
   }
   return "unknown";
 }

@@ -73,8 +73,8 @@ struct TensorSpec {
   std::vector<int64_t> shape;
   Device device = Device::kCpu;
   int32_t device_index = 0;
-  int32_t root = 0;               // broadcast only
-  double prescale = 1.0;          // allreduce / reducescatter only
+  int32_t root = 0;       // broadcast only
+  double prescale = 1.0;  // allreduce / reducescatter only
   double postscale = 1.0;
   // alltoall only: rows of the first dimension this rank sends to each rank (empty = even).
   std::vector<int64_t> splits;

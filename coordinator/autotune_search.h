@@ -33,10 +33,10 @@ struct TuningPoint {
 
 struct TrialResult {
   TuningPoint point;
-  double score = 0;       // bytes per second (the median of the samples)
-  int samples = 0;        // samples behind the score
-  int stage = 0;          // 1 = fusion threshold, 2 = cycle time
-  bool chosen = false;    // the winner, once the search is done
+  double score = 0;     // bytes per second (the median of the samples)
+  int samples = 0;      // samples behind the score
+  int stage = 0;        // 1 = fusion threshold, 2 = cycle time
+  bool chosen = false;  // the winner, once the search is done
 };
 
 struct SearchSpace {

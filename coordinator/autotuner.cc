@@ -45,8 +45,7 @@ bool Autotuner::Observe(const PlannedBucket& bucket, TimePoint now) {
 }
 
 void Autotuner::CloseSample(TimePoint now) {
-  const double seconds =
-      std::max(std::chrono::duration<double>(now - sample_start_).count(), 1e-6);
+  const double seconds = std::max(std::chrono::duration<double>(now - sample_start_).count(), 1e-6);
   const double score = static_cast<double>(sample_bytes_) / seconds;
   sample_start_ = now;
   sample_bytes_ = 0;

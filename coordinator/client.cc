@@ -29,7 +29,8 @@ Status ReadFile(const std::string& path, const char* what, std::string* out) {
 StatusOr<std::shared_ptr<grpc::ChannelCredentials>> MakeCredentials(const TlsFiles& tls) {
   if (!tls.enabled() && tls.ca_file.empty()) return grpc::InsecureChannelCredentials();
   grpc::SslCredentialsOptions options;
-  if (!tls.ca_file.empty()) HORA_RETURN_IF_ERROR(ReadFile(tls.ca_file, "CA", &options.pem_root_certs));
+  if (!tls.ca_file.empty())
+    HORA_RETURN_IF_ERROR(ReadFile(tls.ca_file, "CA", &options.pem_root_certs));
   if (!tls.cert_file.empty()) {
     HORA_RETURN_IF_ERROR(ReadFile(tls.cert_file, "certificate", &options.pem_cert_chain));
     HORA_RETURN_IF_ERROR(ReadFile(tls.key_file, "key", &options.pem_private_key));
@@ -89,16 +90,14 @@ StatusOr<std::unique_ptr<CoordinatorClient>> CoordinatorClient::Connect(
   auto client = std::make_unique<ClientImpl>(config, std::move(channel));
   // The coordinator fails the start itself (naming the missing ranks) at its own deadline;
   // ours is a little later so that its message is the one the caller sees.
-  const milliseconds grace = std::clamp(config.start_timeout, milliseconds(1000),
-                                        milliseconds(5000));
+  const milliseconds grace =
+      std::clamp(config.start_timeout, milliseconds(1000), milliseconds(5000));
   HORA_RETURN_IF_ERROR(client->DoJoin(deadline + grace));
   return std::unique_ptr<CoordinatorClient>(std::move(client));
 }
 
 ClientImpl::ClientImpl(const ClientConfig& config, std::shared_ptr<grpc::Channel> channel)
-    : config_(config),
-      channel_(std::move(channel)),
-      stub_(proto::Coordinator::NewStub(channel_)) {}
+    : config_(config), channel_(std::move(channel)), stub_(proto::Coordinator::NewStub(channel_)) {}
 
 ClientImpl::~ClientImpl() {
   Close();
@@ -143,9 +142,8 @@ Status ClientImpl::JoinOnce(SystemTime deadline, bool* again) {
   }
   HORA_RETURN_IF_ERROR(FromProto(response, &topology_));
   if (static_cast<int>(topology_.ranks.size()) != config_.size) {
-    return Internal("the coordinator answered Join with " +
-                    std::to_string(topology_.ranks.size()) + " ranks, expected " +
-                    std::to_string(config_.size));
+    return Internal("the coordinator answered Join with " + std::to_string(topology_.ranks.size()) +
+                    " ranks, expected " + std::to_string(config_.size));
   }
   return Status::Ok();
 }
@@ -189,8 +187,8 @@ StatusOr<std::string> ClientImpl::Get(const std::string& key, milliseconds timeo
     return DeadlineExceeded("store: key '" + key + "' was not set within " +
                             std::to_string(timeout.count()) + " ms");
   }
-  if (!st.ok()) return FromGrpcStatus(st, "store get '" + key + "' at the coordinator " +
-                                              config_.address);
+  if (!st.ok())
+    return FromGrpcStatus(st, "store get '" + key + "' at the coordinator " + config_.address);
   return std::string(response.value());
 }
 

@@ -40,8 +40,8 @@ StatusOr<int64_t> ClientImpl::ClockOffsetUs() {
       offset = response.steady_us() - (t0 + t1) / 2;
     }
   }
-  HORA_LOG_INFO("clock: coordinator minus rank {} = {} us (round trip {} us)", config_.rank,
-                offset, best_rtt);
+  HORA_LOG_INFO("clock: coordinator minus rank {} = {} us (round trip {} us)", config_.rank, offset,
+                best_rtt);
   return offset;
 }
 

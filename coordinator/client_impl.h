@@ -13,11 +13,11 @@
 #include <string>
 #include <thread>
 
+#include "common/mutex.h"
 #include "coordinator/client.h"
 #include "coordinator/local_session.h"
 #include "coordinator/planner.h"
 #include "proto/coordinator.grpc.pb.h"
-#include "common/mutex.h"
 
 namespace hora {
 
@@ -63,7 +63,7 @@ class ClientImpl final : public CoordinatorClient {
   const std::unique_ptr<proto::Coordinator::Stub> stub_;
   Topology topology_;  // set by DoJoin before Connect returns
 
-  Mutex close_mu_;      // serializes StartSession and Close
+  Mutex close_mu_;  // serializes StartSession and Close
   bool closed_ GUARDED_BY(close_mu_) = false;
   std::atomic<bool> closing_{false};
 
@@ -74,7 +74,7 @@ class ClientImpl final : public CoordinatorClient {
   std::thread reader_;
   std::thread heartbeat_;
 
-  Mutex write_mu_ ACQUIRED_AFTER(close_mu_);  // the order: close_mu_, write_mu_, mu_
+  Mutex write_mu_ ACQUIRED_AFTER(close_mu_);        // the order: close_mu_, write_mu_, mu_
   bool writes_done_ GUARDED_BY(write_mu_) = false;  // WritesDone or Finish happened
 
   std::atomic<Clock::rep> last_recv_{0};
@@ -84,10 +84,10 @@ class ClientImpl final : public CoordinatorClient {
   CondVar cv_;
   bool stop_heartbeat_ GUARDED_BY(mu_) = false;
   bool reader_done_ GUARDED_BY(mu_) = false;
-  Status watchdog_status_ GUARDED_BY(mu_);       // why the heartbeat thread cancelled the call
-  bool acked_ GUARDED_BY(mu_) = false;           // the coordinator answered Hello
-  grpc::Status final_status_ GUARDED_BY(mu_);    // the call's status once reader_done_
-  std::atomic<bool> acked_fast_{false};  // acked_, readable without mu_
+  Status watchdog_status_ GUARDED_BY(mu_);     // why the heartbeat thread cancelled the call
+  bool acked_ GUARDED_BY(mu_) = false;         // the coordinator answered Hello
+  grpc::Status final_status_ GUARDED_BY(mu_);  // the call's status once reader_done_
+  std::atomic<bool> acked_fast_{false};        // acked_, readable without mu_
   bool local_ = false;  // the session runs through config_.local_host; set by StartSession
 };
 

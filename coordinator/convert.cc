@@ -185,8 +185,7 @@ Status FromProto(const proto::Bucket& in, BucketPlan* out) {
     e.id = pe.id();
     if (e.id < -1) return InvalidArgument(what + ": invalid tensor id " + std::to_string(e.id));
     if (pe.num_elements() < 0 || pe.num_elements() > kMaxDim) {
-      return InvalidArgument(what + ": invalid element count " +
-                             std::to_string(pe.num_elements()));
+      return InvalidArgument(what + ": invalid element count " + std::to_string(pe.num_elements()));
     }
     e.num_elements = pe.num_elements();
     if (pe.last_rank() < -1 || pe.lag_us() < 0 || pe.wait_us() < 0) {
@@ -196,10 +195,10 @@ Status FromProto(const proto::Bucket& in, BucketPlan* out) {
     e.last_rank = pe.last_rank();
     e.lag_us = pe.lag_us();
     e.wait_us = pe.wait_us();
-    HORA_RETURN_IF_ERROR(CheckDims(pe.first_dims(), (what + ": first_dims").c_str(),
-                                   &e.first_dims));
-    HORA_RETURN_IF_ERROR(CheckDims(pe.recv_splits(), (what + ": recv_splits").c_str(),
-                                   &e.recv_splits));
+    HORA_RETURN_IF_ERROR(
+        CheckDims(pe.first_dims(), (what + ": first_dims").c_str(), &e.first_dims));
+    HORA_RETURN_IF_ERROR(
+        CheckDims(pe.recv_splits(), (what + ": recv_splits").c_str(), &e.recv_splits));
     if (out->inline_reduced) {
       const size_t want = static_cast<size_t>(e.num_elements) * DataTypeSize(out->dtype);
       if (pe.inline_result().size() != want) {

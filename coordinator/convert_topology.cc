@@ -84,17 +84,36 @@ Status FromGrpcStatus(const grpc::Status& status, const std::string& context) {
 grpc::Status ToGrpcStatus(const Status& status) {
   grpc::StatusCode code;
   switch (status.code()) {
-    case Code::kOk: return grpc::Status::OK;
-    case Code::kInvalidArgument: code = grpc::StatusCode::INVALID_ARGUMENT; break;
-    case Code::kFailedPrecondition: code = grpc::StatusCode::FAILED_PRECONDITION; break;
-    case Code::kAlreadyExists: code = grpc::StatusCode::ALREADY_EXISTS; break;
-    case Code::kNotFound: code = grpc::StatusCode::NOT_FOUND; break;
-    case Code::kDeadlineExceeded: code = grpc::StatusCode::DEADLINE_EXCEEDED; break;
-    case Code::kUnauthenticated: code = grpc::StatusCode::UNAUTHENTICATED; break;
-    case Code::kUnavailable: code = grpc::StatusCode::UNAVAILABLE; break;
+    case Code::kOk:
+      return grpc::Status::OK;
+    case Code::kInvalidArgument:
+      code = grpc::StatusCode::INVALID_ARGUMENT;
+      break;
+    case Code::kFailedPrecondition:
+      code = grpc::StatusCode::FAILED_PRECONDITION;
+      break;
+    case Code::kAlreadyExists:
+      code = grpc::StatusCode::ALREADY_EXISTS;
+      break;
+    case Code::kNotFound:
+      code = grpc::StatusCode::NOT_FOUND;
+      break;
+    case Code::kDeadlineExceeded:
+      code = grpc::StatusCode::DEADLINE_EXCEEDED;
+      break;
+    case Code::kUnauthenticated:
+      code = grpc::StatusCode::UNAUTHENTICATED;
+      break;
+    case Code::kUnavailable:
+      code = grpc::StatusCode::UNAVAILABLE;
+      break;
     case Code::kAborted:
-    case Code::kPeerFailure: code = grpc::StatusCode::ABORTED; break;
-    default: code = grpc::StatusCode::INTERNAL; break;
+    case Code::kPeerFailure:
+      code = grpc::StatusCode::ABORTED;
+      break;
+    default:
+      code = grpc::StatusCode::INTERNAL;
+      break;
   }
   return grpc::Status(code, status.message());
 }

@@ -20,9 +20,9 @@ struct RankInfo {
   int rank = 0;
   std::string hostname;
   int64_t pid = 0;
-  int local_rank = 0;   // index among the ranks with the same hostname, in rank order
+  int local_rank = 0;  // index among the ranks with the same hostname, in rank order
   int local_size = 1;
-  int cross_rank = 0;   // index of this host among hosts, ordered by their lowest rank
+  int cross_rank = 0;  // index of this host among hosts, ordered by their lowest rank
   int cross_size = 1;
 };
 
@@ -42,7 +42,7 @@ struct ReadyNotice {
 // One bucket of a plan, as seen by the rank that receives it. Entries use that rank's ids.
 struct BucketPlan {
   struct Entry {
-    int32_t id = -1;                   // -1: this rank has joined and contributes zeros
+    int32_t id = -1;  // -1: this rank has joined and contributes zeros
     int64_t num_elements = 0;
     std::vector<int64_t> first_dims;   // allgather: every rank's first dimension
     std::vector<int64_t> recv_splits;  // alltoall: rows received from each rank
@@ -75,10 +75,10 @@ struct BucketPlan {
 struct ProcessSetOp {
   uint64_t seq = 0;
   bool remove = false;
-  std::vector<int32_t> ranks;   // add: the members, sorted global ranks
-  std::string cpu_operations;   // add: backend for the set's CPU tensors; "" = the job's
-  int32_t process_set = 0;      // remove: the id
-  std::string refused;          // non-empty: the rank cannot make this request, and why
+  std::vector<int32_t> ranks;  // add: the members, sorted global ranks
+  std::string cpu_operations;  // add: backend for the set's CPU tensors; "" = the job's
+  int32_t process_set = 0;     // remove: the id
+  std::string refused;         // non-empty: the rank cannot make this request, and why
 };
 
 // The coordinator's answer to the n-th ProcessSetOp, the same for every rank.
@@ -93,8 +93,8 @@ struct ProcessSetResult {
 struct TuningNotice {
   int64_t fusion_threshold_bytes = 0;
   int64_t cycle_time_us = 0;
-  int32_t trial = 0;   // the trial being measured; the number of trials once done
-  bool done = false;   // the chosen settings, kept for the rest of the job
+  int32_t trial = 0;  // the trial being measured; the number of trials once done
+  bool done = false;  // the chosen settings, kept for the rest of the job
 };
 
 struct TensorErrorNotice {

@@ -63,14 +63,14 @@ struct NameState {
   std::vector<TensorSpec> distinct;
   std::vector<uint32_t> spec_of;
   std::vector<bool> submitted;
-  int submitted_count = 0;        // ranks with submitted[r]
-  std::vector<int> required;      // send/recv: {sender, receiver}; empty = every rank
+  int submitted_count = 0;    // ranks with submitted[r]
+  std::vector<int> required;  // send/recv: {sender, receiver}; empty = every rank
   TimePoint first_submit;
   std::vector<TimePoint> submit_time;  // per rank, meaningful where submitted
   int last_rank = -1;                  // the rank whose submission came last so far
-  BucketKey fusion_key;    // of the first submission (joined = 0)
-  bool counted = false;    // counted in partial[fusion_key]
-  bool in_flight = false;  // complete and valid, waiting in a group or ready
+  BucketKey fusion_key;                // of the first submission (joined = 0)
+  bool counted = false;                // counted in partial[fusion_key]
+  bool in_flight = false;              // complete and valid, waiting in a group or ready
 
   // The index in `distinct` of a spec equal to `spec`, keeping a copy when there is none.
   // Compares with the first and the last kept only (allgather's first dimension and
@@ -180,8 +180,9 @@ void Planner::State::Complete(std::unordered_map<std::string, NameState>::iterat
   r.entry.arrival_us.assign(config.size, -1);
   for (int rank = 0; rank < config.size; ++rank) {
     if (!s.submitted[rank]) continue;
-    r.entry.arrival_us[rank] = std::chrono::duration_cast<std::chrono::microseconds>(
-                                   s.submit_time[rank] - s.first_submit).count();
+    r.entry.arrival_us[rank] =
+        std::chrono::duration_cast<std::chrono::microseconds>(s.submit_time[rank] - s.first_submit)
+            .count();
   }
   const BucketKey key = KeyOf(ref, joined_count);
   s.in_flight = true;
@@ -320,9 +321,9 @@ void Planner::Submit(int rank, const TensorSpec& spec, TimePoint now) {
       ++st.partial[s.fusion_key];
     }
   } else if (s.in_flight || s.submitted[rank]) {
-    fail_rank(Status(Code::kAlreadyExists, "tensor '" + spec.name + "' was submitted twice by rank " +
-                                               std::to_string(rank) +
-                                               " while the first submission is still in flight"));
+    fail_rank(Status(Code::kAlreadyExists,
+                     "tensor '" + spec.name + "' was submitted twice by rank " +
+                         std::to_string(rank) + " while the first submission is still in flight"));
     return;
   } else if (!s.required.empty() &&
              std::find(s.required.begin(), s.required.end(), rank) == s.required.end()) {
@@ -421,10 +422,9 @@ std::vector<StallReport> Planner::Stalled(TimePoint now,
     StallReport r;
     r.name = name;
     for (int rank = 0; rank < st.config.size; ++rank) {
-      const bool needed = s.required.empty()
-                              ? !st.joined[rank]
-                              : std::find(s.required.begin(), s.required.end(), rank) !=
-                                    s.required.end();
+      const bool needed = s.required.empty() ? !st.joined[rank]
+                                             : std::find(s.required.begin(), s.required.end(),
+                                                         rank) != s.required.end();
       if (s.submitted[rank]) {
         r.ready_ranks.push_back(rank);
       } else if (needed) {

@@ -69,10 +69,10 @@ struct PlannedBucket {
     // the elements of one row (product of shape[1:], equal on every rank); multiply by
     // first_dims / splits. barrier: 0.
     int64_t num_elements = 0;
-    std::vector<int64_t> first_dims;          // allgather: per rank
-    std::vector<std::vector<int64_t>> splits; // alltoall: splits[sender][receiver], in rows
-                                              // (even splits filled in)
-    std::vector<bool> submitted;              // per rank: false where the rank joined instead
+    std::vector<int64_t> first_dims;           // allgather: per rank
+    std::vector<std::vector<int64_t>> splits;  // alltoall: splits[sender][receiver], in rows
+                                               // (even splits filled in)
+    std::vector<bool> submitted;               // per rank: false where the rank joined instead
     // Arrivals, for the timeline: the rank whose submission completed the name, and per rank
     // its submission time after the first rank's in microseconds (-1 where not submitted).
     int last_rank = -1;
@@ -87,8 +87,8 @@ struct PlannedBucket {
   double postscale = 1.0;
   Device device = Device::kCpu;
   std::vector<int> participants;  // empty = every rank; send/recv: {sender, receiver}
-  int joined_ranks = 0;  // ranks joined when the entries became complete (never mixed)
-  std::vector<Entry> entries;  // in (completion time, name) order
+  int joined_ranks = 0;           // ranks joined when the entries became complete (never mixed)
+  std::vector<Entry> entries;     // in (completion time, name) order
 };
 
 // A name that failed; delivered to every rank that submitted it.

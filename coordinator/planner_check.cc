@@ -229,8 +229,8 @@ Status CheckPointToPoint(const CompleteName& c, const std::vector<int>& pair) {
   const TensorSpec& r = c.spec(to);
   const std::string prefix = "transfer '" + c.name + "' from rank " + std::to_string(from) +
                              " to rank " + std::to_string(to) + ": ";
-  if (s.collective != CollectiveType::kSend || s.peer != to || r.collective != CollectiveType::kRecv ||
-      r.peer != from) {
+  if (s.collective != CollectiveType::kSend || s.peer != to ||
+      r.collective != CollectiveType::kRecv || r.peer != from) {
     return Status(Code::kMismatch, prefix + "rank " + std::to_string(from) + " submitted " +
                                        CollectiveName(s.collective) + " with peer " +
                                        std::to_string(s.peer) + ", rank " + std::to_string(to) +

@@ -35,8 +35,7 @@ StatusOr<std::shared_ptr<grpc::ServerCredentials>> MakeCredentials(const TlsFile
   options.pem_key_cert_pairs.push_back(pair);
   if (!tls.ca_file.empty()) {
     HORA_RETURN_IF_ERROR(ReadFile(tls.ca_file, "CA", &options.pem_root_certs));
-    options.client_certificate_request =
-        GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY;
+    options.client_certificate_request = GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY;
   }
   return grpc::SslServerCredentials(options);
 }

@@ -37,8 +37,8 @@ struct TlsFiles {
 struct CoordinatorConfig {
   std::string listen_address = "127.0.0.1:0";  // host:port; port 0 picks a free port
   int size = 1;
-  std::string token;                  // required, non-empty
-  std::string options_digest;         // ranks whose digest differs are refused, saying which
+  std::string token;           // required, non-empty
+  std::string options_digest;  // ranks whose digest differs are refused, saying which
   PlannerConfig planner;
   // HORA_AUTOTUNE: the coordinator tunes the planners' fusion threshold and cycle time
   // (coordinator/autotuner.h) and tells every rank the settings (TuningNotice).

@@ -9,9 +9,9 @@ grpc::Status CoordinatorServiceImpl::ReadClock(grpc::ServerContext* ctx,
                                                proto::ClockResponse* response) {
   grpc::Status auth = CheckToken(*ctx, config_.token, "ReadClock");
   if (!auth.ok()) return auth;
-  response->set_steady_us(std::chrono::duration_cast<std::chrono::microseconds>(
-                              Clock::now().time_since_epoch())
-                              .count());
+  response->set_steady_us(
+      std::chrono::duration_cast<std::chrono::microseconds>(Clock::now().time_since_epoch())
+          .count());
   return grpc::Status::OK;
 }
 

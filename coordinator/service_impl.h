@@ -64,7 +64,9 @@ class TouchedSessions {
     list_.clear();
     seen_.clear();
   }
-  std::vector<std::shared_ptr<SessionStream>>::const_iterator begin() const { return list_.begin(); }
+  std::vector<std::shared_ptr<SessionStream>>::const_iterator begin() const {
+    return list_.begin();
+  }
   std::vector<std::shared_ptr<SessionStream>>::const_iterator end() const { return list_.end(); }
 
  private:
@@ -111,7 +113,7 @@ class CoordinatorServiceImpl final : public CoordinatorService,
     std::shared_ptr<SessionStream> session;  // while its handler runs
     bool had_session = false;
     bool lost = false;
-    std::unordered_map<uint32_t, TensorSpec> specs;  // this rank's ids
+    std::unordered_map<uint32_t, TensorSpec> specs;              // this rank's ids
     std::unordered_map<TensorKey, uint32_t, TensorKeyHash> ids;  // (set, name) -> this rank's id
     std::unordered_map<TensorKey, std::string, TensorKeyHash> payloads;  // pending inline data
     uint64_t next_set_op = 0;  // seq of this rank's next ProcessSetOp

@@ -4,10 +4,10 @@
 #include <sstream>
 
 #include "common/logging.h"
+#include "common/mutex.h"
 #include "coordinator/auth.h"
 #include "coordinator/convert.h"
 #include "coordinator/service_impl.h"
-#include "common/mutex.h"
 
 namespace hora {
 namespace {
@@ -27,8 +27,8 @@ std::map<std::string, std::string> ParseDigest(const std::string& digest) {
 }  // namespace
 
 Topology ComputeTopology(std::vector<RankInfo> ranks) {
-  std::map<std::string, int> host_index;   // hostname -> cross rank
-  std::map<std::string, int> host_count;   // hostname -> ranks seen so far
+  std::map<std::string, int> host_index;  // hostname -> cross rank
+  std::map<std::string, int> host_count;  // hostname -> ranks seen so far
   for (RankInfo& r : ranks) {
     auto it = host_index.find(r.hostname);
     if (it == host_index.end()) {
@@ -75,9 +75,9 @@ grpc::Status CoordinatorServiceImpl::ValidateJoin(const proto::JoinRequest& r) c
                             std::to_string(config_.size));
   }
   if (r.rank() < 0 || r.rank() >= config_.size) {
-    return grpc::Status(StatusCode::INVALID_ARGUMENT,
-                        "rank " + std::to_string(r.rank()) + " is out of range [0, " +
-                            std::to_string(config_.size) + ")");
+    return grpc::Status(StatusCode::INVALID_ARGUMENT, "rank " + std::to_string(r.rank()) +
+                                                          " is out of range [0, " +
+                                                          std::to_string(config_.size) + ")");
   }
   if (r.protocol_version() != kProtocolVersion) {
     return grpc::Status(StatusCode::FAILED_PRECONDITION,
@@ -86,10 +86,10 @@ grpc::Status CoordinatorServiceImpl::ValidateJoin(const proto::JoinRequest& r) c
                             std::to_string(kProtocolVersion) + " on the coordinator");
   }
   if (r.options_digest() != config_.options_digest) {
-    return grpc::Status(StatusCode::FAILED_PRECONDITION,
-                        "options differ: " + DescribeDigestDifference(config_.options_digest,
-                                                                      r.options_digest(),
-                                                                      r.rank()));
+    return grpc::Status(
+        StatusCode::FAILED_PRECONDITION,
+        "options differ: " +
+            DescribeDigestDifference(config_.options_digest, r.options_digest(), r.rank()));
   }
   return grpc::Status::OK;
 }
@@ -138,8 +138,8 @@ grpc::Status CoordinatorServiceImpl::Join(grpc::ServerContext* ctx,
   }
   if (state.joined) {
     std::string msg = "rank " + std::to_string(rank) + " has already joined as " +
-                      DescribeRank(rank) + "; refused host " + request->hostname() +
-                      ", pid " + std::to_string(request->pid());
+                      DescribeRank(rank) + "; refused host " + request->hostname() + ", pid " +
+                      std::to_string(request->pid());
     HORA_LOG_ERROR("coordinator: {}", msg);
     return grpc::Status(grpc::StatusCode::ALREADY_EXISTS, msg);
   }

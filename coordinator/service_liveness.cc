@@ -108,8 +108,8 @@ void CoordinatorServiceImpl::CheckLivenessLocked(TimePoint now) {
     if (!r.session || r.session->local()) continue;  // a local session lives as long as we do
     const auto silent = now - r.session->last_recv();
     if (silent >= config_.heartbeat_timeout) {
-      RankLostLocked(i, "missed heartbeats for " +
-                            FormatSeconds(duration_cast<milliseconds>(silent)));
+      RankLostLocked(i,
+                     "missed heartbeats for " + FormatSeconds(duration_cast<milliseconds>(silent)));
       continue;
     }
     const TimePoint write_started = r.session->write_started();
@@ -157,8 +157,7 @@ void CoordinatorServiceImpl::RankLostLocked(int rank, const std::string& why) {
   if (state.session) state.session->Cancel();  // nothing may stay blocked writing to it
 }
 
-void CoordinatorServiceImpl::AbortLocked(Code code, const std::string& message,
-                                         int except_rank) {
+void CoordinatorServiceImpl::AbortLocked(Code code, const std::string& message, int except_rank) {
   if (aborted_) return;
   aborted_ = true;
   abort_message_ = message;

@@ -64,8 +64,8 @@ Status CoordinatorServiceImpl::CheckMembershipLocked(int rank, const TensorSpec&
                                                      SetState** set) {
   *set = FindSetLocked(spec.process_set);
   if (*set != nullptr && (*set)->index_of[rank] >= 0) return Status::Ok();  // the hot path
-  const std::string what = std::string(CollectiveName(spec.collective)) + " " +
-                           DescribeTensor(TensorKeyOf(spec));
+  const std::string what =
+      std::string(CollectiveName(spec.collective)) + " " + DescribeTensor(TensorKeyOf(spec));
   if (*set == nullptr) {
     return InvalidArgument(what + ": process set " + std::to_string(spec.process_set) +
                            " does not exist (never added, or removed)");
@@ -75,8 +75,7 @@ Status CoordinatorServiceImpl::CheckMembershipLocked(int rank, const TensorSpec&
                          " (ranks " + JoinRanks((*set)->ranks) + ")");
 }
 
-void CoordinatorServiceImpl::HandleSetOpLocked(int rank, const ProcessSetOp& op,
-                                               Touched* touched) {
+void CoordinatorServiceImpl::HandleSetOpLocked(int rank, const ProcessSetOp& op, Touched* touched) {
   RankState& state = ranks_[rank];
   if (op.seq != state.next_set_op) {
     ProcessSetResult r;
@@ -107,8 +106,7 @@ void CoordinatorServiceImpl::HandleSetOpLocked(int rank, const ProcessSetOp& op,
   if (p.received == config_.size) set_ops_.erase(it);
 }
 
-ProcessSetResult CoordinatorServiceImpl::ResolveSetOpLocked(uint64_t seq,
-                                                            const PendingSetOp& p) {
+ProcessSetResult CoordinatorServiceImpl::ResolveSetOpLocked(uint64_t seq, const PendingSetOp& p) {
   ProcessSetResult result;
   result.seq = seq;
   const ProcessSetOp& ref = *p.requests[0];
@@ -125,7 +123,8 @@ ProcessSetResult CoordinatorServiceImpl::ResolveSetOpLocked(uint64_t seq,
     std::vector<std::pair<std::string, std::vector<int>>> groups;
     for (int r = 0; r < config_.size; ++r) {
       const std::string d = DescribeOp(*p.requests[r]);
-      auto g = std::find_if(groups.begin(), groups.end(), [&](const auto& x) { return x.first == d; });
+      auto g =
+          std::find_if(groups.begin(), groups.end(), [&](const auto& x) { return x.first == d; });
       if (g == groups.end()) {
         groups.push_back({d, {r}});
       } else {
@@ -137,8 +136,9 @@ ProcessSetResult CoordinatorServiceImpl::ResolveSetOpLocked(uint64_t seq,
       msg += (i ? "; " : "") + groups[i].first + " on " +
              (groups[i].second.size() == 1 ? "rank " : "ranks ") + JoinRanks(groups[i].second);
     }
-    result.status = InvalidArgument(msg + " (every rank must add and remove the same sets in the "
-                                          "same order)");
+    result.status = InvalidArgument(msg +
+                                    " (every rank must add and remove the same sets in the "
+                                    "same order)");
     return result;
   }
   if (ref.remove) {
@@ -167,9 +167,9 @@ ProcessSetResult CoordinatorServiceImpl::ResolveSetOpLocked(uint64_t seq,
   }
   for (const auto& [id, set] : sets_) {
     if (set.ranks == ranks) {
-      result.status = Status(Code::kAlreadyExists, "a process set with ranks " +
-                                                       RanksText(ref.ranks) + " already exists (id " +
-                                                       std::to_string(id) + ")");
+      result.status =
+          Status(Code::kAlreadyExists, "a process set with ranks " + RanksText(ref.ranks) +
+                                           " already exists (id " + std::to_string(id) + ")");
       return result;
     }
   }

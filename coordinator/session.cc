@@ -7,10 +7,10 @@
 #include <algorithm>
 
 #include "common/logging.h"
+#include "common/mutex.h"
 #include "coordinator/auth.h"
 #include "coordinator/convert.h"
 #include "coordinator/service_impl.h"
-#include "common/mutex.h"
 
 namespace hora {
 
@@ -52,9 +52,9 @@ grpc::Status CoordinatorServiceImpl::OpenSession(grpc::ServerContext* ctx,
   }
   const int rank = hello.hello().rank();
   if (rank < 0 || rank >= config_.size) {
-    return grpc::Status(StatusCode::INVALID_ARGUMENT,
-                        "Hello from rank " + std::to_string(rank) + ", out of range [0, " +
-                            std::to_string(config_.size) + ")");
+    return grpc::Status(StatusCode::INVALID_ARGUMENT, "Hello from rank " + std::to_string(rank) +
+                                                          ", out of range [0, " +
+                                                          std::to_string(config_.size) + ")");
   }
   MutexLock lock(&mu_);
   if (aborted_) {  // tell the rank why, as it would have heard with a session
@@ -74,8 +74,7 @@ grpc::Status CoordinatorServiceImpl::OpenSession(grpc::ServerContext* ctx,
                         "rank " + std::to_string(rank) + " opened a session before Join");
   }
   if (state.had_session) {
-    return grpc::Status(StatusCode::ALREADY_EXISTS,
-                        DescribeRank(rank) + " already had a session");
+    return grpc::Status(StatusCode::ALREADY_EXISTS, DescribeRank(rank) + " already had a session");
   }
   state.had_session = true;
   state.session = std::make_shared<SessionStream>(rank, ctx, stream, Clock::now());
@@ -142,9 +141,10 @@ void CoordinatorServiceImpl::HandleMessage(int rank, const proto::WorkerMessage&
       MutexLock lock(&mu_);
       const uint64_t n = ++ranks_[rank].unexpected;
       if ((n & (n - 1)) == 0) {
-        HORA_LOG_WARN("coordinator: ignored an unexpected message (kind {}) from rank {} ({} so "
-                      "far; logged at powers of two)",
-                      static_cast<int>(message.kind_case()), rank, n);
+        HORA_LOG_WARN(
+            "coordinator: ignored an unexpected message (kind {}) from rank {} ({} so "
+            "far; logged at powers of two)",
+            static_cast<int>(message.kind_case()), rank, n);
       }
       return;
     }
@@ -188,7 +188,8 @@ void CoordinatorServiceImpl::HandleReadyLocked(int rank, const proto::WorkerMess
     auto it = state.specs.find(t.id());
     if (it == state.specs.end()) {
       fail(t.id(), InvalidArgument("unknown tensor id " + std::to_string(t.id()) + " from rank " +
-                                   std::to_string(rank) + " (its first use must carry the "
+                                   std::to_string(rank) +
+                                   " (its first use must carry the "
                                    "signature)"));
       continue;
     }
@@ -233,7 +234,8 @@ BucketPlan CoordinatorServiceImpl::PlanForRankLocked(
     if (!e.splits.empty()) {
       entry.recv_splits.reserve(e.splits.size());
       for (const auto& from_sender : e.splits) {
-        entry.recv_splits.push_back(me < static_cast<int>(from_sender.size()) ? from_sender[me] : 0);
+        entry.recv_splits.push_back(me < static_cast<int>(from_sender.size()) ? from_sender[me]
+                                                                              : 0);
       }
     }
     if (plan.inline_reduced) entry.inline_result = inline_results[plan.entries.size()];

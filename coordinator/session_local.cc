@@ -1,8 +1,8 @@
 // Local sessions: rank 0's client in the coordinator's own process (local_session.h). The
 // same state and message handling as a stream session, with function calls for transport.
 #include "common/logging.h"
-#include "coordinator/service_impl.h"
 #include "common/mutex.h"
+#include "coordinator/service_impl.h"
 
 namespace hora {
 
@@ -21,7 +21,8 @@ Status CoordinatorServiceImpl::OpenLocalSession(int rank, Sink sink) {
   }
   if (shutting_down_) return Unavailable("the coordinator is shutting down");
   RankState& state = ranks_[rank];
-  if (!state.joined) return FailedPrecondition("rank " + std::to_string(rank) + " opened a session before Join");
+  if (!state.joined)
+    return FailedPrecondition("rank " + std::to_string(rank) + " opened a session before Join");
   if (state.had_session) {
     return Status(Code::kAlreadyExists, DescribeRank(rank) + " already had a session");
   }

@@ -1,6 +1,7 @@
 #include "coordinator/session_stream.h"
 
 #include <utility>
+
 #include "common/mutex.h"
 
 namespace hora {
@@ -61,9 +62,16 @@ void SessionStream::Close(std::chrono::milliseconds grace) {
   MutexLock lock(&mu_);
   closed_ = true;
   outbox_.clear();
-  if (!idle_cv_.WaitFor(&mu_, grace, [this] { mu_.AssertHeld(); return !flushing_; })) {
-    if (ctx_ != nullptr) ctx_->TryCancel();  // a write is stuck: cancelling the call makes it return
-    idle_cv_.Wait(&mu_, [this] { mu_.AssertHeld(); return !flushing_; });
+  if (!idle_cv_.WaitFor(&mu_, grace, [this] {
+        mu_.AssertHeld();
+        return !flushing_;
+      })) {
+    if (ctx_ != nullptr)
+      ctx_->TryCancel();  // a write is stuck: cancelling the call makes it return
+    idle_cv_.Wait(&mu_, [this] {
+      mu_.AssertHeld();
+      return !flushing_;
+    });
   }
   finished_ = true;
 }

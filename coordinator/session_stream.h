@@ -23,9 +23,9 @@
 #include <functional>
 #include <mutex>
 
+#include "common/mutex.h"
 #include "coordinator/planner.h"
 #include "proto/coordinator.pb.h"
-#include "common/mutex.h"
 
 namespace hora {
 

@@ -44,8 +44,8 @@ grpc::Status CoordinatorServiceImpl::StoreGet(grpc::ServerContext* ctx,
   TimePoint deadline = Clock::now() + std::chrono::milliseconds(timeout_ms);
   const auto client_deadline = ctx->deadline();
   if (client_deadline != std::chrono::system_clock::time_point::max()) {
-    deadline = std::min(deadline, Clock::now() + (client_deadline -
-                                                  std::chrono::system_clock::now()));
+    deadline =
+        std::min(deadline, Clock::now() + (client_deadline - std::chrono::system_clock::now()));
   }
   MutexLock lock(&store_mu_);
   store_cv_.WaitUntil(&store_mu_, deadline, [&] {
@@ -60,9 +60,9 @@ grpc::Status CoordinatorServiceImpl::StoreGet(grpc::ServerContext* ctx,
   if (store_closed_) {
     return grpc::Status(grpc::StatusCode::UNAVAILABLE, "the coordinator is shutting down");
   }
-  return grpc::Status(grpc::StatusCode::DEADLINE_EXCEEDED,
-                      "store: key '" + key + "' was not set within " +
-                          std::to_string(timeout_ms) + " ms");
+  return grpc::Status(
+      grpc::StatusCode::DEADLINE_EXCEEDED,
+      "store: key '" + key + "' was not set within " + std::to_string(timeout_ms) + " ms");
 }
 
 }  // namespace hora

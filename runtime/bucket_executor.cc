@@ -2,8 +2,8 @@
 
 #include <cstring>
 
-#include "common/reduce.h"
 #include "common/mutex.h"
+#include "common/reduce.h"
 #include "runtime/bucket_layout.h"
 
 namespace hora {
@@ -14,7 +14,10 @@ BucketExecutor::BucketExecutor(Communicator* comm) : comm_(comm), device_(comm->
 
 FusionPool::Lease FusionPool::Acquire(size_t bytes) {
   MutexLock lock(&mu_);
-  cv_.Wait(&mu_, [&] { mu_.AssertHeld(); return !free_.empty() || created_ < kMaxBuffers; });
+  cv_.Wait(&mu_, [&] {
+    mu_.AssertHeld();
+    return !free_.empty() || created_ < kMaxBuffers;
+  });
   std::unique_ptr<std::vector<char>> buf;
   if (!free_.empty()) {
     buf = std::move(free_.back());
@@ -56,8 +59,8 @@ Status BucketExecutor::Start(const BucketPlan& plan, const std::vector<const Req
   }
   // The remaining collectives are never fused and never run for a joined rank.
   if (plan.entries.size() != 1 || requests[0] == nullptr) {
-    return Internal("bucket " + std::to_string(plan.seq) + " of " + CollectiveName(plan.collective) +
-                    " must hold exactly one tensor of this rank");
+    return Internal("bucket " + std::to_string(plan.seq) + " of " +
+                    CollectiveName(plan.collective) + " must hold exactly one tensor of this rank");
   }
   switch (plan.collective) {
     case CollectiveType::kAllgather:
@@ -75,8 +78,7 @@ Status BucketExecutor::Start(const BucketPlan& plan, const std::vector<const Req
 }
 
 Status BucketExecutor::StartAllreduce(const BucketPlan& plan,
-                                      const std::vector<const Request*>& requests,
-                                      Finish* finish) {
+                                      const std::vector<const Request*>& requests, Finish* finish) {
   const size_t esize = DataTypeSize(plan.dtype);
   const double post = FinalPostscale(plan.op, plan.postscale, comm_->size());
   const ReduceOp op = ReductionOp(plan.op);
@@ -128,8 +130,7 @@ Status BucketExecutor::StartAllreduce(const BucketPlan& plan,
 }
 
 Status BucketExecutor::StartBroadcast(const BucketPlan& plan,
-                                      const std::vector<const Request*>& requests,
-                                      Finish* finish) {
+                                      const std::vector<const Request*>& requests, Finish* finish) {
   for (const Request* r : requests) {
     if (r == nullptr) return Internal("broadcast bucket with a joined rank");
   }
@@ -190,8 +191,8 @@ Status BucketExecutor::StartReducescatter(const BucketPlan& plan, const Request&
   result->data.resize(mine * DataTypeSize(dtype));
   result->shape = WithFirstDim(r.spec, ReducescatterRows(r.spec, size, comm_->rank()));
   MarkCollective();
-  HORA_RETURN_IF_ERROR(comm_->Reducescatter(in, result->data.data(), counts, dtype,
-                                            ReductionOp(plan.op)));
+  HORA_RETURN_IF_ERROR(
+      comm_->Reducescatter(in, result->data.data(), counts, dtype, ReductionOp(plan.op)));
   const double post = FinalPostscale(plan.op, plan.postscale, size);
   void* out = result->data.data();
   *finish = [lease, out, mine, dtype, post] {

@@ -27,13 +27,13 @@
 #include <vector>
 
 #include "collectives/communicator.h"
+#include "common/mutex.h"
 #include "common/status.h"
 #include "coordinator/messages.h"
 #include "runtime/device_fusion_pool.h"
 #include "runtime/handle_table.h"
 #include "runtime/tensor_queue.h"
 #include "runtime/timeline.h"
-#include "common/mutex.h"
 
 namespace hora {
 
@@ -99,7 +99,7 @@ class BucketExecutor {
   FusionPool pool_;
   DeviceOps* const device_;                        // comm_->device_ops(): null for CPU
   std::unique_ptr<DeviceFusionPool> device_pool_;  // when device_ != null
-  int64_t* collective_us_ = nullptr;  // during Start
+  int64_t* collective_us_ = nullptr;               // during Start
 };
 
 }  // namespace hora

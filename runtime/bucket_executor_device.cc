@@ -33,8 +33,8 @@ Status BucketExecutor::StartDevice(const BucketPlan& plan,
       break;
   }
   if (plan.entries.size() != 1 || requests[0] == nullptr) {
-    return Internal("bucket " + std::to_string(plan.seq) + " of " + CollectiveName(plan.collective) +
-                    " must hold exactly one tensor of this rank");
+    return Internal("bucket " + std::to_string(plan.seq) + " of " +
+                    CollectiveName(plan.collective) + " must hold exactly one tensor of this rank");
   }
   const Request& r = *requests[0];
   switch (plan.collective) {
@@ -125,8 +125,10 @@ Status BucketExecutor::DeviceBroadcast(const BucketPlan& plan,
   size_t off = 0;
   for (const Request* r : requests) {
     const size_t bytes = r->spec.ByteSize();
-    if (root) spans.push_back({r->output, At(buf, off), bytes});
-    else spans.push_back({At(buf, off), r->output, bytes});
+    if (root)
+      spans.push_back({r->output, At(buf, off), bytes});
+    else
+      spans.push_back({At(buf, off), r->output, bytes});
     off += bytes;
   }
   if (root) HORA_RETURN_IF_ERROR(device_->ScaleCopy(spans, DataType::kUint8, 1.0));
@@ -149,8 +151,7 @@ StatusOr<void*> BucketExecutor::DeviceResult(const Request& r, size_t bytes, OpR
   return p.value();
 }
 
-Status BucketExecutor::DeviceAllgather(const BucketPlan& plan, const Request& r,
-                                       OpResult* result) {
+Status BucketExecutor::DeviceAllgather(const BucketPlan& plan, const Request& r, OpResult* result) {
   auto layout = AllgatherLayout(plan, r.spec, comm_->size());
   if (!layout.ok()) return layout.status();
   const RowLayout& l = layout.value();

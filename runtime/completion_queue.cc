@@ -2,11 +2,14 @@
 
 #include <algorithm>
 #include <chrono>
+
 #include "common/mutex.h"
 
 namespace hora {
 
-CompletionQueue::CompletionQueue() { thread_ = std::thread([this] { Loop(); }); }
+CompletionQueue::CompletionQueue() {
+  thread_ = std::thread([this] { Loop(); });
+}
 
 CompletionQueue::~CompletionQueue() { Stop(); }
 
@@ -34,10 +37,16 @@ void CompletionQueue::Loop() {
     {
       MutexLock lock(&mu_);
       if (items.empty()) {
-        cv_.Wait(&mu_, [&] { mu_.AssertHeld(); return stop_ || !incoming_.empty(); });
+        cv_.Wait(&mu_, [&] {
+          mu_.AssertHeld();
+          return stop_ || !incoming_.empty();
+        });
         if (incoming_.empty()) return;  // stopped, nothing outstanding
       } else if (sleep.count() > 0) {
-        cv_.WaitFor(&mu_, sleep, [&] { mu_.AssertHeld(); return !incoming_.empty(); });
+        cv_.WaitFor(&mu_, sleep, [&] {
+          mu_.AssertHeld();
+          return !incoming_.empty();
+        });
       }
       for (Item& i : incoming_) items.push_back(std::move(i));
       incoming_.clear();

@@ -21,8 +21,8 @@
 #include <vector>
 
 #include "collectives/communicator.h"
-#include "common/status.h"
 #include "common/mutex.h"
+#include "common/status.h"
 
 namespace hora {
 

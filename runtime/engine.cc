@@ -68,8 +68,8 @@ Status Engine::Init() {
   if (!client.ok()) return client.status();
   client_ = std::move(client).value();
   topology_ = client_->topology();
-  const std::string differs = CompareWithTopology(options_.launch, self().local_rank, self().local_size,
-                                                  self().cross_rank, self().cross_size);
+  const std::string differs = CompareWithTopology(
+      options_.launch, self().local_rank, self().local_size, self().cross_rank, self().cross_size);
   if (!differs.empty()) HORA_LOG_WARN("{}", differs);
   completion_ = std::make_unique<CompletionQueue>();
 
@@ -130,7 +130,8 @@ StatusOr<std::string> Engine::StartCoordinator() {
     address = JoinHostPort(HostOf(exchange_ ? listen.value() : address), service_->port());
   }
   if (exchange_) {
-    const auto timeout = std::chrono::milliseconds(static_cast<int64_t>(options_.start_timeout_s * 1000));
+    const auto timeout =
+        std::chrono::milliseconds(static_cast<int64_t>(options_.start_timeout_s * 1000));
     auto published = exchange_->Exchange(options_.rank == 0 ? address : "", timeout);
     if (!published.ok()) return published.status();
     address = published.value();
@@ -168,8 +169,9 @@ Status Engine::Shutdown() {
   if (!timeline.ok()) HORA_LOG_WARN("{}", timeline.message());
   if (client_) client_->Close();
   if (service_) {
-    service_->Shutdown("rank 0 shut down",
-                       std::chrono::milliseconds(static_cast<int64_t>(options_.heartbeat_timeout_s * 1000)));
+    service_->Shutdown(
+        "rank 0 shut down",
+        std::chrono::milliseconds(static_cast<int64_t>(options_.heartbeat_timeout_s * 1000)));
   }
   return Status::Ok();
 }

@@ -39,18 +39,18 @@
 #include <unordered_map>
 #include <vector>
 
+#include "common/mutex.h"
 #include "common/status.h"
 #include "coordinator/client.h"
 #include "coordinator/messages.h"
 #include "coordinator/service.h"
+#include "runtime/bootstrap/address_exchange.h"
 #include "runtime/completion_queue.h"
 #include "runtime/handle_table.h"
-#include "runtime/bootstrap/address_exchange.h"
 #include "runtime/options.h"
 #include "runtime/process_set.h"
 #include "runtime/tensor_queue.h"
 #include "runtime/timeline.h"
-#include "common/mutex.h"
 
 namespace hora {
 
@@ -177,7 +177,8 @@ class Engine : private ProcessSetRuntime::Host {
   // set's communicator `comm` leave the steady path off.
   StatusOr<std::unique_ptr<Communicator>> SteadyCommunicator(int32_t id,
                                                              const std::vector<int>& ranks,
-                                                             int set_rank, Communicator* comm) const;
+                                                             int set_rank,
+                                                             Communicator* comm) const;
 
   // ProcessSetRuntime::Host
   std::optional<Request> TakeRequest(int32_t id) override;
@@ -185,9 +186,10 @@ class Engine : private ProcessSetRuntime::Host {
   Status JobError() override { return AsyncError(); }
   Status BucketFailed(const Status& status) override;
   // The set's communicator for CUDA tensors, chosen by HORA_GPU_OPERATIONS.
-  StatusOr<std::unique_ptr<Communicator>> CreateDeviceCommunicator(
-      int32_t set, const std::vector<int>& ranks, int set_rank, Device device, int index,
-      int ordinal) override;
+  StatusOr<std::unique_ptr<Communicator>> CreateDeviceCommunicator(int32_t set,
+                                                                   const std::vector<int>& ranks,
+                                                                   int set_rank, Device device,
+                                                                   int index, int ordinal) override;
   void Announce(int32_t id) override;
 
   // Constant after Init.
@@ -206,19 +208,19 @@ class Engine : private ProcessSetRuntime::Host {
   // Process sets: the runtimes are shared with the threads that deliver plans.
   mutable Mutex sets_mu_;
   std::map<int32_t, std::shared_ptr<ProcessSetRuntime>> sets_ GUARDED_BY(sets_mu_);
-  Mutex set_op_mu_;     // serializes AddProcessSet / RemoveProcessSet on this rank
+  Mutex set_op_mu_;  // serializes AddProcessSet / RemoveProcessSet on this rank
   uint64_t next_set_op_ GUARDED_BY(set_op_mu_) = 0;
 
   mutable Mutex mu_;
   CondVar cv_;
   bool stop_ GUARDED_BY(mu_) = false;
-  std::deque<std::pair<int32_t, int>> join_done_ GUARDED_BY(mu_);  // (set, last rank)
-  TuningNotice tuning_ GUARDED_BY(mu_);                         // the coordinator's last word
+  std::deque<std::pair<int32_t, int>> join_done_ GUARDED_BY(mu_);     // (set, last rank)
+  TuningNotice tuning_ GUARDED_BY(mu_);                               // the coordinator's last word
   std::map<uint64_t, ProcessSetResult> set_results_ GUARDED_BY(mu_);  // by seq
-  Status error_ GUARDED_BY(mu_);                                // the sticky error
-  bool error_handled_ GUARDED_BY(mu_) = false;                  // pending ops failed with error_
-  std::map<int32_t, int64_t> barrier_count_ GUARDED_BY(mu_);    // per set
-  std::map<int32_t, int64_t> join_handles_ GUARDED_BY(mu_);     // per set, the pending join
+  Status error_ GUARDED_BY(mu_);                                      // the sticky error
+  bool error_handled_ GUARDED_BY(mu_) = false;                // pending ops failed with error_
+  std::map<int32_t, int64_t> barrier_count_ GUARDED_BY(mu_);  // per set
+  std::map<int32_t, int64_t> join_handles_ GUARDED_BY(mu_);   // per set, the pending join
   // per (set, sender, receiver, tag), transfers enqueued so far
   std::map<std::tuple<int32_t, int, int, int>, int64_t> transfers_ GUARDED_BY(mu_);
 

@@ -3,9 +3,9 @@
 
 #include "collectives/device.h"
 #include "common/logging.h"
+#include "common/mutex.h"
 #include "common/reduce.h"
 #include "runtime/engine.h"
-#include "common/mutex.h"
 
 namespace hora {
 
@@ -15,7 +15,8 @@ void Engine::BackgroundLoop() {
     Status error;
     {
       MutexLock lock(&mu_);
-      cv_.Wait(&mu_, [&] { mu_.AssertHeld();
+      cv_.Wait(&mu_, [&] {
+        mu_.AssertHeld();
         return stop_ || !join_done_.empty() || (!error_.ok() && !error_handled_);
       });
       if (stop_) return;
@@ -111,7 +112,8 @@ void Engine::OnPlan(PlanMessage plan) {
     std::shared_ptr<ProcessSetRuntime> set = FindSet(bucket.process_set);
     if (!set || !set->included()) {
       SetError(Internal("the coordinator sent a bucket of process set " +
-                        std::to_string(bucket.process_set) + ", which this rank is not a member of"));
+                        std::to_string(bucket.process_set) +
+                        ", which this rank is not a member of"));
       return;
     }
     if (SteadyPath* steady = set->steady()) LearnSteady(steady, bucket);
@@ -346,8 +348,8 @@ StatusOr<int64_t> Engine::EnqueueJoin(int32_t process_set) {
     if (!error_.ok()) return error_;
     if (stop_) return Aborted("Hora is shutting down");
     if (join_handles_.count(process_set) != 0) {
-      return Status(Code::kAlreadyExists, "this rank has already joined process set " +
-                                              std::to_string(process_set));
+      return Status(Code::kAlreadyExists,
+                    "this rank has already joined process set " + std::to_string(process_set));
     }
     handle = join_handles_[process_set] = handles_.Create();
   }

@@ -10,9 +10,9 @@
 
 #include "collectives/registry.h"
 #include "common/logging.h"
+#include "common/mutex.h"
 #include "runtime/engine.h"
 #include "runtime/engine_config.h"
-#include "common/mutex.h"
 
 namespace hora {
 namespace {
@@ -80,18 +80,19 @@ StatusOr<std::unique_ptr<Communicator>> Engine::SteadyCommunicator(int32_t id,
   // it without samples (it would never finish).
   if (options_.autotune) {
     if (options_.steady != "on") return std::unique_ptr<Communicator>();
-    return FailedPrecondition(std::string(kEnvSteady) + "=on cannot be combined with "
+    return FailedPrecondition(std::string(kEnvSteady) +
+                              "=on cannot be combined with "
                               "HORA_AUTOTUNE (the autotuner measures what the coordinator "
                               "plans); use HORA_STEADY=auto, which is off while autotuning");
   }
   size_t bytes = 0;
-  const bool board = comm->SharedBoard(&bytes) != nullptr &&
-                     bytes >= SteadyBoard::BytesNeeded() &&
+  const bool board = comm->SharedBoard(&bytes) != nullptr && bytes >= SteadyBoard::BytesNeeded() &&
                      comm->size() <= SteadyBoard::kMaxMembers;
   if (!board) {
     if (options_.steady != "on") return std::unique_ptr<Communicator>();
     return FailedPrecondition(std::string(kEnvSteady) + "=on: process set " + std::to_string(id) +
-                              " runs on " + comm->name() + ", which offers no shared board (the "
+                              " runs on " + comm->name() +
+                              ", which offers no shared board (the "
                               "steady path needs one: shm, at most " +
                               std::to_string(SteadyBoard::kMaxMembers) + " members); use auto");
   }
@@ -109,7 +110,9 @@ StatusOr<std::unique_ptr<Communicator>> Engine::SteadyCommunicator(int32_t id,
 
 StatusOr<SteadyStats> Engine::Steady(int32_t process_set) const {
   std::shared_ptr<ProcessSetRuntime> set = FindSet(process_set);
-  if (!set) return Status(Code::kNotFound, "process set " + std::to_string(process_set) + " does not exist");
+  if (!set)
+    return Status(Code::kNotFound,
+                  "process set " + std::to_string(process_set) + " does not exist");
   if (SteadyPath* steady = set->steady()) return steady->Stats();
   return SteadyStats();
 }
@@ -156,7 +159,8 @@ StatusOr<ProcessSetResult> Engine::RunSetOp(ProcessSetOp op, const std::string& 
   const auto bound = std::chrono::milliseconds(
       static_cast<int64_t>((options_.start_timeout_s + 2 * options_.heartbeat_timeout_s) * 1000));
   MutexLock lock(&mu_);
-  cv_.WaitFor(&mu_, bound, [&] { mu_.AssertHeld();
+  cv_.WaitFor(&mu_, bound, [&] {
+    mu_.AssertHeld();
     return set_results_.count(op.seq) != 0 || !error_.ok() || stop_;
   });
   auto it = set_results_.find(op.seq);
@@ -228,8 +232,8 @@ Status Engine::RemoveProcessSet(int32_t id) {
       sets_.erase(it);
     }
   }
-  const Status removed = Aborted("process set " + std::to_string(id) +
-                                 " was removed while the operation was pending");
+  const Status removed =
+      Aborted("process set " + std::to_string(id) + " was removed while the operation was pending");
   if (set) {
     // Buckets planned before the removal run on every member: let them finish, so that no
     // member is left waiting on this one.

@@ -23,11 +23,11 @@ Status Bad(const TensorSpec& spec, const std::string& what) {
 bool IsUtf8(const std::string& s) {
   for (size_t i = 0; i < s.size();) {
     const unsigned char c = static_cast<unsigned char>(s[i]);
-    const size_t n = c < 0x80             ? 1
-                     : (c >> 5) == 0x6    ? 2
-                     : (c >> 4) == 0xe    ? 3
-                     : (c >> 3) == 0x1e   ? 4
-                                          : 0;
+    const size_t n = c < 0x80           ? 1
+                     : (c >> 5) == 0x6  ? 2
+                     : (c >> 4) == 0xe  ? 3
+                     : (c >> 3) == 0x1e ? 4
+                                        : 0;
     if (n == 0 || i + n > s.size()) return false;
     for (size_t k = 1; k < n; ++k) {
       if ((static_cast<unsigned char>(s[i + k]) & 0xc0) != 0x80) return false;
@@ -46,8 +46,11 @@ Status CheckShape(const TensorSpec& spec) {
   int64_t n = 1;
   for (size_t i = 0; i < spec.shape.size(); ++i) {
     int64_t d = spec.shape[i];
-    if (d < 0) return Bad(spec, "dimension " + std::to_string(i) + " is negative (" + std::to_string(d) + ")");
-    if (d != 0 && n > limit / d) return Bad(spec, "shape " + ShapeString(spec.shape) + " overflows");
+    if (d < 0)
+      return Bad(spec,
+                 "dimension " + std::to_string(i) + " is negative (" + std::to_string(d) + ")");
+    if (d != 0 && n > limit / d)
+      return Bad(spec, "shape " + ShapeString(spec.shape) + " overflows");
     n *= d;
   }
   return Status::Ok();
@@ -85,11 +88,12 @@ Status Engine::ValidateIdentity(const TensorSpec& spec,
                                 std::shared_ptr<ProcessSetRuntime>* found) const {
   if (spec.name.empty()) return InvalidArgument("the operation needs a non-empty name");
   if (spec.name.size() > kMaxNameLength) {
-    return InvalidArgument("name of " + std::to_string(spec.name.size()) + " bytes is longer than " +
-                           std::to_string(kMaxNameLength));
+    return InvalidArgument("name of " + std::to_string(spec.name.size()) +
+                           " bytes is longer than " + std::to_string(kMaxNameLength));
   }
   if (!IsUtf8(spec.name)) return InvalidArgument("the operation's name is not valid UTF-8");
-  if (!IsValidCollective(static_cast<int32_t>(spec.collective))) return InvalidArgument("unknown collective");
+  if (!IsValidCollective(static_cast<int32_t>(spec.collective)))
+    return InvalidArgument("unknown collective");
   std::shared_ptr<ProcessSetRuntime> set = FindSet(spec.process_set);
   if (!set) {
     return Bad(spec, "process set " + std::to_string(spec.process_set) +
@@ -105,8 +109,8 @@ Status Engine::ValidateIdentity(const TensorSpec& spec,
   return Status::Ok();
 }
 
-Status Engine::ValidateSpec(const TensorSpec& spec, const ProcessSetRuntime& set,
-                            const void* input, const void* output) const {
+Status Engine::ValidateSpec(const TensorSpec& spec, const ProcessSetRuntime& set, const void* input,
+                            const void* output) const {
   if (!IsValidDataType(static_cast<int32_t>(spec.dtype))) {
     return Bad(spec, "unknown dtype " + std::to_string(static_cast<int>(spec.dtype)));
   }
@@ -119,8 +123,10 @@ Status Engine::ValidateSpec(const TensorSpec& spec, const ProcessSetRuntime& set
     }
     const DeviceRuntime* cuda = DeviceRuntimeFor(Device::kCuda);
     if (cuda == nullptr) {
-      return Bad(spec, "CUDA tensors need a libhora built with CUDA and NCCL; this one has "
-                       "backends " + BuiltBackendsString());
+      return Bad(spec,
+                 "CUDA tensors need a libhora built with CUDA and NCCL; this one has "
+                 "backends " +
+                     BuiltBackendsString());
     }
     if (Status s = CheckSelection(options_.gpu_operations, Device::kCuda, kEnvGpuOperations);
         !s.ok()) {

@@ -6,6 +6,7 @@
 #include <memory>
 #include <mutex>
 #include <set>
+
 #include "common/mutex.h"
 
 namespace hora {
@@ -48,21 +49,56 @@ constexpr Alias kAliases[] = {
 
 // Names Hora's runtime, launcher, Python package and tools read besides the options.
 constexpr const char* kKnown[] = {
-    "HORA_RANK", "HORA_SIZE", "HORA_LOCAL_RANK", "HORA_LOCAL_SIZE", "HORA_CROSS_RANK",
-    "HORA_CROSS_SIZE", "HORA_COORDINATOR_ADDR", "HORA_COORDINATOR_IFACE",
-    "HORA_COORDINATOR_PORT", "HORA_JOB_TOKEN", "HORA_HOSTNAME", "HORA_FUSION_THRESHOLD",
-    "HORA_CYCLE_TIME_MS", "HORA_INLINE_THRESHOLD", "HORA_START_TIMEOUT_SECONDS",
-    "HORA_HEARTBEAT_INTERVAL_SECONDS", "HORA_HEARTBEAT_TIMEOUT_SECONDS",
-    "HORA_COLLECTIVE_TIMEOUT_SECONDS", "HORA_STALL_WARNING_SECONDS", "HORA_STALL_TIMEOUT_SECONDS",
-    "HORA_LOG_LEVEL", "HORA_CPU_OPERATIONS", "HORA_STEADY", "HORA_STEADY_PATIENCE_MS", "HORA_GPU_OPERATIONS", "HORA_GLOO_IFACE",
-    "HORA_MAX_MESSAGE_BYTES", "HORA_TLS_CERT", "HORA_TLS_KEY", "HORA_TLS_CA", "HORA_TIMELINE",
-    "HORA_AUTOTUNE", "HORA_AUTOTUNE_LOG", "HORA_AUTOTUNE_WARMUP_SAMPLES",
-    "HORA_AUTOTUNE_STEPS_PER_SAMPLE", "HORA_AUTOTUNE_SAMPLES_PER_TRIAL",
+    "HORA_RANK",
+    "HORA_SIZE",
+    "HORA_LOCAL_RANK",
+    "HORA_LOCAL_SIZE",
+    "HORA_CROSS_RANK",
+    "HORA_CROSS_SIZE",
+    "HORA_COORDINATOR_ADDR",
+    "HORA_COORDINATOR_IFACE",
+    "HORA_COORDINATOR_PORT",
+    "HORA_JOB_TOKEN",
+    "HORA_HOSTNAME",
+    "HORA_FUSION_THRESHOLD",
+    "HORA_CYCLE_TIME_MS",
+    "HORA_INLINE_THRESHOLD",
+    "HORA_START_TIMEOUT_SECONDS",
+    "HORA_HEARTBEAT_INTERVAL_SECONDS",
+    "HORA_HEARTBEAT_TIMEOUT_SECONDS",
+    "HORA_COLLECTIVE_TIMEOUT_SECONDS",
+    "HORA_STALL_WARNING_SECONDS",
+    "HORA_STALL_TIMEOUT_SECONDS",
+    "HORA_LOG_LEVEL",
+    "HORA_CPU_OPERATIONS",
+    "HORA_STEADY",
+    "HORA_STEADY_PATIENCE_MS",
+    "HORA_GPU_OPERATIONS",
+    "HORA_GLOO_IFACE",
+    "HORA_MAX_MESSAGE_BYTES",
+    "HORA_TLS_CERT",
+    "HORA_TLS_KEY",
+    "HORA_TLS_CA",
+    "HORA_TIMELINE",
+    "HORA_AUTOTUNE",
+    "HORA_AUTOTUNE_LOG",
+    "HORA_AUTOTUNE_WARMUP_SAMPLES",
+    "HORA_AUTOTUNE_STEPS_PER_SAMPLE",
+    "HORA_AUTOTUNE_SAMPLES_PER_TRIAL",
     "HORA_HIERARCHICAL_ALLREDUCE",
     // hora.torch, the launcher, tests and tools
-    "HORA_LIBRARY", "HORA_BUCKET_CAP_MB", "HORA_TORCH2", "HORA_TEST_PYTHON", "HORA_TEST_BIN_ROOT",
-    "HORA_TEST_LOG_LEVEL", "HORA_BAZEL_ROOT", "HORA_KEEP_BAZEL", "HORA_PREFIX", "HORA_BIN",
-    "HORA_BENCH_BIN", "HORA_BENCH_EXTRA_X",
+    "HORA_LIBRARY",
+    "HORA_BUCKET_CAP_MB",
+    "HORA_TORCH2",
+    "HORA_TEST_PYTHON",
+    "HORA_TEST_BIN_ROOT",
+    "HORA_TEST_LOG_LEVEL",
+    "HORA_BAZEL_ROOT",
+    "HORA_KEEP_BAZEL",
+    "HORA_PREFIX",
+    "HORA_BIN",
+    "HORA_BENCH_BIN",
+    "HORA_BENCH_EXTRA_X",
 };
 
 std::string Lower(std::string s) {
@@ -115,7 +151,7 @@ EnvLookup WithHorovodAliases(const EnvLookup& env, std::vector<std::string>* not
       if (a.convert == Convert::kLower) value = Lower(value);
       if (a.convert == Convert::kDisableStall) {
         if (value == "0" || value.empty()) continue;  // checks stay on
-        value = "10000000";                          // no warning within 115 days
+        value = "10000000";                           // no warning within 115 days
       }
       MutexLock lock(&state->mu);
       auto it = state->values.insert_or_assign(name, value).first;

@@ -1,4 +1,5 @@
 #include "runtime/handle_table.h"
+
 #include "common/mutex.h"
 
 namespace hora {
@@ -23,7 +24,8 @@ void HandleTable::Complete(int64_t handle, Status status, OpResult result) {
 }
 
 Status HandleTable::NotFound(int64_t handle) {
-  return Status(Code::kNotFound, "handle " + std::to_string(handle) + " is unknown or was released");
+  return Status(Code::kNotFound,
+                "handle " + std::to_string(handle) + " is unknown or was released");
 }
 
 Status HandleTable::Poll(int64_t handle, bool* done) {

@@ -15,8 +15,8 @@
 #include <unordered_map>
 #include <vector>
 
-#include "common/status.h"
 #include "common/mutex.h"
+#include "common/status.h"
 
 namespace hora {
 
@@ -53,7 +53,8 @@ class HandleTable {
     MutexLock lock(&mu_);
     auto it = entries_.find(handle);
     if (it == entries_.end()) return NotFound(handle);
-    if (!it->second.done) return Status(Code::kFailedPrecondition, "the operation has not finished");
+    if (!it->second.done)
+      return Status(Code::kFailedPrecondition, "the operation has not finished");
     if (!it->second.status.ok()) return it->second.status;
     return fn(it->second.result);
   }

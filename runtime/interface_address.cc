@@ -48,8 +48,10 @@ StatusOr<std::string> InterfaceAddress(const std::string& var, const std::string
     }
   }
   std::string have;
-  for (const Iface& i : ifaces.value()) have += (have.empty() ? "" : ", ") + i.name + " " + i.address;
-  return InvalidArgument(var + "='" + names + "': none of these interfaces has an IPv4 address (this host has: " +
+  for (const Iface& i : ifaces.value())
+    have += (have.empty() ? "" : ", ") + i.name + " " + i.address;
+  return InvalidArgument(var + "='" + names +
+                         "': none of these interfaces has an IPv4 address (this host has: " +
                          (have.empty() ? "none" : have) + ")");
 }
 

@@ -18,8 +18,9 @@ Status ReadInt(const EnvLookup& env, const char* name, long long lo, long long h
   const char* v = Get(env, name);
   if (v == nullptr) {
     if (!required) return Status::Ok();
-    return InvalidArgument(std::string(name) + " is not set" +
-                           (*because != '\0' ? std::string(" (") + because + " is)" : std::string()));
+    return InvalidArgument(
+        std::string(name) + " is not set" +
+        (*because != '\0' ? std::string(" (") + because + " is)" : std::string()));
   }
   errno = 0;
   char* end = nullptr;
@@ -88,9 +89,11 @@ Status ReadIdentity(const EnvLookup& env, const Names& n, LaunchEnv* l) {
 }
 
 Status ReadOpenMpi(const EnvLookup& env, LaunchEnv* l) {
-  HORA_RETURN_IF_ERROR(ReadIdentity(env, {"OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE",
-                                          "OMPI_COMM_WORLD_LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_SIZE",
-                                          nullptr, nullptr}, l));
+  HORA_RETURN_IF_ERROR(
+      ReadIdentity(env,
+                   {"OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK",
+                    "OMPI_COMM_WORLD_LOCAL_SIZE", nullptr, nullptr},
+                   l));
   if (const char* ns = Get(env, "PMIX_NAMESPACE")) {
     l->address_through_pmix = true;
     l->token = std::string("PMIX_NAMESPACE=") + ns;
@@ -106,16 +109,19 @@ Status ReadOpenMpi(const EnvLookup& env, LaunchEnv* l) {
 // torchrun's agent listens on MASTER_PORT itself (its TCPStore), so the coordinator takes the
 // next port: MASTER_PORT + 1, or HORA_COORDINATOR_PORT.
 Status ReadTorchrun(const EnvLookup& env, LaunchEnv* l) {
-  HORA_RETURN_IF_ERROR(ReadIdentity(env, {"RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE",
-                                          "GROUP_RANK", "GROUP_WORLD_SIZE"}, l));
+  HORA_RETURN_IF_ERROR(ReadIdentity(
+      env,
+      {"RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK", "GROUP_WORLD_SIZE"},
+      l));
   const char* master = Get(env, "MASTER_ADDR");
-  if (master == nullptr) return Status::Ok();  // the address must then come from HORA_COORDINATOR_ADDR
+  if (master == nullptr)
+    return Status::Ok();  // the address must then come from HORA_COORDINATOR_ADDR
   int port = 0;
   bool given = false;
   HORA_RETURN_IF_ERROR(ReadPortOverride(env, &port, &given));
   long long master_port = -1;
-  HORA_RETURN_IF_ERROR(ReadInt(env, "MASTER_PORT", 1, given ? 65535 : 65534, !given, "MASTER_ADDR",
-                               &master_port));
+  HORA_RETURN_IF_ERROR(
+      ReadInt(env, "MASTER_PORT", 1, given ? 65535 : 65534, !given, "MASTER_ADDR", &master_port));
   if (!given) port = static_cast<int>(master_port + 1);
   l->coordinator_address = std::string(master) + ":" + std::to_string(port);
   l->listen_any = true;
@@ -127,7 +133,8 @@ Status ReadTorchrun(const EnvLookup& env, LaunchEnv* l) {
 
 }  // namespace
 
-const char* FirstSet(const EnvLookup& env, std::initializer_list<const char*> names, const char** which) {
+const char* FirstSet(const EnvLookup& env, std::initializer_list<const char*> names,
+                     const char** which) {
   for (const char* n : names) {
     if (const char* v = Get(env, n)) {
       *which = n;
@@ -139,12 +146,18 @@ const char* FirstSet(const EnvLookup& env, std::initializer_list<const char*> na
 
 const char* LauncherName(Launcher l) {
   switch (l) {
-    case Launcher::kNone: return "none";
-    case Launcher::kHorarun: return "horarun";
-    case Launcher::kOpenMpi: return "Open MPI";
-    case Launcher::kPmi: return "PMI";
-    case Launcher::kTorchrun: return "torchrun";
-    case Launcher::kSlurm: return "Slurm";
+    case Launcher::kNone:
+      return "none";
+    case Launcher::kHorarun:
+      return "horarun";
+    case Launcher::kOpenMpi:
+      return "Open MPI";
+    case Launcher::kPmi:
+      return "PMI";
+    case Launcher::kTorchrun:
+      return "torchrun";
+    case Launcher::kSlurm:
+      return "Slurm";
   }
   return "?";
 }
@@ -157,15 +170,17 @@ StatusOr<LaunchEnv> DetectLaunchEnv(const EnvLookup& env) {
   LaunchEnv l;
   if (Get(env, "HORA_RANK") != nullptr || Get(env, "HORA_SIZE") != nullptr) {
     l.launcher = Launcher::kHorarun;
-    HORA_RETURN_IF_ERROR(ReadIdentity(env, {"HORA_RANK", "HORA_SIZE", "HORA_LOCAL_RANK", "HORA_LOCAL_SIZE",
-                                            "HORA_CROSS_RANK", "HORA_CROSS_SIZE"}, &l));
+    HORA_RETURN_IF_ERROR(ReadIdentity(env,
+                                      {"HORA_RANK", "HORA_SIZE", "HORA_LOCAL_RANK",
+                                       "HORA_LOCAL_SIZE", "HORA_CROSS_RANK", "HORA_CROSS_SIZE"},
+                                      &l));
   } else if (Get(env, "OMPI_COMM_WORLD_RANK") != nullptr) {
     l.launcher = Launcher::kOpenMpi;
     HORA_RETURN_IF_ERROR(ReadOpenMpi(env, &l));
   } else if (Get(env, "PMI_RANK") != nullptr) {
     l.launcher = Launcher::kPmi;
-    HORA_RETURN_IF_ERROR(ReadIdentity(env, {"PMI_RANK", "PMI_SIZE", "MPI_LOCALRANKID", "MPI_LOCALNRANKS",
-                                            nullptr, nullptr}, &l));
+    HORA_RETURN_IF_ERROR(ReadIdentity(
+        env, {"PMI_RANK", "PMI_SIZE", "MPI_LOCALRANKID", "MPI_LOCALNRANKS", nullptr, nullptr}, &l));
   } else if (Get(env, "RANK") != nullptr) {
     l.launcher = Launcher::kTorchrun;
     HORA_RETURN_IF_ERROR(ReadTorchrun(env, &l));

@@ -27,7 +27,8 @@ namespace hora {
 using EnvLookup = std::function<const char*(const char*)>;
 
 // The value of the first of `names` that is set and not empty (its name in *which), else nullptr.
-const char* FirstSet(const EnvLookup& env, std::initializer_list<const char*> names, const char** which);
+const char* FirstSet(const EnvLookup& env, std::initializer_list<const char*> names,
+                     const char** which);
 
 constexpr const char kEnvCoordinatorPort[] = "HORA_COORDINATOR_PORT";
 

@@ -42,15 +42,16 @@ Status ReadTasksPerNode(const EnvLookup& env, LaunchEnv* l) {
 
 Status ReadAddress(const EnvLookup& env, LaunchEnv* l) {
   const char* var = nullptr;
-  const char* list = FirstSet(env, {"SLURM_STEP_NODELIST", "SLURM_JOB_NODELIST", "SLURM_NODELIST"}, &var);
+  const char* list =
+      FirstSet(env, {"SLURM_STEP_NODELIST", "SLURM_JOB_NODELIST", "SLURM_NODELIST"}, &var);
   if (list == nullptr) return Status::Ok();  // the address must come from HORA_COORDINATOR_ADDR
   auto hosts = ExpandSlurmNodelist(var, list);
   if (!hosts.ok()) return hosts.status();
   if (std::string(var) == "SLURM_STEP_NODELIST" && l->cross_size > 0 &&
       hosts.value().size() != static_cast<size_t>(l->cross_size)) {
-    return InvalidArgument(std::string(var) + "='" + list + "' has " +
-                           std::to_string(hosts.value().size()) + " hosts but the tasks-per-node list " +
-                           std::to_string(l->cross_size) + " nodes");
+    return InvalidArgument(
+        std::string(var) + "='" + list + "' has " + std::to_string(hosts.value().size()) +
+        " hosts but the tasks-per-node list " + std::to_string(l->cross_size) + " nodes");
   }
   int port = 0;
   bool given = false;
@@ -83,7 +84,8 @@ Status ReadSlurm(const EnvLookup& env, LaunchEnv* l) {
     HORA_RETURN_IF_ERROR(ReadInt(env, "SLURM_STEP_NUM_NODES", 1, 1 << 20, false, "", &nodes));
     l->cross_size = static_cast<int>(nodes);
     if (l->cross_rank >= 0 && l->cross_size > 0) {
-      HORA_RETURN_IF_ERROR(CheckBelow("SLURM_NODEID", l->cross_rank, "SLURM_STEP_NUM_NODES", l->cross_size));
+      HORA_RETURN_IF_ERROR(
+          CheckBelow("SLURM_NODEID", l->cross_rank, "SLURM_STEP_NUM_NODES", l->cross_size));
     }
   }
   if (l->cross_rank < 0 || l->cross_size < 0) l->cross_rank = l->cross_size = -1;
@@ -91,14 +93,15 @@ Status ReadSlurm(const EnvLookup& env, LaunchEnv* l) {
   l->local_rank = static_cast<int>(local);
   if (l->local_rank >= 0 && l->local_size > 0 && l->local_rank >= l->local_size) {
     return InvalidArgument("SLURM_LOCALID='" + std::to_string(l->local_rank) +
-                           "' is not below this node's task count " + std::to_string(l->local_size) +
-                           " (from the tasks-per-node list)");
+                           "' is not below this node's task count " +
+                           std::to_string(l->local_size) + " (from the tasks-per-node list)");
   }
   if (l->local_rank < 0 || l->local_size < 0) l->local_rank = l->local_size = -1;
   HORA_RETURN_IF_ERROR(ReadAddress(env, l));
   if (const char* job = Get(env, "SLURM_JOB_ID")) {
     const char* step = Get(env, "SLURM_STEP_ID");
-    l->token = std::string("SLURM_JOB_ID=") + job + (step != nullptr ? std::string(".") + step : "");
+    l->token =
+        std::string("SLURM_JOB_ID=") + job + (step != nullptr ? std::string(".") + step : "");
   }
   return Status::Ok();
 }

@@ -5,10 +5,9 @@
 #include <cerrno>
 #include <cmath>
 #include <cstdlib>
+#include <cstring>
 #include <random>
 #include <sstream>
-
-#include <cstring>
 
 #include "collectives/registry.h"
 #include "common/logging.h"
@@ -54,7 +53,8 @@ Status ParseIdentity(const EnvLookup& env, const OptionOverrides& ov, Options* o
   o->size = o->launch.size;
   if (ov.size >= 0) o->size = ov.size;
   if (ov.rank >= 0) o->rank = ov.rank;
-  if (o->size < 1) return InvalidArgument("size " + std::to_string(o->size) + " must be at least 1");
+  if (o->size < 1)
+    return InvalidArgument("size " + std::to_string(o->size) + " must be at least 1");
   if (o->rank >= o->size) {
     return InvalidArgument("rank " + std::to_string(o->rank) + " is out of range for size " +
                            std::to_string(o->size));
@@ -67,10 +67,12 @@ std::string NoAddressReason(const LaunchEnv& l) {
   const std::string unset = std::string(kEnvCoordinatorAddr) + " is not set";
   switch (l.launcher) {
     case Launcher::kOpenMpi:
-      return unset + " and Open MPI gave no PMIx namespace (PMIX_NAMESPACE) to publish rank 0's "
-                     "address through: set it (host:port of rank 0) on every rank (mpirun -x)";
+      return unset +
+             " and Open MPI gave no PMIx namespace (PMIX_NAMESPACE) to publish rank 0's "
+             "address through: set it (host:port of rank 0) on every rank (mpirun -x)";
     case Launcher::kTorchrun:
-      return unset + " and neither is MASTER_ADDR (torchrun sets it): set one of them on every rank";
+      return unset +
+             " and neither is MASTER_ADDR (torchrun sets it): set one of them on every rank";
     case Launcher::kSlurm:
       return unset + " and no Slurm node list (SLURM_STEP_NODELIST, SLURM_JOB_NODELIST) is: set " +
              kEnvCoordinatorAddr + " on every rank";
@@ -131,7 +133,8 @@ Status ParseCount(const EnvLookup& env, std::initializer_list<const char*> names
 // selection string, which the registry interprets. An explicitly named backend wins.
 Status ParseHierarchical(const EnvLookup& env, Options* o) {
   const char* which = nullptr;
-  const char* v = FirstSet(env, {kEnvHierarchicalAllreduce, kEnvHorovodHierarchicalAllreduce}, &which);
+  const char* v =
+      FirstSet(env, {kEnvHierarchicalAllreduce, kEnvHorovodHierarchicalAllreduce}, &which);
   if (v == nullptr || *v == '\0') return Status::Ok();
   const std::string s = v;
   const bool on = s == "1" || s == "true";
@@ -157,18 +160,21 @@ Status ParseAutotune(const EnvLookup& env, Options* o) {
   if (const char* v = FirstSet(env, {kEnvAutotuneLog, kEnvHorovodAutotuneLog}, &which)) {
     o->autotune_log = v;
   }
-  HORA_RETURN_IF_ERROR(ParseCount(env, {kEnvAutotuneWarmupSamples, kEnvHorovodAutotuneWarmupSamples},
-                                  0, 1000000, &o->autotune_warmup_samples));
-  HORA_RETURN_IF_ERROR(ParseCount(env, {kEnvAutotuneStepsPerSample, kEnvHorovodAutotuneStepsPerSample},
+  HORA_RETURN_IF_ERROR(ParseCount(env,
+                                  {kEnvAutotuneWarmupSamples, kEnvHorovodAutotuneWarmupSamples}, 0,
+                                  1000000, &o->autotune_warmup_samples));
+  HORA_RETURN_IF_ERROR(ParseCount(env,
+                                  {kEnvAutotuneStepsPerSample, kEnvHorovodAutotuneStepsPerSample},
                                   1, 1000000, &o->autotune_steps_per_sample));
-  HORA_RETURN_IF_ERROR(ParseCount(env, {kEnvAutotuneSamplesPerTrial}, 1, 1000000,
-                                  &o->autotune_samples_per_trial));
+  HORA_RETURN_IF_ERROR(
+      ParseCount(env, {kEnvAutotuneSamplesPerTrial}, 1, 1000000, &o->autotune_samples_per_trial));
   return Status::Ok();
 }
 
 Status ParseRest(const EnvLookup& env, Options* o) {
   if (const char* v = env(kEnvFusionThreshold); v != nullptr && *v != '\0') {
-    HORA_RETURN_IF_ERROR(ParseInt(kEnvFusionThreshold, v, 0, 1ll << 40, &o->fusion_threshold_bytes));
+    HORA_RETURN_IF_ERROR(
+        ParseInt(kEnvFusionThreshold, v, 0, 1ll << 40, &o->fusion_threshold_bytes));
     o->fusion_threshold_set = true;
   }
   if (const char* v = env(kEnvCycleTimeMs); v != nullptr && *v != '\0') o->cycle_time_set = true;
@@ -226,7 +232,8 @@ Status ParseRest(const EnvLookup& env, Options* o) {
   }
   HORA_RETURN_IF_ERROR(ParseAutotune(env, o));
   if (o->tls_cert.empty() != o->tls_key.empty()) {
-    return InvalidArgument(std::string(kEnvTlsCert) + " and " + kEnvTlsKey + " must be set together");
+    return InvalidArgument(std::string(kEnvTlsCert) + " and " + kEnvTlsKey +
+                           " must be set together");
   }
   return Status::Ok();
 }
@@ -249,11 +256,13 @@ Status ParseToken(const EnvLookup& env, const OptionOverrides& ov, Options* o) {
   // A launcher that gave none (horarun's variables set by hand inside another launcher's job):
   // any job id in sight.
   const char* which = nullptr;
-  if (const char* id = FirstSet(env, {"PMIX_NAMESPACE", "OMPI_MCA_orte_ess_jobid", "SLURM_JOB_ID",
-                                      "TORCHELASTIC_RUN_ID"}, &which)) {
+  if (const char* id = FirstSet(
+          env, {"PMIX_NAMESPACE", "OMPI_MCA_orte_ess_jobid", "SLURM_JOB_ID", "TORCHELASTIC_RUN_ID"},
+          &which)) {
     o->token = std::string(which) + "=" + id;
     const char* step = env("SLURM_STEP_ID");
-    if (std::string(which) == "SLURM_JOB_ID" && step != nullptr) o->token += "." + std::string(step);
+    if (std::string(which) == "SLURM_JOB_ID" && step != nullptr)
+      o->token += "." + std::string(step);
     return Status::Ok();
   }
   if (o->size == 1) {
@@ -261,8 +270,9 @@ Status ParseToken(const EnvLookup& env, const OptionOverrides& ov, Options* o) {
     o->token = std::to_string(rd()) + std::to_string(rd());
     return Status::Ok();
   }
-  return InvalidArgument(std::string(kEnvJobToken) +
-                         " is not set: start the job with horarun, or set the same secret on every rank");
+  return InvalidArgument(
+      std::string(kEnvJobToken) +
+      " is not set: start the job with horarun, or set the same secret on every rank");
 }
 
 }  // namespace
@@ -308,9 +318,9 @@ StatusOr<Options> OptionsFromEnvironment(const OptionOverrides& overrides) {
 
 std::string Options::Digest() const {
   std::ostringstream s;
-  s << "fusion_threshold=" << fusion_threshold_bytes << ";inline_threshold=" << inline_threshold_bytes
-    << ";cpu_operations=" << cpu_operations << ";gpu_operations=" << gpu_operations
-    << ";steady=" << steady;
+  s << "fusion_threshold=" << fusion_threshold_bytes
+    << ";inline_threshold=" << inline_threshold_bytes << ";cpu_operations=" << cpu_operations
+    << ";gpu_operations=" << gpu_operations << ";steady=" << steady;
   return s.str();
 }
 
@@ -318,19 +328,20 @@ std::string Options::Describe() const {
   std::ostringstream s;
   s << "rank " << rank << "/" << size << " (launcher " << LauncherName(launch.launcher) << ") host "
     << hostname << " coordinator "
-    << (coordinator_exchange.empty() ? coordinator_address : "through " + coordinator_exchange) << " fusion_threshold=" << fusion_threshold_bytes
-    << " cycle_time_ms=" << cycle_time_ms << " inline_threshold=" << inline_threshold_bytes << " start_timeout_s=" << start_timeout_s
+    << (coordinator_exchange.empty() ? coordinator_address : "through " + coordinator_exchange)
+    << " fusion_threshold=" << fusion_threshold_bytes << " cycle_time_ms=" << cycle_time_ms
+    << " inline_threshold=" << inline_threshold_bytes << " start_timeout_s=" << start_timeout_s
     << " heartbeat=" << heartbeat_interval_s << "/" << heartbeat_timeout_s
     << "s collective_timeout_s=" << collective_timeout_s << " stall_warning_s=" << stall_warning_s
-    << " stall_timeout_s=" << stall_timeout_s << " cpu_operations=" << cpu_operations << " steady=" << steady
-    << " steady_patience_ms=" << steady_patience_ms
-    << " gpu_operations=" << gpu_operations
-    << " tls=" << (tls_cert.empty() ? "off" : "on")
+    << " stall_timeout_s=" << stall_timeout_s << " cpu_operations=" << cpu_operations
+    << " steady=" << steady << " steady_patience_ms=" << steady_patience_ms
+    << " gpu_operations=" << gpu_operations << " tls=" << (tls_cert.empty() ? "off" : "on")
     << " timeline=" << (timeline.empty() ? "off" : timeline)
     << " autotune=" << (autotune ? "on" : "off");
   if (autotune) {
-    s << " (log=" << (autotune_log.empty() ? "none" : autotune_log) << " warmup_samples="
-      << autotune_warmup_samples << " steps_per_sample=" << autotune_steps_per_sample
+    s << " (log=" << (autotune_log.empty() ? "none" : autotune_log)
+      << " warmup_samples=" << autotune_warmup_samples
+      << " steps_per_sample=" << autotune_steps_per_sample
       << " samples_per_trial=" << autotune_samples_per_trial << ")";
   }
   return s.str();

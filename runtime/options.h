@@ -87,19 +87,23 @@ struct Options {
   std::string token;
   std::string hostname;  // HORA_HOSTNAME, else gethostname(); decides local ranks
 
-  int64_t fusion_threshold_bytes = kDefaultFusionThresholdBytes;  // HORA_FUSION_THRESHOLD, bytes; 0 = no fusion
+  int64_t fusion_threshold_bytes =
+      kDefaultFusionThresholdBytes;  // HORA_FUSION_THRESHOLD, bytes; 0 = no fusion
   // HORA_CYCLE_TIME_MS: longest wait to fill a bucket.
   double cycle_time_ms = kDefaultCycleTime.count() / 1000.0;
   // HORA_INLINE_THRESHOLD, bytes: allreduces up to this size are reduced by the coordinator
   // from data sent with the ready notice (one round trip, no data-plane collective). 0 = off.
   int64_t inline_threshold_bytes = kDefaultInlineThresholdBytes;
-  double start_timeout_s = kDefaultStartTimeout.count() / 1000.0;            // HORA_START_TIMEOUT_SECONDS
-  double heartbeat_interval_s = kDefaultHeartbeatInterval.count() / 1000.0;  // HORA_HEARTBEAT_INTERVAL_SECONDS
-  double heartbeat_timeout_s = kDefaultHeartbeatTimeout.count() / 1000.0;    // HORA_HEARTBEAT_TIMEOUT_SECONDS
+  double start_timeout_s = kDefaultStartTimeout.count() / 1000.0;  // HORA_START_TIMEOUT_SECONDS
+  double heartbeat_interval_s =
+      kDefaultHeartbeatInterval.count() / 1000.0;  // HORA_HEARTBEAT_INTERVAL_SECONDS
+  double heartbeat_timeout_s =
+      kDefaultHeartbeatTimeout.count() / 1000.0;  // HORA_HEARTBEAT_TIMEOUT_SECONDS
   double collective_timeout_s = 0;  // HORA_COLLECTIVE_TIMEOUT_SECONDS; 0 = heartbeat timeout
-  double stall_warning_s = kDefaultStallWarning.count() / 1000.0;            // HORA_STALL_WARNING_SECONDS
-  double stall_timeout_s = kDefaultStallTimeout.count() / 1000.0;  // HORA_STALL_TIMEOUT_SECONDS; 0 = off
-  std::string log_level = "warning";            // HORA_LOG_LEVEL
+  double stall_warning_s = kDefaultStallWarning.count() / 1000.0;  // HORA_STALL_WARNING_SECONDS
+  double stall_timeout_s =
+      kDefaultStallTimeout.count() / 1000.0;  // HORA_STALL_TIMEOUT_SECONDS; 0 = off
+  std::string log_level = "warning";          // HORA_LOG_LEVEL
   // HORA_STEADY: the steady path (docs/design.md "Steady state"): "auto" (on for every set
   // whose communicator offers a shared board: shm), "on" (the same, and a set without one is
   // an error), "off" (every operation asks the coordinator).
@@ -113,9 +117,9 @@ struct Options {
   // into "prefer:hierarchical" (1) or "avoid:hierarchical" (0); a named backend stays.
   std::string cpu_operations = "auto";
   std::string gpu_operations = "auto";
-  std::string gloo_iface;                       // HORA_GLOO_IFACE: address to bind; "" = automatic
+  std::string gloo_iface;  // HORA_GLOO_IFACE: address to bind; "" = automatic
   int64_t max_message_bytes = kDefaultMaxMessageBytes;  // HORA_MAX_MESSAGE_BYTES (control plane)
-  std::string tls_cert, tls_key, tls_ca;        // HORA_TLS_CERT / _KEY / _CA (PEM files)
+  std::string tls_cert, tls_key, tls_ca;                // HORA_TLS_CERT / _KEY / _CA (PEM files)
   // HORA_TIMELINE (else HOROVOD_TIMELINE): write the timeline from init on; each rank writes
   // its own file (runtime/timeline.h: "t.json" -> "t.rank3.json"). "" = off.
   std::string timeline;
@@ -128,8 +132,8 @@ struct Options {
   bool cycle_time_set = false;        // HORA_CYCLE_TIME_MS was given
   std::string autotune_log;           // HORA_AUTOTUNE_LOG (else HOROVOD_): CSV by rank 0; "" = none
   int autotune_warmup_samples = 3;    // HORA_AUTOTUNE_WARMUP_SAMPLES: samples thrown away first
-  int autotune_steps_per_sample = 10; // HORA_AUTOTUNE_STEPS_PER_SAMPLE: steps in one sample
-  int autotune_samples_per_trial = 5; // HORA_AUTOTUNE_SAMPLES_PER_TRIAL: median of these per trial
+  int autotune_steps_per_sample = 10;  // HORA_AUTOTUNE_STEPS_PER_SAMPLE: steps in one sample
+  int autotune_samples_per_trial = 5;  // HORA_AUTOTUNE_SAMPLES_PER_TRIAL: median of these per trial
 
   // Horovod variables read as Hora's (or ignored), and HORA_* names Hora does not know
   // (runtime/env_aliases.h): logged at start, at info and warning level.

@@ -9,9 +9,9 @@ namespace hora {
 
 // A bucket between its start and its completion.
 struct ProcessSetRuntime::InFlight {
-  std::vector<Request> owned;      // this rank's requests, in entry order (joined: absent)
-  std::vector<size_t> slot;        // per entry: index into owned, or SIZE_MAX
-  std::vector<OpResult> results;   // per entry
+  std::vector<Request> owned;     // this rank's requests, in entry order (joined: absent)
+  std::vector<size_t> slot;       // per entry: index into owned, or SIZE_MAX
+  std::vector<OpResult> results;  // per entry
   BucketExecutor::Finish finish;
   std::unique_ptr<TimelineBucket> timeline;  // while the timeline is on
 };
@@ -47,8 +47,8 @@ void ProcessSetRuntime::Start(std::unique_ptr<Communicator> cpu,
     h.job_error = [this] { return host_->JobError(); };
     h.bucket_failed = [this](const Status& s) { return host_->BucketFailed(s); };
     h.announce = [this](int32_t id) { host_->Announce(id); };
-    steady_ = std::make_unique<SteadyPath>(id_, ranks_, std::move(steady), std::move(h),
-                                           patience, timeline_);
+    steady_ = std::make_unique<SteadyPath>(id_, ranks_, std::move(steady), std::move(h), patience,
+                                           timeline_);
   }
   thread_ = std::thread([this] { Loop(); });
 }
@@ -101,8 +101,8 @@ void ProcessSetRuntime::Stop() {
 }
 
 Status ProcessSetRuntime::Select(const BucketPlan& bucket,
-                                 const std::vector<const Request*>& requests,
-                                 Communicator** comm, BucketExecutor** executor) {
+                                 const std::vector<const Request*>& requests, Communicator** comm,
+                                 BucketExecutor** executor) {
   *comm = cpu_.get();
   *executor = executor_.get();
   if (bucket.device == Device::kCpu) return Status::Ok();
@@ -190,8 +190,10 @@ void ProcessSetRuntime::Run(const BucketPlan& bucket) {
     std::optional<Request> r = host_->TakeRequest(id);
     if (!r) {
       // Fail what was taken; the job is broken (the ranks' queues disagree with the plan).
-      Finish(f, Internal("the coordinator planned tensor id " + std::to_string(id) + " in process "
-                         "set " + std::to_string(id_) + ", which this rank has not submitted"));
+      Finish(f, Internal("the coordinator planned tensor id " + std::to_string(id) +
+                         " in process "
+                         "set " +
+                         std::to_string(id_) + ", which this rank has not submitted"));
       return;
     }
     f->slot[i] = f->owned.size();
@@ -217,7 +219,8 @@ void ProcessSetRuntime::Run(const BucketPlan& bucket) {
   status = executor->Start(bucket, requests, &f->results, &f->finish, collective_us);
   // A device communicator enqueued the work: even a failed Start may have queued some, so
   // the buffers wait for its Fence.
-  std::unique_ptr<Work> work = status.ok() || comm->device_ops() != nullptr ? comm->Fence() : nullptr;
+  std::unique_ptr<Work> work =
+      status.ok() || comm->device_ops() != nullptr ? comm->Fence() : nullptr;
   if (!work) {
     Finish(f, std::move(status));
     return;
@@ -239,8 +242,8 @@ void ProcessSetRuntime::Run(const BucketPlan& bucket) {
 }
 
 void ProcessSetRuntime::TraceStart(const BucketPlan& bucket,
-                                   const std::vector<const Request*>& requests,
-                                   TimelineBucket* t, const Communicator* comm) const {
+                                   const std::vector<const Request*>& requests, TimelineBucket* t,
+                                   const Communicator* comm) const {
   t->process_set = id_;
   t->seq = bucket.seq;
   t->collective = bucket.collective;

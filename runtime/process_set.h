@@ -33,6 +33,7 @@
 #include <vector>
 
 #include "collectives/communicator.h"
+#include "common/mutex.h"
 #include "common/status.h"
 #include "coordinator/messages.h"
 #include "runtime/bucket_executor.h"
@@ -41,7 +42,6 @@
 #include "runtime/steady_path.h"
 #include "runtime/tensor_queue.h"
 #include "runtime/timeline.h"
-#include "common/mutex.h"
 
 namespace hora {
 
@@ -148,8 +148,8 @@ class ProcessSetRuntime {
   CondVar cv_;
   std::deque<BucketPlan> inbox_ GUARDED_BY(mu_);
   bool stop_ GUARDED_BY(mu_) = false;
-  bool running_ GUARDED_BY(mu_) = false;          // the thread is inside Run()
-  size_t outstanding_ GUARDED_BY(mu_) = 0;        // buckets on the completion thread
+  bool running_ GUARDED_BY(mu_) = false;    // the thread is inside Run()
+  size_t outstanding_ GUARDED_BY(mu_) = 0;  // buckets on the completion thread
   std::thread thread_;
 };
 

@@ -6,9 +6,9 @@ namespace hora {
 namespace {
 
 Status Malformed(const std::string& var, const std::string& value, const std::string& why) {
-  return InvalidArgument(var + "='" + value + "' is not a Slurm " +
-                         (var.find("TASKS") != std::string::npos ? "tasks-per-node list" : "node list") +
-                         ": " + why);
+  return InvalidArgument(
+      var + "='" + value + "' is not a Slurm " +
+      (var.find("TASKS") != std::string::npos ? "tasks-per-node list" : "node list") + ": " + why);
 }
 
 bool AllDigits(const std::string& s) {
@@ -63,7 +63,8 @@ bool ExpandGroup(const std::string& body, std::vector<std::string>* out, std::st
     const unsigned long long a = std::stoull(lo), b = std::stoull(hi);
     if (b < a) return *why = "range '" + item + "' ends before it starts", false;
     for (unsigned long long v = a; v <= b; ++v) {
-      if (out->size() >= kMaxSlurmHosts) return *why = "more than " + std::to_string(kMaxSlurmHosts) + " hosts", false;
+      if (out->size() >= kMaxSlurmHosts)
+        return *why = "more than " + std::to_string(kMaxSlurmHosts) + " hosts", false;
       out->push_back(Pad(v, lo.size()));
     }
     start = comma + 1;
@@ -93,7 +94,8 @@ bool ExpandName(const std::string& name, std::vector<std::string>* hosts, std::s
       i = close + 1;
     } else {
       const char c = name[i++];
-      if (std::isspace(static_cast<unsigned char>(c))) return *why = "a space in '" + name + "'", false;
+      if (std::isspace(static_cast<unsigned char>(c)))
+        return *why = "a space in '" + name + "'", false;
       for (std::string& p : partial) p += c;
     }
   }
@@ -103,7 +105,8 @@ bool ExpandName(const std::string& name, std::vector<std::string>* hosts, std::s
 
 }  // namespace
 
-StatusOr<std::vector<std::string>> ExpandSlurmNodelist(const std::string& var, const std::string& value) {
+StatusOr<std::vector<std::string>> ExpandSlurmNodelist(const std::string& var,
+                                                       const std::string& value) {
   if (value.empty()) return Malformed(var, value, "it is empty");
   std::vector<std::string> items;
   std::string why;
@@ -115,7 +118,8 @@ StatusOr<std::vector<std::string>> ExpandSlurmNodelist(const std::string& var, c
   return hosts;
 }
 
-StatusOr<std::vector<int>> ExpandSlurmTasksPerNode(const std::string& var, const std::string& value) {
+StatusOr<std::vector<int>> ExpandSlurmTasksPerNode(const std::string& var,
+                                                   const std::string& value) {
   if (value.empty()) return Malformed(var, value, "it is empty");
   std::vector<int> tasks;
   size_t start = 0;

@@ -20,10 +20,12 @@ namespace hora {
 constexpr size_t kMaxSlurmHosts = 1 << 20;
 
 // Every host of `value` in order. `var` only names the variable in errors.
-StatusOr<std::vector<std::string>> ExpandSlurmNodelist(const std::string& var, const std::string& value);
+StatusOr<std::vector<std::string>> ExpandSlurmNodelist(const std::string& var,
+                                                       const std::string& value);
 
 // The tasks of each node of `value`, in node order; every count is at least 1.
-StatusOr<std::vector<int>> ExpandSlurmTasksPerNode(const std::string& var, const std::string& value);
+StatusOr<std::vector<int>> ExpandSlurmTasksPerNode(const std::string& var,
+                                                   const std::string& value);
 
 }  // namespace hora
 

@@ -26,7 +26,7 @@ uint64_t Word(uint32_t n, uint64_t state, uint32_t mask) {
 int32_t Compare(uint64_t w, uint32_t n) { return static_cast<int32_t>(InstanceOf(w) - n); }
 
 SteadyBoard::Outcome OutcomeOf(uint64_t state) {
-  return state == kStateFast ? SteadyBoard::Outcome::kFast
+  return state == kStateFast   ? SteadyBoard::Outcome::kFast
          : state == kStateSlow ? SteadyBoard::Outcome::kSlow
                                : SteadyBoard::Outcome::kPending;
 }
@@ -70,8 +70,7 @@ SteadyBoard::Outcome SteadyBoard::Offer(uint32_t e, uint32_t n) {
       next = Word(n, kStatePending, bit_);  // n - 1 is decided: this member finished it
     }
     if (MaskOf(next) == full_) next = Word(n, kStateFast, full_);
-    if (w->compare_exchange_weak(old, next, std::memory_order_acq_rel,
-                                 std::memory_order_acquire)) {
+    if (w->compare_exchange_weak(old, next, std::memory_order_acq_rel, std::memory_order_acquire)) {
       if (StateOf(next) != kStateFast) return Outcome::kPending;
       Append(e);
       return Outcome::kFast;
@@ -87,8 +86,7 @@ SteadyBoard::Outcome SteadyBoard::Refuse(uint32_t e, uint32_t n) {
     if (c > 0) return Outcome::kSlow;
     if (c == 0 && StateOf(old) != kStatePending) return OutcomeOf(StateOf(old));
     const uint64_t next = Word(n, kStateSlow, c == 0 ? MaskOf(old) : 0);
-    if (w->compare_exchange_weak(old, next, std::memory_order_acq_rel,
-                                 std::memory_order_acquire)) {
+    if (w->compare_exchange_weak(old, next, std::memory_order_acq_rel, std::memory_order_acquire)) {
       Wake();  // members that offered n take the normal path now
       return Outcome::kSlow;
     }
@@ -105,8 +103,8 @@ SteadyBoard::Outcome SteadyBoard::State(uint32_t e, uint32_t n) const {
 
 void SteadyBoard::Append(uint32_t e) {
   const uint64_t index = header()->tail.fetch_add(1, std::memory_order_acq_rel);
-  const uint64_t value = ((index + 1) & 0xffffffffull) << 32 |
-                         static_cast<uint64_t>(member_) << 16 | e;  // e < 2^16
+  const uint64_t value =
+      ((index + 1) & 0xffffffffull) << 32 | static_cast<uint64_t>(member_) << 16 | e;  // e < 2^16
   slot(index)->store(value, std::memory_order_release);
   Wake();
 }
@@ -140,8 +138,8 @@ void SteadyBoard::Wake() {
   Header* h = header();
   h->bell.fetch_add(1, std::memory_order_seq_cst);
   if (h->sleepers.load(std::memory_order_seq_cst) > 0) {
-    syscall(SYS_futex, reinterpret_cast<uint32_t*>(&h->bell), FUTEX_WAKE, INT_MAX, nullptr,
-            nullptr, 0);
+    syscall(SYS_futex, reinterpret_cast<uint32_t*>(&h->bell), FUTEX_WAKE, INT_MAX, nullptr, nullptr,
+            0);
   }
 }
 

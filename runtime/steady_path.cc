@@ -299,8 +299,8 @@ void SteadyPath::Run(uint32_t e, int last_member) {
   BucketExecutor::Finish finish;
   Status status = host_.job_error();
   if (status.ok()) {
-    status = executor_.Start(plan, requests, &results, &finish,
-                             trace ? &trace->collective_us : nullptr);
+    status =
+        executor_.Start(plan, requests, &results, &finish, trace ? &trace->collective_us : nullptr);
   }
   if (trace) trace->collective_done_us = TimelineNowUs();
   if (status.ok() && finish) status = finish();

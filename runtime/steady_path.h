@@ -115,8 +115,8 @@ class SteadyPath {
  private:
   struct Entry {
     TensorSpec spec;
-    int32_t id = -1;       // this rank's tensor id for the name
-    uint32_t instance = 0; // submissions since the name was cached
+    int32_t id = -1;        // this rank's tensor id for the name
+    uint32_t instance = 0;  // submissions since the name was cached
   };
   struct Learning {
     TensorSpec spec;

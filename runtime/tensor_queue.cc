@@ -1,4 +1,5 @@
 #include "runtime/tensor_queue.h"
+
 #include "common/mutex.h"
 
 namespace hora {
@@ -7,9 +8,9 @@ Status TensorQueue::Push(Request request, bool fresh) {
   MutexLock lock(&mu_);
   TensorKey key = TensorKeyOf(request.spec);
   if (in_flight_.count(key) != 0) {
-    return Status(Code::kAlreadyExists,
-                  "an operation named " + DescribeTensor(key) + " is already in flight on this "
-                  "rank; wait for it before enqueueing the name again");
+    return Status(Code::kAlreadyExists, "an operation named " + DescribeTensor(key) +
+                                            " is already in flight on this "
+                                            "rank; wait for it before enqueueing the name again");
   }
   if (fresh) fresh_.push_back(key);
   in_flight_.emplace(std::move(key), std::move(request));

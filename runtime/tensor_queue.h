@@ -17,9 +17,9 @@
 #include <vector>
 
 #include "collectives/device.h"
+#include "common/mutex.h"
 #include "common/status.h"
 #include "common/types.h"
-#include "common/mutex.h"
 
 namespace hora {
 
@@ -27,8 +27,8 @@ struct Request {
   int64_t handle = 0;
   TensorSpec spec;
   const void* input = nullptr;  // caller-owned, valid until the handle is done
-  void* output = nullptr;       // allreduce: same shape as input (may equal it); broadcast: in place
-  void* stream = nullptr;       // CUDA: the framework's stream the input is ready on
+  void* output = nullptr;  // allreduce: same shape as input (may equal it); broadcast: in place
+  void* stream = nullptr;  // CUDA: the framework's stream the input is ready on
   // Device tensors: an event recorded on `stream` at enqueue time; the bucket's stream waits
   // for it before reading the input (the framework may queue more work on its stream later).
   std::shared_ptr<DeviceEvent> ready;

@@ -10,8 +10,8 @@ namespace hora {
 namespace {
 
 constexpr int kStepsTrack = 0;
-constexpr int kFirstSetTrack = 1;             // + process set id: the set's buckets
-constexpr int kFirstTensorTrack = 1000000;    // tensors, in order of first sight
+constexpr int kFirstSetTrack = 1;           // + process set id: the set's buckets
+constexpr int kFirstTensorTrack = 1000000;  // tensors, in order of first sight
 // The writer wakes for a batch of this many records, or this long after the first record
 // of a batch, whichever comes first: a record costs its producer no wake-up of another thread.
 constexpr size_t kBatchRecords = 1024;
@@ -20,10 +20,18 @@ constexpr std::chrono::milliseconds kBatchWait(200);
 void AppendEscaped(std::string* out, const std::string& s) {
   for (char c : s) {
     switch (c) {
-      case '"': *out += "\\\""; break;
-      case '\\': *out += "\\\\"; break;
-      case '\n': *out += "\\n"; break;
-      case '\t': *out += "\\t"; break;
+      case '"':
+        *out += "\\\"";
+        break;
+      case '\\':
+        *out += "\\\\";
+        break;
+      case '\n':
+        *out += "\\n";
+        break;
+      case '\t':
+        *out += "\\t";
+        break;
       default:
         if (static_cast<unsigned char>(c) < 0x20) {
           char buf[8];
@@ -42,8 +50,12 @@ std::string Quoted(const std::string& s) {
   return out + "\"";
 }
 
-std::string Kv(const char* key, int64_t v) { return std::string("\"") + key + "\":" + std::to_string(v); }
-std::string Kv(const char* key, const std::string& v) { return std::string("\"") + key + "\":" + Quoted(v); }
+std::string Kv(const char* key, int64_t v) {
+  return std::string("\"") + key + "\":" + std::to_string(v);
+}
+std::string Kv(const char* key, const std::string& v) {
+  return std::string("\"") + key + "\":" + Quoted(v);
+}
 
 }  // namespace
 
@@ -210,8 +222,9 @@ int Timeline::TrackOf(int32_t process_set, const std::string& name) {
   auto [it, inserted] = tracks_.try_emplace({process_set, name}, 0);
   if (inserted) {
     it->second = kFirstTensorTrack + static_cast<int>(tracks_.size()) - 1;
-    const std::string track =
-        process_set == kGlobalProcessSet ? name : "set " + std::to_string(process_set) + ": " + name;
+    const std::string track = process_set == kGlobalProcessSet
+                                  ? name
+                                  : "set " + std::to_string(process_set) + ": " + name;
     Metadata("thread_name", it->second, Kv("name", track));
     Metadata("thread_sort_index", it->second, Kv("sort_index", it->second));
   }
@@ -221,15 +234,16 @@ int Timeline::TrackOf(int32_t process_set, const std::string& name) {
 void Timeline::WriteBucket(const TimelineBucket& b) {
   const int set_tid = kFirstSetTrack + b.process_set;
   if (set_tracks_.emplace(b.process_set, true).second) {
-    Metadata("thread_name", set_tid, Kv("name", "set " + std::to_string(b.process_set) + " buckets"));
+    Metadata("thread_name", set_tid,
+             Kv("name", "set " + std::to_string(b.process_set) + " buckets"));
     Metadata("thread_sort_index", set_tid, Kv("sort_index", set_tid));
   }
-  const std::string op = std::string(CollectiveName(b.collective)) +
-                         (b.inline_reduced ? " (inline)" : "");
+  const std::string op =
+      std::string(CollectiveName(b.collective)) + (b.inline_reduced ? " (inline)" : "");
   const std::string common = Kv("process_set", b.process_set) + "," +
                              Kv("bucket", static_cast<int64_t>(b.seq)) + "," +
-                             Kv("backend", b.backend) + "," + Kv("bucket_bytes", b.bytes) +
-                             "," + Kv("tensors", static_cast<int64_t>(b.tensors.size())) +
+                             Kv("backend", b.backend) + "," + Kv("bucket_bytes", b.bytes) + "," +
+                             Kv("tensors", static_cast<int64_t>(b.tensors.size())) +
                              (b.error.empty() ? "" : "," + Kv("error", b.error));
   const auto planned = planned_.find({b.process_set, b.seq});
   const int64_t planned_us = planned == planned_.end() ? 0 : planned->second;
@@ -247,7 +261,8 @@ void Timeline::WriteBucket(const TimelineBucket& b) {
     names += (i ? "," : "") + Quoted(it == submitted_.end() ? "?" : it->second.name);
   }
   names += "]";
-  Event("bucket", set_tid, start, done, common + "," + Kv("collective", op) + ",\"names\":" + names);
+  Event("bucket", set_tid, start, done,
+        common + "," + Kv("collective", op) + ",\"names\":" + names);
   if (!b.inline_reduced) {
     if (coll > start) Event("pack", set_tid, start, coll, "");
     Event(op.c_str(), set_tid, coll, coll_done, "");
@@ -293,16 +308,16 @@ void Timeline::Event(const char* name, int tid, int64_t begin_us, int64_t end_us
 void Timeline::Instant(const char* name, int tid, int64_t at_us) {
   out_ += first_event_ ? "" : ",\n";
   first_event_ = false;
-  out_ += "{\"name\":\"" + std::string(name) + "\",\"ph\":\"i\",\"s\":\"t\",\"pid\":" +
-          std::to_string(rank_) + ",\"tid\":" + std::to_string(tid) +
-          ",\"ts\":" + std::to_string(Ts(at_us)) + "}";
+  out_ += "{\"name\":\"" + std::string(name) +
+          "\",\"ph\":\"i\",\"s\":\"t\",\"pid\":" + std::to_string(rank_) +
+          ",\"tid\":" + std::to_string(tid) + ",\"ts\":" + std::to_string(Ts(at_us)) + "}";
 }
 
 void Timeline::Metadata(const char* what, int tid, const std::string& args) {
   out_ += first_event_ ? "" : ",\n";
   first_event_ = false;
-  out_ += "{\"name\":\"" + std::string(what) + "\",\"ph\":\"M\",\"pid\":" +
-          std::to_string(rank_) + ",\"tid\":" + std::to_string(tid) + ",\"args\":{" + args + "}}";
+  out_ += "{\"name\":\"" + std::string(what) + "\",\"ph\":\"M\",\"pid\":" + std::to_string(rank_) +
+          ",\"tid\":" + std::to_string(tid) + ",\"args\":{" + args + "}}";
 }
 
 }  // namespace hora

@@ -44,9 +44,9 @@
 #include <utility>
 #include <vector>
 
+#include "common/mutex.h"
 #include "common/status.h"
 #include "common/types.h"
-#include "common/mutex.h"
 
 namespace hora {
 
@@ -64,26 +64,26 @@ std::string TimelineRankPath(const std::string& path, int rank);
 // One bucket as it ran on this rank, recorded as its handles are about to complete.
 struct TimelineBucket {
   struct Tensor {
-    int64_t handle = 0;     // joins the tensor's submission
+    int64_t handle = 0;  // joins the tensor's submission
     int64_t bytes = 0;
-    int32_t last_rank = -1; // from the plan (global rank)
+    int32_t last_rank = -1;  // from the plan (global rank)
     int64_t lag_us = 0;
     int64_t wait_us = 0;
   };
   int32_t process_set = 0;
   uint64_t seq = 0;
   CollectiveType collective = CollectiveType::kAllreduce;
-  std::string backend;      // the communicator's name; "coordinator" when inline
+  std::string backend;  // the communicator's name; "coordinator" when inline
   bool inline_reduced = false;
   int64_t bytes = 0;
   std::vector<Tensor> tensors;
   // Steady-clock microseconds (TimelineNowUs); 0 = did not happen.
-  int64_t start_us = 0;           // the executor took the bucket
-  int64_t collective_us = 0;      // the data-plane call began (packing done)
-  int64_t collective_done_us = 0; // the communicator's work was done
+  int64_t start_us = 0;            // the executor took the bucket
+  int64_t collective_us = 0;       // the data-plane call began (packing done)
+  int64_t collective_done_us = 0;  // the communicator's work was done
   int64_t unpacked_us = 0;
-  int64_t completed_us = 0;       // the handles are completed
-  std::string error;              // non-empty: the bucket failed
+  int64_t completed_us = 0;  // the handles are completed
+  std::string error;         // non-empty: the bucket failed
 };
 
 class Timeline {
@@ -136,8 +136,7 @@ class Timeline {
   void WriteBucket(const TimelineBucket& b);
   void WriteStep(const Submission& s);
   int TrackOf(int32_t process_set, const std::string& name);
-  void Event(const char* name, int tid, int64_t begin_us, int64_t end_us,
-             const std::string& args);
+  void Event(const char* name, int tid, int64_t begin_us, int64_t end_us, const std::string& args);
   void Instant(const char* name, int tid, int64_t at_us);
   void Metadata(const char* what, int tid, const std::string& args);
   int64_t Ts(int64_t us) const { return us + offset_us_; }
@@ -158,10 +157,10 @@ class Timeline {
   int rank_ = 0;
   int64_t offset_us_ = 0;
   bool first_event_ = true;
-  std::string out_;  // the batch being formatted
-  std::unordered_map<int64_t, Tensor> submitted_;      // by handle, until its bucket is done
+  std::string out_;                                          // the batch being formatted
+  std::unordered_map<int64_t, Tensor> submitted_;            // by handle, until its bucket is done
   std::map<std::pair<int32_t, uint64_t>, int64_t> planned_;  // (set, seq) -> received
-  std::map<std::pair<int32_t, std::string>, int> tracks_;   // (set, name) -> tid
+  std::map<std::pair<int32_t, std::string>, int> tracks_;    // (set, name) -> tid
   std::map<int32_t, bool> set_tracks_;                       // sets whose bucket track is named
   std::string step_anchor_;  // the first name seen in the global set
   int64_t step_start_us_ = -1;

@@ -81,18 +81,24 @@ hora_status_t TopologyField(int32_t* out, int (*field)(const Engine&)) {
 hora_status_t ToSpec(const char* name, const hora_tensor_t* t, hora::CollectiveType c,
                      hora::TensorSpec* spec) {
   if (name == nullptr) return Fail(Code::kInvalidArgument, "name is NULL");
-  if (t == nullptr) return Fail(Code::kInvalidArgument, std::string("tensor is NULL for '") + name + "'");
+  if (t == nullptr)
+    return Fail(Code::kInvalidArgument, std::string("tensor is NULL for '") + name + "'");
   if (t->ndim < 0 || t->ndim > 64) {
-    return Fail(Code::kInvalidArgument, "ndim " + std::to_string(t->ndim) + " of '" + name + "' is out of range [0, 64]");
+    return Fail(Code::kInvalidArgument,
+                "ndim " + std::to_string(t->ndim) + " of '" + name + "' is out of range [0, 64]");
   }
   if (t->ndim > 0 && t->shape == nullptr) {
     return Fail(Code::kInvalidArgument, std::string("shape is NULL for '") + name + "'");
   }
   if (!hora::IsValidDataType(static_cast<int32_t>(t->dtype))) {
-    return Fail(Code::kInvalidArgument, "unknown dtype " + std::to_string(static_cast<int>(t->dtype)) + " for '" + name + "'");
+    return Fail(
+        Code::kInvalidArgument,
+        "unknown dtype " + std::to_string(static_cast<int>(t->dtype)) + " for '" + name + "'");
   }
   if (t->device != HORA_DEVICE_CPU && t->device != HORA_DEVICE_CUDA) {
-    return Fail(Code::kInvalidArgument, "unknown device " + std::to_string(static_cast<int>(t->device)) + " for '" + name + "'");
+    return Fail(
+        Code::kInvalidArgument,
+        "unknown device " + std::to_string(static_cast<int>(t->device)) + " for '" + name + "'");
   }
   spec->name = name;
   spec->collective = c;
@@ -105,7 +111,8 @@ hora_status_t ToSpec(const char* name, const hora_tensor_t* t, hora::CollectiveT
 
 hora_status_t CheckOp(hora_reduce_op_t op) {
   if (!hora::IsValidReduceOp(static_cast<int32_t>(op))) {
-    return Fail(Code::kInvalidArgument, "unknown reduce op " + std::to_string(static_cast<int>(op)));
+    return Fail(Code::kInvalidArgument,
+                "unknown reduce op " + std::to_string(static_cast<int>(op)));
   }
   return HORA_OK;
 }
@@ -134,7 +141,8 @@ hora_status_t hora_init(const hora_config_t* config) {
   hora::OptionOverrides ov;
   if (config != nullptr) {
     if (config->struct_size < sizeof(size_t) || config->struct_size > 4096) {
-      return Fail(Code::kInvalidArgument, "config->struct_size must be sizeof(hora_config_t); use HORA_CONFIG_INITIALIZER");
+      return Fail(Code::kInvalidArgument,
+                  "config->struct_size must be sizeof(hora_config_t); use HORA_CONFIG_INITIALIZER");
     }
     ov.rank = config->rank;
     ov.size = config->size;
@@ -242,7 +250,8 @@ hora_status_t hora_alltoall_async(const char* name, const hora_tensor_t* input,
   if (hora_status_t s = ToSpec(name, input, hora::CollectiveType::kAlltoall, &spec)) return s;
   if (splits != nullptr) {
     if (nsplits < 0 || nsplits > (1 << 20)) {
-      return Fail(Code::kInvalidArgument, "nsplits " + std::to_string(nsplits) + " is out of range");
+      return Fail(Code::kInvalidArgument,
+                  "nsplits " + std::to_string(nsplits) + " is out of range");
     }
     spec.splits.assign(splits, splits + nsplits);
   } else if (nsplits != 0) {

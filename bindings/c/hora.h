@@ -70,11 +70,11 @@ typedef enum {
   HORA_ERR_MISMATCH = 6,            /* ranks submitted different signatures for this name */
   HORA_ERR_PEER_FAILURE = 7,        /* another rank or the coordinator failed */
   HORA_ERR_UNAUTHENTICATED = 8,
-  HORA_ERR_UNAVAILABLE = 9,         /* could not reach the coordinator */
+  HORA_ERR_UNAVAILABLE = 9, /* could not reach the coordinator */
   HORA_ERR_INTERNAL = 10,
-  HORA_ERR_ABORTED = 11,            /* shut down while pending, or the job aborted (a stall
-                                       timeout: "stall timeout: ..."); docs/errors.md */
-  HORA_IN_PROGRESS = 12             /* never returned as an error; see hora_poll */
+  HORA_ERR_ABORTED = 11, /* shut down while pending, or the job aborted (a stall
+                            timeout: "stall timeout: ..."); docs/errors.md */
+  HORA_IN_PROGRESS = 12  /* never returned as an error; see hora_poll */
 } hora_status_t;
 
 /* Element types. Numbers are stable. */
@@ -110,13 +110,13 @@ typedef int64_t hora_handle_t;
 
 /* A tensor as the framework holds it: contiguous, row-major. */
 typedef struct {
-  void* data;            /* may be NULL only when the tensor has 0 elements */
-  const int64_t* shape;  /* ndim entries, each >= 0; read during the call only */
-  int32_t ndim;          /* 0 for a scalar */
+  void* data;           /* may be NULL only when the tensor has 0 elements */
+  const int64_t* shape; /* ndim entries, each >= 0; read during the call only */
+  int32_t ndim;         /* 0 for a scalar */
   hora_dtype_t dtype;
   hora_device_t device;
   int32_t device_index;
-  void* stream;          /* CUDA: the framework's current cudaStream_t; CPU: NULL */
+  void* stream; /* CUDA: the framework's current cudaStream_t; CPU: NULL */
 } hora_tensor_t;
 /* CUDA tensors (docs/gpu.md, "NCCL backend"): the enqueue records an event on `stream`, and
  * Hora's own stream waits for it before reading the tensor, so work the framework queues on
@@ -133,7 +133,8 @@ typedef struct {
   const char* token;               /* NULL: HORA_JOB_TOKEN */
 } hora_config_t;
 
-#define HORA_CONFIG_INITIALIZER {sizeof(hora_config_t), -1, -1, NULL, NULL}
+#define HORA_CONFIG_INITIALIZER \
+  { sizeof(hora_config_t), -1, -1, NULL, NULL }
 
 /* ---- Lifecycle (collective) ---- */
 
@@ -229,8 +230,7 @@ HORA_API hora_status_t hora_process_set_rank(int32_t id, int32_t* rank);
 HORA_API hora_status_t hora_process_set_size(int32_t id, int32_t* size);
 HORA_API hora_status_t hora_process_set_included(int32_t id, int* included);
 /* The members (global ranks, sorted): *n receives their number; up to max are written. */
-HORA_API hora_status_t hora_process_set_ranks(int32_t id, int32_t* ranks, int32_t max,
-                                              int32_t* n);
+HORA_API hora_status_t hora_process_set_ranks(int32_t id, int32_t* ranks, int32_t max, int32_t* n);
 /* The ids of every set that exists now, ascending; *n receives their number. */
 HORA_API hora_status_t hora_process_set_ids(int32_t* ids, int32_t max, int32_t* n);
 /* The steady path of set `id` on this rank (docs/design.md "Steady state"): *fast receives

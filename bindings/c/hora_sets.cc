@@ -22,22 +22,22 @@ hora_status_t hora_send_async(const hora_tensor_t* tensor, int32_t peer, int32_t
                               int32_t process_set, hora_handle_t* handle) {
   hora::TensorSpec spec;
   if (hora_status_t s = ToSpec("send", tensor, hora::CollectiveType::kSend, &spec)) return s;
-  if (tag < 0) return Fail(Code::kInvalidArgument, "send: tag " + std::to_string(tag) + " is negative");
+  if (tag < 0)
+    return Fail(Code::kInvalidArgument, "send: tag " + std::to_string(tag) + " is negative");
   spec.process_set = process_set;
-  return EnqueueWith(handle, [&](Engine& e) {
-    return e.EnqueueSend(std::move(spec), tensor->data, peer, tag);
-  });
+  return EnqueueWith(
+      handle, [&](Engine& e) { return e.EnqueueSend(std::move(spec), tensor->data, peer, tag); });
 }
 
 hora_status_t hora_recv_async(const hora_tensor_t* tensor, int32_t peer, int32_t tag,
                               int32_t process_set, hora_handle_t* handle) {
   hora::TensorSpec spec;
   if (hora_status_t s = ToSpec("recv", tensor, hora::CollectiveType::kRecv, &spec)) return s;
-  if (tag < 0) return Fail(Code::kInvalidArgument, "recv: tag " + std::to_string(tag) + " is negative");
+  if (tag < 0)
+    return Fail(Code::kInvalidArgument, "recv: tag " + std::to_string(tag) + " is negative");
   spec.process_set = process_set;
-  return EnqueueWith(handle, [&](Engine& e) {
-    return e.EnqueueRecv(std::move(spec), tensor->data, peer, tag);
-  });
+  return EnqueueWith(
+      handle, [&](Engine& e) { return e.EnqueueRecv(std::move(spec), tensor->data, peer, tag); });
 }
 
 hora_status_t hora_refuse(const char* name, int32_t process_set, const char* message) {
@@ -56,12 +56,12 @@ hora_status_t hora_refuse(const char* name, int32_t process_set, const char* mes
              : Report(s);
 }
 
-hora_status_t hora_process_set_add(const int32_t* ranks, int32_t nranks,
-                                   const char* cpu_operations, int32_t* id) {
+hora_status_t hora_process_set_add(const int32_t* ranks, int32_t nranks, const char* cpu_operations,
+                                   int32_t* id) {
   if (id == nullptr) return Fail(Code::kInvalidArgument, "id pointer is NULL");
   if (nranks < 0 || nranks > (1 << 20) || (nranks > 0 && ranks == nullptr)) {
-    return Fail(Code::kInvalidArgument, "ranks is NULL or nranks " + std::to_string(nranks) +
-                                            " is out of range");
+    return Fail(Code::kInvalidArgument,
+                "ranks is NULL or nranks " + std::to_string(nranks) + " is out of range");
   }
   hora_status_t st = HORA_OK;
   auto e = Running(&st);

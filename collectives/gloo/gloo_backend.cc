@@ -46,8 +46,8 @@ StatusOr<std::unique_ptr<Communicator>> CreateForSet(const BackendConfig& c) {
     gc.bind_address = c.SingleHost() ? "127.0.0.1" : LocalAddressToward(c.coordinator_host);
   }
   if (gc.bind_address.empty()) {
-    return Unavailable("cannot find a local address toward the coordinator " +
-                       c.coordinator_host + "; set HORA_GLOO_IFACE to this host's address");
+    return Unavailable("cannot find a local address toward the coordinator " + c.coordinator_host +
+                       "; set HORA_GLOO_IFACE to this host's address");
   }
   return CreateGlooCommunicator(gc);
 }

@@ -10,7 +10,6 @@
 #include <gloo/transport/tcp/device.h>
 #include <gloo/transport/unbound_buffer.h>
 #include <gloo/types.h>
-
 #include <signal.h>
 
 #include <algorithm>
@@ -24,8 +23,8 @@
 
 #include "collectives/gloo/kv_store_adapter.h"
 #include "common/logging.h"
-#include "common/reduce.h"
 #include "common/mutex.h"
+#include "common/reduce.h"
 
 namespace hora {
 namespace {

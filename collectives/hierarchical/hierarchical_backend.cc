@@ -16,8 +16,10 @@ Status CanServeHierarchical(const BackendConfig& c) {
                        l.Describe());
   }
   if (l.max_local_size() < 2) {
-    return Unavailable("hierarchical needs several members on a host, and this set has one "
-                       "per host: " + l.Describe());
+    return Unavailable(
+        "hierarchical needs several members on a host, and this set has one "
+        "per host: " +
+        l.Describe());
   }
   if (!l.uniform()) {
     return Unavailable("hierarchical needs the same number of members on every host: " +

@@ -22,8 +22,8 @@
 #include <vector>
 
 #include "collectives/hierarchical/host_layout.h"
-#include "common/types.h"
 #include "common/mutex.h"
+#include "common/types.h"
 
 namespace hora {
 namespace {
@@ -32,7 +32,10 @@ class HierarchicalCommunicator : public Communicator {
  public:
   HierarchicalCommunicator(int rank, int size, std::unique_ptr<Communicator> local,
                            std::unique_ptr<Communicator> cross, std::unique_ptr<Communicator> flat)
-      : rank_(rank), size_(size), local_(std::move(local)), cross_(std::move(cross)),
+      : rank_(rank),
+        size_(size),
+        local_(std::move(local)),
+        cross_(std::move(cross)),
         flat_(std::move(flat)) {}
 
   int rank() const override { return rank_; }
@@ -49,12 +52,11 @@ class HierarchicalCommunicator : public Communicator {
     std::vector<size_t> bytes(counts.size());
     for (size_t i = 0; i < counts.size(); ++i) bytes[i] = counts[i] * esize;
     const std::string n = " of " + std::to_string(count) + " elements";
-    HORA_RETURN_IF_ERROR(
-        Check(local_->Reducescatter(buf, shard_.data(), counts, dtype, op), *local_,
-              "allreduce, host-local reducescatter" + n));
-    HORA_RETURN_IF_ERROR(Check(cross_->Allreduce(shard_.data(), mine, dtype, op), *cross_,
-                               "allreduce, cross-host allreduce of a " + std::to_string(mine) +
-                                   "-element shard" + n));
+    HORA_RETURN_IF_ERROR(Check(local_->Reducescatter(buf, shard_.data(), counts, dtype, op),
+                               *local_, "allreduce, host-local reducescatter" + n));
+    HORA_RETURN_IF_ERROR(Check(
+        cross_->Allreduce(shard_.data(), mine, dtype, op), *cross_,
+        "allreduce, cross-host allreduce of a " + std::to_string(mine) + "-element shard" + n));
     return Check(local_->Allgatherv(shard_.data(), buf, bytes), *local_,
                  "allreduce, host-local allgather" + n);
   }
@@ -75,8 +77,8 @@ class HierarchicalCommunicator : public Communicator {
     return Check(flat_->Alltoallv(in, send_bytes, out, recv_bytes), *flat_, "alltoallv");
   }
 
-  Status Reducescatter(const void* in, void* out, const std::vector<size_t>& counts,
-                       DataType dtype, ReduceOp op) override {
+  Status Reducescatter(const void* in, void* out, const std::vector<size_t>& counts, DataType dtype,
+                       ReduceOp op) override {
     HORA_RETURN_IF_ERROR(Error());
     return Check(flat_->Reducescatter(in, out, counts, dtype, op), *flat_, "reducescatter");
   }
@@ -152,16 +154,14 @@ class HierarchicalCommunicator : public Communicator {
 StatusOr<std::unique_ptr<Communicator>> BuildInner(const std::string& selection,
                                                    const std::string& what,
                                                    const BackendConfig& config) {
-  auto comm = CreateCommunicator(selection, "the hierarchical backend's " + what + " backend",
-                                 config);
+  auto comm =
+      CreateCommunicator(selection, "the hierarchical backend's " + what + " backend", config);
   if (!comm.ok()) {
-    return Status(comm.status().code(),
-                  "hierarchical: building the " + what + " communicator: " +
-                      comm.status().message());
+    return Status(comm.status().code(), "hierarchical: building the " + what +
+                                            " communicator: " + comm.status().message());
   }
   if (comm.value()->Fence() != nullptr) {
-    return FailedPrecondition("hierarchical: the " + what + " backend " +
-                              comm.value()->name() +
+    return FailedPrecondition("hierarchical: the " + what + " backend " + comm.value()->name() +
                               " is asynchronous; only synchronous backends can be composed");
   }
   return comm;
@@ -169,7 +169,8 @@ StatusOr<std::unique_ptr<Communicator>> BuildInner(const std::string& selection,
 
 }  // namespace
 
-StatusOr<std::unique_ptr<Communicator>> CreateHierarchicalCommunicator(const BackendConfig& config) {
+StatusOr<std::unique_ptr<Communicator>> CreateHierarchicalCommunicator(
+    const BackendConfig& config) {
   HORA_RETURN_IF_ERROR(CanServeHierarchical(config));
   const HostLayout layout = LayoutOf(config.hostnames, config.rank);
   const std::string base = config.key_prefix + "hier/";
@@ -179,9 +180,8 @@ StatusOr<std::unique_ptr<Communicator>> CreateHierarchicalCommunicator(const Bac
                           SubConfig(config, layout.host_ranks[layout.host],
                                     base + "local/" + std::to_string(layout.host) + "/"));
   if (!local.ok()) return local.status();
-  BackendConfig cross_config =
-      SubConfig(config, layout.cross_group(layout.local_rank),
-                base + "cross/" + std::to_string(layout.local_rank) + "/");
+  BackendConfig cross_config = SubConfig(config, layout.cross_group(layout.local_rank),
+                                         base + "cross/" + std::to_string(layout.local_rank) + "/");
   cross_config.process_set = kCrossSetBase + config.process_set;
   auto cross = BuildInner(std::string("avoid:") + kHierarchicalBackend, "cross-host", cross_config);
   if (!cross.ok()) return cross.status();

@@ -182,8 +182,8 @@ class LoopbackCommunicator : public Communicator {
     });
   }
 
-  Status Reducescatter(const void* in, void* out, const std::vector<size_t>& counts,
-                       DataType dtype, ReduceOp op) override {
+  Status Reducescatter(const void* in, void* out, const std::vector<size_t>& counts, DataType dtype,
+                       ReduceOp op) override {
     if (counts.size() != static_cast<size_t>(config_.size)) {
       return InvalidArgument("loopback reducescatter needs one count per rank");
     }
@@ -307,8 +307,8 @@ class LoopbackCommunicator : public Communicator {
     const auto deadline = std::chrono::steady_clock::now() + config_.timeout;
     for (;;) {
       HORA_RETURN_IF_ERROR(stream_->Error());
-      const auto left = std::chrono::duration_cast<milliseconds>(
-          deadline - std::chrono::steady_clock::now());
+      const auto left =
+          std::chrono::duration_cast<milliseconds>(deadline - std::chrono::steady_clock::now());
       if (left.count() <= 0) {
         return DeadlineExceeded("loopback: waited " + std::to_string(config_.timeout.count()) +
                                 " ms for '" + key + "' (a peer may have died or stopped)");
@@ -344,8 +344,8 @@ class LoopbackCommunicator : public Communicator {
     return Status::Ok();
   }
   Status SizeMismatch(const char* what, int peer, size_t got, size_t want) const {
-    return Internal(std::string("loopback ") + what + ": rank " + std::to_string(peer) +
-                    " gave " + std::to_string(got) + " bytes, expected " + std::to_string(want));
+    return Internal(std::string("loopback ") + what + ": rank " + std::to_string(peer) + " gave " +
+                    std::to_string(got) + " bytes, expected " + std::to_string(want));
   }
 
   const LoopbackConfig config_;

@@ -33,8 +33,8 @@ namespace hora {
 struct LoopbackConfig {
   int rank = 0;
   int size = 1;
-  KvStore* store = nullptr;  // not owned; must outlive the communicator
-  std::string key_prefix;    // unique per communicator, the same on every member
+  KvStore* store = nullptr;                  // not owned; must outlive the communicator
+  std::string key_prefix;                    // unique per communicator, the same on every member
   std::chrono::milliseconds timeout{30000};  // bounds every wait for a peer's key
   int64_t max_message_bytes = kDefaultMaxMessageBytes;
 };

@@ -113,8 +113,8 @@ Status MpiCommunicator::Await(int started, MPI_Request request, const char* what
   const WaitEnd end = PollRequest(&request, deadline, &aborted_, &mpi_error);
   if (end == WaitEnd::kDone) return Status::Ok();
   if (end == WaitEnd::kFailed) {
-    return Fail(PeerFailure(Describe(what, bytes) + " failed in MPI (a rank may have died): " +
-                            MpiErrorString(mpi_error)));
+    return Fail(PeerFailure(Describe(what, bytes) +
+                            " failed in MPI (a rank may have died): " + MpiErrorString(mpi_error)));
   }
   if (cancel) {
     MPI_Cancel(&request);
@@ -144,9 +144,9 @@ Status MpiCommunicator::Allreduce(void* buf, size_t count, DataType dtype, Reduc
   for (size_t done = 0; done < count;) {
     const size_t n = std::min(kMaxPiece, count - done);
     MPI_Request req = MPI_REQUEST_NULL;
-    int rc = MPI_Iallreduce(MPI_IN_PLACE, static_cast<char*>(buf) + done * elem,
-                            static_cast<int>(n), reduction.value().type, reduction.value().op,
-                            comm_, &req);
+    int rc =
+        MPI_Iallreduce(MPI_IN_PLACE, static_cast<char*>(buf) + done * elem, static_cast<int>(n),
+                       reduction.value().type, reduction.value().op, comm_, &req);
     HORA_RETURN_IF_ERROR(Await(rc, req, "allreduce", count * elem, deadline));
     done += n;
   }
@@ -155,8 +155,8 @@ Status MpiCommunicator::Allreduce(void* buf, size_t count, DataType dtype, Reduc
 
 Status MpiCommunicator::Broadcast(void* buf, size_t bytes, int root) {
   if (root < 0 || root >= size_) {
-    return InvalidArgument("mpi broadcast root " + std::to_string(root) +
-                           " is out of range [0, " + std::to_string(size_) + ")");
+    return InvalidArgument("mpi broadcast root " + std::to_string(root) + " is out of range [0, " +
+                           std::to_string(size_) + ")");
   }
   HORA_RETURN_IF_ERROR(Error());
   if (bytes == 0 || size_ == 1) return Status::Ok();

@@ -27,11 +27,10 @@ Status ValidateConfig(const MpiConfig& c, int world_rank, int world_size) {
     }
   }
   if (c.world_ranks[c.rank] != world_rank) {
-    return InvalidArgument("mpi: this process is MPI_COMM_WORLD rank " +
-                           std::to_string(world_rank) + " but the set says member " +
-                           std::to_string(c.rank) + " is world rank " +
-                           std::to_string(c.world_ranks[c.rank]) +
-                           " (Hora's ranks and the MPI launcher's disagree)");
+    return InvalidArgument(
+        "mpi: this process is MPI_COMM_WORLD rank " + std::to_string(world_rank) +
+        " but the set says member " + std::to_string(c.rank) + " is world rank " +
+        std::to_string(c.world_ranks[c.rank]) + " (Hora's ranks and the MPI launcher's disagree)");
   }
   if (c.process_set != 0 && c.store == nullptr) {
     return InvalidArgument("mpi: process set " + std::to_string(c.process_set) +
@@ -94,8 +93,8 @@ StatusOr<MPI_Comm> CreateForGroup(const MpiConfig& c, int tag_ub) {
   MPI_Group_free(&members);
   MPI_Group_free(&world);
   if (rc != MPI_SUCCESS) {
-    return Internal("mpi: MPI_Comm_create_group for process set " +
-                    std::to_string(c.process_set) + " failed: " + MpiErrorString(rc));
+    return Internal("mpi: MPI_Comm_create_group for process set " + std::to_string(c.process_set) +
+                    " failed: " + MpiErrorString(rc));
   }
   return comm;
 }
@@ -115,10 +114,11 @@ StatusOr<std::unique_ptr<Communicator>> CreateMpiCommunicator(const MpiConfig& c
   auto comm = config.process_set == 0 ? DuplicateWorld(config) : CreateForGroup(config, tag_ub);
   if (!comm.ok()) return comm.status();
   MPI_Comm_set_errhandler(comm.value(), MPI_ERRORS_RETURN);
-  HORA_LOG_INFO("data plane: backend mpi, process set {}, rank {}/{} (world rank {}/{}), "
-                "timeout {} ms",
-                config.process_set, config.rank, config.world_ranks.size(), world_rank,
-                world_size, config.timeout.count());
+  HORA_LOG_INFO(
+      "data plane: backend mpi, process set {}, rank {}/{} (world rank {}/{}), "
+      "timeout {} ms",
+      config.process_set, config.rank, config.world_ranks.size(), world_rank, world_size,
+      config.timeout.count());
   return std::unique_ptr<Communicator>(
       new MpiCommunicator(std::move(env).value(), comm.value(), config.timeout));
 }

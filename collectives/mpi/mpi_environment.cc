@@ -48,8 +48,8 @@ struct State {
   bool initialized GUARDED_BY(mu) = false;  // MPI is usable (by us or by the application)
   bool ours GUARDED_BY(mu) = false;         // we called MPI_Init_thread, so we finalize
   int references GUARDED_BY(mu) = 0;
-  int world_rank = 0;        // constant once initialized
-  int world_size = 0;        // constant once initialized
+  int world_rank = 0;  // constant once initialized
+  int world_size = 0;  // constant once initialized
 };
 
 State& Global() {
@@ -98,15 +98,17 @@ void SelectRingIallreduce(const MpiEnvLookup& env) {
     MPI_T_cvar_handle_free(&handle);
   }
   MPI_T_finalize();
-  if (!set) HORA_LOG_INFO("mpi: cannot select libnbc's ring allreduce ({} not writable)", kIallreduceVar);
+  if (!set)
+    HORA_LOG_INFO("mpi: cannot select libnbc's ring allreduce ({} not writable)", kIallreduceVar);
 }
 
 Status InitLocked(State& st, const MpiEnvLookup& env) REQUIRES(st.mu) {
   int finalized = 0;
   MPI_Finalized(&finalized);
   if (finalized) {
-    return FailedPrecondition("mpi: MPI was already finalized in this process; it cannot be "
-                              "initialized again");
+    return FailedPrecondition(
+        "mpi: MPI was already finalized in this process; it cannot be "
+        "initialized again");
   }
   int already = 0;
   MPI_Initialized(&already);
@@ -136,8 +138,8 @@ Status InitLocked(State& st, const MpiEnvLookup& env) REQUIRES(st.mu) {
   MPI_Comm_rank(MPI_COMM_WORLD, &st.world_rank);
   MPI_Comm_size(MPI_COMM_WORLD, &st.world_size);
   st.initialized = true;
-  HORA_LOG_INFO("mpi: initialized ({}), world rank {}/{}", ThreadLevelName(provided),
-                st.world_rank, st.world_size);
+  HORA_LOG_INFO("mpi: initialized ({}), world rank {}/{}", ThreadLevelName(provided), st.world_rank,
+                st.world_size);
   return Status::Ok();
 }
 

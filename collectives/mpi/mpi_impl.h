@@ -13,8 +13,8 @@
 
 #include "collectives/communicator.h"
 #include "collectives/mpi/mpi_environment.h"
-#include "common/status.h"
 #include "common/mutex.h"
+#include "common/status.h"
 
 namespace hora {
 
@@ -56,7 +56,9 @@ class MpiCommunicator : public Communicator {
   Status Fail(Status s);
   Status Error() const;
   Status CheckPeer(int peer, const char* what) const;
-  int Tag(uint32_t tag) const { return static_cast<int>(tag % (static_cast<uint64_t>(tag_ub_) + 1)); }
+  int Tag(uint32_t tag) const {
+    return static_cast<int>(tag % (static_cast<uint64_t>(tag_ub_) + 1));
+  }
   std::chrono::steady_clock::time_point Deadline() const {
     return std::chrono::steady_clock::now() + timeout_;
   }
@@ -71,8 +73,8 @@ class MpiCommunicator : public Communicator {
 
   std::atomic<bool> aborted_{false};  // set with error_ by Abort(); read by every wait
   mutable Mutex mu_;
-  Status error_ GUARDED_BY(mu_);                 // the first failure or the abort reason
-  bool abandoned_ GUARDED_BY(mu_) = false;       // a request was left pending inside MPI
+  Status error_ GUARDED_BY(mu_);            // the first failure or the abort reason
+  bool abandoned_ GUARDED_BY(mu_) = false;  // a request was left pending inside MPI
 };
 
 }  // namespace hora

@@ -42,9 +42,9 @@ const UserOps& CreatedUserOps() {
   static const UserOps* ops = [] {
     auto* u = new UserOps;
     for (int i = 0; i < kNumOps; ++i) {
-      HORA_CHECK(MPI_Op_create(kHalfFunctions<DataType::kFloat16>[i], 1, &u->float16[i]) ==
+      HORA_CHECK(MPI_Op_create(kHalfFunctions<DataType::kFloat16>[i], 1, &u -> float16[i]) ==
                  MPI_SUCCESS);
-      HORA_CHECK(MPI_Op_create(kHalfFunctions<DataType::kBfloat16>[i], 1, &u->bfloat16[i]) ==
+      HORA_CHECK(MPI_Op_create(kHalfFunctions<DataType::kBfloat16>[i], 1, &u -> bfloat16[i]) ==
                  MPI_SUCCESS);
     }
     return u;

@@ -19,8 +19,8 @@ class CudaRuntimeImpl : public DeviceRuntime {
                                 cudaGetErrorName(e) + ": " + cudaGetErrorString(e));
     }
     if (index < 0 || index >= n) {
-      return InvalidArgument("CUDA device " + std::to_string(index) + " does not exist: " +
-                             "cudaGetDeviceCount says " + std::to_string(n));
+      return InvalidArgument("CUDA device " + std::to_string(index) +
+                             " does not exist: " + "cudaGetDeviceCount says " + std::to_string(n));
     }
     return Status::Ok();
   }
@@ -120,7 +120,8 @@ class CudaRuntimeImpl : public DeviceRuntime {
     std::call_once(d.once, [&] {
       int pools = 0;
       if (cudaDeviceGetAttribute(&pools, cudaDevAttrMemoryPoolsSupported, index) != cudaSuccess ||
-          pools == 0 || cudaStreamCreateWithFlags(&d.stream, cudaStreamNonBlocking) != cudaSuccess) {
+          pools == 0 ||
+          cudaStreamCreateWithFlags(&d.stream, cudaStreamNonBlocking) != cudaSuccess) {
         cudaGetLastError();
         d.stream = nullptr;
       }

@@ -32,13 +32,12 @@ class CudaDeviceOps : public DeviceOps {
   StatusOr<void*> Allocate(size_t bytes) override;
   void Free(void* ptr) override;
   Status WaitEvent(const DeviceEvent& event) override;
-  Status ScaleCopy(const std::vector<DeviceCopySpan>& spans, DataType dtype,
-                   double scale) override;
+  Status ScaleCopy(const std::vector<DeviceCopySpan>& spans, DataType dtype, double scale) override;
   Status Zero(void* dst, size_t bytes) override;
 
  private:
   const int device_;
-  const cudaStream_t stream_;  // the communicator's; not owned
+  const cudaStream_t stream_;                  // the communicator's; not owned
   std::unique_ptr<cuda::BatchCopier> copier_;  // created on the first ScaleCopy
 };
 

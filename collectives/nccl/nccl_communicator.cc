@@ -218,8 +218,8 @@ class NcclCommunicator : public Communicator {
     });
   }
 
-  Status Reducescatter(const void* in, void* out, const std::vector<size_t>& counts,
-                       DataType dtype, ReduceOp op) override {
+  Status Reducescatter(const void* in, void* out, const std::vector<size_t>& counts, DataType dtype,
+                       ReduceOp op) override {
     HORA_RETURN_IF_ERROR(CheckSizes(counts.size(), "reducescatter"));
     auto t = NcclType(dtype);
     if (!t.ok()) return t.status();
@@ -260,18 +260,16 @@ class NcclCommunicator : public Communicator {
     HORA_RETURN_IF_ERROR(CheckPeer(peer));
     HORA_RETURN_IF_ERROR(Ready());
     if (bytes == 0) return Status::Ok();
-    return state_->Issue("send", [&](ncclComm_t c) {
-      return api_.Send(buf, bytes, ncclUint8, peer, c, stream());
-    });
+    return state_->Issue(
+        "send", [&](ncclComm_t c) { return api_.Send(buf, bytes, ncclUint8, peer, c, stream()); });
   }
 
   Status Recv(void* buf, size_t bytes, int peer, uint32_t) override {
     HORA_RETURN_IF_ERROR(CheckPeer(peer));
     HORA_RETURN_IF_ERROR(Ready());
     if (bytes == 0) return Status::Ok();
-    return state_->Issue("recv", [&](ncclComm_t c) {
-      return api_.Recv(buf, bytes, ncclUint8, peer, c, stream());
-    });
+    return state_->Issue(
+        "recv", [&](ncclComm_t c) { return api_.Recv(buf, bytes, ncclUint8, peer, c, stream()); });
   }
 
   std::unique_ptr<Work> Fence() override {
@@ -349,8 +347,8 @@ StatusOr<std::unique_ptr<Communicator>> CreateNcclCommunicator(const NcclConfig&
   const NcclLoadResult& nccl = LoadNccl(config.env);
   if (nccl.api == nullptr) return nccl.status;
   if (config.size < 1 || config.rank < 0 || config.rank >= config.size) {
-    return InvalidArgument("NCCL communicator: rank " + std::to_string(config.rank) +
-                           " of size " + std::to_string(config.size));
+    return InvalidArgument("NCCL communicator: rank " + std::to_string(config.rank) + " of size " +
+                           std::to_string(config.size));
   }
   HORA_RETURN_IF_ERROR(CudaRuntime()->Probe(config.device));
   HORA_RETURN_IF_ERROR(UseDevice(config.device));

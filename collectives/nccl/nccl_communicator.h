@@ -27,8 +27,8 @@
 #define HORA_COLLECTIVES_NCCL_NCCL_COMMUNICATOR_H_
 
 #include <chrono>
-#include <memory>
 #include <functional>
+#include <memory>
 #include <string>
 
 #include "collectives/communicator.h"

@@ -97,9 +97,9 @@ Status NcclState::ErrorLocked(ncclResult_t r, const std::string& what) {
   std::string detail = api_->GetErrorString(r);
   const char* last = api_->GetLastError(comm_);
   if (last != nullptr && *last != '\0') detail += std::string(" (") + last + ")";
-  const std::string message = "NCCL " + what + " failed on rank " + std::to_string(rank_) +
-                              " of " + std::to_string(size_) + " (CUDA device " +
-                              std::to_string(device_) + "): " + detail;
+  const std::string message = "NCCL " + what + " failed on rank " + std::to_string(rank_) + " of " +
+                              std::to_string(size_) + " (CUDA device " + std::to_string(device_) +
+                              "): " + detail;
   switch (r) {
     case ncclRemoteError:
     case ncclSystemError:
@@ -136,10 +136,10 @@ Status NcclState::WaitReady(const char* what, std::chrono::steady_clock::time_po
     HORA_RETURN_IF_ERROR(Poll(what, &busy));
     if (!busy) return Status::Ok();
     if (std::chrono::steady_clock::now() > deadline) {
-      Status s = DeadlineExceeded("NCCL " + std::string(what) + " on rank " +
-                                  std::to_string(rank_) + " did not finish within " +
-                                  std::to_string(timeout_.count()) +
-                                  " ms (a peer that stopped or died?)");
+      Status s =
+          DeadlineExceeded("NCCL " + std::string(what) + " on rank " + std::to_string(rank_) +
+                           " did not finish within " + std::to_string(timeout_.count()) +
+                           " ms (a peer that stopped or died?)");
       Abort(s);
       return reason();
     }

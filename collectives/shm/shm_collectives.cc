@@ -107,7 +107,8 @@ Status ShmCommunicator::Allreduce(void* buf, size_t count, DataType dtype, Reduc
   HORA_RETURN_IF_ERROR(CheckOp(dtype, op, "allreduce"));
   if (count == 0 || n_ == 1) return Status::Ok();  // every member has the same count
   auto* p = static_cast<uint8_t*>(buf);
-  if (count * DataTypeSize(dtype) <= tuning_.small_bytes) return AllreduceSmall(p, count, dtype, op);
+  if (count * DataTypeSize(dtype) <= tuning_.small_bytes)
+    return AllreduceSmall(p, count, dtype, op);
   return AllreduceLarge(p, count, dtype, op);
 }
 
@@ -176,7 +177,8 @@ Status ShmCommunicator::Reducescatter(const void* in, void* out, const std::vect
   }
   // The output may only alias the input at this member's own slice; otherwise writing it
   // would overwrite slices still to be staged.
-  const uint8_t* own = src + std::accumulate(counts.begin(), counts.begin() + me_, size_t{0}) * esize;
+  const uint8_t* own =
+      src + std::accumulate(counts.begin(), counts.begin() + me_, size_t{0}) * esize;
   if (dst != own && Overlaps(dst, mine, src, total * esize)) {
     std::vector<uint8_t> scratch(mine);
     HORA_RETURN_IF_ERROR(ReducescatterSteps(src, scratch.data(), counts, dtype, op));
@@ -211,7 +213,8 @@ Status ShmCommunicator::ReducescatterSteps(const uint8_t* in, uint8_t* out,
     if (counts[me_] <= k) continue;
     const size_t m = std::min(quota, counts[me_] - k);
     uint8_t* o = out + k * esize;
-    if (o != in + (offset[me_] + k) * esize) std::memmove(o, in + (offset[me_] + k) * esize, m * esize);
+    if (o != in + (offset[me_] + k) * esize)
+      std::memmove(o, in + (offset[me_] + k) * esize, m * esize);
     for (int i = 1; i < n_; ++i) srcs[i - 1] = Half((me_ + i) % n_, s) + me_ * quota * esize;
     ReduceBlocks(o, srcs, m, dtype, op, nullptr);
   }

@@ -22,10 +22,9 @@
 // Abort, failures and departures ring every doorbell unconditionally.
 #include <linux/futex.h>
 #include <sched.h>
+#include <signal.h>
 #include <sys/syscall.h>
 #include <unistd.h>
-
-#include <signal.h>
 
 #include <cerrno>
 #include <climits>
@@ -83,8 +82,9 @@ Tuning Tuning::Resolve(const ShmConfig& c) {
   Tuning t;
   const size_t n = static_cast<size_t>(std::max(1, c.size));
   // Halves of 1 MiB up to 8 members, then shrinking so the staging stays near 16 MiB.
-  t.half_bytes = c.chunk_bytes > 0 ? c.chunk_bytes
-                                   : std::max<size_t>(256 << 10, std::min<size_t>(1 << 20, (8 << 20) / n));
+  t.half_bytes = c.chunk_bytes > 0
+                     ? c.chunk_bytes
+                     : std::max<size_t>(256 << 10, std::min<size_t>(1 << 20, (8 << 20) / n));
   // A step gives every destination at least 64 bytes of a half (alltoallv, reducescatter).
   t.half_bytes = AlignUp(std::max(t.half_bytes, 64 * n), 4096);
   t.small_bytes = std::min(t.half_bytes, c.small_bytes > 0 ? c.small_bytes : size_t{32} << 10);
@@ -135,11 +135,11 @@ void ShmCommunicator::Publish(uint64_t s) {
 Status ShmCommunicator::WaitPeer(int peer, uint64_t s, const char* what) {
   if (seen_[peer] >= s) return Status::Ok();
   const std::atomic<uint64_t>& ready = segment_->rank(peer)->ready;
-  Status st = WaitUntil(
-      [&] { return ready.load(std::memory_order_acquire) >= s; }, peer, what, [&] {
-        return "to reach step " + std::to_string(s) + " (it is at step " +
-               std::to_string(ready.load()) + ")";
-      });
+  Status st = WaitUntil([&] { return ready.load(std::memory_order_acquire) >= s; }, peer, what,
+                        [&] {
+                          return "to reach step " + std::to_string(s) + " (it is at step " +
+                                 std::to_string(ready.load()) + ")";
+                        });
   if (st.ok()) seen_[peer] = ready.load(std::memory_order_acquire);
   return st;
 }
@@ -217,8 +217,8 @@ Status ShmCommunicator::CheckOp(DataType dtype, ReduceOp op, const char* what) {
   }
   if (op != ReduceOp::kSum && op != ReduceOp::kMin && op != ReduceOp::kMax &&
       op != ReduceOp::kProduct) {
-    return InvalidArgument(std::string("shm ") + what + " does not support op " +
-                           ReduceOpName(op) + " (average is a sum with a postscale)");
+    return InvalidArgument(std::string("shm ") + what + " does not support op " + ReduceOpName(op) +
+                           " (average is a sum with a postscale)");
   }
   return Healthy();
 }
@@ -229,18 +229,18 @@ Status ShmCommunicator::Attach() {
   h->attached.fetch_add(1, std::memory_order_acq_rel);
   RingAll();
   const auto n = static_cast<uint32_t>(n_);
-  Status s = WaitUntil([&] { return h->attached.load(std::memory_order_acquire) >= n; }, -1,
-                       "attach", [&] {
-                         std::string missing;
-                         for (int r = 0; r < n_; ++r) {
-                           if (segment_->rank(r)->pid.load() == 0) {
-                             missing += (missing.empty() ? "" : ", ") + std::to_string(r);
-                           }
-                         }
-                         return "to map segment " + segment_->name() + " (" +
-                                std::to_string(h->attached.load()) + " of " +
-                                std::to_string(n_) + " attached; missing ranks: " + missing + ")";
-                       });
+  Status s = WaitUntil(
+      [&] { return h->attached.load(std::memory_order_acquire) >= n; }, -1, "attach",
+      [&] {
+        std::string missing;
+        for (int r = 0; r < n_; ++r) {
+          if (segment_->rank(r)->pid.load() == 0) {
+            missing += (missing.empty() ? "" : ", ") + std::to_string(r);
+          }
+        }
+        return "to map segment " + segment_->name() + " (" + std::to_string(h->attached.load()) +
+               " of " + std::to_string(n_) + " attached; missing ranks: " + missing + ")";
+      });
   // Every member has mapped it (or the job failed): the name is no longer needed.
   segment_->Unlink();
   for (int r = 0; r < n_; ++r) {
@@ -261,8 +261,8 @@ Status ShmCommunicator::Barrier() {
 // each step without writing, which tells the root it finished reading the step before.
 Status ShmCommunicator::Broadcast(void* buf, size_t bytes, int root) {
   if (root < 0 || root >= n_) {
-    return InvalidArgument("shm broadcast: root " + std::to_string(root) +
-                           " is out of range [0, " + std::to_string(n_) + ")");
+    return InvalidArgument("shm broadcast: root " + std::to_string(root) + " is out of range [0, " +
+                           std::to_string(n_) + ")");
   }
   HORA_RETURN_IF_ERROR(Healthy());
   if (bytes == 0 || n_ == 1) return Status::Ok();
@@ -333,10 +333,10 @@ StatusOr<std::unique_ptr<Communicator>> CreateShmCommunicator(const ShmConfig& c
   if (c.rank == 0 && c.size > 1) (void)c.store->Delete(key);
   if (!s.ok()) return s;
   if (c.rank == 0) {
-    HORA_LOG_INFO("data plane: backend shm, {} ranks, segment {} ({} bytes: 2 x {} staging per "
-                  "rank, {} per p2p ring), timeout {} ms",
-                  c.size, name, layout.total_bytes, tuning.half_bytes, tuning.ring_bytes,
-                  c.timeout.count());
+    HORA_LOG_INFO(
+        "data plane: backend shm, {} ranks, segment {} ({} bytes: 2 x {} staging per "
+        "rank, {} per p2p ring), timeout {} ms",
+        c.size, name, layout.total_bytes, tuning.half_bytes, tuning.ring_bytes, c.timeout.count());
   }
   return std::unique_ptr<Communicator>(std::move(comm));
 }

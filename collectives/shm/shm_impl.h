@@ -21,8 +21,8 @@
 #include "collectives/communicator.h"
 #include "collectives/shm/shm_communicator.h"
 #include "collectives/shm/shm_segment.h"
-#include "common/status.h"
 #include "common/mutex.h"
+#include "common/status.h"
 
 namespace hora {
 namespace shm {
@@ -51,8 +51,8 @@ class ShmCommunicator : public Communicator {
   Status Allgatherv(const void* in, void* out, const std::vector<size_t>& bytes_per_rank) override;
   Status Alltoallv(const void* in, const std::vector<size_t>& send_bytes, void* out,
                    const std::vector<size_t>& recv_bytes) override;
-  Status Reducescatter(const void* in, void* out, const std::vector<size_t>& counts,
-                       DataType dtype, ReduceOp op) override;
+  Status Reducescatter(const void* in, void* out, const std::vector<size_t>& counts, DataType dtype,
+                       ReduceOp op) override;
   Status Barrier() override;
   Status Send(const void* buf, size_t bytes, int peer, uint32_t tag) override;
   Status Recv(void* buf, size_t bytes, int peer, uint32_t tag) override;
@@ -71,7 +71,9 @@ class ShmCommunicator : public Communicator {
   uint8_t* Half(int r, uint64_t s) const { return segment_->region(r, static_cast<int>(s & 1)); }
   // Before writing this member's half for step s: waits until every peer finished reading
   // it at step s - 2 (a peer publishes s - 1 only after it finished step s - 2).
-  Status Claim(uint64_t s, const char* what) { return s >= 2 ? WaitAll(s - 1, what) : Status::Ok(); }
+  Status Claim(uint64_t s, const char* what) {
+    return s >= 2 ? WaitAll(s - 1, what) : Status::Ok();
+  }
   // This member's contribution to step s is written (and it finished every step before).
   void Publish(uint64_t s);
   Status WaitPeer(int peer, uint64_t s, const char* what);
@@ -112,7 +114,7 @@ class ShmCommunicator : public Communicator {
     std::vector<uint8_t> data;
     bool complete = false;
   };
-  struct Incoming {  // the stream from one peer to this member
+  struct Incoming {     // the stream from one peer to this member
     uint64_t tail = 0;  // bytes consumed (mirrors the channel's tail)
     uint8_t header[16];
     size_t header_got = 0;
@@ -128,7 +130,7 @@ class ShmCommunicator : public Communicator {
     uint64_t want_bytes = 0;
     std::map<uint32_t, std::deque<Pending>> unexpected;  // by tag, in arrival order
   };
-  Status Drain(int peer);  // consumes whatever peer -> this member holds
+  Status Drain(int peer);         // consumes whatever peer -> this member holds
   Status StartMessage(int peer);  // a whole header was read: decides where the payload goes
   Status DrainAll();
   Status CheckPeer(int peer, const char* what);
@@ -142,11 +144,11 @@ class ShmCommunicator : public Communicator {
   RankControl* const self_;
 
   // Used by the driving thread only.
-  uint64_t step_ = 0;                 // the last step this member published
-  int64_t spin_ns_ = 0;               // the current spin of a wait (see WaitUntil)
-  std::vector<uint64_t> seen_;        // per peer: the highest ready step observed
-  std::vector<Incoming> incoming_;    // per peer
-  std::vector<uint64_t> out_head_;    // per peer: bytes written into this member -> peer
+  uint64_t step_ = 0;               // the last step this member published
+  int64_t spin_ns_ = 0;             // the current spin of a wait (see WaitUntil)
+  std::vector<uint64_t> seen_;      // per peer: the highest ready step observed
+  std::vector<Incoming> incoming_;  // per peer
+  std::vector<uint64_t> out_head_;  // per peer: bytes written into this member -> peer
   // Per peer: its pid is visible from here (not another pid namespace), so "gone" is real.
   std::vector<bool> pid_visible_;
 
@@ -155,7 +157,6 @@ class ShmCommunicator : public Communicator {
   Status error_ GUARDED_BY(mu_);
   std::atomic<bool> failed_{false};
 };
-
 
 // Process-shared futex on a word of the segment (no FUTEX_PRIVATE_FLAG: the word is mapped
 // by several processes). FutexWait returns at once if *word != expected.
@@ -230,11 +231,11 @@ Status ShmCommunicator::WaitUntil(const Cond& cond, int peer, const char* what,
                        : tuning_.spin_ns;
       }
       if (done) return s;
-      return Fail(DeadlineExceeded(
-          std::string("shm ") + what + ": rank " + std::to_string(me_) + " waited " +
-          std::to_string(config_.timeout.count()) + " ms for " +
-          (peer >= 0 ? Who(peer) : std::string("its peers")) + " " + detail() +
-          "; it may have died or stopped, or called another collective"));
+      return Fail(DeadlineExceeded(std::string("shm ") + what + ": rank " + std::to_string(me_) +
+                                   " waited " + std::to_string(config_.timeout.count()) +
+                                   " ms for " + (peer >= 0 ? Who(peer) : std::string("its peers")) +
+                                   " " + detail() +
+                                   "; it may have died or stopped, or called another collective"));
     }
     const auto slice = std::min<Clock::duration>(deadline - now, std::chrono::milliseconds(100));
     FutexWait(&self_->bell, bell, slice);

@@ -49,8 +49,8 @@ Status ShmCommunicator::Send(const void* buf, size_t bytes, int peer, uint32_t t
   std::memcpy(header + 8, &b64, 8);
   auto any_incoming = [&] {
     for (int r = 0; r < n_; ++r) {
-      if (r != me_ && segment_->channel(r, me_)->head.load(std::memory_order_acquire) !=
-                          incoming_[r].tail) {
+      if (r != me_ &&
+          segment_->channel(r, me_)->head.load(std::memory_order_acquire) != incoming_[r].tail) {
         return true;
       }
     }
@@ -63,7 +63,8 @@ Status ShmCommunicator::Send(const void* buf, size_t bytes, int peer, uint32_t t
       if (space == 0) {
         HORA_RETURN_IF_ERROR(WaitUntil(
             [&] { return ch->tail.load(std::memory_order_acquire) != tail || any_incoming(); },
-            peer, "send", [&] {
+            peer, "send",
+            [&] {
               return "to receive a message with tag " + std::to_string(tag) + " (" +
                      std::to_string(bytes) + " bytes; its ring from this rank is full)";
             }));
@@ -94,7 +95,8 @@ Status ShmCommunicator::Recv(void* buf, size_t bytes, int peer, uint32_t tag) {
   const ChannelControl* ch = segment_->channel(peer, me_);
   auto wait_data = [&]() -> Status {
     return WaitUntil([&] { return ch->head.load(std::memory_order_acquire) != in.tail; }, peer,
-                     "recv", [&] {
+                     "recv",
+                     [&] {
                        return "to send a message with tag " + std::to_string(tag) + " (" +
                               std::to_string(bytes) + " bytes)";
                      });

@@ -80,9 +80,10 @@ StatusOr<std::unique_ptr<Segment>> Segment::Create(const std::string& tag, const
   if (err != 0) {
     close(fd);
     shm_unlink(name.c_str());
-    return Unavailable("shm: cannot reserve " + std::to_string(layout.total_bytes) +
-                       " bytes for segment " + name + " in /dev/shm: " + Errno(err) +
-                       " (make /dev/shm larger, e.g. docker --shm-size, or lower the member count)");
+    return Unavailable(
+        "shm: cannot reserve " + std::to_string(layout.total_bytes) + " bytes for segment " + name +
+        " in /dev/shm: " + Errno(err) +
+        " (make /dev/shm larger, e.g. docker --shm-size, or lower the member count)");
   }
   auto base = Map(fd, layout.total_bytes, name);
   close(fd);

@@ -125,7 +125,8 @@ class Segment {
   }
   // Member r's staging half (0 or 1).
   uint8_t* region(int r, int half) const {
-    return base_ + layout_.regions_offset + (2 * static_cast<size_t>(r) + half) * layout_.half_bytes;
+    return base_ + layout_.regions_offset +
+           (2 * static_cast<size_t>(r) + half) * layout_.half_bytes;
   }
   uint8_t* board() const { return base_ + layout_.board_offset; }
   uint8_t* ring(int src, int dst) const {

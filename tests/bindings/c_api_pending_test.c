@@ -22,14 +22,14 @@ static int failures = 0;
 static int checks = 0;
 static int my_rank = -1;
 
-#define CHECK(cond)                                                                          \
-  do {                                                                                       \
-    ++checks;                                                                                \
-    if (!(cond)) {                                                                           \
-      ++failures;                                                                            \
-      fprintf(stderr, "FAIL rank %d %s:%d: %s (last error: %s)\n", my_rank, __FILE__,        \
-              __LINE__, #cond, hora_last_error());                                           \
-    }                                                                                        \
+#define CHECK(cond)                                                                             \
+  do {                                                                                          \
+    ++checks;                                                                                   \
+    if (!(cond)) {                                                                              \
+      ++failures;                                                                               \
+      fprintf(stderr, "FAIL rank %d %s:%d: %s (last error: %s)\n", my_rank, __FILE__, __LINE__, \
+              #cond, hora_last_error());                                                        \
+    }                                                                                           \
   } while (0)
 
 static int to_peer = -1, from_peer = -1;
@@ -75,21 +75,25 @@ static void name_in_flight(void) {
   hora_handle_t h = 0, h2 = 0;
   int done = -1;
   if (my_rank == 1) {
-    CHECK(hora_allreduce_async("dup", &ta, a, HORA_SUM, 1, 1, HORA_GLOBAL_PROCESS_SET, &h) == HORA_OK);
+    CHECK(hora_allreduce_async("dup", &ta, a, HORA_SUM, 1, 1, HORA_GLOBAL_PROCESS_SET, &h) ==
+          HORA_OK);
     CHECK(hora_poll(h, &done) == HORA_OK && done == 0); /* rank 0 has not submitted it */
-    CHECK(hora_allreduce_async("dup", &tb, b, HORA_SUM, 1, 1, HORA_GLOBAL_PROCESS_SET, &h2) == HORA_ERR_ALREADY_EXISTS);
+    CHECK(hora_allreduce_async("dup", &tb, b, HORA_SUM, 1, 1, HORA_GLOBAL_PROCESS_SET, &h2) ==
+          HORA_ERR_ALREADY_EXISTS);
     CHECK(strstr(hora_last_error(), "dup") != NULL);
     CHECK(hora_wait(h, 0.2) == HORA_ERR_DEADLINE_EXCEEDED); /* still pending, still valid */
     signal_peer('A');
   } else {
     await_peer('A');
-    CHECK(hora_allreduce_async("dup", &ta, a, HORA_SUM, 1, 1, HORA_GLOBAL_PROCESS_SET, &h) == HORA_OK);
+    CHECK(hora_allreduce_async("dup", &ta, a, HORA_SUM, 1, 1, HORA_GLOBAL_PROCESS_SET, &h) ==
+          HORA_OK);
   }
   CHECK(hora_wait(h, 30) == HORA_OK);
   CHECK(a[0] == 2.0f && a[3] == 8.0f);
   CHECK(hora_release(h) == HORA_OK);
   /* Done: the name may be used again. */
-  CHECK(hora_allreduce_async("dup", &tb, b, HORA_SUM, 1, 1, HORA_GLOBAL_PROCESS_SET, &h) == HORA_OK);
+  CHECK(hora_allreduce_async("dup", &tb, b, HORA_SUM, 1, 1, HORA_GLOBAL_PROCESS_SET, &h) ==
+        HORA_OK);
   CHECK(hora_wait(h, 30) == HORA_OK && b[1] == 4.0f);
   CHECK(hora_release(h) == HORA_OK);
 }
@@ -101,7 +105,8 @@ static void released_while_pending(void) {
   hora_handle_t h = 0;
   int done = 0;
   if (my_rank == 1) {
-    CHECK(hora_allreduce_async("released", &ta, a, HORA_SUM, 1, 1, HORA_GLOBAL_PROCESS_SET, &h) == HORA_OK);
+    CHECK(hora_allreduce_async("released", &ta, a, HORA_SUM, 1, 1, HORA_GLOBAL_PROCESS_SET, &h) ==
+          HORA_OK);
     CHECK(hora_release(h) == HORA_OK);
     CHECK(hora_wait(h, 1) == HORA_ERR_NOT_FOUND);
     CHECK(hora_poll(h, &done) == HORA_ERR_NOT_FOUND);
@@ -110,7 +115,8 @@ static void released_while_pending(void) {
     await_peer('r'); /* rank 0's copy completed, so ours did too (a is ours to keep valid) */
   } else {
     await_peer('R');
-    CHECK(hora_allreduce_async("released", &ta, a, HORA_SUM, 1, 1, HORA_GLOBAL_PROCESS_SET, &h) == HORA_OK);
+    CHECK(hora_allreduce_async("released", &ta, a, HORA_SUM, 1, 1, HORA_GLOBAL_PROCESS_SET, &h) ==
+          HORA_OK);
     CHECK(hora_wait(h, 30) == HORA_OK && a[0] == 2.0f);
     CHECK(hora_release(h) == HORA_OK);
     signal_peer('r');
@@ -130,7 +136,8 @@ static void shutdown_with_pending(void) {
   const char* nb = my_rank == 0 ? "pending.0b" : "pending.1b";
   CHECK(hora_allreduce_async(na, &ta, a, HORA_SUM, 1, 1, HORA_GLOBAL_PROCESS_SET, &pa) == HORA_OK);
   CHECK(hora_allgather_async(nb, &tb, HORA_GLOBAL_PROCESS_SET, &pb) == HORA_OK);
-  CHECK(hora_barrier_async(HORA_GLOBAL_PROCESS_SET, &hb) == HORA_OK); /* the n-th barrier matches: completes */
+  CHECK(hora_barrier_async(HORA_GLOBAL_PROCESS_SET, &hb) ==
+        HORA_OK); /* the n-th barrier matches: completes */
   CHECK(hora_wait(hb, 30) == HORA_OK);
   CHECK(hora_release(hb) == HORA_OK);
   CHECK(hora_poll(pa, &done) == HORA_OK && done == 0);
@@ -154,13 +161,16 @@ static void after_shutdown(void) {
   hora_tensor_t ta = vec(a, shape);
   hora_handle_t h = 0;
   int32_t r = -1;
-  CHECK(hora_allreduce_async("late", &ta, a, HORA_SUM, 1, 1, HORA_GLOBAL_PROCESS_SET, &h) == HORA_ERR_FAILED_PRECONDITION);
+  CHECK(hora_allreduce_async("late", &ta, a, HORA_SUM, 1, 1, HORA_GLOBAL_PROCESS_SET, &h) ==
+        HORA_ERR_FAILED_PRECONDITION);
   CHECK(strstr(hora_last_error(), "shut down") != NULL);
-  CHECK(hora_broadcast_async("late", &ta, 0, HORA_GLOBAL_PROCESS_SET, &h) == HORA_ERR_FAILED_PRECONDITION);
+  CHECK(hora_broadcast_async("late", &ta, 0, HORA_GLOBAL_PROCESS_SET, &h) ==
+        HORA_ERR_FAILED_PRECONDITION);
   CHECK(hora_join_async(HORA_GLOBAL_PROCESS_SET, &h) == HORA_ERR_FAILED_PRECONDITION);
   CHECK(hora_rank(&r) == HORA_ERR_FAILED_PRECONDITION);
   CHECK(hora_size(&r) == HORA_ERR_FAILED_PRECONDITION);
-  CHECK(hora_wait(424242, 1) == HORA_ERR_NOT_FOUND || hora_wait(424242, 1) == HORA_ERR_FAILED_PRECONDITION);
+  CHECK(hora_wait(424242, 1) == HORA_ERR_NOT_FOUND ||
+        hora_wait(424242, 1) == HORA_ERR_FAILED_PRECONDITION);
   CHECK(hora_shutdown() == HORA_OK); /* idempotent */
 }
 

@@ -7,14 +7,14 @@
 static int failures = 0;
 static int checks = 0;
 
-#define CHECK(cond)                                                                 \
-  do {                                                                              \
-    ++checks;                                                                       \
-    if (!(cond)) {                                                                  \
-      ++failures;                                                                   \
+#define CHECK(cond)                                                                   \
+  do {                                                                                \
+    ++checks;                                                                         \
+    if (!(cond)) {                                                                    \
+      ++failures;                                                                     \
       fprintf(stderr, "FAIL %s:%d: %s (last error: %s)\n", __FILE__, __LINE__, #cond, \
-              hora_last_error());                                                   \
-    }                                                                               \
+              hora_last_error());                                                     \
+    }                                                                                 \
   } while (0)
 
 static hora_tensor_t make_tensor(void* data, const int64_t* shape, int ndim, hora_dtype_t t) {
@@ -48,7 +48,8 @@ static void collectives(void) {
   hora_tensor_t x = make_tensor(data, shape, 1, HORA_FLOAT32);
   hora_handle_t h = 0;
   int done = 0;
-  CHECK(hora_allreduce_async("c.sum", &x, out, HORA_AVERAGE, 2.0, 1.0, HORA_GLOBAL_PROCESS_SET, &h) == HORA_OK);
+  CHECK(hora_allreduce_async("c.sum", &x, out, HORA_AVERAGE, 2.0, 1.0, HORA_GLOBAL_PROCESS_SET,
+                             &h) == HORA_OK);
   CHECK(hora_wait(h, 30) == HORA_OK);
   CHECK(hora_poll(h, &done) == HORA_OK && done == 1);
   CHECK(out[3] == 8.0f);
@@ -78,64 +79,88 @@ static void bad_inputs(void) {
   hora_handle_t h = 0;
   int done = 0;
 
-  CHECK(hora_allreduce_async(NULL, &x, data, HORA_SUM, 1, 1, HORA_GLOBAL_PROCESS_SET, &h) == HORA_ERR_INVALID_ARGUMENT);
-  CHECK(hora_allreduce_async("", &x, data, HORA_SUM, 1, 1, HORA_GLOBAL_PROCESS_SET, &h) == HORA_ERR_INVALID_ARGUMENT);
-  CHECK(hora_allreduce_async("t", NULL, data, HORA_SUM, 1, 1, HORA_GLOBAL_PROCESS_SET, &h) == HORA_ERR_INVALID_ARGUMENT);
-  CHECK(hora_allreduce_async("bad\xff\xfe", &x, data, HORA_SUM, 1, 1, HORA_GLOBAL_PROCESS_SET, &h) == HORA_ERR_INVALID_ARGUMENT);
+  CHECK(hora_allreduce_async(NULL, &x, data, HORA_SUM, 1, 1, HORA_GLOBAL_PROCESS_SET, &h) ==
+        HORA_ERR_INVALID_ARGUMENT);
+  CHECK(hora_allreduce_async("", &x, data, HORA_SUM, 1, 1, HORA_GLOBAL_PROCESS_SET, &h) ==
+        HORA_ERR_INVALID_ARGUMENT);
+  CHECK(hora_allreduce_async("t", NULL, data, HORA_SUM, 1, 1, HORA_GLOBAL_PROCESS_SET, &h) ==
+        HORA_ERR_INVALID_ARGUMENT);
+  CHECK(hora_allreduce_async("bad\xff\xfe", &x, data, HORA_SUM, 1, 1, HORA_GLOBAL_PROCESS_SET,
+                             &h) == HORA_ERR_INVALID_ARGUMENT);
   CHECK(strstr(hora_last_error(), "UTF-8") != NULL);
   /* Names of up to 4096 bytes (hora.h); one byte more is refused, naming the limit. */
   static char long_name[4098];
   memset(long_name, 'n', 4097);
   long_name[4097] = '\0';
-  CHECK(hora_allreduce_async(long_name, &x, data, HORA_SUM, 1, 1, HORA_GLOBAL_PROCESS_SET, &h) == HORA_ERR_INVALID_ARGUMENT);
+  CHECK(hora_allreduce_async(long_name, &x, data, HORA_SUM, 1, 1, HORA_GLOBAL_PROCESS_SET, &h) ==
+        HORA_ERR_INVALID_ARGUMENT);
   CHECK(strstr(hora_last_error(), "4097 bytes is longer than 4096") != NULL);
   long_name[4096] = '\0';
-  CHECK(hora_allreduce_async(long_name, &x, data, HORA_SUM, 1, 1, HORA_GLOBAL_PROCESS_SET, &h) == HORA_OK);
+  CHECK(hora_allreduce_async(long_name, &x, data, HORA_SUM, 1, 1, HORA_GLOBAL_PROCESS_SET, &h) ==
+        HORA_OK);
   CHECK(hora_wait(h, 30) == HORA_OK);
   CHECK(hora_release(h) == HORA_OK);
-  CHECK(hora_allreduce_async("caf\xc3\xa9", &x, data, HORA_SUM, 1, 1, HORA_GLOBAL_PROCESS_SET, &h) == HORA_OK);
+  CHECK(hora_allreduce_async("caf\xc3\xa9", &x, data, HORA_SUM, 1, 1, HORA_GLOBAL_PROCESS_SET,
+                             &h) == HORA_OK);
   CHECK(hora_wait(h, 30) == HORA_OK);
   CHECK(hora_release(h) == HORA_OK);
-  CHECK(hora_allreduce_async("t", &x, data, HORA_SUM, 1, 1, HORA_GLOBAL_PROCESS_SET, NULL) == HORA_ERR_INVALID_ARGUMENT);
-  CHECK(hora_allreduce_async("t", &x, NULL, HORA_SUM, 1, 1, HORA_GLOBAL_PROCESS_SET, &h) == HORA_ERR_INVALID_ARGUMENT);
-  CHECK(hora_allreduce_async("t", &x, data, (hora_reduce_op_t)17, 1, 1, HORA_GLOBAL_PROCESS_SET, &h) == HORA_ERR_INVALID_ARGUMENT);
+  CHECK(hora_allreduce_async("t", &x, data, HORA_SUM, 1, 1, HORA_GLOBAL_PROCESS_SET, NULL) ==
+        HORA_ERR_INVALID_ARGUMENT);
+  CHECK(hora_allreduce_async("t", &x, NULL, HORA_SUM, 1, 1, HORA_GLOBAL_PROCESS_SET, &h) ==
+        HORA_ERR_INVALID_ARGUMENT);
+  CHECK(hora_allreduce_async("t", &x, data, (hora_reduce_op_t)17, 1, 1, HORA_GLOBAL_PROCESS_SET,
+                             &h) == HORA_ERR_INVALID_ARGUMENT);
   CHECK(strstr(hora_last_error(), "reduce op") != NULL);
   hora_tensor_t bad_dtype = make_tensor(data, shape, 1, (hora_dtype_t)42);
-  CHECK(hora_allreduce_async("t", &bad_dtype, data, HORA_SUM, 1, 1, HORA_GLOBAL_PROCESS_SET, &h) == HORA_ERR_INVALID_ARGUMENT);
+  CHECK(hora_allreduce_async("t", &bad_dtype, data, HORA_SUM, 1, 1, HORA_GLOBAL_PROCESS_SET, &h) ==
+        HORA_ERR_INVALID_ARGUMENT);
   CHECK(strstr(hora_last_error(), "dtype") != NULL);
   hora_tensor_t negative = make_tensor(data, neg, 1, HORA_FLOAT32);
-  CHECK(hora_allreduce_async("t", &negative, data, HORA_SUM, 1, 1, HORA_GLOBAL_PROCESS_SET, &h) == HORA_ERR_INVALID_ARGUMENT);
+  CHECK(hora_allreduce_async("t", &negative, data, HORA_SUM, 1, 1, HORA_GLOBAL_PROCESS_SET, &h) ==
+        HORA_ERR_INVALID_ARGUMENT);
   CHECK(strstr(hora_last_error(), "negative") != NULL);
   hora_tensor_t overflow = make_tensor(data, huge, 3, HORA_FLOAT32);
-  CHECK(hora_allreduce_async("t", &overflow, data, HORA_SUM, 1, 1, HORA_GLOBAL_PROCESS_SET, &h) == HORA_ERR_INVALID_ARGUMENT);
+  CHECK(hora_allreduce_async("t", &overflow, data, HORA_SUM, 1, 1, HORA_GLOBAL_PROCESS_SET, &h) ==
+        HORA_ERR_INVALID_ARGUMENT);
   CHECK(strstr(hora_last_error(), "overflow") != NULL);
   hora_tensor_t bad_ndim = make_tensor(data, shape, -1, HORA_FLOAT32);
-  CHECK(hora_allreduce_async("t", &bad_ndim, data, HORA_SUM, 1, 1, HORA_GLOBAL_PROCESS_SET, &h) == HORA_ERR_INVALID_ARGUMENT);
+  CHECK(hora_allreduce_async("t", &bad_ndim, data, HORA_SUM, 1, 1, HORA_GLOBAL_PROCESS_SET, &h) ==
+        HORA_ERR_INVALID_ARGUMENT);
   hora_tensor_t null_shape = make_tensor(data, NULL, 1, HORA_FLOAT32);
-  CHECK(hora_allreduce_async("t", &null_shape, data, HORA_SUM, 1, 1, HORA_GLOBAL_PROCESS_SET, &h) == HORA_ERR_INVALID_ARGUMENT);
+  CHECK(hora_allreduce_async("t", &null_shape, data, HORA_SUM, 1, 1, HORA_GLOBAL_PROCESS_SET, &h) ==
+        HORA_ERR_INVALID_ARGUMENT);
   hora_tensor_t null_data = make_tensor(NULL, shape, 1, HORA_FLOAT32);
-  CHECK(hora_allreduce_async("t", &null_data, data, HORA_SUM, 1, 1, HORA_GLOBAL_PROCESS_SET, &h) == HORA_ERR_INVALID_ARGUMENT);
-  CHECK(hora_allreduce_async("t", &x, data, HORA_SUM, 0.0 / 0.0, 1, HORA_GLOBAL_PROCESS_SET, &h) == HORA_ERR_INVALID_ARGUMENT);
+  CHECK(hora_allreduce_async("t", &null_data, data, HORA_SUM, 1, 1, HORA_GLOBAL_PROCESS_SET, &h) ==
+        HORA_ERR_INVALID_ARGUMENT);
+  CHECK(hora_allreduce_async("t", &x, data, HORA_SUM, 0.0 / 0.0, 1, HORA_GLOBAL_PROCESS_SET, &h) ==
+        HORA_ERR_INVALID_ARGUMENT);
   CHECK(hora_broadcast_async("t", &x, 1, HORA_GLOBAL_PROCESS_SET, &h) == HORA_ERR_INVALID_ARGUMENT);
   CHECK(strstr(hora_last_error(), "root 1 is out of range") != NULL);
-  CHECK(hora_broadcast_async("t", &x, -1, HORA_GLOBAL_PROCESS_SET, &h) == HORA_ERR_INVALID_ARGUMENT);
+  CHECK(hora_broadcast_async("t", &x, -1, HORA_GLOBAL_PROCESS_SET, &h) ==
+        HORA_ERR_INVALID_ARGUMENT);
   int64_t splits[2] = {2, 2};
-  CHECK(hora_alltoall_async("t", &x, splits, 2, HORA_GLOBAL_PROCESS_SET, &h) == HORA_ERR_INVALID_ARGUMENT);
-  CHECK(hora_alltoall_async("t", &x, NULL, 3, HORA_GLOBAL_PROCESS_SET, &h) == HORA_ERR_INVALID_ARGUMENT);
+  CHECK(hora_alltoall_async("t", &x, splits, 2, HORA_GLOBAL_PROCESS_SET, &h) ==
+        HORA_ERR_INVALID_ARGUMENT);
+  CHECK(hora_alltoall_async("t", &x, NULL, 3, HORA_GLOBAL_PROCESS_SET, &h) ==
+        HORA_ERR_INVALID_ARGUMENT);
   hora_tensor_t scalar = make_tensor(data, NULL, 0, HORA_FLOAT32);
-  CHECK(hora_allgather_async("t", &scalar, HORA_GLOBAL_PROCESS_SET, &h) == HORA_ERR_INVALID_ARGUMENT);
+  CHECK(hora_allgather_async("t", &scalar, HORA_GLOBAL_PROCESS_SET, &h) ==
+        HORA_ERR_INVALID_ARGUMENT);
   hora_tensor_t cuda = make_tensor(data, shape, 1, HORA_FLOAT32);
   cuda.device = HORA_DEVICE_CUDA;
-  CHECK(hora_allreduce_async("t", &cuda, data, HORA_SUM, 1, 1, HORA_GLOBAL_PROCESS_SET, &h) == HORA_ERR_INVALID_ARGUMENT);
+  CHECK(hora_allreduce_async("t", &cuda, data, HORA_SUM, 1, 1, HORA_GLOBAL_PROCESS_SET, &h) ==
+        HORA_ERR_INVALID_ARGUMENT);
   hora_tensor_t bad_device = make_tensor(data, shape, 1, HORA_FLOAT32);
   bad_device.device = (hora_device_t)9;
-  CHECK(hora_allreduce_async("t", &bad_device, data, HORA_SUM, 1, 1, HORA_GLOBAL_PROCESS_SET, &h) == HORA_ERR_INVALID_ARGUMENT);
+  CHECK(hora_allreduce_async("t", &bad_device, data, HORA_SUM, 1, 1, HORA_GLOBAL_PROCESS_SET, &h) ==
+        HORA_ERR_INVALID_ARGUMENT);
 
   /* Handles: unknown, released, null outputs. */
   CHECK(hora_wait(987654, 1) == HORA_ERR_NOT_FOUND);
   CHECK(hora_poll(987654, &done) == HORA_ERR_NOT_FOUND);
   CHECK(hora_poll(1, NULL) == HORA_ERR_INVALID_ARGUMENT);
-  CHECK(hora_allreduce_async("t", &x, data, HORA_SUM, 1, 1, HORA_GLOBAL_PROCESS_SET, &h) == HORA_OK);
+  CHECK(hora_allreduce_async("t", &x, data, HORA_SUM, 1, 1, HORA_GLOBAL_PROCESS_SET, &h) ==
+        HORA_OK);
   CHECK(hora_wait(h, 30) == HORA_OK);
   int32_t ndim = 0;
   CHECK(hora_result_shape(h, NULL, 4, &ndim) == HORA_ERR_INVALID_ARGUMENT);

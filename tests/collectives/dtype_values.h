@@ -17,11 +17,12 @@
 namespace hora {
 namespace testing {
 
-inline constexpr DataType kAllTypes[] = {DataType::kUint8,   DataType::kInt8,    DataType::kInt32,
-                              DataType::kInt64,   DataType::kFloat16, DataType::kBfloat16,
-                              DataType::kFloat32, DataType::kFloat64, DataType::kBool,
-                              DataType::kInt16,   DataType::kUint16};
-inline constexpr ReduceOp kAllOps[] = {ReduceOp::kSum, ReduceOp::kMin, ReduceOp::kMax, ReduceOp::kProduct};
+inline constexpr DataType kAllTypes[] = {
+    DataType::kUint8,   DataType::kInt8,     DataType::kInt32,   DataType::kInt64,
+    DataType::kFloat16, DataType::kBfloat16, DataType::kFloat32, DataType::kFloat64,
+    DataType::kBool,    DataType::kInt16,    DataType::kUint16};
+inline constexpr ReduceOp kAllOps[] = {ReduceOp::kSum, ReduceOp::kMin, ReduceOp::kMax,
+                                       ReduceOp::kProduct};
 
 inline bool IsUnsigned(DataType t) {
   return t == DataType::kUint8 || t == DataType::kBool || t == DataType::kUint16;
@@ -87,7 +88,8 @@ inline void Put(DataType t, void* buf, size_t i, double v) {
       static_cast<int8_t*>(buf)[i] = static_cast<int8_t>(v);
       break;
     case DataType::kInt16:  // exact value, wrapped modulo 2**16
-      static_cast<int16_t*>(buf)[i] = static_cast<int16_t>(static_cast<uint16_t>(static_cast<int64_t>(v)));
+      static_cast<int16_t*>(buf)[i] =
+          static_cast<int16_t>(static_cast<uint16_t>(static_cast<int64_t>(v)));
       break;
     case DataType::kUint16:
       static_cast<uint16_t*>(buf)[i] = static_cast<uint16_t>(static_cast<int64_t>(v));
@@ -121,7 +123,8 @@ inline void FillInput(DataType t, ReduceOp op, int r, void* buf, size_t count, s
   for (size_t i = 0; i < count; ++i) Put(t, buf, i, Value(t, op, i + offset, r));
 }
 
-inline void FillExpected(DataType t, ReduceOp op, int size, void* buf, size_t count, size_t offset = 0) {
+inline void FillExpected(DataType t, ReduceOp op, int size, void* buf, size_t count,
+                         size_t offset = 0) {
   for (size_t i = 0; i < count; ++i) {
     double acc = Value(t, op, i + offset, 0);
     for (int r = 1; r < size; ++r) acc = Fold(t, op, acc, Value(t, op, i + offset, r));

@@ -130,12 +130,17 @@ TEST_CASE("create rejects a bad config", "[gloo]") {
   CHECK(CreateGlooCommunicator(config).status().code() == Code::kInvalidArgument);
 }
 
-TEST_CASE("a gloo communicator leaves SIGPIPE ignored: a write to a dead peer is an error, "
-          "not the death of this process", "[gloo][fault]") {
-  auto failures = RunRanks(2, [](Communicator& comm) -> std::string {
-    RANK_OK(comm.Barrier());
-    return "";
-  }, kTimeout);
+TEST_CASE(
+    "a gloo communicator leaves SIGPIPE ignored: a write to a dead peer is an error, "
+    "not the death of this process",
+    "[gloo][fault]") {
+  auto failures = RunRanks(
+      2,
+      [](Communicator& comm) -> std::string {
+        RANK_OK(comm.Barrier());
+        return "";
+      },
+      kTimeout);
   REQUIRE(JoinFailures(failures) == "");
   struct sigaction current {};
   REQUIRE(sigaction(SIGPIPE, nullptr, &current) == 0);

@@ -20,9 +20,7 @@ using hora::testing::CompareBytes;
 using hora::testing::JoinFailures;
 using hora::testing::RunRanks;
 
-namespace {
-
-}  // namespace
+namespace {}  // namespace
 
 TEST_CASE("allreduce: every dtype and op, exact results", "[gloo]") {
   const int size = GENERATE(1, 2, 3, 4, 7);

@@ -39,8 +39,8 @@ inline std::string UniqueHierPrefix() {
 
 // The config of set rank `rank` of a set whose members are on `hostnames`; the members are
 // the job's ranks 0, 1, ... (set 0) unless process_set says otherwise.
-inline BackendConfig HierConfig(int rank, const std::vector<std::string>& hostnames,
-                                KvStore* store, std::chrono::milliseconds timeout) {
+inline BackendConfig HierConfig(int rank, const std::vector<std::string>& hostnames, KvStore* store,
+                                std::chrono::milliseconds timeout) {
   BackendConfig c;
   c.rank = rank;
   for (size_t r = 0; r < hostnames.size(); ++r) c.global_ranks.push_back(static_cast<int>(r));

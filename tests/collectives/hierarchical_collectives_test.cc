@@ -4,9 +4,8 @@
 // uneven counts, barrier, send/recv across and inside hosts; Abort ending a blocked receive,
 // and an Abort in the middle of the members' allreduces: every member fails within the hang
 // bound, with the reason or the phase and inner backend that failed, and stays failed.
-#include <catch2/catch.hpp>
-
 #include <atomic>
+#include <catch2/catch.hpp>
 #include <chrono>
 #include <cstdint>
 #include <string>
@@ -30,7 +29,8 @@ std::string Collectives(Communicator& comm) {
   for (int root = 0; root < n; ++root) {
     std::vector<uint8_t> b(1003, me == root ? 7 + root : 0), want(1003, 7 + root);
     RANK_OK(comm.Broadcast(b.data(), b.size(), root));
-    RANK_EXPECT(CompareBytes(b.data(), want.data(), b.size(), "broadcast root " + std::to_string(root)));
+    RANK_EXPECT(
+        CompareBytes(b.data(), want.data(), b.size(), "broadcast root " + std::to_string(root)));
   }
   std::vector<size_t> sizes(n);
   size_t total = 0;
@@ -70,7 +70,8 @@ std::string Collectives(Communicator& comm) {
       FillExpected(t, op, n, rwant2.data(), counts[me], offset);
       rout.back() = rwant2.back() = 0x5A;
       RANK_OK(comm.Reducescatter(rin.data(), rout.data(), counts, t, op));
-      RANK_EXPECT(CompareBytes(rout.data(), rwant2.data(), rout.size(), Label("reducescatter", t, op, sum)));
+      RANK_EXPECT(CompareBytes(rout.data(), rwant2.data(), rout.size(),
+                               Label("reducescatter", t, op, sum)));
     }
   }
   RANK_OK(comm.Barrier());
@@ -110,44 +111,51 @@ TEST_CASE("hierarchical: Abort ends a receive whose sender never sends, and stic
   });
   const auto timeout = std::chrono::milliseconds(5000);
   const auto start = std::chrono::steady_clock::now();
-  auto failures = RunHierRanks(Hosts(2, 2), [&](Communicator& c) -> std::string {
-    if (c.rank() != 0) {
-      while (!done) std::this_thread::sleep_for(std::chrono::milliseconds(5));
-      return "";
-    }
-    std::vector<char> buf(64);
-    receiver = &c;
-    Status s = c.Recv(buf.data(), buf.size(), 3, 0);
-    while (!abort_returned) std::this_thread::sleep_for(std::chrono::milliseconds(1));
-    Status later = c.Allreduce(buf.data(), 4, DataType::kInt8, ReduceOp::kSum);
-    done = true;
-    if (s.ok()) return "the receive succeeded";
-    if (s.message().find("rank 3 (host h, pid 7) is lost: test") == std::string::npos) {
-      return "the receive's error lacks the reason: " + s.ToString();
-    }
-    if (later.ok() || later.message() != s.message()) return "not sticky: " + later.ToString();
-    return "";
-  }, "hierarchical", timeout);
+  auto failures = RunHierRanks(
+      Hosts(2, 2),
+      [&](Communicator& c) -> std::string {
+        if (c.rank() != 0) {
+          while (!done) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+          return "";
+        }
+        std::vector<char> buf(64);
+        receiver = &c;
+        Status s = c.Recv(buf.data(), buf.size(), 3, 0);
+        while (!abort_returned) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+        Status later = c.Allreduce(buf.data(), 4, DataType::kInt8, ReduceOp::kSum);
+        done = true;
+        if (s.ok()) return "the receive succeeded";
+        if (s.message().find("rank 3 (host h, pid 7) is lost: test") == std::string::npos) {
+          return "the receive's error lacks the reason: " + s.ToString();
+        }
+        if (later.ok() || later.message() != s.message()) return "not sticky: " + later.ToString();
+        return "";
+      },
+      "hierarchical", timeout);
   aborter.join();
   REQUIRE(JoinFailures(failures) == "");
   REQUIRE(std::chrono::steady_clock::now() - start < HangBound(timeout));
 }
 
-TEST_CASE("hierarchical: one member aborts while the others allreduce; every member fails, naming why") {
+TEST_CASE(
+    "hierarchical: one member aborts while the others allreduce; every member fails, naming why") {
   const auto timeout = std::chrono::milliseconds(3000);
   const std::string reason = "rank 0 was told to stop: test";
   std::vector<std::string> errors(4);
   const auto start = std::chrono::steady_clock::now();
-  auto failures = RunHierRanks(Hosts(2, 2), [&](Communicator& c) -> std::string {
-    std::vector<float> x(100000, 1.0f);
-    if (c.rank() == 0) c.Abort(Aborted(reason));
-    Status s = c.Allreduce(x.data(), x.size(), DataType::kFloat32, ReduceOp::kSum);
-    Status again = c.Barrier();
-    if (s.ok()) return "the allreduce succeeded";
-    if (again.message() != s.message()) return "not sticky: " + again.ToString();
-    errors[c.rank()] = s.message();
-    return "";
-  }, "hierarchical", timeout);
+  auto failures = RunHierRanks(
+      Hosts(2, 2),
+      [&](Communicator& c) -> std::string {
+        std::vector<float> x(100000, 1.0f);
+        if (c.rank() == 0) c.Abort(Aborted(reason));
+        Status s = c.Allreduce(x.data(), x.size(), DataType::kFloat32, ReduceOp::kSum);
+        Status again = c.Barrier();
+        if (s.ok()) return "the allreduce succeeded";
+        if (again.message() != s.message()) return "not sticky: " + again.ToString();
+        errors[c.rank()] = s.message();
+        return "";
+      },
+      "hierarchical", timeout);
   const auto took = std::chrono::steady_clock::now() - start;
   REQUIRE(JoinFailures(failures) == "");
   INFO("errors: " << errors[0] << "\n" << errors[1] << "\n" << errors[2] << "\n" << errors[3]);

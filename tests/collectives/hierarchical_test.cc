@@ -5,7 +5,6 @@
 // (dtype_values.h), so every result is exact and compared byte for byte with a reference
 // computed from every rank's known input.
 #include <catch2/catch.hpp>
-
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -66,7 +65,8 @@ TEST_CASE("hierarchical layout: hosts in order of first member, shards, cross gr
   REQUIRE(sub.key_prefix == "p/");
 }
 
-TEST_CASE("hierarchical selection: auto takes it across hosts, shm on one host, gloo at one per host") {
+TEST_CASE(
+    "hierarchical selection: auto takes it across hosts, shm on one host, gloo at one per host") {
   REQUIRE(IsBackendBuilt(kHierarchicalBackend));
   REQUIRE(JoinFailures(RunHierRanks(Hosts(2, 2), NameIs("hierarchical"), "auto")) == "");
   REQUIRE(JoinFailures(RunHierRanks(Hosts(3, 2), NameIs("hierarchical"), "auto")) == "");
@@ -96,7 +96,8 @@ TEST_CASE("hierarchical selection: auto takes it across hosts, shm on one host, 
 TEST_CASE("hierarchical allreduce: every dtype and op, uneven and empty shards, exact") {
   for (const auto& hosts : Layouts()) {
     auto failures = RunHierRanks(hosts, [](Communicator& comm) -> std::string {
-      for (size_t count : {size_t{0}, size_t{1}, size_t{2}, size_t{5}, size_t{1001}, size_t{40003}}) {
+      for (size_t count :
+           {size_t{0}, size_t{1}, size_t{2}, size_t{5}, size_t{1001}, size_t{40003}}) {
         for (DataType t : kAllTypes) {
           for (ReduceOp op : kAllOps) {
             const size_t bytes = count * DataTypeSize(t);
@@ -105,8 +106,8 @@ TEST_CASE("hierarchical allreduce: every dtype and op, uneven and empty shards, 
             FillExpected(t, op, comm.size(), want.data(), count);
             buf[bytes] = want[bytes] = 0xA5;  // guard byte: nothing written past the end
             RANK_OK(comm.Allreduce(count ? buf.data() : nullptr, count, t, op));
-            RANK_EXPECT(CompareBytes(buf.data(), want.data(), bytes + 1,
-                                     Label("allreduce", t, op, count)));
+            RANK_EXPECT(
+                CompareBytes(buf.data(), want.data(), bytes + 1, Label("allreduce", t, op, count)));
           }
         }
       }

@@ -50,10 +50,10 @@ BackendConfig ConfigOf(int process_set, const std::vector<int>& members,
 #define MPI_CASE_CONCAT_(a, b) a##b
 #define MPI_CASE_CONCAT(a, b) MPI_CASE_CONCAT_(a, b)
 // MPI_CASE("name") { ...; return ""; }
-#define MPI_CASE(name)                                                                       \
-  static std::string MPI_CASE_CONCAT(mpi_case_fn_, __LINE__)();                              \
-  static ::hora::testing::MpiCaseRegistration MPI_CASE_CONCAT(mpi_case_reg_, __LINE__)(      \
-      name, MPI_CASE_CONCAT(mpi_case_fn_, __LINE__));                                        \
+#define MPI_CASE(name)                                                                  \
+  static std::string MPI_CASE_CONCAT(mpi_case_fn_, __LINE__)();                         \
+  static ::hora::testing::MpiCaseRegistration MPI_CASE_CONCAT(mpi_case_reg_, __LINE__)( \
+      name, MPI_CASE_CONCAT(mpi_case_fn_, __LINE__));                                   \
   static std::string MPI_CASE_CONCAT(mpi_case_fn_, __LINE__)()
 
 #endif  // HORA_TESTS_COLLECTIVES_MPI_CASES_H_

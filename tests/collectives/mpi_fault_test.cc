@@ -34,7 +34,8 @@ std::string UseSet(Communicator& c, const std::vector<int>& members) {
   int64_t want = 0;
   for (int m : members) want += m + 1;
   for (int64_t v : x) {
-    if (v != want) return "allreduce value " + std::to_string(v) + ", expected " + std::to_string(want);
+    if (v != want)
+      return "allreduce value " + std::to_string(v) + ", expected " + std::to_string(want);
   }
   if (c.size() == 1) return "";
   const int next = (c.rank() + 1) % c.size(), prev = (c.rank() + c.size() - 1) % c.size();
@@ -42,7 +43,8 @@ std::string UseSet(Communicator& c, const std::vector<int>& members) {
   s = c.rank() % 2 == 0 ? c.Send(&out, 8, next, 1) : c.Recv(&in, 8, prev, 1);
   if (s.ok()) s = c.rank() % 2 == 0 ? c.Recv(&in, 8, prev, 1) : c.Send(&out, 8, next, 1);
   if (!s.ok()) return "send/recv: " + s.ToString();
-  if (in != members[prev]) return "received " + std::to_string(in) + " from set rank " + std::to_string(prev);
+  if (in != members[prev])
+    return "received " + std::to_string(in) + " from set rank " + std::to_string(prev);
   return "";
 }
 
@@ -83,8 +85,10 @@ MPI_CASE("a collective entered by one rank only times out naming the op and byte
     const auto took = std::chrono::steady_clock::now() - start;
     std::printf("DETECTION mpi allreduce timeout: %.0f ms (deadline 700 ms)\n",
                 std::chrono::duration<double, std::milli>(took).count());
-    if (s.code() != Code::kDeadlineExceeded) error = "expected DEADLINE_EXCEEDED, got " + s.ToString();
-    else if (!Has(s, "mpi allreduce of 1024 bytes")) error = "message: " + s.message();
+    if (s.code() != Code::kDeadlineExceeded)
+      error = "expected DEADLINE_EXCEEDED, got " + s.ToString();
+    else if (!Has(s, "mpi allreduce of 1024 bytes"))
+      error = "message: " + s.message();
     if (took < timeout) error += " ended before its deadline";
     if (took > HangBound(timeout)) error += " ended past the hang bound";
     Status later = comm.value()->Barrier();
@@ -121,7 +125,8 @@ MPI_CASE("Abort ends a blocked receive with its reason, and every later call") {
   return "";
 }
 
-const char* Lookup(const std::vector<std::pair<const char*, const char*>>& table, const char* name) {
+const char* Lookup(const std::vector<std::pair<const char*, const char*>>& table,
+                   const char* name) {
   for (const auto& kv : table) {
     if (std::string(kv.first) == name) return kv.second;
   }

@@ -79,8 +79,9 @@ struct TypedCases {
     }
     for (DataType t : kAllTypes) {
       for (ReduceOp op : kAllOps) {
-        MpiCases().push_back({std::string("reducescatter ") + DataTypeName(t) + " " + ReduceOpName(op),
-                              [t, op] { return ReducescatterCase(t, op); }});
+        MpiCases().push_back(
+            {std::string("reducescatter ") + DataTypeName(t) + " " + ReduceOpName(op),
+             [t, op] { return ReducescatterCase(t, op); }});
       }
     }
   }
@@ -97,7 +98,8 @@ MPI_CASE("broadcast from every root, 0 B to 1 MiB") {
         want[i] = Byte(root, i);
       }
       Status s = World().Broadcast(buf.data(), bytes, root);
-      const std::string label = "broadcast root " + std::to_string(root) + " " + std::to_string(bytes);
+      const std::string label =
+          "broadcast root " + std::to_string(root) + " " + std::to_string(bytes);
       if (!s.ok()) return label + ": " + s.ToString();
       std::string e = Compare(buf, want, label);
       if (!e.empty()) return e;
@@ -131,8 +133,8 @@ MPI_CASE("allgatherv with uneven and empty contributions, separate and in place"
       if (in_place) std::memcpy(out.data() + offset, in.data(), in.size());
       const void* src = in_place ? static_cast<const void*>(out.data() + offset) : in.data();
       Status s = World().Allgatherv(src, out.data(), bytes);
-      const std::string label = std::string("allgatherv ") + (in_place ? "in place " : "") +
-                                std::to_string(total);
+      const std::string label =
+          std::string("allgatherv ") + (in_place ? "in place " : "") + std::to_string(total);
       if (!s.ok()) return label + ": " + s.ToString();
       std::string e = Compare(out, want, label);
       if (!e.empty()) return e;

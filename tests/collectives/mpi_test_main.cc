@@ -84,7 +84,8 @@ int main(int argc, char** argv) {
   int passed = 0, failed = 0;
   for (const MpiCase& c : MpiCases()) {
     const std::string error = c.body();
-    if (!error.empty()) std::printf("rank %d: FAILED %s: %s\n", g_rank, c.name.c_str(), error.c_str());
+    if (!error.empty())
+      std::printf("rank %d: FAILED %s: %s\n", g_rank, c.name.c_str(), error.c_str());
     int mine = error.empty() ? 0 : 1, any = 0;
     MPI_Allreduce(&mine, &any, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
     if (g_rank == 0) std::printf("%s %s\n", any ? "FAIL" : "ok  ", c.name.c_str());

@@ -6,7 +6,6 @@
 #include <cuda_runtime_api.h>
 
 #include <catch2/catch.hpp>
-
 #include <chrono>
 #include <cstring>
 #include <thread>
@@ -40,7 +39,9 @@ struct DeviceBuf {
     REQUIRE(cudaMalloc(&ptr, bytes == 0 ? 1 : bytes) == cudaSuccess);
   }
   ~DeviceBuf() { cudaFree(ptr); }
-  void Put(const void* host) { REQUIRE(cudaMemcpy(ptr, host, bytes, cudaMemcpyHostToDevice) == cudaSuccess); }
+  void Put(const void* host) {
+    REQUIRE(cudaMemcpy(ptr, host, bytes, cudaMemcpyHostToDevice) == cudaSuccess);
+  }
   std::vector<char> Get() const {
     std::vector<char> h(bytes);
     REQUIRE(cudaMemcpy(h.data(), ptr, bytes, cudaMemcpyDeviceToHost) == cudaSuccess);
@@ -157,12 +158,14 @@ TEST_CASE("nccl Fence covers everything queued before it, and Abort ends calls a
   std::vector<float> ones(n, 1.0f);
   DeviceBuf d(n * sizeof(float));
   d.Put(ones.data());
-  for (int i = 0; i < 8; ++i) REQUIRE(comm->Allreduce(d.ptr, n, DataType::kFloat32, ReduceOp::kSum).ok());
+  for (int i = 0; i < 8; ++i)
+    REQUIRE(comm->Allreduce(d.ptr, n, DataType::kFloat32, ReduceOp::kSum).ok());
   REQUIRE(Wait(comm.get()).ok());
   std::vector<char> got = d.Get();
   CHECK(std::memcmp(got.data(), ones.data(), got.size()) == 0);  // size 1: sum is identity
 
-  for (int i = 0; i < 8; ++i) REQUIRE(comm->Allreduce(d.ptr, n, DataType::kFloat32, ReduceOp::kSum).ok());
+  for (int i = 0; i < 8; ++i)
+    REQUIRE(comm->Allreduce(d.ptr, n, DataType::kFloat32, ReduceOp::kSum).ok());
   std::unique_ptr<Work> pending = comm->Fence();
   std::thread aborter([&] { comm->Abort(PeerFailure("rank 7 died (test)")); });
   aborter.join();

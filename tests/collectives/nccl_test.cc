@@ -4,7 +4,6 @@
 // the last case checks that creation succeeds instead. Needs NCCL installed where the loader
 // looks (here: /usr/local/cuda/lib64, also on ld.so's path).
 #include <catch2/catch.hpp>
-
 #include <chrono>
 #include <cstdlib>
 #include <fstream>

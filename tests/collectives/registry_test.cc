@@ -1,14 +1,14 @@
 // The backend registry and the backends it builds, ranks as threads: selection and its
 // errors, every registered CPU backend at 1, 2, 3, 4 and 7 ranks (allreduce, send/recv in a
 // ring), the asynchronous loopback backend's Fence, and Abort ending a blocked receive.
-#include <catch2/catch.hpp>
+#include "collectives/registry.h"
 
 #include <atomic>
+#include <catch2/catch.hpp>
 #include <chrono>
 #include <thread>
 #include <vector>
 
-#include "collectives/registry.h"
 #include "tests/harness/memory_store.h"
 
 using namespace hora;
@@ -112,34 +112,37 @@ TEST_CASE("registry: every CPU backend serves sets of 1, 2, 3, 4 and 7 ranks") {
     if (!IsBackendBuilt(backend)) continue;
     for (int size : {1, 2, 3, 4, 7}) {
       MemoryStore store;
-      auto errors = RunRanks(backend, size, [size](Communicator& c) -> std::string {
-        if (c.size() != size) return "size " + std::to_string(c.size());
-        std::vector<float> x(1000, static_cast<float>(c.rank() + 1));
-        Status s = c.Allreduce(x.data(), x.size(), DataType::kFloat32, ReduceOp::kSum);
-        if (s.ok()) s = Done(c);
-        if (!s.ok()) return "allreduce: " + s.ToString();
-        const float want = size * (size + 1) / 2.0f;
-        for (float v : x) {
-          if (v != want) return "allreduce value " + std::to_string(v);
-        }
-        if (size == 1) return "";
-        std::vector<int64_t> out(257, c.rank()), in(257, -1);
-        const int next = (c.rank() + 1) % size, prev = (c.rank() + size - 1) % size;
-        // Post the receive first on even ranks, the send first on odd ones.
-        if (c.rank() % 2 == 0) {
-          s = c.Recv(in.data(), in.size() * 8, prev, 3);
-          if (s.ok()) s = c.Send(out.data(), out.size() * 8, next, 3);
-        } else {
-          s = c.Send(out.data(), out.size() * 8, next, 3);
-          if (s.ok()) s = c.Recv(in.data(), in.size() * 8, prev, 3);
-        }
-        if (s.ok()) s = Done(c);
-        if (!s.ok()) return "ring: " + s.ToString();
-        for (int64_t v : in) {
-          if (v != prev) return "ring value " + std::to_string(v);
-        }
-        return "";
-      }, &store);
+      auto errors = RunRanks(
+          backend, size,
+          [size](Communicator& c) -> std::string {
+            if (c.size() != size) return "size " + std::to_string(c.size());
+            std::vector<float> x(1000, static_cast<float>(c.rank() + 1));
+            Status s = c.Allreduce(x.data(), x.size(), DataType::kFloat32, ReduceOp::kSum);
+            if (s.ok()) s = Done(c);
+            if (!s.ok()) return "allreduce: " + s.ToString();
+            const float want = size * (size + 1) / 2.0f;
+            for (float v : x) {
+              if (v != want) return "allreduce value " + std::to_string(v);
+            }
+            if (size == 1) return "";
+            std::vector<int64_t> out(257, c.rank()), in(257, -1);
+            const int next = (c.rank() + 1) % size, prev = (c.rank() + size - 1) % size;
+            // Post the receive first on even ranks, the send first on odd ones.
+            if (c.rank() % 2 == 0) {
+              s = c.Recv(in.data(), in.size() * 8, prev, 3);
+              if (s.ok()) s = c.Send(out.data(), out.size() * 8, next, 3);
+            } else {
+              s = c.Send(out.data(), out.size() * 8, next, 3);
+              if (s.ok()) s = c.Recv(in.data(), in.size() * 8, prev, 3);
+            }
+            if (s.ok()) s = Done(c);
+            if (!s.ok()) return "ring: " + s.ToString();
+            for (int64_t v : in) {
+              if (v != prev) return "ring value " + std::to_string(v);
+            }
+            return "";
+          },
+          &store);
       INFO(backend << " at " << size << " ranks");
       REQUIRE(AllFine(errors) == "");
     }
@@ -150,23 +153,27 @@ TEST_CASE("loopback: calls only queue the work; Fence covers what was queued bef
   MemoryStore store;
   std::atomic<int> queued_before_peer{0};
   std::atomic<bool> rank0_tested{false};
-  auto errors = RunRanks("loopback", 2, [&](Communicator& c) -> std::string {
-    std::vector<int32_t> x(10, c.rank() + 1);
-    // Rank 1 joins only after rank 0 has queued its allreduce and found it unfinished.
-    while (c.rank() == 1 && !rank0_tested) std::this_thread::sleep_for(std::chrono::milliseconds(1));
-    Status s = c.Allreduce(x.data(), x.size(), DataType::kInt32, ReduceOp::kSum);
-    if (!s.ok()) return s.ToString();
-    std::unique_ptr<Work> w = c.Fence();
-    if (!w) return "no Work from an asynchronous backend";
-    Status ws;
-    if (c.rank() == 0) {
-      if (!w->Test(&ws)) ++queued_before_peer;
-      rank0_tested = true;
-    }
-    while (!w->Test(&ws)) std::this_thread::sleep_for(std::chrono::microseconds(100));
-    if (!ws.ok()) return ws.ToString();
-    return x[0] == 3 ? "" : "value " + std::to_string(x[0]);
-  }, &store);
+  auto errors = RunRanks(
+      "loopback", 2,
+      [&](Communicator& c) -> std::string {
+        std::vector<int32_t> x(10, c.rank() + 1);
+        // Rank 1 joins only after rank 0 has queued its allreduce and found it unfinished.
+        while (c.rank() == 1 && !rank0_tested)
+          std::this_thread::sleep_for(std::chrono::milliseconds(1));
+        Status s = c.Allreduce(x.data(), x.size(), DataType::kInt32, ReduceOp::kSum);
+        if (!s.ok()) return s.ToString();
+        std::unique_ptr<Work> w = c.Fence();
+        if (!w) return "no Work from an asynchronous backend";
+        Status ws;
+        if (c.rank() == 0) {
+          if (!w->Test(&ws)) ++queued_before_peer;
+          rank0_tested = true;
+        }
+        while (!w->Test(&ws)) std::this_thread::sleep_for(std::chrono::microseconds(100));
+        if (!ws.ok()) return ws.ToString();
+        return x[0] == 3 ? "" : "value " + std::to_string(x[0]);
+      },
+      &store);
   REQUIRE(AllFine(errors) == "");
   REQUIRE(queued_before_peer == 1);
   REQUIRE(store.size() <= 2);  // at most one collective key per member remains
@@ -185,24 +192,28 @@ TEST_CASE("registry backends: Abort ends a receive whose sender never sends") {
       receiver.load()->Abort(PeerFailure("rank 1 (host h, pid 7) is lost: test"));
       abort_returned = true;
     });
-    auto errors = RunRanks(backend, 2, [&](Communicator& c) -> std::string {
-      if (c.rank() == 1) {  // never sends; waits until rank 0 is done
-        while (!done) std::this_thread::sleep_for(std::chrono::milliseconds(5));
-        return "";
-      }
-      std::vector<char> buf(64);
-      receiver = &c;
-      Status s = c.Recv(buf.data(), buf.size(), 1, 0);
-      if (s.ok()) s = Done(c);
-      // The receiver wakes while Abort may still run on the aborter's thread: the
-      // communicator must outlive that call (RunRanks destroys it when this returns).
-      while (!abort_returned) std::this_thread::sleep_for(std::chrono::milliseconds(1));
-      done = true;
-      if (s.code() != Code::kPeerFailure || s.message().find("rank 1 (host h") == std::string::npos) {
-        return "recv ended with " + s.ToString();
-      }
-      return "";
-    }, &store);
+    auto errors = RunRanks(
+        backend, 2,
+        [&](Communicator& c) -> std::string {
+          if (c.rank() == 1) {  // never sends; waits until rank 0 is done
+            while (!done) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+            return "";
+          }
+          std::vector<char> buf(64);
+          receiver = &c;
+          Status s = c.Recv(buf.data(), buf.size(), 1, 0);
+          if (s.ok()) s = Done(c);
+          // The receiver wakes while Abort may still run on the aborter's thread: the
+          // communicator must outlive that call (RunRanks destroys it when this returns).
+          while (!abort_returned) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+          done = true;
+          if (s.code() != Code::kPeerFailure ||
+              s.message().find("rank 1 (host h") == std::string::npos) {
+            return "recv ended with " + s.ToString();
+          }
+          return "";
+        },
+        &store);
     aborter.join();
     INFO(backend);
     REQUIRE(AllFine(errors) == "");

@@ -81,22 +81,28 @@ TEST_CASE("shm fault: a member that never attaches -> DEADLINE_EXCEEDED naming i
   CHECK(Has(late.status(), "rank 0's segment name"));
 }
 
-TEST_CASE("shm fault: a peer that never calls the collective -> DEADLINE_EXCEEDED naming it; "
-          "the others and the late one fail at once after", "[shm][fault]") {
+TEST_CASE(
+    "shm fault: a peer that never calls the collective -> DEADLINE_EXCEEDED naming it; "
+    "the others and the late one fail at once after",
+    "[shm][fault]") {
   std::atomic<int> gave_up{0};
   std::vector<Status> first(3), later(3);
-  auto run = RunShmRanks(3, [&](Communicator& comm) -> std::string {
-    std::vector<float> buf(1 << 18, 1.0f);
-    if (comm.rank() == 2) {
-      while (gave_up.load() < 2) std::this_thread::sleep_for(std::chrono::milliseconds(5));
-      first[2] = comm.Allreduce(buf.data(), buf.size(), DataType::kFloat32, ReduceOp::kSum);
-      return "";
-    }
-    first[comm.rank()] = comm.Allreduce(buf.data(), buf.size(), DataType::kFloat32, ReduceOp::kSum);
-    gave_up.fetch_add(1);
-    later[comm.rank()] = comm.Barrier();
-    return "";
-  }, nullptr, kShort);
+  auto run = RunShmRanks(
+      3,
+      [&](Communicator& comm) -> std::string {
+        std::vector<float> buf(1 << 18, 1.0f);
+        if (comm.rank() == 2) {
+          while (gave_up.load() < 2) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+          first[2] = comm.Allreduce(buf.data(), buf.size(), DataType::kFloat32, ReduceOp::kSum);
+          return "";
+        }
+        first[comm.rank()] =
+            comm.Allreduce(buf.data(), buf.size(), DataType::kFloat32, ReduceOp::kSum);
+        gave_up.fetch_add(1);
+        later[comm.rank()] = comm.Barrier();
+        return "";
+      },
+      nullptr, kShort);
   REQUIRE(JoinFailures(run.failures) == "");
   // One of ranks 0 and 1 timed out waiting for rank 2; the other either timed out too or
   // learnt of the first's failure through the segment.
@@ -137,29 +143,32 @@ TEST_CASE("shm fault: Abort wakes a member blocked in a collective and in a recv
     if (Communicator* c = target.load()) c->Abort(PeerFailure("the coordinator lost rank 7"));
     abort_returned.store(true);
   });
-  auto run = RunShmRanks(2, [&](Communicator& comm) -> std::string {
-    if (comm.rank() == 1) {
-      // Never joins rank 0's operation; waits until rank 0 was aborted, then sees the
-      // segment broken with rank 0's reason.
-      while (!released.load()) std::this_thread::sleep_for(std::chrono::milliseconds(5));
-      peer_got = comm.Barrier();
-      return "";
-    }
-    target.store(&comm);
-    std::vector<uint8_t> buf(4 << 20, 1);
-    if (blocked_in == 0) {
-      got = comm.Allreduce(buf.data(), buf.size(), DataType::kUint8, ReduceOp::kSum);
-    } else if (blocked_in == 1) {
-      got = comm.Recv(buf.data(), buf.size(), 1, 3);
-    } else {
-      got = comm.Send(buf.data(), buf.size(), 1, 3);  // 4 MiB into a 256 KiB ring
-    }
-    // The operation fails as soon as Abort marks the segment broken, while Abort may still
-    // run (it logs); returning would destroy `comm` under it (ThreadSanitizer saw that).
-    while (!abort_returned.load()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
-    released.store(true);
-    return "";
-  }, nullptr, kLong);
+  auto run = RunShmRanks(
+      2,
+      [&](Communicator& comm) -> std::string {
+        if (comm.rank() == 1) {
+          // Never joins rank 0's operation; waits until rank 0 was aborted, then sees the
+          // segment broken with rank 0's reason.
+          while (!released.load()) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+          peer_got = comm.Barrier();
+          return "";
+        }
+        target.store(&comm);
+        std::vector<uint8_t> buf(4 << 20, 1);
+        if (blocked_in == 0) {
+          got = comm.Allreduce(buf.data(), buf.size(), DataType::kUint8, ReduceOp::kSum);
+        } else if (blocked_in == 1) {
+          got = comm.Recv(buf.data(), buf.size(), 1, 3);
+        } else {
+          got = comm.Send(buf.data(), buf.size(), 1, 3);  // 4 MiB into a 256 KiB ring
+        }
+        // The operation fails as soon as Abort marks the segment broken, while Abort may still
+        // run (it logs); returning would destroy `comm` under it (ThreadSanitizer saw that).
+        while (!abort_returned.load()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+        released.store(true);
+        return "";
+      },
+      nullptr, kLong);
   aborter.join();
   REQUIRE(JoinFailures(run.failures) == "");
   INFO(got.ToString());
@@ -212,16 +221,19 @@ TEST_CASE("shm fault: a peer that destroyed its communicator -> PEER_FAILURE nam
           "[shm][fault]") {
   std::atomic<bool> gone{false};
   Status got;
-  auto run = RunShmRanks(2, [&](Communicator& comm) -> std::string {
-    RANK_OK(comm.Barrier());
-    if (comm.rank() == 1) {
-      gone.store(true);
-      return "";  // its communicator is destroyed when this returns
-    }
-    while (!gone.load()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
-    got = comm.Barrier();
-    return "";
-  }, nullptr, kLong);
+  auto run = RunShmRanks(
+      2,
+      [&](Communicator& comm) -> std::string {
+        RANK_OK(comm.Barrier());
+        if (comm.rank() == 1) {
+          gone.store(true);
+          return "";  // its communicator is destroyed when this returns
+        }
+        while (!gone.load()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+        got = comm.Barrier();
+        return "";
+      },
+      nullptr, kLong);
   REQUIRE(JoinFailures(run.failures) == "");
   INFO(got.ToString());
   CHECK(got.code() == Code::kPeerFailure);
@@ -236,7 +248,9 @@ TEST_CASE("shm segment: named only while members attach, gone after destruction"
   std::string tag;
   auto run = RunShmRanks(size, [&](Communicator& comm) -> std::string {
     RANK_OK(comm.Barrier());
-    if (comm.rank() == 0) during = ShmEntries(".shmtest-run-" + std::to_string(getpid()) + "-");  // every member attached
+    if (comm.rank() == 0)
+      during =
+          ShmEntries(".shmtest-run-" + std::to_string(getpid()) + "-");  // every member attached
     RANK_OK(comm.Barrier());
     return "";
   });
@@ -327,18 +341,21 @@ TEST_CASE("shm wait: a member waiting for a late peer sleeps in the kernel, not 
     }
     done.store(true);
   });
-  auto run = RunShmRanks(2, [&](Communicator& comm) -> std::string {
-    if (comm.rank() == 1) {
-      while (!done.load() && !seen_sleeping.load()) {
-        std::this_thread::sleep_for(std::chrono::milliseconds(1));
-      }
-    } else {
-      waiter_tid.store(static_cast<pid_t>(syscall(SYS_gettid)));
-    }
-    RANK_OK(comm.Barrier());
-    done.store(true);
-    return "";
-  }, nullptr, kLong);
+  auto run = RunShmRanks(
+      2,
+      [&](Communicator& comm) -> std::string {
+        if (comm.rank() == 1) {
+          while (!done.load() && !seen_sleeping.load()) {
+            std::this_thread::sleep_for(std::chrono::milliseconds(1));
+          }
+        } else {
+          waiter_tid.store(static_cast<pid_t>(syscall(SYS_gettid)));
+        }
+        RANK_OK(comm.Barrier());
+        done.store(true);
+        return "";
+      },
+      nullptr, kLong);
   watcher.join();
   REQUIRE(JoinFailures(run.failures) == "");
   CHECK(seen_sleeping.load());

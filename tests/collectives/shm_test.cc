@@ -44,23 +44,26 @@ TEST_CASE("shm allreduce: every dtype and op, exact results", "[shm]") {
   const int size = GENERATE(1, 2, 3, 4, 7);
   const int tweak = GENERATE(0, 1);
   CAPTURE(size, tweak);
-  auto run = RunShmRanks(size, [&](Communicator& comm) -> std::string {
-    for (size_t count : {size_t{0}, size_t{1}, size_t{1001}, size_t{70001}}) {
-      for (DataType t : kAllTypes) {
-        for (ReduceOp op : kAllOps) {
-          const size_t bytes = count * DataTypeSize(t);
-          std::vector<uint8_t> buf(bytes + 1), want(bytes + 1);
-          FillInput(t, op, comm.rank(), buf.data(), count);
-          FillExpected(t, op, comm.size(), want.data(), count);
-          buf[bytes] = want[bytes] = 0xA5;  // guard byte: nothing written past the end
-          RANK_OK(comm.Allreduce(count ? buf.data() : nullptr, count, t, op));
-          RANK_EXPECT(
-              CompareBytes(buf.data(), want.data(), bytes + 1, Label("allreduce", t, op, count)));
+  auto run = RunShmRanks(
+      size,
+      [&](Communicator& comm) -> std::string {
+        for (size_t count : {size_t{0}, size_t{1}, size_t{1001}, size_t{70001}}) {
+          for (DataType t : kAllTypes) {
+            for (ReduceOp op : kAllOps) {
+              const size_t bytes = count * DataTypeSize(t);
+              std::vector<uint8_t> buf(bytes + 1), want(bytes + 1);
+              FillInput(t, op, comm.rank(), buf.data(), count);
+              FillExpected(t, op, comm.size(), want.data(), count);
+              buf[bytes] = want[bytes] = 0xA5;  // guard byte: nothing written past the end
+              RANK_OK(comm.Allreduce(count ? buf.data() : nullptr, count, t, op));
+              RANK_EXPECT(CompareBytes(buf.data(), want.data(), bytes + 1,
+                                       Label("allreduce", t, op, count)));
+            }
+          }
         }
-      }
-    }
-    return "";
-  }, Tweak(tweak));
+        return "";
+      },
+      Tweak(tweak));
   REQUIRE(Check(run) == "");
 }
 
@@ -77,7 +80,8 @@ TEST_CASE("shm allreduce: 4M floats and doubles, sum, several chunks", "[shm]") 
       for (int round = 0; round < 2; ++round) {  // the second reuses the warm segment
         std::vector<uint8_t> b = buf;
         RANK_OK(comm.Allreduce(b.data(), count, t, ReduceOp::kSum));
-        RANK_EXPECT(CompareBytes(b.data(), want.data(), bytes, Label("allreduce", t, ReduceOp::kSum, count)));
+        RANK_EXPECT(CompareBytes(b.data(), want.data(), bytes,
+                                 Label("allreduce", t, ReduceOp::kSum, count)));
       }
     }
     return "";
@@ -108,22 +112,25 @@ TEST_CASE("shm broadcast from every root", "[shm]") {
   const int size = GENERATE(1, 2, 3, 4, 7);
   const int tweak = GENERATE(0, 1);
   CAPTURE(size, tweak);
-  auto run = RunShmRanks(size, [&](Communicator& comm) -> std::string {
-    for (size_t bytes : {size_t{0}, size_t{1}, size_t{1001}, size_t{3 << 20} + 7}) {
-      for (int root = 0; root < comm.size(); ++root) {
-        std::vector<uint8_t> buf(bytes, 0xEE), want(bytes);
-        for (size_t i = 0; i < bytes; ++i) want[i] = static_cast<uint8_t>(i * 31 + root);
-        if (comm.rank() == root) buf = want;
-        RANK_OK(comm.Broadcast(buf.data(), bytes, root));
-        RANK_EXPECT(
-            CompareBytes(buf.data(), want.data(), bytes, "broadcast root " + std::to_string(root)));
-      }
-    }
-    if (comm.Broadcast(nullptr, 0, comm.size()).code() != Code::kInvalidArgument) {
-      return std::string("root out of range was accepted");
-    }
-    return "";
-  }, Tweak(tweak));
+  auto run = RunShmRanks(
+      size,
+      [&](Communicator& comm) -> std::string {
+        for (size_t bytes : {size_t{0}, size_t{1}, size_t{1001}, size_t{3 << 20} + 7}) {
+          for (int root = 0; root < comm.size(); ++root) {
+            std::vector<uint8_t> buf(bytes, 0xEE), want(bytes);
+            for (size_t i = 0; i < bytes; ++i) want[i] = static_cast<uint8_t>(i * 31 + root);
+            if (comm.rank() == root) buf = want;
+            RANK_OK(comm.Broadcast(buf.data(), bytes, root));
+            RANK_EXPECT(CompareBytes(buf.data(), want.data(), bytes,
+                                     "broadcast root " + std::to_string(root)));
+          }
+        }
+        if (comm.Broadcast(nullptr, 0, comm.size()).code() != Code::kInvalidArgument) {
+          return std::string("root out of range was accepted");
+        }
+        return "";
+      },
+      Tweak(tweak));
   REQUIRE(Check(run) == "");
 }
 
@@ -131,43 +138,46 @@ TEST_CASE("shm allgatherv with uneven and zero contributions", "[shm]") {
   const int size = GENERATE(1, 2, 3, 4, 7);
   const int tweak = GENERATE(0, 1);
   CAPTURE(size, tweak);
-  auto run = RunShmRanks(size, [&](Communicator& comm) -> std::string {
-    const int n = comm.size();
-    std::vector<std::vector<size_t>> layouts;
-    for (size_t c : {size_t{1}, size_t{1001}, size_t{2000000}}) {
-      std::vector<size_t> v(n);
-      for (int r = 0; r < n; ++r) v[r] = (r % 3 == 1) ? 0 : c + r;
-      layouts.push_back(v);
-    }
-    layouts.push_back(std::vector<size_t>(n, 0));  // nothing at all
-    std::vector<size_t> one(n, 0);
-    one[n - 1] = 777;  // only the last rank contributes
-    layouts.push_back(one);
-    for (const auto& counts : layouts) {
-      size_t total = 0;
-      std::vector<uint8_t> want;
-      for (int r = 0; r < n; ++r) {
-        for (size_t i = 0; i < counts[r]; ++i) want.push_back(static_cast<uint8_t>(r * 17 + i));
-        total += counts[r];
-      }
-      std::vector<uint8_t> in(counts[comm.rank()]);
-      for (size_t i = 0; i < in.size(); ++i) in[i] = static_cast<uint8_t>(comm.rank() * 17 + i);
-      std::vector<uint8_t> out(total, 0xEE);
-      RANK_OK(comm.Allgatherv(in.data(), out.data(), counts));
-      RANK_EXPECT(CompareBytes(out.data(), want.data(), total,
-                               "allgatherv total " + std::to_string(total)));
-      // In place: this rank's contribution already sits at its offset of the output.
-      size_t offset = 0;
-      for (int r = 0; r < comm.rank(); ++r) offset += counts[r];
-      std::vector<uint8_t> inplace(total, 0xEE);
-      // (a rank with count 0 has in.data() == nullptr: memcpy of a null pointer is UB)
-      if (!in.empty()) std::memcpy(inplace.data() + offset, in.data(), in.size());
-      RANK_OK(comm.Allgatherv(inplace.data() + offset, inplace.data(), counts));
-      RANK_EXPECT(CompareBytes(inplace.data(), want.data(), total,
-                               "in-place allgatherv total " + std::to_string(total)));
-    }
-    return "";
-  }, Tweak(tweak));
+  auto run = RunShmRanks(
+      size,
+      [&](Communicator& comm) -> std::string {
+        const int n = comm.size();
+        std::vector<std::vector<size_t>> layouts;
+        for (size_t c : {size_t{1}, size_t{1001}, size_t{2000000}}) {
+          std::vector<size_t> v(n);
+          for (int r = 0; r < n; ++r) v[r] = (r % 3 == 1) ? 0 : c + r;
+          layouts.push_back(v);
+        }
+        layouts.push_back(std::vector<size_t>(n, 0));  // nothing at all
+        std::vector<size_t> one(n, 0);
+        one[n - 1] = 777;  // only the last rank contributes
+        layouts.push_back(one);
+        for (const auto& counts : layouts) {
+          size_t total = 0;
+          std::vector<uint8_t> want;
+          for (int r = 0; r < n; ++r) {
+            for (size_t i = 0; i < counts[r]; ++i) want.push_back(static_cast<uint8_t>(r * 17 + i));
+            total += counts[r];
+          }
+          std::vector<uint8_t> in(counts[comm.rank()]);
+          for (size_t i = 0; i < in.size(); ++i) in[i] = static_cast<uint8_t>(comm.rank() * 17 + i);
+          std::vector<uint8_t> out(total, 0xEE);
+          RANK_OK(comm.Allgatherv(in.data(), out.data(), counts));
+          RANK_EXPECT(CompareBytes(out.data(), want.data(), total,
+                                   "allgatherv total " + std::to_string(total)));
+          // In place: this rank's contribution already sits at its offset of the output.
+          size_t offset = 0;
+          for (int r = 0; r < comm.rank(); ++r) offset += counts[r];
+          std::vector<uint8_t> inplace(total, 0xEE);
+          // (a rank with count 0 has in.data() == nullptr: memcpy of a null pointer is UB)
+          if (!in.empty()) std::memcpy(inplace.data() + offset, in.data(), in.size());
+          RANK_OK(comm.Allgatherv(inplace.data() + offset, inplace.data(), counts));
+          RANK_EXPECT(CompareBytes(inplace.data(), want.data(), total,
+                                   "in-place allgatherv total " + std::to_string(total)));
+        }
+        return "";
+      },
+      Tweak(tweak));
   REQUIRE(Check(run) == "");
 }
 
@@ -184,29 +194,32 @@ TEST_CASE("shm alltoallv with uneven splits", "[shm]") {
   const int size = GENERATE(1, 2, 3, 4, 7);
   const int tweak = GENERATE(0, 1);
   CAPTURE(size, tweak);
-  auto run = RunShmRanks(size, [&](Communicator& comm) -> std::string {
-    const int n = comm.size(), me = comm.rank();
-    for (int k = 0; k < 3; ++k) {
-      for (size_t scale : {size_t{0}, size_t{1}, size_t{9973}, size_t{100003}}) {
-        std::vector<size_t> send(n), recv(n);
-        std::vector<uint8_t> in, want;
-        for (int d = 0; d < n; ++d) {
-          send[d] = Split(k, me, d, scale);
-          for (size_t i = 0; i < send[d]; ++i) in.push_back(SplitByte(me, d, i));
+  auto run = RunShmRanks(
+      size,
+      [&](Communicator& comm) -> std::string {
+        const int n = comm.size(), me = comm.rank();
+        for (int k = 0; k < 3; ++k) {
+          for (size_t scale : {size_t{0}, size_t{1}, size_t{9973}, size_t{100003}}) {
+            std::vector<size_t> send(n), recv(n);
+            std::vector<uint8_t> in, want;
+            for (int d = 0; d < n; ++d) {
+              send[d] = Split(k, me, d, scale);
+              for (size_t i = 0; i < send[d]; ++i) in.push_back(SplitByte(me, d, i));
+            }
+            for (int s = 0; s < n; ++s) {
+              recv[s] = Split(k, s, me, scale);
+              for (size_t i = 0; i < recv[s]; ++i) want.push_back(SplitByte(s, me, i));
+            }
+            std::vector<uint8_t> out(want.size(), 0xEE);
+            RANK_OK(comm.Alltoallv(in.data(), send, out.data(), recv));
+            RANK_EXPECT(CompareBytes(
+                out.data(), want.data(), want.size(),
+                "alltoallv layout " + std::to_string(k) + " scale " + std::to_string(scale)));
+          }
         }
-        for (int s = 0; s < n; ++s) {
-          recv[s] = Split(k, s, me, scale);
-          for (size_t i = 0; i < recv[s]; ++i) want.push_back(SplitByte(s, me, i));
-        }
-        std::vector<uint8_t> out(want.size(), 0xEE);
-        RANK_OK(comm.Alltoallv(in.data(), send, out.data(), recv));
-        RANK_EXPECT(CompareBytes(
-            out.data(), want.data(), want.size(),
-            "alltoallv layout " + std::to_string(k) + " scale " + std::to_string(scale)));
-      }
-    }
-    return "";
-  }, Tweak(tweak));
+        return "";
+      },
+      Tweak(tweak));
   REQUIRE(Check(run) == "");
 }
 
@@ -240,42 +253,46 @@ TEST_CASE("shm reducescatter with uneven counts, every dtype and op, in place", 
   const int size = GENERATE(1, 2, 3, 4, 7);
   const int tweak = GENERATE(0, 1);
   CAPTURE(size, tweak);
-  auto run = RunShmRanks(size, [&](Communicator& comm) -> std::string {
-    const int n = comm.size(), me = comm.rank();
-    for (size_t c : {size_t{0}, size_t{1}, size_t{1001}, size_t{200001}}) {
-      std::vector<size_t> counts(n);
-      for (int r = 0; r < n; ++r) counts[r] = (r % 2 == 1) ? 0 : c + r;  // zeros included
-      if (n == 1) counts[0] = c;
-      size_t total = 0, offset = 0;
-      for (int r = 0; r < n; ++r) {
-        if (r < me) offset += counts[r];
-        total += counts[r];
-      }
-      for (DataType t : kAllTypes) {
-        for (ReduceOp op : kAllOps) {
-          if (c > 2000 && t != DataType::kFloat32 && op != ReduceOp::kSum) continue;
-          const size_t es = DataTypeSize(t);
-          const size_t mine = counts[me] * es;
-          std::vector<uint8_t> in(total * es), out(mine + 1), want(mine + 1);
-          FillInput(t, op, me, in.data(), total);
-          FillExpected(t, op, n, want.data(), counts[me], offset);
-          out.back() = want.back() = 0xA5;
-          RANK_OK(comm.Reducescatter(in.data(), out.data(), counts, t, op));
-          RANK_EXPECT(CompareBytes(out.data(), want.data(), out.size(),
-                                   Label("reducescatter", t, op, total)));
-          // Output at this rank's slice of the input, and at the input's start.
-          std::vector<uint8_t> a = in, b = in;
-          RANK_OK(comm.Reducescatter(a.data(), a.data() + offset * es, counts, t, op));
-          RANK_EXPECT(CompareBytes(a.data() + offset * es, want.data(), mine,
-                                   Label("reducescatter in place", t, op, total)));
-          RANK_OK(comm.Reducescatter(b.data(), b.data(), counts, t, op));
-          RANK_EXPECT(CompareBytes(b.data(), want.data(), mine,
-                                   Label("reducescatter into the input's start", t, op, total)));
+  auto run = RunShmRanks(
+      size,
+      [&](Communicator& comm) -> std::string {
+        const int n = comm.size(), me = comm.rank();
+        for (size_t c : {size_t{0}, size_t{1}, size_t{1001}, size_t{200001}}) {
+          std::vector<size_t> counts(n);
+          for (int r = 0; r < n; ++r) counts[r] = (r % 2 == 1) ? 0 : c + r;  // zeros included
+          if (n == 1) counts[0] = c;
+          size_t total = 0, offset = 0;
+          for (int r = 0; r < n; ++r) {
+            if (r < me) offset += counts[r];
+            total += counts[r];
+          }
+          for (DataType t : kAllTypes) {
+            for (ReduceOp op : kAllOps) {
+              if (c > 2000 && t != DataType::kFloat32 && op != ReduceOp::kSum) continue;
+              const size_t es = DataTypeSize(t);
+              const size_t mine = counts[me] * es;
+              std::vector<uint8_t> in(total * es), out(mine + 1), want(mine + 1);
+              FillInput(t, op, me, in.data(), total);
+              FillExpected(t, op, n, want.data(), counts[me], offset);
+              out.back() = want.back() = 0xA5;
+              RANK_OK(comm.Reducescatter(in.data(), out.data(), counts, t, op));
+              RANK_EXPECT(CompareBytes(out.data(), want.data(), out.size(),
+                                       Label("reducescatter", t, op, total)));
+              // Output at this rank's slice of the input, and at the input's start.
+              std::vector<uint8_t> a = in, b = in;
+              RANK_OK(comm.Reducescatter(a.data(), a.data() + offset * es, counts, t, op));
+              RANK_EXPECT(CompareBytes(a.data() + offset * es, want.data(), mine,
+                                       Label("reducescatter in place", t, op, total)));
+              RANK_OK(comm.Reducescatter(b.data(), b.data(), counts, t, op));
+              RANK_EXPECT(
+                  CompareBytes(b.data(), want.data(), mine,
+                               Label("reducescatter into the input's start", t, op, total)));
+            }
+          }
         }
-      }
-    }
-    return "";
-  }, Tweak(tweak));
+        return "";
+      },
+      Tweak(tweak));
   REQUIRE(Check(run) == "");
 }
 
@@ -308,24 +325,27 @@ TEST_CASE("shm collectives interleave on one communicator", "[shm]") {
   const int size = GENERATE(2, 3, 7);
   const int tweak = GENERATE(0, 1);
   CAPTURE(size, tweak);
-  auto run = RunShmRanks(size, [&](Communicator& comm) -> std::string {
-    const int n = comm.size();
-    for (int i = 0; i < 200; ++i) {
-      const size_t count = static_cast<size_t>((i * 7919) % 5000);
-      std::vector<int32_t> v(count, comm.rank() + i);
-      RANK_OK(comm.Allreduce(v.data(), count, DataType::kInt32, ReduceOp::kSum));
-      const int32_t want = n * (n - 1) / 2 + n * i;
-      for (size_t k = 0; k < count; ++k) {
-        if (v[k] != want) return "round " + std::to_string(i) + ": allreduce wrong";
-      }
-      std::vector<uint8_t> b(count % 3000, comm.rank() == i % n ? 7 : 0);
-      RANK_OK(comm.Broadcast(b.data(), b.size(), i % n));
-      for (uint8_t x : b) {
-        if (x != 7) return "round " + std::to_string(i) + ": broadcast wrong";
-      }
-      if (i % 10 == 0) RANK_OK(comm.Barrier());
-    }
-    return "";
-  }, Tweak(tweak));
+  auto run = RunShmRanks(
+      size,
+      [&](Communicator& comm) -> std::string {
+        const int n = comm.size();
+        for (int i = 0; i < 200; ++i) {
+          const size_t count = static_cast<size_t>((i * 7919) % 5000);
+          std::vector<int32_t> v(count, comm.rank() + i);
+          RANK_OK(comm.Allreduce(v.data(), count, DataType::kInt32, ReduceOp::kSum));
+          const int32_t want = n * (n - 1) / 2 + n * i;
+          for (size_t k = 0; k < count; ++k) {
+            if (v[k] != want) return "round " + std::to_string(i) + ": allreduce wrong";
+          }
+          std::vector<uint8_t> b(count % 3000, comm.rank() == i % n ? 7 : 0);
+          RANK_OK(comm.Broadcast(b.data(), b.size(), i % n));
+          for (uint8_t x : b) {
+            if (x != 7) return "round " + std::to_string(i) + ": broadcast wrong";
+          }
+          if (i % 10 == 0) RANK_OK(comm.Barrier());
+        }
+        return "";
+      },
+      Tweak(tweak));
   REQUIRE(Check(run) == "");
 }

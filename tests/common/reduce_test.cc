@@ -1,7 +1,6 @@
 #include "common/reduce.h"
 
 #include <catch2/catch.hpp>
-
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -103,16 +102,9 @@ const FloatToBits16 kToBfloat16[] = {
 };
 // float16 bits -> float32 bits: numpy astype(float32)
 const Bits16ToFloat kFromHalf[] = {
-    {0x0001, 0x33800000u},
-    {0x03ff, 0x387fc000u},
-    {0x0400, 0x38800000u},
-    {0x3555, 0x3eaaa000u},
-    {0x7bff, 0x477fe000u},
-    {0x7c00, 0x7f800000u},
-    {0xfc00, 0xff800000u},
-    {0x8000, 0x80000000u},
-    {0x8001, 0xb3800000u},
-    {0xc100, 0xc0200000u},
+    {0x0001, 0x33800000u}, {0x03ff, 0x387fc000u}, {0x0400, 0x38800000u}, {0x3555, 0x3eaaa000u},
+    {0x7bff, 0x477fe000u}, {0x7c00, 0x7f800000u}, {0xfc00, 0xff800000u}, {0x8000, 0x80000000u},
+    {0x8001, 0xb3800000u}, {0xc100, 0xc0200000u},
 };
 // float16 ops: numpy float16 ufuncs
 const Reduction16 kHalfOps[] = {
@@ -131,27 +123,27 @@ const Reduction16 kHalfOps[] = {
     {ReduceOp::kProduct, 0x0003, 0x3800, 0x0002},  // 3 * 2^-24 * 0.5: tie -> 2 * 2^-24
     {ReduceOp::kProduct, 0x5c00, 0x5c00, 0x7c00},  // 256 * 256 -> inf
     {ReduceOp::kProduct, 0x3555, 0x4200, 0x3c00},  // 0.333 * 3
-    {ReduceOp::kMin, 0x3c00, 0xfc00, 0xfc00},  // min with -inf
-    {ReduceOp::kMax, 0x0001, 0x8001, 0x0001},  // max of +-2^-24
-    {ReduceOp::kMin, 0x7bff, 0x7c00, 0x7bff},  // min with inf
-    {ReduceOp::kMax, 0xc100, 0xc200, 0xc100},  // max(-2.5, -3)
+    {ReduceOp::kMin, 0x3c00, 0xfc00, 0xfc00},      // min with -inf
+    {ReduceOp::kMax, 0x0001, 0x8001, 0x0001},      // max of +-2^-24
+    {ReduceOp::kMin, 0x7bff, 0x7c00, 0x7bff},      // min with inf
+    {ReduceOp::kMax, 0xc100, 0xc200, 0xc100},      // max(-2.5, -3)
 };
 // bfloat16 ops: torch bfloat16 ops
 const Reduction16 kBfloat16Ops[] = {
-    {ReduceOp::kSum, 0x3f80, 0x3b80, 0x3f80},  // 1 + 2^-8: tie -> 1
-    {ReduceOp::kSum, 0x3f81, 0x3b80, 0x3f82},  // tie -> even
-    {ReduceOp::kSum, 0x4380, 0x3f80, 0x4380},  // 256 + 1: tie -> 256
-    {ReduceOp::kSum, 0x4380, 0x4040, 0x4382},  // 256 + 3: tie -> 260
-    {ReduceOp::kSum, 0x7f7f, 0x7f7f, 0x7f80},  // overflow -> inf
-    {ReduceOp::kSum, 0x0001, 0x0001, 0x0002},  // denormals
+    {ReduceOp::kSum, 0x3f80, 0x3b80, 0x3f80},      // 1 + 2^-8: tie -> 1
+    {ReduceOp::kSum, 0x3f81, 0x3b80, 0x3f82},      // tie -> even
+    {ReduceOp::kSum, 0x4380, 0x3f80, 0x4380},      // 256 + 1: tie -> 256
+    {ReduceOp::kSum, 0x4380, 0x4040, 0x4382},      // 256 + 3: tie -> 260
+    {ReduceOp::kSum, 0x7f7f, 0x7f7f, 0x7f80},      // overflow -> inf
+    {ReduceOp::kSum, 0x0001, 0x0001, 0x0002},      // denormals
     {ReduceOp::kAverage, 0x3fc0, 0x3f00, 0x4000},  // average reduces as sum
     {ReduceOp::kProduct, 0x0001, 0x3f00, 0x0000},  // denormal * 0.5: tie -> 0
     {ReduceOp::kProduct, 0x0003, 0x3f00, 0x0002},  // tie -> 2
     {ReduceOp::kProduct, 0x7f00, 0x4000, 0x7f80},  // overflow -> inf
     {ReduceOp::kProduct, 0x3eab, 0x4040, 0x3f80},  // 0.333 * 3
-    {ReduceOp::kMin, 0x3f80, 0xff80, 0xff80},  // min with -inf
-    {ReduceOp::kMax, 0xc040, 0xc0a0, 0xc040},  // max(-3, -5)
-    {ReduceOp::kMin, 0x4040, 0xc0a0, 0xc0a0},  // min(3, -5)
+    {ReduceOp::kMin, 0x3f80, 0xff80, 0xff80},      // min with -inf
+    {ReduceOp::kMax, 0xc040, 0xc0a0, 0xc040},      // max(-3, -5)
+    {ReduceOp::kMin, 0x4040, 0xc0a0, 0xc0a0},      // min(3, -5)
 };
 // float16 scaled: numpy float16(float64(x) * factor)
 const Scale16 kHalfScales[] = {
@@ -204,8 +196,8 @@ TEST_CASE("float to bfloat16 rounds to nearest even: ties, denormals, overflow, 
 TEST_CASE("NaN stays NaN both ways, whatever its payload") {
   // Payloads that break naive rounding: all ones carries into the sign bit; a payload only in
   // the low bits truncates to infinity.
-  for (uint32_t nan : {0x7fc00000u, 0xffc00000u, 0x7fffffffu, 0xffffffffu, 0x7f800001u,
-                       0x7f801fffu, 0x7fbfffffu}) {
+  for (uint32_t nan : {0x7fc00000u, 0xffc00000u, 0x7fffffffu, 0xffffffffu, 0x7f800001u, 0x7f801fffu,
+                       0x7fbfffffu}) {
     INFO("float bits 0x" << std::hex << nan);
     CHECK(IsHalfNan(FloatToHalf(FromBits(nan))));
     CHECK(IsBfloat16Nan(FloatToBfloat16(FromBits(nan))));
@@ -279,10 +271,18 @@ std::vector<T> Reference(const std::vector<T>& a, const std::vector<T>& b, Reduc
   for (size_t i = 0; i < a.size(); ++i) {
     switch (op) {
       case ReduceOp::kSum:
-      case ReduceOp::kAverage: r[i] = static_cast<T>(a[i] + b[i]); break;
-      case ReduceOp::kProduct: r[i] = static_cast<T>(a[i] * b[i]); break;
-      case ReduceOp::kMin: r[i] = a[i] < b[i] ? a[i] : b[i]; break;
-      case ReduceOp::kMax: r[i] = a[i] < b[i] ? b[i] : a[i]; break;
+      case ReduceOp::kAverage:
+        r[i] = static_cast<T>(a[i] + b[i]);
+        break;
+      case ReduceOp::kProduct:
+        r[i] = static_cast<T>(a[i] * b[i]);
+        break;
+      case ReduceOp::kMin:
+        r[i] = a[i] < b[i] ? a[i] : b[i];
+        break;
+      case ReduceOp::kMax:
+        r[i] = a[i] < b[i] ? b[i] : a[i];
+        break;
     }
   }
   return r;
@@ -394,8 +394,8 @@ TEST_CASE("Status and type names") {
   CHECK(DataTypeSize(DataType::kBfloat16) == 2);
   CHECK(std::string(DataTypeName(DataType::kBool)) == "bool");
   CHECK(IsValidDataType(8));
-  CHECK(IsValidDataType(9));    // int16
-  CHECK(IsValidDataType(10));   // uint16
+  CHECK(IsValidDataType(9));   // int16
+  CHECK(IsValidDataType(10));  // uint16
   CHECK_FALSE(IsValidDataType(11));
   CHECK(IsValidReduceOp(0));
   CHECK_FALSE(IsValidReduceOp(-1));

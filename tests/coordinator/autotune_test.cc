@@ -50,8 +50,8 @@ TEST_CASE("the search walks thresholds, then cycle times at the best, and picks 
   const auto measured = RunSearch(&search, score);
   REQUIRE(search.Done());
   // Stage 1: the start first, then the others in order; stage 2 skips (32, 1000) (measured).
-  const std::vector<TuningPoint> want = {{64, 1000}, {16, 1000}, {32, 1000}, {128, 1000},
-                                         {32, 500},  {32, 5000}};
+  const std::vector<TuningPoint> want = {{64, 1000},  {16, 1000}, {32, 1000},
+                                         {128, 1000}, {32, 500},  {32, 5000}};
   REQUIRE(measured == want);
   REQUIRE(search.Best() == TuningPoint{32, 5000});
   REQUIRE(search.Current() == TuningPoint{32, 5000});
@@ -67,7 +67,7 @@ TEST_CASE("the search stops after its trials and ties keep the earlier point", "
   AutotuneSearch search(Space());
   const auto measured = RunSearch(&search, [](const TuningPoint&) { return 7.0; });
   REQUIRE(search.Done());
-  REQUIRE(measured.size() == 4 + 2);  // |fusion| + |cycle| - 1
+  REQUIRE(measured.size() == 4 + 2);                // |fusion| + |cycle| - 1
   REQUIRE(search.Best() == TuningPoint{64, 1000});  // the start, measured first
   REQUIRE(search.trials().size() == 6);
 }
@@ -108,8 +108,7 @@ PlannedBucket StepBucket(const std::vector<std::string>& names, int64_t n) {
   return b;
 }
 
-TEST_CASE("the autotuner scores trials by measured bytes per second and converges",
-          "[autotune]") {
+TEST_CASE("the autotuner scores trials by measured bytes per second and converges", "[autotune]") {
   AutotuneConfig c;
   c.enabled = true;
   c.warmup_samples = 2;
@@ -173,7 +172,8 @@ TEST_CASE("the CSV has a header, one row per trial and one chosen row", "[autotu
   std::istringstream in(csv);
   std::string line;
   std::getline(in, line);
-  REQUIRE(line == "trial,stage,fusion_threshold_bytes,cycle_time_ms,score_bytes_per_s,samples,chosen");
+  REQUIRE(line ==
+          "trial,stage,fusion_threshold_bytes,cycle_time_ms,score_bytes_per_s,samples,chosen");
   std::vector<std::string> rows;
   while (std::getline(in, line)) rows.push_back(line);
   REQUIRE(rows.size() == search.trials().size());
@@ -184,8 +184,9 @@ TEST_CASE("the CSV has a header, one row per trial and one chosen row", "[autotu
   REQUIRE(rows[3] == "3,1,128,1,192,5,1");
   REQUIRE(rows[4] == "4,2,128,0.5,192,5,0");
 
-  const std::string path = std::string(std::getenv("TEST_TMPDIR") ? std::getenv("TEST_TMPDIR")
-                                                                   : "/tmp") + "/autotune.csv";
+  const std::string path =
+      std::string(std::getenv("TEST_TMPDIR") ? std::getenv("TEST_TMPDIR") : "/tmp") +
+      "/autotune.csv";
   REQUIRE(WriteAutotuneLog(path, search.trials()).ok());
   std::ifstream f(path);
   std::stringstream read;

@@ -1,6 +1,6 @@
-#include <catch2/catch.hpp>
-
 #include "coordinator/convert.h"
+
+#include <catch2/catch.hpp>
 
 namespace hora {
 namespace {

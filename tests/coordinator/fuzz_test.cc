@@ -54,14 +54,29 @@ struct Fuzzer {
   bool Coin(int one_in) { return U(one_in) == 0; }
 
   int64_t Extreme() {
-    static const int64_t kValues[] = {0, 1, -1, 2, 3, 7, 1024, int64_t{1} << 31, int64_t{1} << 48,
-                                      (int64_t{1} << 48) + 1, std::numeric_limits<int64_t>::max(),
-                                      std::numeric_limits<int64_t>::min(), -(int64_t{1} << 40)};
+    static const int64_t kValues[] = {0,
+                                      1,
+                                      -1,
+                                      2,
+                                      3,
+                                      7,
+                                      1024,
+                                      int64_t{1} << 31,
+                                      int64_t{1} << 48,
+                                      (int64_t{1} << 48) + 1,
+                                      std::numeric_limits<int64_t>::max(),
+                                      std::numeric_limits<int64_t>::min(),
+                                      -(int64_t{1} << 40)};
     return Coin(2) ? kValues[U(sizeof(kValues) / sizeof(kValues[0]))]
                    : static_cast<int64_t>(U(64)) - 8;
   }
   double Scale() {
-    static const double kValues[] = {1.0, 0.0, -1.0, 0.5, 1e308, -1e308,
+    static const double kValues[] = {1.0,
+                                     0.0,
+                                     -1.0,
+                                     0.5,
+                                     1e308,
+                                     -1e308,
                                      std::numeric_limits<double>::quiet_NaN(),
                                      std::numeric_limits<double>::infinity()};
     return kValues[U(8)];
@@ -86,7 +101,8 @@ struct Fuzzer {
     s.set_prescale(Coin(3) ? Scale() : 1.0);
     s.set_postscale(Coin(3) ? Scale() : 1.0);
     const int nsplits = Coin(3) ? static_cast<int>(U(5)) : 0;
-    for (int i = 0; i < nsplits; ++i) s.add_splits(Coin(3) ? Extreme() : static_cast<int64_t>(U(5)));
+    for (int i = 0; i < nsplits; ++i)
+      s.add_splits(Coin(3) ? Extreme() : static_cast<int64_t>(U(5)));
     return s;
   }
 
@@ -108,11 +124,20 @@ struct Fuzzer {
   proto::WorkerMessage Worker() {
     proto::WorkerMessage m;
     switch (U(6)) {
-      case 0: m.mutable_hello()->set_rank(static_cast<int32_t>(Extreme())); break;
-      case 1: m.mutable_heartbeat(); break;
-      case 2: m.mutable_join_op(); break;
-      case 3: m.mutable_failure()->set_message(Name()); break;
-      default: m = Ready(8);
+      case 0:
+        m.mutable_hello()->set_rank(static_cast<int32_t>(Extreme()));
+        break;
+      case 1:
+        m.mutable_heartbeat();
+        break;
+      case 2:
+        m.mutable_join_op();
+        break;
+      case 3:
+        m.mutable_failure()->set_message(Name());
+        break;
+      default:
+        m = Ready(8);
     }
     return m;
   }
@@ -258,9 +283,14 @@ TEST_CASE("fuzz: message parsing, conversion and planning never crash", "[fuzz]"
     for (int i = 0; i < 256; ++i, ++inputs) {
       std::string bytes;
       switch (f.U(3)) {
-        case 0: bytes = f.Mutate(corpus[f.U(corpus.size())], corpus); break;
-        case 1: bytes = f.Worker().SerializeAsString(); break;
-        default: bytes = f.Bucket().SerializeAsString();
+        case 0:
+          bytes = f.Mutate(corpus[f.U(corpus.size())], corpus);
+          break;
+        case 1:
+          bytes = f.Worker().SerializeAsString();
+          break;
+        default:
+          bytes = f.Bucket().SerializeAsString();
       }
       now += std::chrono::microseconds(f.U(5000));
       Consume(bytes, planner.get(), static_cast<int>(f.U(3)), now);
@@ -326,7 +356,8 @@ TEST_CASE("fuzz: a live coordinator survives mutated session messages", "[fuzz]"
   std::vector<std::unique_ptr<testing::RawRank>> joiners;
   std::vector<std::thread> threads;
   std::vector<grpc::Status> joined(2);
-  for (int r = 0; r < 2; ++r) joiners.push_back(std::make_unique<testing::RawRank>(service->port()));
+  for (int r = 0; r < 2; ++r)
+    joiners.push_back(std::make_unique<testing::RawRank>(service->port()));
   for (int r = 0; r < 2; ++r) {
     threads.emplace_back([&, r] { joined[r] = joiners[r]->Join(testing::RawRank::Request(r, 2)); });
   }

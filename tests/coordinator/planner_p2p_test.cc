@@ -40,8 +40,9 @@ TEST_CASE("p2p: a size or dtype that differs fails both sides, naming the field"
   for (bool dtype : {false, true}) {
     Planner p(Config(4));
     p.Submit(1, Transfer(CollectiveType::kSend, 3), At(0));
-    p.Submit(3, dtype ? Transfer(CollectiveType::kRecv, 1, 8, DataType::kInt32)
-                      : Transfer(CollectiveType::kRecv, 1, 9),
+    p.Submit(3,
+             dtype ? Transfer(CollectiveType::kRecv, 1, 8, DataType::kInt32)
+                   : Transfer(CollectiveType::kRecv, 1, 9),
              At(0));
     PlannerOutput out = p.Poll(At(0));
     REQUIRE(out.buckets.empty());

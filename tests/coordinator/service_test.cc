@@ -109,11 +109,10 @@ TEST_CASE("A wrong token is refused and the job beside it goes on", "[service]")
   proto::StoreSetRequest set;
   set.set_key("k");
   proto::StoreSetResponse resp;
-  CHECK(raw.stub()->StoreSet(&ctx, set, &resp).error_code() ==
-        grpc::StatusCode::UNAUTHENTICATED);
+  CHECK(raw.stub()->StoreSet(&ctx, set, &resp).error_code() == grpc::StatusCode::UNAUTHENTICATED);
 
-  auto clients = ConnectAll({ClientFor(config, service->port(), 0),
-                             ClientFor(config, service->port(), 1)});
+  auto clients =
+      ConnectAll({ClientFor(config, service->port(), 0), ClientFor(config, service->port(), 1)});
   REQUIRE(clients[0]);
   REQUIRE(clients[1]);
   REQUIRE(clients[0]->Set("k", "v").ok());
@@ -150,8 +149,8 @@ TEST_CASE("Mismatched options, version, size and duplicate ranks are refused", "
     CHECK(raw.Join(RawRank::Request(5, 2)).error_code() == grpc::StatusCode::INVALID_ARGUMENT);
   }
   SECTION("duplicate rank") {
-    auto clients = ConnectAll({ClientFor(config, service->port(), 0),
-                               ClientFor(config, service->port(), 1)});
+    auto clients =
+        ConnectAll({ClientFor(config, service->port(), 0), ClientFor(config, service->port(), 1)});
     REQUIRE(clients[0]);
     REQUIRE(clients[1]);
     auto dup = CoordinatorClient::Connect(ClientFor(config, service->port(), 0, "other-host"));
@@ -194,8 +193,8 @@ TEST_CASE("Store: set, get, wait for a key, timeout", "[service]") {
   CoordinatorConfig config = ServiceConfig(2);
   auto service = StartService(config);
   REQUIRE(service);
-  auto clients = ConnectAll({ClientFor(config, service->port(), 0),
-                             ClientFor(config, service->port(), 1)});
+  auto clients =
+      ConnectAll({ClientFor(config, service->port(), 0), ClientFor(config, service->port(), 1)});
   REQUIRE(clients[0]);
   REQUIRE(clients[1]);
   REQUIRE(clients[0]->Set("nccl/id", std::string("\0\1\2", 3)).ok());

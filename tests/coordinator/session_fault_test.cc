@@ -1,7 +1,6 @@
 // Faults on the session streams: a crashed rank, a silent rank, a worker failure, a stall
 // timeout, a lost coordinator, the coordinator's shutdown, an oversized message.
 #include <catch2/catch.hpp>
-
 #include <thread>
 
 #include "tests/coordinator/coordinator_test_util.h"
@@ -55,8 +54,7 @@ struct FaultJob {
 
   // Every real rank got exactly one abort with `code` containing `text`; the product's bound
   // is `bound` after t0, the test allows HangBound(bound) (shared, loaded machines).
-  void ExpectAbort(Code code, const std::string& text, Clock::time_point t0,
-                   milliseconds bound) {
+  void ExpectAbort(Code code, const std::string& text, Clock::time_point t0, milliseconds bound) {
     for (size_t r = 0; r < recorders.size(); ++r) {
       Recorder* rec = recorders[r].get();
       INFO("rank " << r);
@@ -91,8 +89,8 @@ TEST_CASE("A rank that stops sending heartbeats is reported to all", "[fault]") 
   const auto t0 = Clock::now();
   REQUIRE(job.Start(c, true, milliseconds(5000)));
   job.ExpectAbort(Code::kPeerFailure,
-                  "rank 2 (host raw-host, pid 4242) is lost: missed heartbeats for 0.",
-                  t0, 2 * c.heartbeat_timeout);
+                  "rank 2 (host raw-host, pid 4242) is lost: missed heartbeats for 0.", t0,
+                  2 * c.heartbeat_timeout);
 }
 
 TEST_CASE("A worker's failure aborts the others with its message", "[fault]") {
@@ -101,8 +99,9 @@ TEST_CASE("A worker's failure aborts the others with its message", "[fault]") {
   const auto t0 = Clock::now();
   job.clients[2]->SendFailure("CUDA error: out of memory");
   job.recorders.pop_back();  // rank 2 itself is not told
-  job.ExpectAbort(Code::kPeerFailure, "rank 2 (host host-a, pid 1002) failed: CUDA error: out of memory",
-                  t0, milliseconds(1000));
+  job.ExpectAbort(Code::kPeerFailure,
+                  "rank 2 (host host-a, pid 1002) failed: CUDA error: out of memory", t0,
+                  milliseconds(1000));
 }
 
 TEST_CASE("The stall timeout aborts with the stall report", "[fault]") {
@@ -149,7 +148,8 @@ TEST_CASE("After an abort, a rank that left and joins again is told to wait", "[
   const auto deadline = Clock::now() + HangBound(milliseconds(1000));
   do {  // the session's end reaches the service asynchronously
     left = again.Join(RawRank::Request(1, 3));
-    if (left.error_code() != grpc::StatusCode::UNAVAILABLE) std::this_thread::sleep_for(milliseconds(20));
+    if (left.error_code() != grpc::StatusCode::UNAVAILABLE)
+      std::this_thread::sleep_for(milliseconds(20));
   } while (left.error_code() != grpc::StatusCode::UNAVAILABLE && Clock::now() < deadline);
   INFO(left.error_message());
   CHECK(left.error_code() == grpc::StatusCode::UNAVAILABLE);
@@ -202,8 +202,7 @@ TEST_CASE("Coordinator shutdown: drained ranks end quietly, the rest are aborted
   }
 }
 
-TEST_CASE("An oversized session message breaks only that rank; the service survives",
-          "[fault]") {
+TEST_CASE("An oversized session message breaks only that rank; the service survives", "[fault]") {
   CoordinatorConfig c = ServiceConfig(3);
   c.max_message_bytes = 64 << 10;
   FaultJob job;

@@ -1,8 +1,7 @@
 // Session streams end to end: plans in one global order with each rank's own ids, join,
 // tensor errors, and the failure paths (crash, silence, failure, stall, shutdown).
-#include <catch2/catch.hpp>
-
 #include <algorithm>
+#include <catch2/catch.hpp>
 #include <cstdio>
 #include <cstring>
 #include <map>
@@ -179,8 +178,10 @@ TEST_CASE("Every rank receives the same bucket sequence with its own ids", "[ses
 
 // docs/design.md: a small allreduce whose data every rank sent inline is reduced by the
 // coordinator; when some rank's data is missing, the bucket falls back to the data plane.
-TEST_CASE("Inline allreduce: reduced by the coordinator, or on the data plane when a rank's data "
-          "is missing", "[session]") {
+TEST_CASE(
+    "Inline allreduce: reduced by the coordinator, or on the data plane when a rank's data "
+    "is missing",
+    "[session]") {
   const int size = 2;
   Job job;
   REQUIRE(job.Start(ServiceConfig(size), size));

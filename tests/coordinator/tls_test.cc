@@ -26,16 +26,24 @@ bool Sh(const std::string& dir, const std::string& cmd) {
 // ca NAME: NAME.pem / NAME.key, a self-signed CA. EC keys: fast to make.
 std::string MakeCa(const std::string& name) {
   return "openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes "
-         "-keyout " + name + ".key -out " + name + ".pem -days 1 -subj /CN=" + name;
+         "-keyout " +
+         name + ".key -out " + name + ".pem -days 1 -subj /CN=" + name;
 }
 
 // leaf NAME signed by CA: NAME.pem / NAME.key, with SAN 127.0.0.1 and localhost.
 std::string MakeLeaf(const std::string& name, const std::string& ca) {
   return "openssl req -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes "
-         "-keyout " + name + ".key -out " + name + ".csr -subj /CN=" + name + " && "
-         "printf 'subjectAltName=IP:127.0.0.1,DNS:localhost\\n' > " + name + ".ext && "
-         "openssl x509 -req -in " + name + ".csr -CA " + ca + ".pem -CAkey " + ca + ".key "
-         "-CAcreateserial -out " + name + ".pem -days 1 -extfile " + name + ".ext";
+         "-keyout " +
+         name + ".key -out " + name + ".csr -subj /CN=" + name +
+         " && "
+         "printf 'subjectAltName=IP:127.0.0.1,DNS:localhost\\n' > " +
+         name +
+         ".ext && "
+         "openssl x509 -req -in " +
+         name + ".csr -CA " + ca + ".pem -CAkey " + ca +
+         ".key "
+         "-CAcreateserial -out " +
+         name + ".pem -days 1 -extfile " + name + ".ext";
 }
 
 // The files of one test: ca (server, client), other_ca (rogue_client).
@@ -103,9 +111,7 @@ TEST_CASE("Mutual TLS: ranks with client certificates work; the others are refus
   REQUIRE(service);
   const int port = service->port();
 
-  SECTION("plaintext") {
-    CHECK(Refused(ConnectOne(config, port, TlsFiles{})));
-  }
+  SECTION("plaintext") { CHECK(Refused(ConnectOne(config, port, TlsFiles{}))); }
   SECTION("no client certificate") {
     CHECK(Refused(ConnectOne(config, port, TlsFiles{"", "", certs.File("ca.pem")})));
   }
@@ -126,9 +132,7 @@ TEST_CASE("Server-only TLS: a client with the CA and no certificate works", "[tl
   auto service = StartService(config);
   REQUIRE(service);
   const int port = service->port();
-  SECTION("plaintext is refused") {
-    CHECK(Refused(ConnectOne(config, port, TlsFiles{})));
-  }
+  SECTION("plaintext is refused") { CHECK(Refused(ConnectOne(config, port, TlsFiles{}))); }
   SECTION("a client that trusts another CA is refused") {
     CHECK(Refused(ConnectOne(config, port, TlsFiles{"", "", certs.File("other_ca.pem")})));
   }

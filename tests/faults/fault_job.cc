@@ -56,8 +56,8 @@ int main(int argc, char** argv) {
       if (s != HORA_OK) return Report(rank, s, hora_last_error());
       s = hora_send_async(&t, (rank + 1) % size, 0, HORA_GLOBAL_PROCESS_SET, &h);
     } else {
-      s = hora_allreduce_async(steady ? "fault.steady" : "fault.grad", &t, buf.data(),
-                               HORA_AVERAGE, 1, 1, HORA_GLOBAL_PROCESS_SET, &h);
+      s = hora_allreduce_async(steady ? "fault.steady" : "fault.grad", &t, buf.data(), HORA_AVERAGE,
+                               1, 1, HORA_GLOBAL_PROCESS_SET, &h);
     }
     if (s != HORA_OK) return Report(rank, s, hora_last_error());
     if (p2p) {  // the receive names the sender when the sender dies

@@ -41,7 +41,8 @@ hora_status_t AllreduceSum(const char* name, std::vector<float>* buf, std::strin
   int64_t shape[1] = {static_cast<int64_t>(buf->size())};
   hora_tensor_t t = {buf->data(), shape, 1, HORA_FLOAT32, HORA_DEVICE_CPU, 0, nullptr};
   hora_handle_t h = 0;
-  hora_status_t s = hora_allreduce_async(name, &t, buf->data(), HORA_SUM, 1, 1, HORA_GLOBAL_PROCESS_SET, &h);
+  hora_status_t s =
+      hora_allreduce_async(name, &t, buf->data(), HORA_SUM, 1, 1, HORA_GLOBAL_PROCESS_SET, &h);
   if (s != HORA_OK) {
     *msg = hora_last_error();
     return s;
@@ -79,8 +80,8 @@ int Stall(double delay) {
     msg = async_msg ? async_msg : "";
     std::string later;
     if (AllreduceSum("stall.after", &buf, &later) != s || later != msg) {
-      return Failed(HORA_ERR_INTERNAL, "an operation after the error did not fail with it: " +
-                                           later);
+      return Failed(HORA_ERR_INTERNAL,
+                    "an operation after the error did not fail with it: " + later);
     }
   }
   if (s != HORA_OK) return Failed(s, msg);
@@ -106,9 +107,10 @@ int Loop(double min_seconds) {
     // Small: inline on the coordinator. Last element: the stop vote.
     std::vector<float> small(16);
     for (size_t k = 0; k < small.size(); ++k) small[k] = static_cast<float>(g_rank + k + i % 7);
-    const bool want_stop = g_rank == 0 && ((Now() - start >= min_seconds &&
-                                            stop_file != nullptr && access(stop_file, F_OK) == 0) ||
-                                           Now() - start > 120);
+    const bool want_stop =
+        g_rank == 0 &&
+        ((Now() - start >= min_seconds && stop_file != nullptr && access(stop_file, F_OK) == 0) ||
+         Now() - start > 120);
     small.back() = want_stop ? 1.0f : 0.0f;
     std::string msg;
     hora_status_t s = AllreduceSum(names[i % 4], &small, &msg);

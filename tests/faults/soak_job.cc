@@ -121,7 +121,7 @@ int main(int argc, char** argv) {
       "SOAK rank=%d n=%ld warm_rss_kib=%ld end_rss_kib=%ld growth_kib=%ld threads_init=%d "
       "threads_warm=%d threads_end=%d threads_after_shutdown=%d handles_end=%zu seconds=%.1f "
       "bad=%ld\n",
-      rank, total, warm_rss, end_rss, end_rss - warm_rss, threads_init, threads_warm,
-      threads_end, threads_after, handles_end, seconds, bad);
+      rank, total, warm_rss, end_rss, end_rss - warm_rss, threads_init, threads_warm, threads_end,
+      threads_after, handles_end, seconds, bad);
   return bad == 0 ? 0 : 4;
 }

@@ -136,8 +136,8 @@ int main(int argc, char** argv) {
   for (char& c : garbage) c = static_cast<char>(rng());
   std::string detail;
   Check("garbage_bytes", DroppedAfter(host, port, garbage, 10, &detail), detail);
-  Check("http1_request",
-        DroppedAfter(host, port, "GET / HTTP/1.1\r\nHost: x\r\n\r\n", 10, &detail), detail);
+  Check("http1_request", DroppedAfter(host, port, "GET / HTTP/1.1\r\nHost: x\r\n\r\n", 10, &detail),
+        detail);
   // An HTTP/2 preface followed by a frame of nonsense.
   std::string h2 = "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
   h2 += std::string("\x00\x00\x08\x99\xff\xff\xff\xff\xff", 9) + std::string(8, '\xee');

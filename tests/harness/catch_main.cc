@@ -2,7 +2,6 @@
 // A listener prints "N passed, N failed" (test cases) at the end, which .ci/test_summary.sh reads.
 #define CATCH_CONFIG_MAIN
 #include <catch2/catch.hpp>
-
 #include <cstdio>
 
 namespace {

@@ -52,7 +52,8 @@ double Reduce(int64_t i, hora_dtype_t t, hora_reduce_op_t op) {
       acc *= v;
     }
   }
-  if (op == HORA_AVERAGE && t != HORA_BOOL) acc = IsFloat(t) ? acc / g_size : std::trunc(acc / g_size);
+  if (op == HORA_AVERAGE && t != HORA_BOOL)
+    acc = IsFloat(t) ? acc / g_size : std::trunc(acc / g_size);
   return acc;
 }
 
@@ -71,9 +72,12 @@ void TestAllreduce(int rank) {
         std::vector<char> out(in.size());
         bool in_place = (n % 2) == 1;
         hora_tensor_t x = Tensor(in.data(), shape, t);
-        std::string name = std::string("ar.") + DtypeName(t) + "." + std::to_string(op) + "." + std::to_string(n);
+        std::string name =
+            std::string("ar.") + DtypeName(t) + "." + std::to_string(op) + "." + std::to_string(n);
         hora_handle_t h = 0;
-        Must(hora_allreduce_async(name.c_str(), &x, in_place ? in.data() : out.data(), op, 1.0, 1.0, g_set, &h), "allreduce");
+        Must(hora_allreduce_async(name.c_str(), &x, in_place ? in.data() : out.data(), op, 1.0, 1.0,
+                                  g_set, &h),
+             "allreduce");
         Must(hora_wait(h, 60), name.c_str());
         Must(hora_release(h), "release");
         const std::vector<char>& got = in_place ? in : out;
@@ -82,7 +86,8 @@ void TestAllreduce(int rank) {
           double want = Reduce(i, t, op);
           if (!Close(Get(got, t, i), want, t)) {
             ++bad;
-            JOB_CHECK(false, "%s[%lld] = %g, want %g", name.c_str(), (long long)i, Get(got, t, i), want);
+            JOB_CHECK(false, "%s[%lld] = %g, want %g", name.c_str(), (long long)i, Get(got, t, i),
+                      want);
           }
         }
         JOB_CHECK(bad == 0, "%s", name.c_str());
@@ -94,11 +99,14 @@ void TestAllreduce(int rank) {
   std::vector<char> in = Fill(rank, 15, HORA_FLOAT32, HORA_SUM);
   hora_tensor_t x = Tensor(in.data(), shape, HORA_FLOAT32);
   hora_handle_t h = 0;
-  Must(hora_allreduce_async("ar.scaled", &x, in.data(), HORA_SUM, 0.5, 3.0, g_set, &h), "allreduce scaled");
+  Must(hora_allreduce_async("ar.scaled", &x, in.data(), HORA_SUM, 0.5, 3.0, g_set, &h),
+       "allreduce scaled");
   Must(hora_wait(h, 60), "ar.scaled");
   hora_release(h);
   for (int64_t i = 0; i < 15; ++i) {
-    JOB_CHECK(Close(Get(in, HORA_FLOAT32, i), Reduce(i, HORA_FLOAT32, HORA_SUM) * 1.5, HORA_FLOAT32), "scaled[%lld]", (long long)i);
+    JOB_CHECK(
+        Close(Get(in, HORA_FLOAT32, i), Reduce(i, HORA_FLOAT32, HORA_SUM) * 1.5, HORA_FLOAT32),
+        "scaled[%lld]", (long long)i);
   }
 }
 
@@ -109,7 +117,8 @@ void TestBroadcast(int rank) {
         std::vector<int64_t> shape = {n};
         std::vector<char> buf = Fill(rank, n, t, HORA_SUM);
         hora_tensor_t x = Tensor(buf.data(), shape, t);
-        std::string name = std::string("bc.") + DtypeName(t) + "." + std::to_string(root) + "." + std::to_string(n);
+        std::string name = std::string("bc.") + DtypeName(t) + "." + std::to_string(root) + "." +
+                           std::to_string(n);
         hora_handle_t h = 0;
         Must(hora_broadcast_async(name.c_str(), &x, root, g_set, &h), "broadcast");
         Must(hora_wait(h, 60), name.c_str());
@@ -147,7 +156,8 @@ void TestAllgather(int rank) {
     size_t k = 0;
     bool ok = true;
     for (int r = 0; r < g_size; ++r) {
-      for (int64_t i = 0; i < (r % 3) * cols; ++i) ok = ok && Get(out, t, k++) == Value(r, i, t, HORA_SUM);
+      for (int64_t i = 0; i < (r % 3) * cols; ++i)
+        ok = ok && Get(out, t, k++) == Value(r, i, t, HORA_SUM);
     }
     JOB_CHECK(ok, "%s values", name.c_str());
   }
@@ -170,12 +180,14 @@ void TestReducescatter(int rank) {
       int64_t rshape[2];
       int32_t nd = 0;
       Must(hora_result_shape(h, rshape, 2, &nd), "result_shape");
-      JOB_CHECK(nd == 2 && rshape[0] == my_rows, "%s rows %lld want %lld", name.c_str(), (long long)rshape[0], (long long)my_rows);
+      JOB_CHECK(nd == 2 && rshape[0] == my_rows, "%s rows %lld want %lld", name.c_str(),
+                (long long)rshape[0], (long long)my_rows);
       std::vector<char> out(static_cast<size_t>(my_rows * cols) * DtypeSize(t));
       Must(hora_result_copy(h, out.data(), out.size()), "result_copy");
       hora_release(h);
       bool ok = true;
-      for (int64_t i = 0; i < my_rows * cols; ++i) ok = ok && Close(Get(out, t, i), Reduce(first * cols + i, t, op), t);
+      for (int64_t i = 0; i < my_rows * cols; ++i)
+        ok = ok && Close(Get(out, t, i), Reduce(first * cols + i, t, op), t);
       JOB_CHECK(ok, "%s values", name.c_str());
     }
   }
@@ -191,7 +203,8 @@ void TestAlltoall(int rank) {
   std::vector<char> in(static_cast<size_t>(rows * cols) * 4);
   int64_t k = 0;
   for (int d = 0; d < g_size; ++d) {
-    for (int64_t j = 0; j < splits[d] * cols; ++j) Set(&in, HORA_INT32, k++, rank * 10000 + d * 100 + j);
+    for (int64_t j = 0; j < splits[d] * cols; ++j)
+      Set(&in, HORA_INT32, k++, rank * 10000 + d * 100 + j);
   }
   hora_tensor_t x = Tensor(in.data(), shape, HORA_INT32);
   hora_handle_t h = 0;
@@ -210,7 +223,8 @@ void TestAlltoall(int rank) {
   k = 0;
   bool ok = true;
   for (int s = 0; s < g_size; ++s) {
-    for (int64_t j = 0; j < recv[s] * cols; ++j) ok = ok && Get(out, HORA_INT32, k++) == s * 10000 + rank * 100 + j;
+    for (int64_t j = 0; j < recv[s] * cols; ++j)
+      ok = ok && Get(out, HORA_INT32, k++) == s * 10000 + rank * 100 + j;
   }
   JOB_CHECK(ok, "a2a values");
 }
@@ -232,7 +246,9 @@ void TestManyMixed(int rank) {
     bufs[i] = Fill(rank, count_of(i), dtype_of(i), HORA_SUM);
     hora_tensor_t x = Tensor(bufs[i].data(), shapes[i], dtype_of(i));
     std::string name = "mixed." + std::to_string(i);
-    Must(hora_allreduce_async(name.c_str(), &x, bufs[i].data(), HORA_SUM, 1.0, 1.0, g_set, &handles[i]), "mixed enqueue");
+    Must(hora_allreduce_async(name.c_str(), &x, bufs[i].data(), HORA_SUM, 1.0, 1.0, g_set,
+                              &handles[i]),
+         "mixed enqueue");
   }
   int bad = 0;
   for (int i = 0; i < kN; ++i) {
@@ -251,7 +267,10 @@ void TestManyMixed(int rank) {
 // A signature that differs across ranks fails on every rank, naming the field; the job goes on.
 void TestMismatch(int rank) {
   if (g_size < 2) return;
-  struct Case { const char* name; const char* field; };
+  struct Case {
+    const char* name;
+    const char* field;
+  };
   for (Case c : {Case{"mm.shape", "shape"}, Case{"mm.dtype", "dtype"}, Case{"mm.root", "root"}}) {
     std::vector<float> buf(8, 1.0f);
     std::vector<int64_t> shape = {std::string(c.field) == "shape" && rank == 1 ? 5 : 4};
@@ -265,7 +284,8 @@ void TestMismatch(int rank) {
     }
     hora_status_t s = hora_wait(h, 30);
     std::string msg = hora_last_error();
-    JOB_CHECK(s == HORA_ERR_MISMATCH, "%s: status %s (%s)", c.name, hora_error_string(s), msg.c_str());
+    JOB_CHECK(s == HORA_ERR_MISMATCH, "%s: status %s (%s)", c.name, hora_error_string(s),
+              msg.c_str());
     JOB_CHECK(msg.find(c.field) != std::string::npos && msg.find("rank") != std::string::npos &&
                   msg.find(c.name) != std::string::npos,
               "%s: message does not name the field, tensor and ranks: %s", c.name, msg.c_str());
@@ -297,7 +317,8 @@ void TestMismatch(int rank) {
   std::vector<float> buf(3, 1.0f);
   hora_tensor_t x = Tensor(buf.data(), shape, HORA_FLOAT32);
   hora_handle_t h = 0;
-  Must(hora_allreduce_async("after.mismatch", &x, buf.data(), HORA_SUM, 1.0, 1.0, g_set, &h), "enqueue");
+  Must(hora_allreduce_async("after.mismatch", &x, buf.data(), HORA_SUM, 1.0, 1.0, g_set, &h),
+       "enqueue");
   Must(hora_wait(h, 30), "after mismatch");
   hora_release(h);
   JOB_CHECK(buf[0] == g_size, "allreduce after mismatch");
@@ -329,7 +350,7 @@ std::thread BatteryOn(int32_t set, std::vector<int> ranks) {
 // each running the battery on a thread of its own. (With one rank, every set is the global one.)
 void SetBatteries(int size) {
   std::vector<int> a = size >= 3 ? std::vector<int>{0, 2} : std::vector<int>{0};
-  std::vector<int> b = size >= 4 ? std::vector<int>{1, 2, 3}
+  std::vector<int> b = size >= 4   ? std::vector<int>{1, 2, 3}
                        : size == 3 ? std::vector<int>{1, 2}
                                    : std::vector<int>{size - 1};
   int32_t set_a = -1, set_b = -1;
@@ -358,6 +379,7 @@ int main() {
   Must(hora_wait(h, 60), "barrier wait");
   hora_release(h);
   Must(hora_shutdown(), "shutdown");
-  std::printf("rank %d of %d: %d checks, %d failed\n", g_rank, g_size, g_checks.load(), g_failures.load());
+  std::printf("rank %d of %d: %d checks, %d failed\n", g_rank, g_size, g_checks.load(),
+              g_failures.load());
   return g_failures == 0 ? 0 : 1;
 }

@@ -22,17 +22,28 @@ const char* DtypeName(hora_dtype_t t) { return hora::DataTypeName(static_cast<ho
 double Get(const std::vector<char>& buf, hora_dtype_t t, size_t i) {
   const char* p = buf.data() + i * DtypeSize(t);
   switch (t) {
-    case HORA_UINT8: return *reinterpret_cast<const uint8_t*>(p);
-    case HORA_INT8: return *reinterpret_cast<const int8_t*>(p);
-    case HORA_INT16: return *reinterpret_cast<const int16_t*>(p);
-    case HORA_UINT16: return *reinterpret_cast<const uint16_t*>(p);
-    case HORA_INT32: return *reinterpret_cast<const int32_t*>(p);
-    case HORA_INT64: return static_cast<double>(*reinterpret_cast<const int64_t*>(p));
-    case HORA_FLOAT16: return hora::HalfToFloat(*reinterpret_cast<const uint16_t*>(p));
-    case HORA_BFLOAT16: return hora::Bfloat16ToFloat(*reinterpret_cast<const uint16_t*>(p));
-    case HORA_FLOAT32: return *reinterpret_cast<const float*>(p);
-    case HORA_FLOAT64: return *reinterpret_cast<const double*>(p);
-    case HORA_BOOL: return *reinterpret_cast<const uint8_t*>(p) ? 1 : 0;
+    case HORA_UINT8:
+      return *reinterpret_cast<const uint8_t*>(p);
+    case HORA_INT8:
+      return *reinterpret_cast<const int8_t*>(p);
+    case HORA_INT16:
+      return *reinterpret_cast<const int16_t*>(p);
+    case HORA_UINT16:
+      return *reinterpret_cast<const uint16_t*>(p);
+    case HORA_INT32:
+      return *reinterpret_cast<const int32_t*>(p);
+    case HORA_INT64:
+      return static_cast<double>(*reinterpret_cast<const int64_t*>(p));
+    case HORA_FLOAT16:
+      return hora::HalfToFloat(*reinterpret_cast<const uint16_t*>(p));
+    case HORA_BFLOAT16:
+      return hora::Bfloat16ToFloat(*reinterpret_cast<const uint16_t*>(p));
+    case HORA_FLOAT32:
+      return *reinterpret_cast<const float*>(p);
+    case HORA_FLOAT64:
+      return *reinterpret_cast<const double*>(p);
+    case HORA_BOOL:
+      return *reinterpret_cast<const uint8_t*>(p) ? 1 : 0;
   }
   return 0;
 }
@@ -40,17 +51,39 @@ double Get(const std::vector<char>& buf, hora_dtype_t t, size_t i) {
 void Set(std::vector<char>* buf, hora_dtype_t t, size_t i, double v) {
   char* p = buf->data() + i * DtypeSize(t);
   switch (t) {
-    case HORA_UINT8: *reinterpret_cast<uint8_t*>(p) = static_cast<uint8_t>(v); break;
-    case HORA_INT8: *reinterpret_cast<int8_t*>(p) = static_cast<int8_t>(v); break;
-    case HORA_INT16: *reinterpret_cast<int16_t*>(p) = static_cast<int16_t>(v); break;
-    case HORA_UINT16: *reinterpret_cast<uint16_t*>(p) = static_cast<uint16_t>(v); break;
-    case HORA_INT32: *reinterpret_cast<int32_t*>(p) = static_cast<int32_t>(v); break;
-    case HORA_INT64: *reinterpret_cast<int64_t*>(p) = static_cast<int64_t>(v); break;
-    case HORA_FLOAT16: *reinterpret_cast<uint16_t*>(p) = hora::FloatToHalf(static_cast<float>(v)); break;
-    case HORA_BFLOAT16: *reinterpret_cast<uint16_t*>(p) = hora::FloatToBfloat16(static_cast<float>(v)); break;
-    case HORA_FLOAT32: *reinterpret_cast<float*>(p) = static_cast<float>(v); break;
-    case HORA_FLOAT64: *reinterpret_cast<double*>(p) = v; break;
-    case HORA_BOOL: *reinterpret_cast<uint8_t*>(p) = v != 0 ? 1 : 0; break;
+    case HORA_UINT8:
+      *reinterpret_cast<uint8_t*>(p) = static_cast<uint8_t>(v);
+      break;
+    case HORA_INT8:
+      *reinterpret_cast<int8_t*>(p) = static_cast<int8_t>(v);
+      break;
+    case HORA_INT16:
+      *reinterpret_cast<int16_t*>(p) = static_cast<int16_t>(v);
+      break;
+    case HORA_UINT16:
+      *reinterpret_cast<uint16_t*>(p) = static_cast<uint16_t>(v);
+      break;
+    case HORA_INT32:
+      *reinterpret_cast<int32_t*>(p) = static_cast<int32_t>(v);
+      break;
+    case HORA_INT64:
+      *reinterpret_cast<int64_t*>(p) = static_cast<int64_t>(v);
+      break;
+    case HORA_FLOAT16:
+      *reinterpret_cast<uint16_t*>(p) = hora::FloatToHalf(static_cast<float>(v));
+      break;
+    case HORA_BFLOAT16:
+      *reinterpret_cast<uint16_t*>(p) = hora::FloatToBfloat16(static_cast<float>(v));
+      break;
+    case HORA_FLOAT32:
+      *reinterpret_cast<float*>(p) = static_cast<float>(v);
+      break;
+    case HORA_FLOAT64:
+      *reinterpret_cast<double*>(p) = v;
+      break;
+    case HORA_BOOL:
+      *reinterpret_cast<uint8_t*>(p) = v != 0 ? 1 : 0;
+      break;
   }
 }
 

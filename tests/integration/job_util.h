@@ -19,15 +19,15 @@ extern std::atomic<int> g_failures;
 extern std::atomic<int> g_checks;
 extern int g_rank;
 
-#define JOB_CHECK(cond, ...)                                              \
-  do {                                                                    \
-    ++::jobtest::g_checks;                                                \
-    if (!(cond)) {                                                        \
-      ++::jobtest::g_failures;                                            \
+#define JOB_CHECK(cond, ...)                                                               \
+  do {                                                                                     \
+    ++::jobtest::g_checks;                                                                 \
+    if (!(cond)) {                                                                         \
+      ++::jobtest::g_failures;                                                             \
       std::fprintf(stderr, "FAIL rank %d %s:%d: ", ::jobtest::g_rank, __FILE__, __LINE__); \
-      std::fprintf(stderr, __VA_ARGS__);                                  \
-      std::fprintf(stderr, "\n");                                         \
-    }                                                                     \
+      std::fprintf(stderr, __VA_ARGS__);                                                   \
+      std::fprintf(stderr, "\n");                                                          \
+    }                                                                                      \
   } while (0)
 
 // Exits the process when a call that must succeed fails.

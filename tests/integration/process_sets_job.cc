@@ -71,7 +71,8 @@ void TestDynamicSets() {
   int32_t ids[8], n = 0;
   Must(hora_process_set_ids(ids, 8, &n), "process_set_ids");
   JOB_CHECK(n == 1 && ids[0] == 0, "%d sets left after removing them all", n);
-  const int fds_after = CountEntries("/proc/self/fd"), threads_after = CountEntries("/proc/self/task");
+  const int fds_after = CountEntries("/proc/self/fd"),
+            threads_after = CountEntries("/proc/self/task");
   std::printf("rank %d: 100 set cycles: fds %d -> %d, threads %d -> %d\n", g_rank, fds, fds_after,
               threads, threads_after);
   // gRPC's pollers may vary by a few; a leak grows with the 100 cycles.
@@ -84,9 +85,11 @@ void TestBadSets() {
   // Rank 1 asks for another set than the others: everyone fails, naming who asked what.
   std::vector<int32_t> ranks = g_rank == 1 ? std::vector<int32_t>{0, 1} : std::vector<int32_t>{1};
   int32_t id = -1;
-  hora_status_t s = hora_process_set_add(ranks.data(), static_cast<int32_t>(ranks.size()), nullptr, &id);
+  hora_status_t s =
+      hora_process_set_add(ranks.data(), static_cast<int32_t>(ranks.size()), nullptr, &id);
   std::string msg = hora_last_error();
-  JOB_CHECK(s == HORA_ERR_INVALID_ARGUMENT && msg.find("differs across ranks") != std::string::npos &&
+  JOB_CHECK(s == HORA_ERR_INVALID_ARGUMENT &&
+                msg.find("differs across ranks") != std::string::npos &&
                 msg.find("[0,1] on rank 1") != std::string::npos,
             "set created differently: %s: %s", hora_error_string(s), msg.c_str());
   // A non-member submitting to a set.
@@ -102,8 +105,8 @@ void TestBadSets() {
     WaitOk(h, "member allreduce");
   } else {
     msg = hora_last_error();
-    JOB_CHECK(s == HORA_ERR_INVALID_ARGUMENT &&
-                  msg.find("not a member of process set " + std::to_string(id)) != std::string::npos,
+    JOB_CHECK(s == HORA_ERR_INVALID_ARGUMENT && msg.find("not a member of process set " +
+                                                         std::to_string(id)) != std::string::npos,
               "non-member: %s: %s", hora_error_string(s), msg.c_str());
   }
   Must(hora_process_set_remove(id), "remove [0]");
@@ -153,13 +156,15 @@ void Ring(int32_t set, int me, int n, int64_t count, const char* what) {
 
 void TestSendRecv() {
   if (g_size < 2) return;
-  for (int64_t count : {int64_t(0), int64_t(1), int64_t(1001)}) Ring(0, g_rank, g_size, count, "global");
+  for (int64_t count : {int64_t(0), int64_t(1), int64_t(1001)})
+    Ring(0, g_rank, g_size, count, "global");
   // 64 MiB of float32 once.
   const int64_t big = int64_t{16} << 20;
   std::vector<float> out(big), in(big, -1.0f);
   for (int64_t i = 0; i < big; i += 4099) out[i] = static_cast<float>(g_rank * 1000 + i % 997);
   out[big - 1] = static_cast<float>(g_rank);
-  hora_tensor_t o = Tensor(out.data(), {big}, HORA_FLOAT32), i = Tensor(in.data(), {big}, HORA_FLOAT32);
+  hora_tensor_t o = Tensor(out.data(), {big}, HORA_FLOAT32),
+                i = Tensor(in.data(), {big}, HORA_FLOAT32);
   int64_t shape[1] = {big};
   o.shape = i.shape = shape;
   const int next = (g_rank + 1) % g_size, prev = (g_rank + g_size - 1) % g_size;
@@ -169,14 +174,16 @@ void TestSendRecv() {
   WaitOk(r, "recv 64 MiB");
   WaitOk(s, "send 64 MiB");
   bool ok = in[big - 1] == static_cast<float>(prev);
-  for (int64_t k = 0; k < big && ok; k += 4099) ok = in[k] == static_cast<float>(prev * 1000 + k % 997);
+  for (int64_t k = 0; k < big && ok; k += 4099)
+    ok = in[k] == static_cast<float>(prev * 1000 + k % 997);
   JOB_CHECK(ok, "64 MiB message from rank %d", prev);
   // On a subset, ranks 1.. in their own ring (set ranks, not global ranks).
   if (g_size >= 3) {
     std::vector<int32_t> rest;
     for (int k = 1; k < g_size; ++k) rest.push_back(k);
     int32_t id = -1;
-    Must(hora_process_set_add(rest.data(), static_cast<int32_t>(rest.size()), nullptr, &id), "add rest");
+    Must(hora_process_set_add(rest.data(), static_cast<int32_t>(rest.size()), nullptr, &id),
+         "add rest");
     if (g_rank >= 1) Ring(id, g_rank - 1, g_size - 1, 513, "subset");
     Must(hora_process_set_remove(id), "remove rest");
   }
@@ -197,6 +204,7 @@ int main() {
   Must(hora_barrier_async(HORA_GLOBAL_PROCESS_SET, &h), "barrier");
   WaitOk(h, "barrier");
   Must(hora_shutdown(), "shutdown");
-  std::printf("rank %d of %d: %d checks, %d failed\n", g_rank, g_size, g_checks.load(), g_failures.load());
+  std::printf("rank %d of %d: %d checks, %d failed\n", g_rank, g_size, g_checks.load(),
+              g_failures.load());
   return g_failures == 0 ? 0 : 1;
 }

@@ -6,7 +6,6 @@
 // Average's 1/size, zeros for a joined rank, and results held as device memory. The NCCL
 // backend itself is tested on a GPU (tests/collectives/nccl_gpu_test.cc).
 #include <catch2/catch.hpp>
-
 #include <cstdlib>
 #include <cstring>
 #include <string>
@@ -152,8 +151,8 @@ TEST_CASE("device bucket: fused allreduce waits for every input, packs, scales, 
   CHECK(oa == std::vector<float>({6, 12, 18}));
   CHECK(oc == std::vector<float>({30, 36}));
   CHECK(ob == std::vector<float>({-1}));  // a joined entry has no output here
-  CHECK(comm.ops.log ==
-        std::vector<std::string>({"wait a", "wait c", "zero", "copy x2", "allreduce 6", "copy x2"}));
+  CHECK(comm.ops.log == std::vector<std::string>(
+                            {"wait a", "wait c", "zero", "copy x2", "allreduce 6", "copy x2"}));
   REQUIRE(finish);  // holds the device fusion buffer until the Work is done
   CHECK(finish().ok());
 }
@@ -176,7 +175,8 @@ TEST_CASE("device bucket: one tensor runs on its output, scaled on the stream") 
   REQUIRE(exec.Start(plan, {&r}, &results, &finish).ok());
   CHECK(out == std::vector<float>({1, -2, 3.5f}));  // (x + x) * 0.5
   CHECK(a == std::vector<float>({1, -2, 3.5f}));    // the input is not written
-  CHECK(comm.ops.log == std::vector<std::string>({"wait one", "copy x1", "allreduce 3", "copy x1"}));
+  CHECK(comm.ops.log ==
+        std::vector<std::string>({"wait one", "copy x1", "allreduce 3", "copy x1"}));
   CHECK(!finish);
 }
 

@@ -6,10 +6,10 @@
 // ready events recorded at enqueue, the set's CUDA communicator created lazily and
 // collectively on its first CUDA bucket (HORA_GPU_OPERATIONS), device fusion buffers with
 // prescale/postscale, device results, CPU and CUDA tensors in one job, and a CUDA
-// tensor no backend can serve refused on every rank while the job goes on. The NCCL backend itself needs a GPU (tests/collectives/nccl_gpu_test.cc).
-#include <catch2/catch.hpp>
-
+// tensor no backend can serve refused on every rank while the job goes on. The NCCL backend itself
+// needs a GPU (tests/collectives/nccl_gpu_test.cc).
 #include <atomic>
+#include <catch2/catch.hpp>
 #include <cstdlib>
 #include <cstring>
 
@@ -28,8 +28,8 @@ std::atomic<int> g_events{0};
 class HostRuntime : public DeviceRuntime {
  public:
   Status Probe(int index) const override {
-    return index == 0 ? Status::Ok() : InvalidArgument("host device " + std::to_string(index) +
-                                                       " does not exist");
+    return index == 0 ? Status::Ok()
+                      : InvalidArgument("host device " + std::to_string(index) + " does not exist");
   }
   std::string Describe() const override { return "host memory standing in for a device"; }
   StatusOr<std::shared_ptr<DeviceEvent>> RecordEvent(int, void*) const override {
@@ -88,7 +88,9 @@ class HostDeviceComm : public Communicator {
     return inner_->Reducescatter(in, out, c, t, op);
   }
   Status Barrier() override { return inner_->Barrier(); }
-  Status Send(const void* b, size_t n, int p, uint32_t t) override { return inner_->Send(b, n, p, t); }
+  Status Send(const void* b, size_t n, int p, uint32_t t) override {
+    return inner_->Send(b, n, p, t);
+  }
   Status Recv(void* b, size_t n, int p, uint32_t t) override { return inner_->Recv(b, n, p, t); }
   void Abort(const Status& s) override { inner_->Abort(s); }
 
@@ -144,93 +146,115 @@ TEST_CASE("engine: CUDA tensors run on the set's lazily created device communica
   RegisterHostDevice();
   const int size = 3;
   const int created_before = g_created.load();
-  auto errors = testing::RunRanks(size, [&](int rank, Engine& e) -> std::string {
-    // A fused allreduce of CUDA tensors with prescale 2 and Average (postscale 1/size * 3).
-    std::vector<std::vector<float>> bufs;
-    std::vector<int64_t> handles;
-    for (int i = 0; i < 5; ++i) bufs.push_back(std::vector<float>(7 + i, float(rank + i)));
-    for (int i = 0; i < 5; ++i) {
-      TensorSpec s = Spec("dev.ar." + std::to_string(i), CollectiveType::kAllreduce,
-                          {static_cast<int64_t>(bufs[i].size())});
-      s.op = ReduceOp::kAverage;
-      s.prescale = 2.0;
-      s.postscale = 3.0;
-      auto h = e.Enqueue(s, bufs[i].data(), bufs[i].data(), reinterpret_cast<void*>(0x1));
-      if (!h.ok()) return "enqueue: " + h.status().ToString();
-      handles.push_back(h.value());
-    }
-    // A CPU allreduce in flight at the same time.
-    std::vector<float> cpu(5, float(rank));
-    auto hc = testing::Allreduce(e, "cpu.ar", &cpu, ReduceOp::kSum);
-    if (!hc.ok()) return "cpu enqueue: " + hc.status().ToString();
-    for (int i = 0; i < 5; ++i) {
-      Status s = e.handles().Wait(handles[i], std::chrono::seconds(60));
-      if (!s.ok()) return "dev.ar." + std::to_string(i) + ": " + s.ToString();
-      // mean over ranks of (r + i) = 1 + i; * 2 * 3.
-      for (float v : bufs[i]) {
-        if (v != float(6 * (1 + i))) return "dev.ar." + std::to_string(i) + " got " + std::to_string(v);
-      }
-    }
-    Status s = e.handles().Wait(hc.value(), std::chrono::seconds(60));
-    if (!s.ok()) return "cpu.ar: " + s.ToString();
-    for (float v : cpu) if (v != 3.0f) return "cpu.ar got " + std::to_string(v);
-
-    // Allgather with uneven first dimensions: the result is device memory.
-    std::vector<float> mine(2 * (rank + 1), float(rank));
-    auto hg = e.Enqueue(Spec("dev.ag", CollectiveType::kAllgather, {rank + 1, 2}), mine.data(),
-                        nullptr, nullptr);
-    if (!hg.ok()) return "allgather enqueue: " + hg.status().ToString();
-    s = e.handles().Wait(hg.value(), std::chrono::seconds(60));
-    if (!s.ok()) return "dev.ag: " + s.ToString();
-    std::string bad;
-    Status r = e.handles().WithResult(hg.value(), [&](const OpResult& res) {
-      if (!res.device_data || !res.data.empty()) bad = "allgather result is not device memory";
-      else if (res.shape != std::vector<int64_t>({6, 2})) bad = "allgather shape";
-      else {
-        const float* f = static_cast<const float*>(res.device_data.get());
-        const float want[12] = {0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 2, 2};
-        if (res.device_bytes != sizeof(want) || std::memcmp(f, want, sizeof(want)) != 0) {
-          bad = "allgather data";
+  auto errors = testing::RunRanks(
+      size,
+      [&](int rank, Engine& e) -> std::string {
+        // A fused allreduce of CUDA tensors with prescale 2 and Average (postscale 1/size * 3).
+        std::vector<std::vector<float>> bufs;
+        std::vector<int64_t> handles;
+        for (int i = 0; i < 5; ++i) bufs.push_back(std::vector<float>(7 + i, float(rank + i)));
+        for (int i = 0; i < 5; ++i) {
+          TensorSpec s = Spec("dev.ar." + std::to_string(i), CollectiveType::kAllreduce,
+                              {static_cast<int64_t>(bufs[i].size())});
+          s.op = ReduceOp::kAverage;
+          s.prescale = 2.0;
+          s.postscale = 3.0;
+          auto h = e.Enqueue(s, bufs[i].data(), bufs[i].data(), reinterpret_cast<void*>(0x1));
+          if (!h.ok()) return "enqueue: " + h.status().ToString();
+          handles.push_back(h.value());
         }
-      }
-      return Status::Ok();
-    });
-    if (!r.ok()) return "result: " + r.ToString();
-    if (!bad.empty()) return bad;
+        // A CPU allreduce in flight at the same time.
+        std::vector<float> cpu(5, float(rank));
+        auto hc = testing::Allreduce(e, "cpu.ar", &cpu, ReduceOp::kSum);
+        if (!hc.ok()) return "cpu enqueue: " + hc.status().ToString();
+        for (int i = 0; i < 5; ++i) {
+          Status s = e.handles().Wait(handles[i], std::chrono::seconds(60));
+          if (!s.ok()) return "dev.ar." + std::to_string(i) + ": " + s.ToString();
+          // mean over ranks of (r + i) = 1 + i; * 2 * 3.
+          for (float v : bufs[i]) {
+            if (v != float(6 * (1 + i)))
+              return "dev.ar." + std::to_string(i) + " got " + std::to_string(v);
+          }
+        }
+        Status s = e.handles().Wait(hc.value(), std::chrono::seconds(60));
+        if (!s.ok()) return "cpu.ar: " + s.ToString();
+        for (float v : cpu)
+          if (v != 3.0f) return "cpu.ar got " + std::to_string(v);
 
-    // Broadcast of two CUDA tensors from rank 1 (fused).
-    std::vector<float> b1(3, float(rank)), b2(4, float(rank * 10));
-    auto h1 = e.Enqueue([] { auto s = Spec("dev.bc1", CollectiveType::kBroadcast, {3}); s.root = 1; return s; }(),
-                        b1.data(), b1.data(), nullptr);
-    auto h2 = e.Enqueue([] { auto s = Spec("dev.bc2", CollectiveType::kBroadcast, {4}); s.root = 1; return s; }(),
-                        b2.data(), b2.data(), nullptr);
-    if (!h1.ok() || !h2.ok()) return "broadcast enqueue";
-    if (!e.handles().Wait(h1.value(), std::chrono::seconds(60)).ok() ||
-        !e.handles().Wait(h2.value(), std::chrono::seconds(60)).ok()) {
-      return "broadcast wait";
-    }
-    for (float v : b1) if (v != 1.0f) return "dev.bc1 got " + std::to_string(v);
-    for (float v : b2) if (v != 10.0f) return "dev.bc2 got " + std::to_string(v);
+        // Allgather with uneven first dimensions: the result is device memory.
+        std::vector<float> mine(2 * (rank + 1), float(rank));
+        auto hg = e.Enqueue(Spec("dev.ag", CollectiveType::kAllgather, {rank + 1, 2}), mine.data(),
+                            nullptr, nullptr);
+        if (!hg.ok()) return "allgather enqueue: " + hg.status().ToString();
+        s = e.handles().Wait(hg.value(), std::chrono::seconds(60));
+        if (!s.ok()) return "dev.ag: " + s.ToString();
+        std::string bad;
+        Status r = e.handles().WithResult(hg.value(), [&](const OpResult& res) {
+          if (!res.device_data || !res.data.empty())
+            bad = "allgather result is not device memory";
+          else if (res.shape != std::vector<int64_t>({6, 2}))
+            bad = "allgather shape";
+          else {
+            const float* f = static_cast<const float*>(res.device_data.get());
+            const float want[12] = {0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 2, 2};
+            if (res.device_bytes != sizeof(want) || std::memcmp(f, want, sizeof(want)) != 0) {
+              bad = "allgather data";
+            }
+          }
+          return Status::Ok();
+        });
+        if (!r.ok()) return "result: " + r.ToString();
+        if (!bad.empty()) return bad;
 
-    // A device index the device runtime refuses: every rank gets the error, the job goes on.
-    TensorSpec s7 = Spec("dev.bad", CollectiveType::kAllreduce, {2});
-    s7.device_index = 7;
-    std::vector<float> two(2, 1.0f);
-    auto hb = e.Enqueue(s7, two.data(), two.data(), nullptr);
-    if (hb.ok() || hb.status().message().find("host device 7 does not exist") == std::string::npos) {
-      return "bad device index: " + (hb.ok() ? std::string("accepted") : hb.status().ToString());
-    }
-    std::vector<float> after(3, 1.0f);
-    auto ha = testing::Allreduce(e, "cpu.after", &after, ReduceOp::kSum);
-    if (!ha.ok() || !e.handles().Wait(ha.value(), std::chrono::seconds(60)).ok()) return "cpu after";
-    return Expect(after[0] == 3.0f, "cpu.after value");
-  }, [](Options* o) { o->gpu_operations = "hostdev"; });
+        // Broadcast of two CUDA tensors from rank 1 (fused).
+        std::vector<float> b1(3, float(rank)), b2(4, float(rank * 10));
+        auto h1 = e.Enqueue(
+            [] {
+              auto s = Spec("dev.bc1", CollectiveType::kBroadcast, {3});
+              s.root = 1;
+              return s;
+            }(),
+            b1.data(), b1.data(), nullptr);
+        auto h2 = e.Enqueue(
+            [] {
+              auto s = Spec("dev.bc2", CollectiveType::kBroadcast, {4});
+              s.root = 1;
+              return s;
+            }(),
+            b2.data(), b2.data(), nullptr);
+        if (!h1.ok() || !h2.ok()) return "broadcast enqueue";
+        if (!e.handles().Wait(h1.value(), std::chrono::seconds(60)).ok() ||
+            !e.handles().Wait(h2.value(), std::chrono::seconds(60)).ok()) {
+          return "broadcast wait";
+        }
+        for (float v : b1)
+          if (v != 1.0f) return "dev.bc1 got " + std::to_string(v);
+        for (float v : b2)
+          if (v != 10.0f) return "dev.bc2 got " + std::to_string(v);
+
+        // A device index the device runtime refuses: every rank gets the error, the job goes on.
+        TensorSpec s7 = Spec("dev.bad", CollectiveType::kAllreduce, {2});
+        s7.device_index = 7;
+        std::vector<float> two(2, 1.0f);
+        auto hb = e.Enqueue(s7, two.data(), two.data(), nullptr);
+        if (hb.ok() ||
+            hb.status().message().find("host device 7 does not exist") == std::string::npos) {
+          return "bad device index: " +
+                 (hb.ok() ? std::string("accepted") : hb.status().ToString());
+        }
+        std::vector<float> after(3, 1.0f);
+        auto ha = testing::Allreduce(e, "cpu.after", &after, ReduceOp::kSum);
+        if (!ha.ok() || !e.handles().Wait(ha.value(), std::chrono::seconds(60)).ok())
+          return "cpu after";
+        return Expect(after[0] == 3.0f, "cpu.after value");
+      },
+      [](Options* o) { o->gpu_operations = "hostdev"; });
   for (int r = 0; r < size; ++r) {
     INFO("rank " << r);
     CHECK(errors[r] == "");
   }
   CHECK(g_created.load() - created_before == size);  // one device communicator per member
-  CHECK(g_events.load() > 0);                         // ready events recorded at enqueue
+  CHECK(g_events.load() > 0);                        // ready events recorded at enqueue
 }
 
 TEST_CASE("engine: CUDA tensors no backend can serve are refused on every rank; the job goes on") {
@@ -253,7 +277,8 @@ TEST_CASE("engine: CUDA tensors no backend can serve are refused on every rank; 
     }
     std::vector<float> after(3, 1.0f);
     auto ha = testing::Allreduce(e, "cpu.after", &after, ReduceOp::kSum);
-    if (!ha.ok() || !e.handles().Wait(ha.value(), std::chrono::seconds(60)).ok()) return "cpu after";
+    if (!ha.ok() || !e.handles().Wait(ha.value(), std::chrono::seconds(60)).ok())
+      return "cpu after";
     return Expect(after[0] == 2.0f, "cpu.after value");
   });
   for (int r = 0; r < 2; ++r) {
@@ -266,17 +291,21 @@ TEST_CASE("engine: a device communicator whose creation fails fails the bucket a
   RegisterHostDevice();
   // The creation is collective: a member that could not create it leaves the others without
   // a peer, so the failure breaks the job (bounded), naming the set, the device and why.
-  auto errors = testing::RunRanks(2, [&](int rank, Engine& e) -> std::string {
-    std::vector<float> buf(4, float(rank));
-    auto h = e.Enqueue(Spec("dev.broken", CollectiveType::kAllreduce, {4}), buf.data(),
-                       buf.data(), nullptr);
-    if (!h.ok()) return "enqueue: " + h.status().ToString();
-    Status s = e.handles().Wait(h.value(), std::chrono::seconds(60));
-    if (s.ok()) return "the bucket succeeded";
-    if (s.message().find("cannot be created") == std::string::npos) return "error: " + s.ToString();
-    if (e.AsyncError().ok()) return "the job is not broken";
-    return "";
-  }, [](Options* o) { o->gpu_operations = "hostdev_broken"; });
+  auto errors = testing::RunRanks(
+      2,
+      [&](int rank, Engine& e) -> std::string {
+        std::vector<float> buf(4, float(rank));
+        auto h = e.Enqueue(Spec("dev.broken", CollectiveType::kAllreduce, {4}), buf.data(),
+                           buf.data(), nullptr);
+        if (!h.ok()) return "enqueue: " + h.status().ToString();
+        Status s = e.handles().Wait(h.value(), std::chrono::seconds(60));
+        if (s.ok()) return "the bucket succeeded";
+        if (s.message().find("cannot be created") == std::string::npos)
+          return "error: " + s.ToString();
+        if (e.AsyncError().ok()) return "the job is not broken";
+        return "";
+      },
+      [](Options* o) { o->gpu_operations = "hostdev_broken"; });
   for (int r = 0; r < 2; ++r) {
     INFO("rank " << r);
     CHECK(errors[r] == "");

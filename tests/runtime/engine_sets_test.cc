@@ -1,8 +1,7 @@
 // Process sets and point-to-point in the Engine, ranks as threads: per-set planning, sets on
 // two backends, completion order across sets, collective add/remove errors, send/recv.
-#include <catch2/catch.hpp>
-
 #include <atomic>
+#include <catch2/catch.hpp>
 #include <chrono>
 #include <string>
 #include <vector>
@@ -122,7 +121,8 @@ TEST_CASE("process sets: a set waiting for a slow member does not hold up anothe
       return Check(x[0] == 2 && y[0] == 2, "values");
     }
     if (rank == 1) {  // submits only after set b finished on rank 0
-      for (int i = 0; i < 3000 && !b_done; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+      for (int i = 0; i < 3000 && !b_done; ++i)
+        std::this_thread::sleep_for(std::chrono::milliseconds(10));
       if (!b_done) return "set b never finished";
       return Wait(e, Allreduce(e, "slow", &x, ReduceOp::kSum, a.value()));
     }
@@ -138,7 +138,8 @@ TEST_CASE("process sets: bad use fails with an error naming what was wrong, and 
     auto bad = e.AddProcessSet(ranks, "");
     if (bad.ok()) return "a set created differently was accepted";
     const std::string& m = bad.status().message();
-    if (m.find("differs across ranks") == std::string::npos || m.find("[0,1] on rank 1") == std::string::npos ||
+    if (m.find("differs across ranks") == std::string::npos ||
+        m.find("[0,1] on rank 1") == std::string::npos ||
         m.find("[0,2] on ranks 0,2") == std::string::npos) {
       return "message: " + m;
     }
@@ -149,7 +150,8 @@ TEST_CASE("process sets: bad use fails with an error naming what was wrong, and 
       return "refusal: " + refused.status().ToString();
     }
     auto dup = e.AddProcessSet({0, 1, 2}, "");
-    if (dup.status().code() != Code::kAlreadyExists) return "duplicate of global: " + dup.status().ToString();
+    if (dup.status().code() != Code::kAlreadyExists)
+      return "duplicate of global: " + dup.status().ToString();
     auto unknown = e.AddProcessSet({0, 1}, "no-such-backend");
     if (unknown.ok() || unknown.status().message().find("no-such-backend") == std::string::npos) {
       return "unknown backend: " + unknown.status().ToString();
@@ -163,11 +165,13 @@ TEST_CASE("process sets: bad use fails with an error naming what was wrong, and 
     if (rank == 1) {
       if (h.ok()) return "a non-member's submission was accepted";
       const std::string& nm = h.status().message();
-      if (nm.find("not a member of process set " + std::to_string(good.value())) == std::string::npos) {
+      if (nm.find("not a member of process set " + std::to_string(good.value())) ==
+          std::string::npos) {
         return "non-member message: " + nm;
       }
       auto none = Allreduce(e, "x", &x, ReduceOp::kSum, 99);
-      if (none.ok() || none.status().message().find("process set 99 does not exist") == std::string::npos) {
+      if (none.ok() ||
+          none.status().message().find("process set 99 does not exist") == std::string::npos) {
         return "unknown set: " + none.status().ToString();
       }
       return "";
@@ -199,14 +203,16 @@ TEST_CASE("send/recv: a ring through every rank with tags out of order, at 2, 3,
       if (!w.empty()) return w;
       for (int i = 0; i < 1000; ++i) {
         if (in1[i] != prev * 100000 + i || in2[i] != -(prev * 100000 + i)) {
-          return "element " + std::to_string(i) + ": " + std::to_string(in1[i]) + ", " + std::to_string(in2[i]);
+          return "element " + std::to_string(i) + ": " + std::to_string(in1[i]) + ", " +
+                 std::to_string(in2[i]);
         }
       }
       // A size mismatch fails both sides with MISMATCH; a bad peer is refused at once.
       TensorSpec small = spec;
       small.shape = {999};
-      auto bad = rank == 0 ? e.EnqueueSend(spec, out1.data(), 1, 9) : rank == 1 ? e.EnqueueRecv(small, in1.data(), 0, 9)
-                                                                              : StatusOr<int64_t>(int64_t{0});
+      auto bad = rank == 0   ? e.EnqueueSend(spec, out1.data(), 1, 9)
+                 : rank == 1 ? e.EnqueueRecv(small, in1.data(), 0, 9)
+                             : StatusOr<int64_t>(int64_t{0});
       if (rank < 2) {
         if (!bad.ok()) return "mismatch enqueue: " + bad.status().ToString();
         Status s = e.handles().Wait(bad.value(), std::chrono::seconds(30));
@@ -216,7 +222,8 @@ TEST_CASE("send/recv: a ring through every rank with tags out of order, at 2, 3,
         }
       }
       auto self = e.EnqueueSend(spec, out1.data(), rank, 0);
-      if (self.ok() || self.status().message().find("peer") == std::string::npos) return "self send accepted";
+      if (self.ok() || self.status().message().find("peer") == std::string::npos)
+        return "self send accepted";
       return "";
     });
     INFO("size " << size);
@@ -227,27 +234,32 @@ TEST_CASE("send/recv: a ring through every rank with tags out of order, at 2, 3,
 TEST_CASE("many small tensors at once: plans larger than the message limit go out in pieces") {
   // 3000 inline allreduces submitted as fast as possible with a 64 KiB message limit: one Poll
   // emits far more than 64 KiB of plans (results travel inline), which must not drop a session.
-  auto errors = RunRanks(3, [](int rank, Engine& e) -> std::string {
-    const int kN = 3000;
-    std::vector<std::vector<float>> bufs(kN, std::vector<float>(64, static_cast<float>(rank + 1)));
-    std::vector<int64_t> handles;
-    for (int i = 0; i < kN; ++i) {
-      auto h = Allreduce(e, "small." + std::to_string(i), &bufs[i], ReduceOp::kSum);
-      if (!h.ok()) return "enqueue " + std::to_string(i) + ": " + h.status().ToString();
-      handles.push_back(h.value());
-    }
-    for (int i = 0; i < kN; ++i) {
-      Status s = e.handles().Wait(handles[i], std::chrono::seconds(60));
-      Status released = e.handles().Release(handles[i]);
-      if (!s.ok()) return "tensor " + std::to_string(i) + ": " + s.ToString();
-      if (!released.ok()) return "tensor " + std::to_string(i) + " release: " + released.ToString();
-      if (bufs[i][0] != 6.0f) return "tensor " + std::to_string(i) + " = " + std::to_string(bufs[i][0]);
-    }
-    return Check(e.AsyncError().ok(), "job error: " + e.AsyncError().ToString());
-  }, [](Options* o) {
-    o->max_message_bytes = 65536;
-    o->fusion_threshold_bytes = 1 << 20;
-  });
+  auto errors = RunRanks(
+      3,
+      [](int rank, Engine& e) -> std::string {
+        const int kN = 3000;
+        std::vector<std::vector<float>> bufs(kN,
+                                             std::vector<float>(64, static_cast<float>(rank + 1)));
+        std::vector<int64_t> handles;
+        for (int i = 0; i < kN; ++i) {
+          auto h = Allreduce(e, "small." + std::to_string(i), &bufs[i], ReduceOp::kSum);
+          if (!h.ok()) return "enqueue " + std::to_string(i) + ": " + h.status().ToString();
+          handles.push_back(h.value());
+        }
+        for (int i = 0; i < kN; ++i) {
+          Status s = e.handles().Wait(handles[i], std::chrono::seconds(60));
+          Status released = e.handles().Release(handles[i]);
+          if (!s.ok()) return "tensor " + std::to_string(i) + ": " + s.ToString();
+          if (!released.ok())
+            return "tensor " + std::to_string(i) + " release: " + released.ToString();
+          if (bufs[i][0] != 6.0f)
+            return "tensor " + std::to_string(i) + " = " + std::to_string(bufs[i][0]);
+        }
+        return Check(e.AsyncError().ok(), "job error: " + e.AsyncError().ToString());
+      },
+      [](Options* o) {
+        o->max_message_bytes = 65536;
+        o->fusion_threshold_bytes = 1 << 20;
+      });
   REQUIRE(Joined(errors) == "");
 }
-

@@ -2,7 +2,6 @@
 #include "runtime/engine.h"
 
 #include <catch2/catch.hpp>
-
 #include <mutex>
 #include <thread>
 #include <vector>
@@ -19,14 +18,16 @@ TEST_CASE("engine: topology and fused allreduce for 1, 2, 3, 4 and 7 ranks") {
       if (e.self().rank != rank) return "wrong rank";
       int hosts = size == 1 ? 1 : 2;
       if (e.self().cross_size != hosts) return "cross_size " + std::to_string(e.self().cross_size);
-      if (e.self().local_rank != rank / 2) return "local_rank " + std::to_string(e.self().local_rank);
+      if (e.self().local_rank != rank / 2)
+        return "local_rank " + std::to_string(e.self().local_rank);
       const int kTensors = 40;
       std::vector<std::vector<float>> bufs(kTensors);
       std::vector<int64_t> handles;
       for (int i = 0; i < kTensors; ++i) {
         int t = (i * 7 + rank * 13) % kTensors;  // a different order on each rank
         bufs[t].assign(1 + t * 37, static_cast<float>(rank + t));
-        auto h = Allreduce(e, "t" + std::to_string(t), &bufs[t], t % 2 ? ReduceOp::kSum : ReduceOp::kAverage);
+        auto h = Allreduce(e, "t" + std::to_string(t), &bufs[t],
+                           t % 2 ? ReduceOp::kSum : ReduceOp::kAverage);
         if (!h.ok()) return h.status().ToString();
         handles.push_back(h.value());
       }
@@ -41,7 +42,8 @@ TEST_CASE("engine: topology and fused allreduce for 1, 2, 3, 4 and 7 ranks") {
         float want = t % 2 ? sum : sum / size;
         for (float v : bufs[t]) {
           if (std::abs(v - want) > 1e-4f * std::max(1.0f, std::abs(want))) {
-            return "tensor " + std::to_string(t) + " got " + std::to_string(v) + " want " + std::to_string(want);
+            return "tensor " + std::to_string(t) + " got " + std::to_string(v) + " want " +
+                   std::to_string(want);
           }
         }
       }
@@ -62,7 +64,8 @@ TEST_CASE("engine: a mismatched shape fails on every rank and the job goes on") 
     if (!h.ok()) return h.status().ToString();
     Status s = e.handles().Wait(h.value(), std::chrono::seconds(30));
     if (s.code() != Code::kMismatch) return "want MISMATCH, got " + s.ToString();
-    if (s.message().find("shape") == std::string::npos || s.message().find("rank 2") == std::string::npos) {
+    if (s.message().find("shape") == std::string::npos ||
+        s.message().find("rank 2") == std::string::npos) {
       return "message does not name the field and rank: " + s.message();
     }
     std::vector<float> b(3, 2.0f);

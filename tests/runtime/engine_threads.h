@@ -46,7 +46,8 @@ inline Options MakeOptions(int rank, int size, int port) {
 }
 
 // Runs body(rank, engine) on `size` threads; returns each rank's failure text ("" = ok).
-inline std::vector<std::string> RunRanks(int size, const std::function<std::string(int, Engine&)>& body,
+inline std::vector<std::string> RunRanks(int size,
+                                         const std::function<std::string(int, Engine&)>& body,
                                          const std::function<void(Options*)>& tweak = nullptr) {
   int port = FreePort();
   std::vector<std::string> errors(size);

@@ -1,11 +1,11 @@
 #include "runtime/handle_table.h"
-#include "runtime/tensor_queue.h"
-
-#include <catch2/catch.hpp>
 
 #include <atomic>
+#include <catch2/catch.hpp>
 #include <chrono>
 #include <thread>
+
+#include "runtime/tensor_queue.h"
 
 using namespace hora;
 
@@ -29,9 +29,9 @@ TEST_CASE("handles: poll, wait, result, release") {
   REQUIRE(done);
   std::vector<int64_t> shape;
   REQUIRE(t.WithResult(h, [&](const OpResult& r) {
-    shape = r.shape;
-    return Status::Ok();
-  }).ok());
+             shape = r.shape;
+             return Status::Ok();
+           }).ok());
   REQUIRE(shape == std::vector<int64_t>{2, 3});
   REQUIRE(t.Release(h).ok());
   REQUIRE(t.Release(h).code() == Code::kNotFound);

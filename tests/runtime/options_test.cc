@@ -1,11 +1,10 @@
 #include "runtime/options.h"
 
-#include "runtime/env_aliases.h"
-
 #include <catch2/catch.hpp>
-
 #include <map>
 #include <string>
+
+#include "runtime/env_aliases.h"
 
 using namespace hora;
 
@@ -32,21 +31,36 @@ TEST_CASE("defaults for a single process without a launcher") {
 }
 
 TEST_CASE("identity comes from HORA_* first, then Open MPI, torchrun, Slurm") {
-  auto o = ParseOptions(Env({{"HORA_RANK", "2"}, {"HORA_SIZE", "4"}, {"RANK", "1"}, {"WORLD_SIZE", "9"},
-                             {"HORA_COORDINATOR_ADDR", "10.0.0.1:5000"}, {"HORA_JOB_TOKEN", "t"}}), {});
+  auto o = ParseOptions(Env({{"HORA_RANK", "2"},
+                             {"HORA_SIZE", "4"},
+                             {"RANK", "1"},
+                             {"WORLD_SIZE", "9"},
+                             {"HORA_COORDINATOR_ADDR", "10.0.0.1:5000"},
+                             {"HORA_JOB_TOKEN", "t"}}),
+                        {});
   REQUIRE(o.ok());
   REQUIRE(o.value().rank == 2);
   REQUIRE(o.value().size == 4);
   REQUIRE(o.value().launch.launcher == Launcher::kHorarun);
-  auto m = ParseOptions(Env({{"OMPI_COMM_WORLD_RANK", "1"}, {"OMPI_COMM_WORLD_SIZE", "2"},
-                             {"MASTER_ADDR", "node1"}, {"MASTER_PORT", "1234"}, {"PMIX_NAMESPACE", "ns1"}}), {});
+  auto m = ParseOptions(Env({{"OMPI_COMM_WORLD_RANK", "1"},
+                             {"OMPI_COMM_WORLD_SIZE", "2"},
+                             {"MASTER_ADDR", "node1"},
+                             {"MASTER_PORT", "1234"},
+                             {"PMIX_NAMESPACE", "ns1"}}),
+                        {});
   REQUIRE(m.ok());
   REQUIRE(m.value().rank == 1);
   REQUIRE(m.value().coordinator_address.empty());  // published by rank 0 through PMIx
   REQUIRE(m.value().coordinator_exchange == "pmix");
   REQUIRE(m.value().token == "PMIX_NAMESPACE=ns1");
-  auto t = ParseOptions(Env({{"RANK", "3"}, {"WORLD_SIZE", "4"}, {"MASTER_ADDR", "h"}, {"MASTER_PORT", "29500"},
-                             {"TORCHELASTIC_RUN_ID", "r"}, {"SLURM_PROCID", "0"}, {"SLURM_NTASKS", "1"}}), {});
+  auto t = ParseOptions(Env({{"RANK", "3"},
+                             {"WORLD_SIZE", "4"},
+                             {"MASTER_ADDR", "h"},
+                             {"MASTER_PORT", "29500"},
+                             {"TORCHELASTIC_RUN_ID", "r"},
+                             {"SLURM_PROCID", "0"},
+                             {"SLURM_NTASKS", "1"}}),
+                        {});
   REQUIRE(t.ok());
   REQUIRE(t.value().rank == 3);
   REQUIRE(t.value().coordinator_address == "h:29501");  // torchrun's own store has MASTER_PORT
@@ -55,9 +69,12 @@ TEST_CASE("identity comes from HORA_* first, then Open MPI, torchrun, Slurm") {
   REQUIRE(t.value().token == "torchrun:r@h:29500");
 }
 
-TEST_CASE("the coordinator address: given, single rank, the launcher's rule, or an error naming it") {
-  std::map<std::string, std::string> slurm{{"SLURM_PROCID", "1"}, {"SLURM_NTASKS", "3"},
-                                           {"SLURM_STEP_NODELIST", "gpu[07-09]"}, {"SLURM_JOB_ID", "4242"},
+TEST_CASE(
+    "the coordinator address: given, single rank, the launcher's rule, or an error naming it") {
+  std::map<std::string, std::string> slurm{{"SLURM_PROCID", "1"},
+                                           {"SLURM_NTASKS", "3"},
+                                           {"SLURM_STEP_NODELIST", "gpu[07-09]"},
+                                           {"SLURM_JOB_ID", "4242"},
                                            {"SLURM_STEP_ID", "0"}};
   auto s = ParseOptions(Env(slurm), {});
   REQUIRE(s.ok());
@@ -69,23 +86,30 @@ TEST_CASE("the coordinator address: given, single rank, the launcher's rule, or 
   REQUIRE(given.value().coordinator_address == "10.1.1.1:7777");
   REQUIRE_FALSE(given.value().coordinator_listen_any);
   REQUIRE(given.value().coordinator_iface == "ib0");
-  auto one = ParseOptions(Env({{"RANK", "0"}, {"WORLD_SIZE", "1"}, {"MASTER_ADDR", "h"}, {"MASTER_PORT", "1"}}), {});
+  auto one = ParseOptions(
+      Env({{"RANK", "0"}, {"WORLD_SIZE", "1"}, {"MASTER_ADDR", "h"}, {"MASTER_PORT", "1"}}), {});
   REQUIRE(one.value().coordinator_address == "127.0.0.1:0");
-  auto no_pmix = ParseOptions(Env({{"OMPI_COMM_WORLD_RANK", "0"}, {"OMPI_COMM_WORLD_SIZE", "2"}, {"HORA_JOB_TOKEN", "t"}}), {});
+  auto no_pmix = ParseOptions(
+      Env({{"OMPI_COMM_WORLD_RANK", "0"}, {"OMPI_COMM_WORLD_SIZE", "2"}, {"HORA_JOB_TOKEN", "t"}}),
+      {});
   REQUIRE_FALSE(no_pmix.ok());
   REQUIRE(no_pmix.status().message().find("PMIX_NAMESPACE") != std::string::npos);
-  auto no_master = ParseOptions(Env({{"RANK", "0"}, {"WORLD_SIZE", "2"}, {"HORA_JOB_TOKEN", "t"}}), {});
+  auto no_master =
+      ParseOptions(Env({{"RANK", "0"}, {"WORLD_SIZE", "2"}, {"HORA_JOB_TOKEN", "t"}}), {});
   REQUIRE_FALSE(no_master.ok());
   REQUIRE(no_master.status().message().find("MASTER_ADDR") != std::string::npos);
-  auto no_list = ParseOptions(Env({{"SLURM_PROCID", "0"}, {"SLURM_NTASKS", "2"}, {"SLURM_JOB_ID", "1"}}), {});
+  auto no_list =
+      ParseOptions(Env({{"SLURM_PROCID", "0"}, {"SLURM_NTASKS", "2"}, {"SLURM_JOB_ID", "1"}}), {});
   REQUIRE_FALSE(no_list.ok());
   REQUIRE(no_list.status().message().find("SLURM_STEP_NODELIST") != std::string::npos);
-  auto bad_list = ParseOptions(Env({{"SLURM_PROCID", "0"}, {"SLURM_NTASKS", "2"}, {"SLURM_JOB_NODELIST", "n[1-"}}), {});
+  auto bad_list = ParseOptions(
+      Env({{"SLURM_PROCID", "0"}, {"SLURM_NTASKS", "2"}, {"SLURM_JOB_NODELIST", "n[1-"}}), {});
   REQUIRE_FALSE(bad_list.ok());
   REQUIRE(bad_list.status().message().find("SLURM_JOB_NODELIST='n[1-'") != std::string::npos);
   auto bad_rank = ParseOptions(Env({{"RANK", "4"}, {"WORLD_SIZE", "4"}, {"MASTER_ADDR", "h"}}), {});
   REQUIRE_FALSE(bad_rank.ok());
-  REQUIRE(bad_rank.status().message().find("RANK='4' is not below WORLD_SIZE='4'") != std::string::npos);
+  REQUIRE(bad_rank.status().message().find("RANK='4' is not below WORLD_SIZE='4'") !=
+          std::string::npos);
 }
 
 TEST_CASE("the job token is given, derived from the launcher's job id, or required") {
@@ -93,10 +117,15 @@ TEST_CASE("the job token is given, derived from the launcher's job id, or requir
   REQUIRE(given.value().token == "abc");
   auto single = ParseOptions(Env({}), {});
   REQUIRE_FALSE(single.value().token.empty());
-  auto slurm = ParseOptions(Env({{"SLURM_PROCID", "0"}, {"SLURM_NTASKS", "2"}, {"SLURM_JOB_ID", "77"},
-                                 {"SLURM_STEP_ID", "3"}, {"SLURM_JOB_NODELIST", "h"}}), {});
+  auto slurm = ParseOptions(Env({{"SLURM_PROCID", "0"},
+                                 {"SLURM_NTASKS", "2"},
+                                 {"SLURM_JOB_ID", "77"},
+                                 {"SLURM_STEP_ID", "3"},
+                                 {"SLURM_JOB_NODELIST", "h"}}),
+                            {});
   REQUIRE(slurm.value().token == "SLURM_JOB_ID=77.3");
-  auto missing = ParseOptions(Env({{"HORA_RANK", "1"}, {"HORA_SIZE", "2"}, {"HORA_COORDINATOR_ADDR", "h:1"}}), {});
+  auto missing = ParseOptions(
+      Env({{"HORA_RANK", "1"}, {"HORA_SIZE", "2"}, {"HORA_COORDINATOR_ADDR", "h:1"}}), {});
   REQUIRE_FALSE(missing.ok());
   REQUIRE(missing.status().message().find("HORA_JOB_TOKEN") != std::string::npos);
 }
@@ -140,10 +169,15 @@ TEST_CASE("bad values name the variable") {
   check({{"HORA_TLS_CERT", "/c.pem"}}, "HORA_TLS_KEY");
   check({{"HORA_STEADY", "yes"}}, "HORA_STEADY='yes' is not one of auto, on, off");
   check({{"HORA_STEADY_PATIENCE_MS", "0"}}, "HORA_STEADY_PATIENCE_MS");
-  auto no_addr = ParseOptions(Env({{"HORA_SIZE", "2"}, {"HORA_RANK", "0"}, {"HORA_JOB_TOKEN", "t"}}), {});
+  auto no_addr =
+      ParseOptions(Env({{"HORA_SIZE", "2"}, {"HORA_RANK", "0"}, {"HORA_JOB_TOKEN", "t"}}), {});
   REQUIRE_FALSE(no_addr.ok());
   REQUIRE(no_addr.status().message().find("HORA_COORDINATOR_ADDR") != std::string::npos);
-  auto bad_addr = ParseOptions(Env({{"HORA_RANK", "0"}, {"HORA_SIZE", "2"}, {"HORA_COORDINATOR_ADDR", "nohost"}, {"HORA_JOB_TOKEN", "t"}}), {});
+  auto bad_addr = ParseOptions(Env({{"HORA_RANK", "0"},
+                                    {"HORA_SIZE", "2"},
+                                    {"HORA_COORDINATOR_ADDR", "nohost"},
+                                    {"HORA_JOB_TOKEN", "t"}}),
+                               {});
   REQUIRE_FALSE(bad_addr.ok());
   REQUIRE(bad_addr.status().message().find("host:port") != std::string::npos);
 }
@@ -179,10 +213,12 @@ TEST_CASE("cpu and gpu operations: auto by default, a built backend by name") {
 }
 
 TEST_CASE("Horovod's variables are read as Hora's; Hora's name wins; each is reported") {
-  auto o = ParseOptions(Env({{"HOROVOD_FUSION_THRESHOLD", "1048576"}, {"HOROVOD_CYCLE_TIME", "3.5"},
+  auto o = ParseOptions(Env({{"HOROVOD_FUSION_THRESHOLD", "1048576"},
+                             {"HOROVOD_CYCLE_TIME", "3.5"},
                              {"HOROVOD_STALL_CHECK_TIME_SECONDS", "7"},
                              {"HOROVOD_STALL_SHUTDOWN_TIME_SECONDS", "20"},
-                             {"HOROVOD_LOG_LEVEL", "DEBUG"}, {"HOROVOD_CPU_OPERATIONS", "GLOO"},
+                             {"HOROVOD_LOG_LEVEL", "DEBUG"},
+                             {"HOROVOD_CPU_OPERATIONS", "GLOO"},
                              {"HOROVOD_GLOO_TIMEOUT_SECONDS", "45"},
                              {"HOROVOD_CACHE_CAPACITY", "1024"}}),
                         {});
@@ -208,7 +244,8 @@ TEST_CASE("Horovod's variables are read as Hora's; Hora's name wins; each is rep
   for (const auto& n : v.env_notes) cycle_notes += n.find("HOROVOD_CYCLE_TIME=") == 0;
   CHECK(cycle_notes == 1);  // once, though the option is read more than once
 
-  auto both = ParseOptions(Env({{"HORA_FUSION_THRESHOLD", "4096"}, {"HOROVOD_FUSION_THRESHOLD", "8192"}}), {});
+  auto both = ParseOptions(
+      Env({{"HORA_FUSION_THRESHOLD", "4096"}, {"HOROVOD_FUSION_THRESHOLD", "8192"}}), {});
   REQUIRE(both.ok());
   CHECK(both.value().fusion_threshold_bytes == 4096);
   CHECK(both.value().env_notes.empty());
@@ -223,8 +260,10 @@ TEST_CASE("Horovod's variables are read as Hora's; Hora's name wins; each is rep
   CHECK(bad.status().message().find("HORA_FUSION_THRESHOLD='lots'") != std::string::npos);
 
   // HOROVOD_RANK/SIZE (horovodrun's names) give the identity.
-  auto ids = ParseOptions(Env({{"HOROVOD_RANK", "1"}, {"HOROVOD_SIZE", "2"},
-                               {"HORA_COORDINATOR_ADDR", "127.0.0.1:5000"}, {"HORA_JOB_TOKEN", "t"}}),
+  auto ids = ParseOptions(Env({{"HOROVOD_RANK", "1"},
+                               {"HOROVOD_SIZE", "2"},
+                               {"HORA_COORDINATOR_ADDR", "127.0.0.1:5000"},
+                               {"HORA_JOB_TOKEN", "t"}}),
                           {});
   REQUIRE(ids.ok());
   CHECK(ids.value().rank == 1);
@@ -232,11 +271,12 @@ TEST_CASE("Horovod's variables are read as Hora's; Hora's name wins; each is rep
 }
 
 TEST_CASE("an unknown HORA_ variable is named with the closest known one") {
-  auto w = UnknownHoraVariables({"HORA_FUSION_TRESHOLD", "HORA_RANK", "PATH", "HORA_LIBRARY",
-                                 "HORA_XYZZY_PLUGH_QUUX"});
+  auto w = UnknownHoraVariables(
+      {"HORA_FUSION_TRESHOLD", "HORA_RANK", "PATH", "HORA_LIBRARY", "HORA_XYZZY_PLUGH_QUUX"});
   REQUIRE(w.size() == 2);
-  CHECK(w[0] == "HORA_FUSION_TRESHOLD is not a Hora variable (did you mean HORA_FUSION_THRESHOLD?); "
-               "it is ignored");
+  CHECK(w[0] ==
+        "HORA_FUSION_TRESHOLD is not a Hora variable (did you mean HORA_FUSION_THRESHOLD?); "
+        "it is ignored");
   CHECK(w[1].find("HORA_XYZZY_PLUGH_QUUX is not a Hora variable") == 0);
   CHECK(w[1].find("did you mean") == std::string::npos);
 }
@@ -264,10 +304,11 @@ TEST_CASE("HOROVOD_HIERARCHICAL_ALLREDUCE: 1 prefers the hierarchical backend, 0
   REQUIRE(o.value().cpu_operations == "gloo");
   o = with({{"HOROVOD_HIERARCHICAL_ALLREDUCE", "yes"}});
   REQUIRE_FALSE(o.ok());
-  REQUIRE(o.status().message() == "HOROVOD_HIERARCHICAL_ALLREDUCE='yes' is not 0, 1, true or false");
+  REQUIRE(o.status().message() ==
+          "HOROVOD_HIERARCHICAL_ALLREDUCE='yes' is not 0, 1, true or false");
   // The selection forms themselves are checked like names.
   o = with({{"HORA_CPU_OPERATIONS", "prefer:nope"}});
   REQUIRE_FALSE(o.ok());
-  REQUIRE(o.status().message().find("HORA_CPU_OPERATIONS=prefer:nope: no backend 'nope' is built") !=
-          std::string::npos);
+  REQUIRE(o.status().message().find(
+              "HORA_CPU_OPERATIONS=prefer:nope: no backend 'nope' is built") != std::string::npos);
 }

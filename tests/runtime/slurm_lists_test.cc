@@ -1,7 +1,6 @@
 #include "runtime/slurm_lists.h"
 
 #include <catch2/catch.hpp>
-
 #include <string>
 #include <vector>
 
@@ -53,7 +52,8 @@ TEST_CASE("node lists: plain names, ranges, lists in brackets, padding") {
 TEST_CASE("node lists: several bracket groups in one name expand as a product") {
   using V = std::vector<std::string>;
   REQUIRE(Hosts("r[1-2]n[01-02]") == V{"r1n01", "r1n02", "r2n01", "r2n02"});
-  REQUIRE(Hosts("rack[1,3]-gpu[0-1],x") == V{"rack1-gpu0", "rack1-gpu1", "rack3-gpu0", "rack3-gpu1", "x"});
+  REQUIRE(Hosts("rack[1,3]-gpu[0-1],x") ==
+          V{"rack1-gpu0", "rack1-gpu1", "rack3-gpu0", "rack3-gpu1", "x"});
   REQUIRE(Hosts("big[0-99999]").size() == 100000);
   REQUIRE(Hosts("big[0-99999]").back() == "big99999");
 }
@@ -85,11 +85,12 @@ TEST_CASE("tasks per node: counts and repeats") {
 }
 
 TEST_CASE("tasks per node: malformed values name the variable") {
-  for (const std::string bad : {"", "x", "2(x)", "2(x3", "2x3", "(x3)", "0", "2(x0)", "2,", "-1", "2(y3)", "2(x3)1"}) {
+  for (const std::string bad :
+       {"", "x", "2(x)", "2(x3", "2x3", "(x3)", "0", "2(x0)", "2,", "-1", "2(y3)", "2(x3)1"}) {
     auto t = ExpandSlurmTasksPerNode("SLURM_TASKS_PER_NODE", bad);
     INFO(bad);
     REQUIRE_FALSE(t.ok());
-    REQUIRE(t.status().message().find("SLURM_TASKS_PER_NODE='" + bad + "' is not a Slurm tasks-per-node list") !=
-            std::string::npos);
+    REQUIRE(t.status().message().find("SLURM_TASKS_PER_NODE='" + bad +
+                                      "' is not a Slurm tasks-per-node list") != std::string::npos);
   }
 }

@@ -3,10 +3,9 @@
 // results equal the coordinator path's bit for bit, the path is really taken (its counters),
 // changed specs fall back, a mismatch and a stall are still reported by the coordinator, and
 // ranks that submit in different orders or a step apart still agree.
-#include <catch2/catch.hpp>
-
 #include <unistd.h>
 
+#include <catch2/catch.hpp>
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
@@ -46,15 +45,33 @@ std::vector<char> Input(DataType dt, int64_t count, int r, int i) {
     const float f = static_cast<float>(v) * 0.75f;
     void* p = buf.data() + j * DataTypeSize(dt);
     switch (dt) {
-      case DataType::kUint8: *static_cast<uint8_t*>(p) = static_cast<uint8_t>(v); break;
-      case DataType::kInt8: *static_cast<int8_t*>(p) = static_cast<int8_t>(v - 2); break;
-      case DataType::kInt32: *static_cast<int32_t*>(p) = v * 10 - 17; break;
-      case DataType::kInt64: *static_cast<int64_t*>(p) = v * 100000ll - 1; break;
-      case DataType::kFloat16: *static_cast<uint16_t*>(p) = FloatToHalf(f); break;
-      case DataType::kBfloat16: *static_cast<uint16_t*>(p) = FloatToBfloat16(f); break;
-      case DataType::kFloat32: *static_cast<float*>(p) = f / 3.0f; break;
-      case DataType::kFloat64: *static_cast<double*>(p) = f / 3.0; break;
-      case DataType::kBool: *static_cast<uint8_t*>(p) = static_cast<uint8_t>(v > 2); break;
+      case DataType::kUint8:
+        *static_cast<uint8_t*>(p) = static_cast<uint8_t>(v);
+        break;
+      case DataType::kInt8:
+        *static_cast<int8_t*>(p) = static_cast<int8_t>(v - 2);
+        break;
+      case DataType::kInt32:
+        *static_cast<int32_t*>(p) = v * 10 - 17;
+        break;
+      case DataType::kInt64:
+        *static_cast<int64_t*>(p) = v * 100000ll - 1;
+        break;
+      case DataType::kFloat16:
+        *static_cast<uint16_t*>(p) = FloatToHalf(f);
+        break;
+      case DataType::kBfloat16:
+        *static_cast<uint16_t*>(p) = FloatToBfloat16(f);
+        break;
+      case DataType::kFloat32:
+        *static_cast<float*>(p) = f / 3.0f;
+        break;
+      case DataType::kFloat64:
+        *static_cast<double*>(p) = f / 3.0;
+        break;
+      case DataType::kBool:
+        *static_cast<uint8_t*>(p) = static_cast<uint8_t>(v > 2);
+        break;
     }
   }
   return buf;
@@ -311,9 +328,9 @@ TEST_CASE("steady path: a tensor stalled in the steady state ends in the stall e
 
 TEST_CASE("steady path: a join turns it off, the timeline shows fast instances", "[steady]") {
   constexpr int kRanks = 2;
-  const std::string path = std::string(std::getenv("TEST_TMPDIR") ? std::getenv("TEST_TMPDIR")
-                                                                    : "/tmp") +
-                           "/steady_timeline_" + std::to_string(getpid()) + ".json";
+  const std::string path =
+      std::string(std::getenv("TEST_TMPDIR") ? std::getenv("TEST_TMPDIR") : "/tmp") +
+      "/steady_timeline_" + std::to_string(getpid()) + ".json";
   auto errors = RunRanks(
       kRanks,
       [&](int r, Engine& e) -> std::string {
@@ -327,8 +344,10 @@ TEST_CASE("steady path: a join turns it off, the timeline shows fast instances",
         if (Status t = e.StopTimeline(); !t.ok()) return "timeline: " + t.ToString();
         if (e.Steady(0).value().fast == 0) return "the fast path was not taken";
         std::ifstream in(TimelineRankPath(path, r));
-        const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-        if (text.find("steady:shm") == std::string::npos) return "no steady:shm bucket in the timeline";
+        const std::string text((std::istreambuf_iterator<char>(in)),
+                               std::istreambuf_iterator<char>());
+        if (text.find("steady:shm") == std::string::npos)
+          return "no steady:shm bucket in the timeline";
         // Rank 1 joins; rank 0's cached name now goes through the coordinator, which counts
         // rank 1 as zeros.
         if (r == 1) {

@@ -2,10 +2,10 @@
 // threads writing every rank's file (a rank made late is the one the plans name as last).
 #include "runtime/timeline.h"
 
-#include <catch2/catch.hpp>
 #include <unistd.h>
 
 #include <algorithm>
+#include <catch2/catch.hpp>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -113,8 +113,8 @@ std::vector<std::string> PhasesOf(const std::vector<Ev>& events, const std::stri
 // Rounds of phases, each starting with negotiate and the rest in the timeline's order (a phase
 // that took no time may be missing).
 bool InOrder(const std::vector<std::string>& phases, int rounds) {
-  const std::vector<std::string> order = {"negotiate", "queue", "pack", "allreduce", "unpack",
-                                          "done"};
+  const std::vector<std::string> order = {"negotiate", "queue",  "pack",
+                                          "allreduce", "unpack", "done"};
   int seen = 0;
   size_t at = 0;
   for (const std::string& p : phases) {
@@ -274,7 +274,8 @@ TEST_CASE("timeline: engines as threads, every rank's file, the late rank named 
         Status s = e.handles().Wait(h, std::chrono::seconds(30));
         Status released = e.handles().Release(h);
         if (errors[r].empty() && !s.ok()) errors[r] = what + ": " + s.ToString();
-        if (errors[r].empty() && !released.ok()) errors[r] = what + " release: " + released.ToString();
+        if (errors[r].empty() && !released.ok())
+          errors[r] = what + " release: " + released.ToString();
       };
       if (!e.timeline().on()) errors[r] = "timeline off after init";
       for (int step = 0; step < 3 && errors[r].empty(); ++step) {
@@ -295,12 +296,15 @@ TEST_CASE("timeline: engines as threads, every rank's file, the late rank named 
         if (!s.ok()) errors[r] = "stop: " + s.ToString();
         std::vector<float> between(4, 1.0f);
         auto h = Allreduce(e, "between", &between, ReduceOp::kSum);
-        if (!h.ok()) errors[r] = "enqueue between: " + h.status().ToString();
-        else finish(h.value(), "between");
+        if (!h.ok())
+          errors[r] = "enqueue between: " + h.status().ToString();
+        else
+          finish(h.value(), "between");
         s = e.StartTimeline(base + ".second.json");
         if (!s.ok()) errors[r] = "restart: " + s.ToString();
         Status again = e.StartTimeline(base + ".third.json");
-        if (again.code() != Code::kFailedPrecondition) errors[r] = "second start: " + again.ToString();
+        if (again.code() != Code::kFailedPrecondition)
+          errors[r] = "second start: " + again.ToString();
         std::vector<float> after(3000, 2.0f);
         auto h2 = Allreduce(e, "after", &after, ReduceOp::kSum);
         if (!h2.ok() && errors[r].empty()) errors[r] = "enqueue after: " + h2.status().ToString();
@@ -335,8 +339,8 @@ TEST_CASE("timeline: engines as threads, every rank's file, the late rank named 
     CHECK(InOrder(PhasesOf(events, "big"), 3));
     CHECK(PhasesOf(events, "small") ==
           std::vector<std::string>{"negotiate", "allreduce (inline)", "done", "negotiate",
-                                   "allreduce (inline)", "done", "negotiate",
-                                   "allreduce (inline)", "done"});
+                                   "allreduce (inline)", "done", "negotiate", "allreduce (inline)",
+                                   "done"});
     CHECK(text.find("\"between\"") == std::string::npos);
 
     const std::string second = TimelineRankPath(base + ".second.json", r);

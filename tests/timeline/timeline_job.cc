@@ -38,16 +38,18 @@ void Step(const std::string& tag, int late, int delay_ms) {
     hora_tensor_t t = Tensor(grads[i].data(), shapes[i], HORA_FLOAT32);
     hora_handle_t h;
     Must(hora_allreduce_async((tag + "grad." + std::to_string(i)).c_str(), &t, grads[i].data(),
-                              HORA_SUM, 1.0, 1.0, HORA_GLOBAL_PROCESS_SET, &h), "allreduce");
+                              HORA_SUM, 1.0, 1.0, HORA_GLOBAL_PROCESS_SET, &h),
+         "allreduce");
     handles.push_back(h);
   }
   float loss = 1.0f;
-  const std::vector<int64_t> scalar, pshape = {3000}, rshape = {2, 8},
-                             rsshape = {g_size * 4, 4}, ashape = {g_size * 2, 2}, vshape = {64};
+  const std::vector<int64_t> scalar, pshape = {3000}, rshape = {2, 8}, rsshape = {g_size * 4, 4},
+                                     ashape = {g_size * 2, 2}, vshape = {64};
   hora_tensor_t lt = Tensor(&loss, scalar, HORA_FLOAT32);
   hora_handle_t h;
   Must(hora_allreduce_async((tag + "loss").c_str(), &lt, &loss, HORA_AVERAGE, 1.0, 1.0,
-                            HORA_GLOBAL_PROCESS_SET, &h), "allreduce loss");
+                            HORA_GLOBAL_PROCESS_SET, &h),
+       "allreduce loss");
   handles.push_back(h);
   std::vector<float> params(3000, static_cast<float>(g_rank));
   hora_tensor_t pt = Tensor(params.data(), pshape, HORA_FLOAT32);
@@ -62,12 +64,14 @@ void Step(const std::string& tag, int late, int delay_ms) {
   std::vector<float> rs(static_cast<size_t>(g_size) * 16, 1.0f);
   hora_tensor_t rst = Tensor(rs.data(), rsshape, HORA_FLOAT32);
   Must(hora_reducescatter_async((tag + "scatter").c_str(), &rst, HORA_SUM, 1.0, 1.0,
-                                HORA_GLOBAL_PROCESS_SET, &h), "reducescatter");
+                                HORA_GLOBAL_PROCESS_SET, &h),
+       "reducescatter");
   handles.push_back(h);
   std::vector<float> a2a(static_cast<size_t>(g_size) * 4, 1.0f);
   hora_tensor_t at = Tensor(a2a.data(), ashape, HORA_FLOAT32);
-  Must(hora_alltoall_async((tag + "alltoall").c_str(), &at, nullptr, 0, HORA_GLOBAL_PROCESS_SET,
-                           &h), "alltoall");
+  Must(
+      hora_alltoall_async((tag + "alltoall").c_str(), &at, nullptr, 0, HORA_GLOBAL_PROCESS_SET, &h),
+      "alltoall");
   handles.push_back(h);
   std::vector<float> out(64, static_cast<float>(g_rank)), in(64, -1.0f);
   if (g_size > 1) {
@@ -102,8 +106,8 @@ int main(int argc, char** argv) {
   g_rank = rank;
   g_size = size;
   // HORA_TIMELINE (from --timeline-filename) started one at init: a second start is refused.
-  JOB_CHECK(hora_start_timeline(argv[3]) == HORA_ERR_FAILED_PRECONDITION,
-            "start while on: %s", hora_last_error());
+  JOB_CHECK(hora_start_timeline(argv[3]) == HORA_ERR_FAILED_PRECONDITION, "start while on: %s",
+            hora_last_error());
   for (int step = 0; step < 6; ++step) Step("", late, delay_ms);
   Must(hora_stop_timeline(), "stop_timeline");
   JOB_CHECK(hora_stop_timeline() == HORA_OK, "second stop");

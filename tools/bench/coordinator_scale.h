@@ -34,25 +34,25 @@ namespace scale_bench {
 struct ScaleOptions {
   std::string mode = "planner";  // planner, local or grpc
   int ranks = 64;
-  int tensors = 200;            // per step
-  int batch = 1;                // notices per ready message
-  int steps = 20;               // timed
-  int warmup = 2;               // untimed; the first also carries the signatures
-  int drivers = 4;              // threads sending the ranks' ready messages (local, grpc)
+  int tensors = 200;  // per step
+  int batch = 1;      // notices per ready message
+  int steps = 20;     // timed
+  int warmup = 2;     // untimed; the first also carries the signatures
+  int drivers = 4;    // threads sending the ranks' ready messages (local, grpc)
   std::chrono::milliseconds step_timeout{120000};
-  std::string self_path;        // this binary, for the grpc mode's child
+  std::string self_path;  // this binary, for the grpc mode's child
 };
 
 struct ScaleResult {
   ScaleOptions options;
-  double wall_s = 0;           // timed steps
-  double cpu_s = 0;            // rank 0: planner thread / process / service child
-  double client_cpu_s = 0;     // grpc: this process (the simulated ranks); else 0
-  double messages_in = 0;      // per step, into the coordinator
-  double messages_out = 0;     // per step, out of it (all ranks)
-  double bytes_in = 0;         // per step, protobuf bytes (0 = not measured)
+  double wall_s = 0;        // timed steps
+  double cpu_s = 0;         // rank 0: planner thread / process / service child
+  double client_cpu_s = 0;  // grpc: this process (the simulated ranks); else 0
+  double messages_in = 0;   // per step, into the coordinator
+  double messages_out = 0;  // per step, out of it (all ranks)
+  double bytes_in = 0;      // per step, protobuf bytes (0 = not measured)
   double bytes_out = 0;
-  double buckets = 0;          // per step
+  double buckets = 0;  // per step
   double steps_per_s() const { return options.steps / wall_s; }
   double cpu_ms_per_step() const { return 1e3 * cpu_s / options.steps; }
 };

@@ -1,5 +1,6 @@
 // coordinator_scale_bench: how many steps per second the coordinator sustains for N simulated
-// ranks x T tensors per step, and its CPU per step (coordinator_scale.h, docs/coordinator-scale.md).
+// ranks x T tensors per step, and its CPU per step (coordinator_scale.h,
+// docs/coordinator-scale.md).
 //
 //   coordinator_scale_bench [--modes=planner,local,grpc] [--ranks=64,256,1024] [--tensors=200]
 //                           [--batch=1] [--steps=20] [--warmup=2] [--drivers=4]
@@ -49,7 +50,8 @@ std::string Kb(double bytes) {
 void PrintRow(const ScaleResult& r) {
   const ScaleOptions& o = r.options;
   char client[32] = "-";
-  if (r.client_cpu_s > 0) std::snprintf(client, sizeof(client), "%.1f", 1e3 * r.client_cpu_s / o.steps);
+  if (r.client_cpu_s > 0)
+    std::snprintf(client, sizeof(client), "%.1f", 1e3 * r.client_cpu_s / o.steps);
   std::printf("| %s | %d | %d | %d | %.1f | %.2f | %.0f | %s | %.0f | %s | %.1f | %s |\n",
               o.mode.c_str(), o.ranks, o.tensors, o.batch, r.steps_per_s(), r.cpu_ms_per_step(),
               r.messages_in, Kb(r.bytes_in).c_str(), r.messages_out, Kb(r.bytes_out).c_str(),
@@ -100,10 +102,11 @@ bool ParseArgs(int argc, char** argv, Args* args) {
       return false;
     }
   }
-  if (base.tensors < 1 || base.batch < 1 || base.steps < 1 || base.warmup < 0 ||
-      base.drivers < 1 || base.step_timeout.count() < 1) {
-    std::fprintf(stderr, "coordinator_scale_bench: tensors, batch, steps, drivers and "
-                         "step_timeout_ms must be positive, warmup non-negative\n");
+  if (base.tensors < 1 || base.batch < 1 || base.steps < 1 || base.warmup < 0 || base.drivers < 1 ||
+      base.step_timeout.count() < 1) {
+    std::fprintf(stderr,
+                 "coordinator_scale_bench: tensors, batch, steps, drivers and "
+                 "step_timeout_ms must be positive, warmup non-negative\n");
     return false;
   }
   for (const std::string& n : Split(args->ranks)) {
@@ -124,9 +127,10 @@ int Main(int argc, char** argv) {
   if (args.serve) {
     return ServeMain(std::atoi(args.ranks.c_str()), std::chrono::milliseconds(args.timeout_ms));
   }
-  std::printf("| mode | ranks | tensors | notices/msg | steps/s | rank-0 CPU ms/step | msgs in/step "
-              "| KiB in/step | msgs out/step | KiB out/step | buckets/step | client CPU ms/step |\n"
-              "|---|---|---|---|---|---|---|---|---|---|---|---|\n");
+  std::printf(
+      "| mode | ranks | tensors | notices/msg | steps/s | rank-0 CPU ms/step | msgs in/step "
+      "| KiB in/step | msgs out/step | KiB out/step | buckets/step | client CPU ms/step |\n"
+      "|---|---|---|---|---|---|---|---|---|---|---|---|\n");
   int failures = 0;
   for (const std::string& mode : Split(args.modes)) {
     for (const std::string& n : Split(args.ranks)) {

@@ -20,8 +20,8 @@ struct StepCount {
 
 // One step; checks that every tensor was planned exactly once for every rank.
 Status RunStep(Planner& planner, const std::vector<TensorSpec>& specs,
-               const std::unordered_map<std::string, int32_t>& ids, const ScaleOptions& o,
-               int step, StepCount* count) {
+               const std::unordered_map<std::string, int32_t>& ids, const ScaleOptions& o, int step,
+               StepCount* count) {
   const int n = static_cast<int>(specs.size());
   std::vector<PlanChecker> checkers;  // planner buckets are rank-independent: one suffices
   checkers.emplace_back(n);
@@ -64,7 +64,8 @@ StatusOr<ScaleResult> RunPlannerBench(const ScaleOptions& o) {
   std::unordered_map<std::string, int32_t> ids;  // name -> tensor index + 1
   for (size_t t = 0; t < specs.size(); ++t) ids[specs[t].name] = static_cast<int32_t>(t) + 1;
   StepCount warm;
-  for (int s = 0; s < o.warmup; ++s) HORA_RETURN_IF_ERROR(RunStep(planner, specs, ids, o, s, &warm));
+  for (int s = 0; s < o.warmup; ++s)
+    HORA_RETURN_IF_ERROR(RunStep(planner, specs, ids, o, s, &warm));
   StepCount count;
   const auto t0 = Clock::now();
   const double c0 = ThreadCpuSeconds();

@@ -71,8 +71,8 @@ Status SimulatedRanks::Connect(const std::string& address, LocalSessionHost* loc
     clients_[r] = std::move(client).value();
   });
   for (int r = 0; r < n; ++r) {
-    if (!errors[r].ok()) return Status(errors[r].code(), "rank " + std::to_string(r) + ": " +
-                                                             errors[r].message());
+    if (!errors[r].ok())
+      return Status(errors[r].code(), "rank " + std::to_string(r) + ": " + errors[r].message());
   }
   std::vector<Status> started(n);
   ForEachParallel(n, std::min(n, 64), [&](int r) {
@@ -99,8 +99,8 @@ void SimulatedRanks::OnPlan(int rank, PlanMessage plan) {
   }
   std::string error = ok ? "" : "rank " + std::to_string(rank) + ": " + sink.checker.error();
   if (!plan.errors.empty()) {
-    error = "rank " + std::to_string(rank) + " got a tensor error: " +
-            plan.errors[0].status.ToString();
+    error =
+        "rank " + std::to_string(rank) + " got a tensor error: " + plan.errors[0].status.ToString();
   }
   int64_t bytes = 0;
   if (rank == 0) {
@@ -147,7 +147,8 @@ Status SimulatedRanks::Step(int step, bool signatures) {
     pool.emplace_back([&, k] {
       for (int begin = 0; begin < tensors; begin += options_.batch) {
         const int end = std::min(tensors, begin + options_.batch);
-        for (int r = k; r < n; r += drivers) clients_[r]->SendReady(Notices(begin, end, signatures));
+        for (int r = k; r < n; r += drivers)
+          clients_[r]->SendReady(Notices(begin, end, signatures));
       }
     });
   }

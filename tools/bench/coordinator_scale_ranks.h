@@ -69,9 +69,9 @@ class SimulatedRanks {
 
   mutable std::mutex mu_;
   std::condition_variable cv_;
-  int64_t entries_ = 0;      // guarded by mu_: plan entries received by all ranks, all steps
-  int64_t target_ = 0;       // guarded by mu_: entries_ at which the current step is done
-  std::string error_;        // guarded by mu_: the first failure
+  int64_t entries_ = 0;  // guarded by mu_: plan entries received by all ranks, all steps
+  int64_t target_ = 0;   // guarded by mu_: entries_ at which the current step is done
+  std::string error_;    // guarded by mu_: the first failure
 };
 
 }  // namespace scale_bench

@@ -144,8 +144,8 @@ StatusOr<ScaleResult> RunServiceBench(const ScaleOptions& o) {
   r.options = o;
   {
     SimulatedRanks ranks(o);
-    HORA_RETURN_IF_ERROR(ranks.Connect("127.0.0.1:" + std::to_string(port),
-                                       grpc ? nullptr : service->local_host()));
+    HORA_RETURN_IF_ERROR(
+        ranks.Connect("127.0.0.1:" + std::to_string(port), grpc ? nullptr : service->local_host()));
     HORA_RETURN_IF_ERROR(RunSteps(&ranks, 0, std::max(o.warmup, 1)));
     ranks.ResetCounters();
     double service_cpu0 = 0;

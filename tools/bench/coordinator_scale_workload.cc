@@ -32,7 +32,7 @@ std::vector<TensorSpec> ModelTensors(int count) {
     if (t % 2 == 0) {
       s.shape = {256 * (1 + (t / 2) % 16), 256};  // 256 KiB .. 4 MiB
     } else {
-      s.shape = {1024};                          // 4 KiB
+      s.shape = {1024};  // 4 KiB
     }
   }
   return specs;

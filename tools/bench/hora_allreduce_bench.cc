@@ -14,7 +14,8 @@
 //
 // Flags: --min-bytes N (4) --max-bytes N (256 MiB) --step-factor F (4) --target-seconds S
 // (0.6) --max-iters N (100000) --lat-iters N (2000) --lat-mode wait|poll|both (wait) --debug
-// --no-latency --no-bandwidth --csv --impl NAME (the CSV rows' implementation, default "hora"). Sizes accept K, M, G suffixes (powers of 1024).
+// --no-latency --no-bandwidth --csv --impl NAME (the CSV rows' implementation, default "hora").
+// Sizes accept K, M, G suffixes (powers of 1024).
 #include <sched.h>
 
 #include <algorithm>
@@ -68,9 +69,18 @@ int64_t ParseBytes(const char* flag, const char* v) {
   int64_t mult = 1;
   if (end && *end) {
     switch (*end) {
-      case 'k': case 'K': mult = 1ll << 10; break;
-      case 'm': case 'M': mult = 1ll << 20; break;
-      case 'g': case 'G': mult = 1ll << 30; break;
+      case 'k':
+      case 'K':
+        mult = 1ll << 10;
+        break;
+      case 'm':
+      case 'M':
+        mult = 1ll << 20;
+        break;
+      case 'g':
+      case 'G':
+        mult = 1ll << 30;
+        break;
       default:
         std::fprintf(stderr, "%s: bad size '%s'\n", flag, v);
         std::exit(2);
@@ -98,19 +108,32 @@ Flags ParseFlags(int argc, char** argv) {
       }
       return argv[++i];
     };
-    if (a == "--csv") f.csv = true;
-    else if (a == "--no-latency") f.latency = false;
-    else if (a == "--no-bandwidth") f.bandwidth = false;
-    else if (a == "--min-bytes") f.min_bytes = ParseBytes("--min-bytes", value());
-    else if (a == "--max-bytes") f.max_bytes = ParseBytes("--max-bytes", value());
-    else if (a == "--step-factor") f.step_factor = std::atoll(value());
-    else if (a == "--target-seconds") f.target_seconds = std::atof(value());
-    else if (a == "--max-iters") f.max_iters = std::atoll(value());
-    else if (a == "--min-iters") f.min_iters = std::atoll(value());
-    else if (a == "--lat-iters") f.lat_iters = std::atoll(value());
-    else if (a == "--lat-mode") f.lat_mode = value();
-    else if (a == "--debug") g_debug = true;
-    else if (a == "--impl") g_impl = value();
+    if (a == "--csv")
+      f.csv = true;
+    else if (a == "--no-latency")
+      f.latency = false;
+    else if (a == "--no-bandwidth")
+      f.bandwidth = false;
+    else if (a == "--min-bytes")
+      f.min_bytes = ParseBytes("--min-bytes", value());
+    else if (a == "--max-bytes")
+      f.max_bytes = ParseBytes("--max-bytes", value());
+    else if (a == "--step-factor")
+      f.step_factor = std::atoll(value());
+    else if (a == "--target-seconds")
+      f.target_seconds = std::atof(value());
+    else if (a == "--max-iters")
+      f.max_iters = std::atoll(value());
+    else if (a == "--min-iters")
+      f.min_iters = std::atoll(value());
+    else if (a == "--lat-iters")
+      f.lat_iters = std::atoll(value());
+    else if (a == "--lat-mode")
+      f.lat_mode = value();
+    else if (a == "--debug")
+      g_debug = true;
+    else if (a == "--impl")
+      g_impl = value();
     else {
       std::fprintf(stderr, "unknown flag %s\n", a.c_str());
       std::exit(2);
@@ -197,8 +220,9 @@ double Percentile(std::vector<double> v, double p) {
 
 void PrintHeader(const Flags& f) {
   if (f.csv) {
-    std::printf("kind,impl,np,bytes,count,type,op,iters,time_us,algbw_gbs,busbw_gbs,p50_us,p90_us,"
-                "min_us,extra_us,wrong\n");
+    std::printf(
+        "kind,impl,np,bytes,count,type,op,iters,time_us,algbw_gbs,busbw_gbs,p50_us,p90_us,"
+        "min_us,extra_us,wrong\n");
   } else {
     std::printf("# hora allreduce benchmark, %d ranks, float32 sum, in place (%s)\n", g_size,
                 hora_version());
@@ -251,9 +275,9 @@ int64_t BenchSize(const Flags& f, int64_t bytes) {
   double busbw = algbw * 2.0 * (g_size - 1) / g_size;
   if (g_rank == 0) {
     if (f.csv) {
-      std::printf("bw,%s,%d,%lld,%lld,float,sum,%lld,%.3f,%.4f,%.4f,,,,,%lld\n", g_impl.c_str(), g_size,
-                  (long long)bytes, (long long)count, (long long)iters, per_op * 1e6, algbw, busbw,
-                  (long long)wrong);
+      std::printf("bw,%s,%d,%lld,%lld,float,sum,%lld,%.3f,%.4f,%.4f,,,,,%lld\n", g_impl.c_str(),
+                  g_size, (long long)bytes, (long long)count, (long long)iters, per_op * 1e6, algbw,
+                  busbw, (long long)wrong);
     } else {
       std::printf(" %12lld %12lld %8s %6s %8lld %11.2f %9.3f %9.3f %7lld\n", (long long)bytes,
                   (long long)count, "float", "sum", (long long)iters, per_op * 1e6, algbw, busbw,
@@ -305,9 +329,10 @@ void BenchLatency(const Flags& f, bool poll) {
       std::printf("lat,%s,%d,4,1,float,sum,%lld,%.3f,,,%.3f,%.3f,%.3f,%.3f,0\n", impl, g_size,
                   (long long)f.lat_iters, mean, p50, p90, mn, enq);
     } else {
-      std::printf("# %s 4-byte allreduce latency, enqueue to done, %lld iterations: median %.1f us, "
-                  "p90 %.1f us, min %.1f us, mean %.1f us; the enqueue call itself: median %.2f us\n",
-                  impl, (long long)f.lat_iters, p50, p90, mn, mean, enq);
+      std::printf(
+          "# %s 4-byte allreduce latency, enqueue to done, %lld iterations: median %.1f us, "
+          "p90 %.1f us, min %.1f us, mean %.1f us; the enqueue call itself: median %.2f us\n",
+          impl, (long long)f.lat_iters, p50, p90, mn, mean, enq);
     }
     std::fflush(stdout);
   }

@@ -30,9 +30,12 @@ static long long ParseBytes(const char* flag, const char* v) {
   double x = strtod(v, &end);
   long long mult = 1;
   if (end && *end) {
-    if (*end == 'k' || *end == 'K') mult = 1ll << 10;
-    else if (*end == 'm' || *end == 'M') mult = 1ll << 20;
-    else if (*end == 'g' || *end == 'G') mult = 1ll << 30;
+    if (*end == 'k' || *end == 'K')
+      mult = 1ll << 10;
+    else if (*end == 'm' || *end == 'M')
+      mult = 1ll << 20;
+    else if (*end == 'g' || *end == 'G')
+      mult = 1ll << 30;
     else {
       fprintf(stderr, "%s: bad size '%s'\n", flag, v);
       exit(2);
@@ -46,19 +49,45 @@ static Flags ParseFlags(int argc, char** argv) {
   for (int i = 1; i < argc; ++i) {
     const char* a = argv[i];
     const char* v = i + 1 < argc ? argv[i + 1] : NULL;
-#define NEEDV() do { if (!v) { fprintf(stderr, "%s needs a value\n", a); exit(2); } ++i; } while (0)
-    if (!strcmp(a, "--csv")) f.csv = 1;
-    else if (!strcmp(a, "--no-latency")) f.latency = 0;
-    else if (!strcmp(a, "--no-bandwidth")) f.bandwidth = 0;
-    else if (!strcmp(a, "--min-bytes")) { NEEDV(); f.min_bytes = ParseBytes(a, v); }
-    else if (!strcmp(a, "--max-bytes")) { NEEDV(); f.max_bytes = ParseBytes(a, v); }
-    else if (!strcmp(a, "--step-factor")) { NEEDV(); f.step_factor = atoll(v); }
-    else if (!strcmp(a, "--target-seconds")) { NEEDV(); f.target_seconds = atof(v); }
-    else if (!strcmp(a, "--max-iters")) { NEEDV(); f.max_iters = atoll(v); }
-    else if (!strcmp(a, "--min-iters")) { NEEDV(); f.min_iters = atoll(v); }
-    else if (!strcmp(a, "--lat-iters")) { NEEDV(); f.lat_iters = atoll(v); }
-    else if (!strcmp(a, "--impl")) { NEEDV(); f.impl = v; }
-    else {
+#define NEEDV()                                 \
+  do {                                          \
+    if (!v) {                                   \
+      fprintf(stderr, "%s needs a value\n", a); \
+      exit(2);                                  \
+    }                                           \
+    ++i;                                        \
+  } while (0)
+    if (!strcmp(a, "--csv"))
+      f.csv = 1;
+    else if (!strcmp(a, "--no-latency"))
+      f.latency = 0;
+    else if (!strcmp(a, "--no-bandwidth"))
+      f.bandwidth = 0;
+    else if (!strcmp(a, "--min-bytes")) {
+      NEEDV();
+      f.min_bytes = ParseBytes(a, v);
+    } else if (!strcmp(a, "--max-bytes")) {
+      NEEDV();
+      f.max_bytes = ParseBytes(a, v);
+    } else if (!strcmp(a, "--step-factor")) {
+      NEEDV();
+      f.step_factor = atoll(v);
+    } else if (!strcmp(a, "--target-seconds")) {
+      NEEDV();
+      f.target_seconds = atof(v);
+    } else if (!strcmp(a, "--max-iters")) {
+      NEEDV();
+      f.max_iters = atoll(v);
+    } else if (!strcmp(a, "--min-iters")) {
+      NEEDV();
+      f.min_iters = atoll(v);
+    } else if (!strcmp(a, "--lat-iters")) {
+      NEEDV();
+      f.lat_iters = atoll(v);
+    } else if (!strcmp(a, "--impl")) {
+      NEEDV();
+      f.impl = v;
+    } else {
       fprintf(stderr, "unknown flag %s\n", a);
       exit(2);
     }
@@ -88,7 +117,8 @@ static long long CountWrong(const float* buf, long long n) {
   for (long long i = 0; i < n; ++i) {
     double want = g_size * (double)(i % 13) + base;
     if (buf[i] != (float)want) {
-      if (wrong < 3) fprintf(stderr, "rank %d: element %lld is %g, want %g\n", g_rank, i, buf[i], want);
+      if (wrong < 3)
+        fprintf(stderr, "rank %d: element %lld is %g, want %g\n", g_rank, i, buf[i], want);
       ++wrong;
     }
   }
@@ -190,8 +220,10 @@ static void BenchLatency(const Flags* f) {
       printf("lat,%s,%d,4,1,float,sum,%lld,%.3f,,,%.3f,%.3f,%.3f,,0\n", f->impl, g_size, n, mean,
              p50, p90, mn);
     } else {
-      printf("# %s 4-byte MPI_Allreduce latency, %lld iterations: median %.2f us, p90 %.2f us, "
-             "min %.2f us, mean %.2f us\n", f->impl, n, p50, p90, mn, mean);
+      printf(
+          "# %s 4-byte MPI_Allreduce latency, %lld iterations: median %.2f us, p90 %.2f us, "
+          "min %.2f us, mean %.2f us\n",
+          f->impl, n, p50, p90, mn, mean);
     }
     fflush(stdout);
   }
@@ -204,12 +236,13 @@ int main(int argc, char** argv) {
   MPI_Comm_size(MPI_COMM_WORLD, &g_size);
   if (g_rank == 0) {
     if (f.csv) {
-      printf("kind,impl,np,bytes,count,type,op,iters,time_us,algbw_gbs,busbw_gbs,p50_us,p90_us,"
-             "min_us,extra_us,wrong\n");
+      printf(
+          "kind,impl,np,bytes,count,type,op,iters,time_us,algbw_gbs,busbw_gbs,p50_us,p90_us,"
+          "min_us,extra_us,wrong\n");
     } else {
       printf("# %s MPI_Allreduce benchmark, %d ranks, float32 sum, in place\n", f.impl, g_size);
-      printf("#%12s %12s %8s %6s %8s %11s %9s %9s %7s\n", "size", "count", "type", "redop",
-             "iters", "time", "algbw", "busbw", "#wrong");
+      printf("#%12s %12s %8s %6s %8s %11s %9s %9s %7s\n", "size", "count", "type", "redop", "iters",
+             "time", "algbw", "busbw", "#wrong");
       printf("#%12s %12s %8s %6s %8s %11s %9s %9s %7s\n", "(B)", "(elements)", "", "", "", "(us)",
              "(GB/s)", "(GB/s)", "");
     }

@@ -79,17 +79,28 @@ Flags ParseFlags(int argc, char** argv) {
       }
       return argv[++i];
     };
-    if (a == "--np") f.np = std::atoi(value());
-    else if (a == "--min-bytes") f.min_bytes = ParseBytes(value());
-    else if (a == "--max-bytes") f.max_bytes = ParseBytes(value());
-    else if (a == "--step-factor") f.step_factor = std::atoll(value());
-    else if (a == "--target-seconds") f.target_seconds = std::atof(value());
-    else if (a == "--max-iters") f.max_iters = std::atoll(value());
-    else if (a == "--lat-iters") f.lat_iters = std::atoll(value());
-    else if (a == "--chunk-bytes") f.chunk_bytes = static_cast<size_t>(ParseBytes(value()));
-    else if (a == "--small-bytes") f.small_bytes = static_cast<size_t>(ParseBytes(value()));
-    else if (a == "--spin-us") f.spin_us = std::atoi(value());
-    else if (a == "--csv") f.csv = true;
+    if (a == "--np")
+      f.np = std::atoi(value());
+    else if (a == "--min-bytes")
+      f.min_bytes = ParseBytes(value());
+    else if (a == "--max-bytes")
+      f.max_bytes = ParseBytes(value());
+    else if (a == "--step-factor")
+      f.step_factor = std::atoll(value());
+    else if (a == "--target-seconds")
+      f.target_seconds = std::atof(value());
+    else if (a == "--max-iters")
+      f.max_iters = std::atoll(value());
+    else if (a == "--lat-iters")
+      f.lat_iters = std::atoll(value());
+    else if (a == "--chunk-bytes")
+      f.chunk_bytes = static_cast<size_t>(ParseBytes(value()));
+    else if (a == "--small-bytes")
+      f.small_bytes = static_cast<size_t>(ParseBytes(value()));
+    else if (a == "--spin-us")
+      f.spin_us = std::atoi(value());
+    else if (a == "--csv")
+      f.csv = true;
     else if (a == "--backends") {
       f.backends.clear();
       std::string list = value();
@@ -154,7 +165,8 @@ double Measure(const Flags& f, Communicator& c, int64_t bytes, int64_t* wrong) {
     if (took >= f.target_seconds / 5 || batch >= f.max_iters) break;
   }
   const int64_t iters = std::max<int64_t>(
-      3, std::min<int64_t>(f.max_iters, static_cast<int64_t>(f.target_seconds / std::max(est, 1e-8))));
+      3,
+      std::min<int64_t>(f.max_iters, static_cast<int64_t>(f.target_seconds / std::max(est, 1e-8))));
   Must(c.Barrier(), "barrier");
   t0 = Now();
   for (int64_t i = 0; i < iters; ++i) {
@@ -230,7 +242,8 @@ int RunRank(const Flags& f, int rank, const std::string& dir) {
     const double b = second == first ? a : Measure(f, *comms[second], bytes, &wrong);
     if (rank == 0) {
       const double bwa = bytes / a / 1e9 * bus, bwb = bytes / b / 1e9 * bus;
-      std::printf(f.csv ? "%lld,%.2f,%.3f,%.2f,%.3f,%.2f\n" : "  %11lld %12.2f %11.3f %12.2f %11.3f %8.2f\n",
+      std::printf(f.csv ? "%lld,%.2f,%.3f,%.2f,%.3f,%.2f\n"
+                        : "  %11lld %12.2f %11.3f %12.2f %11.3f %8.2f\n",
                   static_cast<long long>(bytes), a * 1e6, bwa, b * 1e6, bwb, b / a);
       std::fflush(stdout);
     }
@@ -239,10 +252,12 @@ int RunRank(const Flags& f, int rank, const std::string& dir) {
     double p50 = 0, p90 = 0;
     Latency(f, *comms[b], &p50, &p90);
     if (rank == 0 && f.csv) {
-      std::printf("lat,%s,%lld,%.3f,%.3f\n", b.c_str(), static_cast<long long>(f.lat_iters), p50, p90);
+      std::printf("lat,%s,%lld,%.3f,%.3f\n", b.c_str(), static_cast<long long>(f.lat_iters), p50,
+                  p90);
     } else if (rank == 0) {
-      std::printf("# %s 4-byte allreduce latency over %lld operations: median %.2f us, p90 %.2f us\n",
-                  b.c_str(), static_cast<long long>(f.lat_iters), p50, p90);
+      std::printf(
+          "# %s 4-byte allreduce latency over %lld operations: median %.2f us, p90 %.2f us\n",
+          b.c_str(), static_cast<long long>(f.lat_iters), p50, p90);
     }
   }
   if (rank == 0) std::printf("# wrong elements: %lld\n", static_cast<long long>(wrong));

@@ -62,8 +62,10 @@ int main(int argc, char** argv) {
   const double cpu = CpuSeconds() - cpu0;
   const double us = std::chrono::duration<double, std::micro>(t1 - t0).count() / n;
   const double all = std::chrono::duration<double, std::micro>(t2 - t0).count() / n;
-  std::printf("%d tensors: hooks %.2f us per tensor on the calling thread; until written %.2f us; "
-              "process CPU %.2f us per tensor (writer included)\n", n, us, all, cpu * 1e6 / n);
+  std::printf(
+      "%d tensors: hooks %.2f us per tensor on the calling thread; until written %.2f us; "
+      "process CPU %.2f us per tensor (writer included)\n",
+      n, us, all, cpu * 1e6 / n);
   std::remove(path.c_str());
   return 0;
 }

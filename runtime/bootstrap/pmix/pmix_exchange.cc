@@ -14,9 +14,10 @@
 #include <pmix.h>
 
 #include <cmath>
-#include <cstdio>
 #include <condition_variable>
+#include <cstdio>
 #include <mutex>
+
 #include "common/mutex.h"
 
 namespace hora {
@@ -82,7 +83,8 @@ class PmixExchange : public AddressExchange {
 
   int rank() const override { return static_cast<int>(me_.rank); }
 
-  StatusOr<std::string> Exchange(const std::string& address, std::chrono::milliseconds timeout) override {
+  StatusOr<std::string> Exchange(const std::string& address,
+                                 std::chrono::milliseconds timeout) override {
     const auto deadline = std::chrono::steady_clock::now() + timeout;
     const int timeout_s = std::max(1, static_cast<int>(std::ceil(timeout.count() / 1000.0)));
     if (me_.rank == 0) {
@@ -98,7 +100,8 @@ class PmixExchange : public AddressExchange {
     pmix_proc_t everyone;
     PMIX_PROC_LOAD(&everyone, me_.nspace, PMIX_RANK_WILDCARD);
     auto fence = std::make_shared<Pending>(everyone, timeout_s, true);
-    pmix_status_t rc = PMIx_Fence_nb(&fence->proc, 1, fence->info, 2, OnFence, new PendingRef(fence));
+    pmix_status_t rc =
+        PMIx_Fence_nb(&fence->proc, 1, fence->info, 2, OnFence, new PendingRef(fence));
     if (rc != PMIX_SUCCESS) return Internal(PmixError("PMIx_Fence_nb", rc));
     HORA_RETURN_IF_ERROR(Wait(fence, deadline, timeout, "the fence of every rank"));
     if (me_.rank == 0) return address;
@@ -117,19 +120,24 @@ class PmixExchange : public AddressExchange {
   Status Wait(const PendingRef& p, std::chrono::steady_clock::time_point deadline,
               std::chrono::milliseconds timeout, const char* what) {
     MutexLock lock(&p->mu);
-    if (!p->cv.WaitUntil(&p->mu, deadline, [&p] { p->mu.AssertHeld(); return p->done; })) {
+    if (!p->cv.WaitUntil(&p->mu, deadline, [&p] {
+          p->mu.AssertHeld();
+          return p->done;
+        })) {
       abandoned_ = true;
       char seconds[32];
       std::snprintf(seconds, sizeof(seconds), "%g", timeout.count() / 1000.0);
-      return DeadlineExceeded(std::string("PMIx: waited ") + seconds + " s (the start timeout) for " + what +
-                              " in namespace " + me_.nspace + "; a rank did not start Hora");
+      return DeadlineExceeded(std::string("PMIx: waited ") + seconds +
+                              " s (the start timeout) for " + what + " in namespace " + me_.nspace +
+                              "; a rank did not start Hora");
     }
     if (p->status == PMIX_ERR_TIMEOUT) {
       return DeadlineExceeded("PMIx: timed out waiting for " + std::string(what) +
                               " in namespace " + me_.nspace + "; a rank did not start Hora");
     }
     if (p->status != PMIX_SUCCESS) {
-      return Unavailable(std::string("PMIx: waiting for ") + what + " failed: " + PMIx_Error_string(p->status));
+      return Unavailable(std::string("PMIx: waiting for ") + what +
+                         " failed: " + PMIx_Error_string(p->status));
     }
     return Status::Ok();
   }
@@ -145,7 +153,8 @@ StatusOr<std::unique_ptr<AddressExchange>> OpenPmixExchange() {
   PMIX_PROC_CONSTRUCT(&me);
   const pmix_status_t rc = PMIx_Init(&me, nullptr, 0);
   if (rc != PMIX_SUCCESS) {
-    return Unavailable(PmixError("PMIx_Init (is this process started by mpirun or srun --mpi=pmix?)", rc));
+    return Unavailable(
+        PmixError("PMIx_Init (is this process started by mpirun or srun --mpi=pmix?)", rc));
   }
   return std::unique_ptr<AddressExchange>(new PmixExchange(me));
 }
