@@ -319,6 +319,9 @@ def probe_hora(shapes, tag, steps, groups=None):
     del opt, model
     # Tensors the poller saw complete in the same sweep (within 0.3 ms) count as one bucket.
     t_bwd, t_end, tensors = reports[-1]
+    if not tensors:
+        sys.exit("--probe: DistributedOptimizer made no per-tensor handles (its bucket path "
+                 "has none to poll); HORA_BUCKET_CAP_MB=0 selects the per-tensor path")
     buckets, cur = [], None
     for done, launched, nbytes in tensors:
         if cur is None or done - cur["done"] > 0.0003:

@@ -87,7 +87,7 @@ if has np2 || has resnet; then
   # ResNet-50: every model stays alive; 3 rounds over the methods, each round starting a
   # method with one untimed step.
   run grad_sync_np2_resnet50 2 "${EXTRA[@]}" -- tools/bench/grad_sync_bench.py \
-    --models resnet50 --methods "$ALL" --steps "$GS_STEPS" --rounds 3 --warmup 2 --probe \
+    --models resnet50 --methods "$ALL" --steps "$GS_STEPS" --rounds 3 --warmup 2 \
     --json "$OUT/grad_sync_np2_resnet50.json"
 fi
 if has np2 || has bert; then
