@@ -4,6 +4,7 @@
 #ifndef HORA_COLLECTIVES_SHM_SHM_IMPL_H_
 #define HORA_COLLECTIVES_SHM_SHM_IMPL_H_
 
+#include <sched.h>
 #include <signal.h>
 
 #include <algorithm>
@@ -34,6 +35,7 @@ struct Tuning {
   size_t ring_bytes = 0;
   int64_t spin_ns = 0;      // the spin a wait starts with
   int64_t max_spin_ns = 0;  // how far it may grow (see WaitUntil)
+  int64_t yield_ns = 0;     // after the spin: how long a wait yields its core before it sleeps
   static Tuning Resolve(const ShmConfig& c);
 };
 
@@ -205,6 +207,17 @@ Status ShmCommunicator::WaitUntil(const Cond& cond, int peer, const char* what,
       CpuRelax();
       if (cond()) return Status::Ok();
       if ((i & 63) == 0 && (failed() || Clock::now() >= spin_end)) break;
+    }
+  }
+  if (tuning_.yield_ns > 0) {
+    // More members than cores: the awaited member is most likely waiting for this core, so
+    // give it up (sched_yield runs another ready thread on it at once) rather than spin on
+    // it or pay a futex wake-up, the most expensive step on a VM.
+    const auto yield_end = Clock::now() + std::chrono::nanoseconds(tuning_.yield_ns);
+    for (uint32_t i = 1;; ++i) {
+      sched_yield();
+      if (cond()) return Status::Ok();
+      if ((i & 7) == 0 && (failed() || Clock::now() >= yield_end)) break;
     }
   }
   const auto deadline = start + config_.timeout;
