@@ -1,6 +1,7 @@
 #include "runtime/steady_path.h"
 
 #include <pthread.h>
+#include <sched.h>
 #include <signal.h>
 
 #include <algorithm>
@@ -11,9 +12,13 @@ namespace hora {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-// The thread never spins before it sleeps: measured on 2 loaded cores, a spin after each
-// fast instance (50 us, 1 ms) only took the core from the peer's threads and made the median
-// worse (docs/benchmarks-steady.md).
+// The set's thread never spins before it sleeps: measured on 2 loaded cores, a spin after
+// each fast instance (50 us, 1 ms) only took the core from the peer's threads and made the
+// median worse (docs/benchmarks-steady.md). A helper (a thread in hora_wait, waiting for its
+// own result) yields for up to kHelpYield each time the bell moves before it sleeps: the
+// peer's offer usually comes within it, and a futex wake-up costs 25-60 us on a VM.
+// sched_yield gives the core to any thread that needs it, so it never starves the peer.
+constexpr auto kHelpYield = std::chrono::microseconds(50);
 // The longest sleep (stop and abort also wake it).
 constexpr auto kMaxSleep = std::chrono::milliseconds(200);
 // The largest fast instance the enqueuing thread runs itself (Begin).
@@ -168,6 +173,7 @@ Clock::time_point SteadyPath::CheckPending() {
 void SteadyPath::Help(const Ticket& ticket, Clock::time_point deadline) {
   helpers_.fetch_add(1, std::memory_order_seq_cst);
   uint32_t checked_bell = board_->Bell() - 1;
+  uint32_t yielded_bell = checked_bell;
   Clock::time_point next_check = Clock::now();
   while (!stop_.load(std::memory_order_relaxed) && !aborted_.load(std::memory_order_seq_cst)) {
     const uint32_t bell = board_->Bell();
@@ -190,6 +196,12 @@ void SteadyPath::Help(const Ticket& ticket, Clock::time_point deadline) {
       checked_bell = bell;
       next_check = CheckPending();
       continue;
+    }
+    if (bell != yielded_bell) {  // once per bell value: yield until it moves, then look again
+      yielded_bell = bell;
+      const Clock::time_point yield_end = std::min(now + kHelpYield, deadline);
+      while (board_->Bell() == bell && Clock::now() < yield_end) sched_yield();
+      if (board_->Bell() != bell) continue;
     }
     const auto wait = std::chrono::duration_cast<std::chrono::microseconds>(
         std::min({next_check, deadline, now + kMaxSleep}) - now);
