@@ -49,5 +49,10 @@ thread_safety() {  # one case: clang's thread-safety analysis finds nothing
 
 counted tests .ci/test_summary.sh --config=ci --test_tag_filters=-gpu //...
 counted thread-safety thread_safety
+# One case: every C/C++ file is as clang-format (.clang-format) writes it.
+counted format tools/check_format.sh
+# The C++ unit and ranks-as-threads tests again under AddressSanitizer + UBSan (each case
+# counted; their own output directory, so the plain build above is kept).
+counted asan tools/sanitize.sh asan
 echo "$sum_p passed, $sum_f failed, $sum_s skipped"
 exit "$rc"
