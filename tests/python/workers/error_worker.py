@@ -96,6 +96,43 @@ def one_sided_bad_input_fails_every_rank():
 
 
 @case
+def one_sided_bad_op_fails_every_rank():
+    # The same for an op hora.torch refuses (checked in Python, before the C API): an unknown
+    # op, op together with average, an op reducescatter does not support. The bad rank gets
+    # the local error; every other rank's call fails at once, naming it.
+    me, last = hvd.rank(), hvd.size() - 1
+    bad = me == last
+    t = torch.ones(hvd.size())
+    calls = [
+        ("allreduce", "unknown reduce op",
+         lambda: hvd.allreduce(t, op="bogus" if bad else hvd.Sum)),
+        ("allreduce_async_", "unknown reduce op",
+         lambda: hvd.synchronize(hvd.allreduce_async_(t.clone(), op=77 if bad else hvd.Sum,
+                                                      name="inplace.op"))),
+        ("grouped_allreduce", "unknown reduce op",
+         lambda: hvd.grouped_allreduce([t, t], op="bogus" if bad else hvd.Sum)),
+        ("op and average", "supersedes average",
+         lambda: hvd.allreduce(t, op=hvd.Sum, average=True if bad else None)),
+        ("reducescatter", "reducescatter supports",
+         lambda: hvd.reducescatter(t, op=hvd.Max if bad else hvd.Sum)),
+    ]
+    for what, text, call in calls:
+        started = time.monotonic()
+        e = raises((ValueError, NotImplementedError), call)
+        if bad:
+            check(text in str(e), "%s: %r" % (what, str(e)))
+        else:
+            check(isinstance(e, hora.HoraError), "%s: %s" % (what, type(e).__name__))
+            check("rank %d:" % last in e.message and text in e.message,
+                  "%s names rank %d and its error: %r" % (what, last, e.message))
+            # far below the stall timeout that a rank left waiting would hit
+            check(time.monotonic() - started < 30, "%s took %.1f s" % (
+                what, time.monotonic() - started))
+    y = hvd.allreduce(torch.ones(2) * me, op=hvd.Sum)  # an unnamed call: counters in step
+    close(y, torch.full((2,), float(sum(range(hvd.size())))))
+
+
+@case
 def duplicate_name_in_flight():
     # Rank 0 enqueues "dup" before the others (they wait at the barrier), so its "dup" is
     # surely still in flight when it enqueues the name again.

@@ -7,10 +7,10 @@ from . import profiling as _profiling
 from .compression import Compression
 from .process_sets import _set_rank
 from .refusal import refusing
-from .mpi_ops import (Average, Sum, _check_devices, _check_input, _contig, _describe,
+from .mpi_ops import (Average, BadOp, Sum, _check_devices, _check_input, _contig, _describe,
                       _gathered, _invalid, _register, _resolve_op, _set_id, _set_root,
                       _set_size, global_process_set, synchronize, allreduce,
-                      grouped_allreduce)
+                      grouped_allreduce, raise_if_bad)
 
 
 # ---- allgather ----
@@ -270,16 +270,18 @@ def alltoall(tensor, splits=None, name=None, process_set=global_process_set):
 # ---- reducescatter ----
 
 def _reducescatter_op(op):
+    """The op, or a BadOp that _reducescatter_submit raises inside its refusal block."""
     op = _resolve_op(op, None)
-    if op not in (Average, Sum):
-        raise NotImplementedError("reducescatter supports op=hvd.Average and hvd.Sum only, as "
-                                  "Horovod")
+    if not isinstance(op, BadOp) and op not in (Average, Sum):
+        return BadOp(NotImplementedError("reducescatter supports op=hvd.Average and hvd.Sum "
+                                         "only, as Horovod"))
     return op
 
 
 def _reducescatter_submit(tensors, name, op, prescale, postscale, set_id, group):
     with refusing("grouped_reducescatter" if group else "reducescatter", name, set_id,
                   parts=len(tensors) if group else None):
+        raise_if_bad(op)
         _nonscalar(tensors, "reducescatter")
         wired = [_contig(t) for t in tensors]
     base = core.op_name("grouped_reducescatter" if group else "reducescatter", name, set_id)
@@ -390,6 +392,7 @@ def sparse_allreduce_async(tensor, name, op, process_set=global_process_set):
     if not isinstance(tensor, torch.Tensor) or not tensor.is_sparse:
         raise _invalid("sparse_allreduce_async needs a sparse tensor")
     op = _resolve_op(op, None)
+    raise_if_bad(op)
     if op not in (Average, Sum):
         raise NotImplementedError("sparse_allreduce_async supports Average and Sum only")
     t = tensor

@@ -55,10 +55,28 @@ from .process_sets import (ProcessSet, global_process_set, _init_process_sets,  
                            add_process_set, remove_process_set, _set_id, _set_root, _set_size)
 
 
+class BadOp:
+    """What _resolve_op returns for an op it refuses: the error is raised by raise_if_bad
+    inside the call's `refusing` block, so that it fails the call on every rank of the set
+    (raised earlier, it would fail on this rank alone and leave the others waiting)."""
+
+    def __init__(self, error):
+        self.error = error
+
+
+def raise_if_bad(op):
+    if isinstance(op, BadOp):
+        raise op.error
+
+
 def _resolve_op(op, average):
-    """Horovod's rules: `average` is deprecated; op=None means Average."""
+    """Horovod's rules: `average` is deprecated; op=None means Average. A refused op comes
+    back as a BadOp (raise_if_bad); a BadOp passes through."""
+    if isinstance(op, BadOp):
+        return op
     if op is not None and average is not None:
-        raise ValueError("The op parameter supersedes average. Please provide only one of them.")
+        return BadOp(ValueError("The op parameter supersedes average. Please provide only one "
+                                "of them."))
     if average is not None:
         warnings.warn("Parameter `average` has been replaced with `op` and will be removed",
                       DeprecationWarning)
@@ -66,7 +84,7 @@ def _resolve_op(op, average):
     if op is None:
         return Average
     if op not in (Average, Sum, Min, Max, Product, Adasum):
-        raise ValueError("unknown reduce op %r" % (op,))
+        return BadOp(ValueError("unknown reduce op %r" % (op,)))
     return op
 
 
@@ -202,6 +220,7 @@ def _allreduce_submit(tensors, outputs, name, op, prescale, postscale, group=Fal
 def _allreduce_async_impl(tensors, name, op, prescale, postscale, inplace, group, set_id=0):
     with refusing("grouped_allreduce" if group else "allreduce", name, set_id,
                   parts=len(tensors) if group else None):
+        raise_if_bad(op)
         for t in tensors:  # every input is checked before anything is submitted
             _check_input(t)
         _check_devices(tensors)

@@ -20,7 +20,7 @@ from . import buckets as _buckets
 from .compression import Compression
 from .. import core as _core
 from . import adasum as _adasum
-from .mpi_ops import (Adasum, Average, _resolve_op, _set_id, allreduce_async_,
+from .mpi_ops import (Adasum, Average, _resolve_op, _set_id, raise_if_bad, allreduce_async_,
                       global_process_set, synchronize as _synchronize_handle)
 
 
@@ -309,6 +309,7 @@ def DistributedOptimizer(optimizer, named_parameters=None, compression=Compressi
     averaged (op) over the ranks of process_set. See horovod.torch.DistributedOptimizer."""
     set_id = _set_id(process_set)
     op = _resolve_op(op, None)
+    raise_if_bad(op)  # at construction: no call on the other ranks waits for it
     if gradient_predivide_factor != 1.0 and op != Average:
         raise ValueError("gradient_predivide_factor not supported with op != Average")
     if gradient_predivide_factor <= 0:
