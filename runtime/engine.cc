@@ -1,6 +1,5 @@
 #include "runtime/engine.h"
 
-#include <signal.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -9,30 +8,9 @@
 #include "common/logging.h"
 #include "common/mutex.h"
 #include "runtime/engine_config.h"
+#include "runtime/sigpipe.h"
 
 namespace hora {
-namespace {
-
-// Blocks SIGPIPE in the calling thread for its lifetime, so that every thread started
-// meanwhile (the backends', gRPC's, Hora's own) inherits the block: a write to a socket
-// whose peer died then fails with EPIPE (the backend reports it) instead of killing the
-// process, which is SIGPIPE's default. The caller's own mask is restored; the process-wide
-// disposition is left alone.
-class ScopedBlockSigpipe {
- public:
-  ScopedBlockSigpipe() {
-    sigset_t set;
-    sigemptyset(&set);
-    sigaddset(&set, SIGPIPE);
-    pthread_sigmask(SIG_BLOCK, &set, &old_);
-  }
-  ~ScopedBlockSigpipe() { pthread_sigmask(SIG_SETMASK, &old_, nullptr); }
-
- private:
-  sigset_t old_;
-};
-
-}  // namespace
 
 Engine::Engine(const Options& options) : options_(options) {
   tuning_.fusion_threshold_bytes = options.fusion_threshold_bytes;

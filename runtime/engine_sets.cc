@@ -13,6 +13,7 @@
 #include "common/mutex.h"
 #include "runtime/engine.h"
 #include "runtime/engine_config.h"
+#include "runtime/sigpipe.h"
 
 namespace hora {
 namespace {
@@ -197,6 +198,7 @@ StatusOr<int32_t> Engine::AddProcessSet(std::vector<int> ranks, const std::strin
   auto result = RunSetOp(std::move(op), refused);
   if (!result.ok()) return result.status();
   const int32_t id = result.value().process_set;
+  ScopedBlockSigpipe block_sigpipe;  // for the threads the set starts (runtime/sigpipe.h)
   Status s = InstallSet(id, std::move(ranks), cpu_operations);
   if (!s.ok()) {
     // The set exists at the coordinator but this member cannot run it: its peers would wait

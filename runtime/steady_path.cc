@@ -1,8 +1,6 @@
 #include "runtime/steady_path.h"
 
-#include <pthread.h>
 #include <sched.h>
-#include <signal.h>
 
 #include <algorithm>
 
@@ -230,12 +228,8 @@ bool SteadyPath::DriveLog(size_t max_bytes) {
 }
 
 void SteadyPath::Loop() {
-  // It may announce fallbacks (a write to the coordinator's socket): a dead peer's socket
-  // must be an error, never SIGPIPE (as for every thread Hora starts; engine.cc).
-  sigset_t block;
-  sigemptyset(&block);
-  sigaddset(&block, SIGPIPE);
-  pthread_sigmask(SIG_BLOCK, &block, nullptr);
+  // SIGPIPE is blocked: the thread starts under the engine's ScopedBlockSigpipe
+  // (runtime/sigpipe.h), as every thread Hora starts.
   uint32_t checked_bell = board_->Bell() - 1;  // check once at the start
   Clock::time_point next_check = Clock::now();
   while (!stop_.load(std::memory_order_relaxed)) {
