@@ -50,9 +50,10 @@ struct BackendConfig {
   std::string bind_address;
   std::string coordinator_host;
   std::chrono::milliseconds timeout{30000};  // bounds every wait; > 0
-  // How long a wait may spin before it sleeps, for backends that spin (shm); < 0: the
-  // backend's automatic choice.
+  // How long a wait may spin, then yield its core, before it sleeps, for backends that spin
+  // (shm); < 0: the backend's automatic choice.
   int spin_us = -1;
+  int yield_us = -1;
   int64_t max_message_bytes = kDefaultMaxMessageBytes;  // the control plane's limit (store values)
   // The job's environment as runtime/options.cc read it (the one place that reads the process
   // environment): a backend that needs its launcher's variables (mpi: OMPI_COMM_WORLD_*)

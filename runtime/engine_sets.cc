@@ -104,8 +104,11 @@ StatusOr<std::unique_ptr<Communicator>> Engine::SteadyCommunicator(int32_t id,
   // Both members of a fast instance are woken by the same append, so its collective rarely
   // waits long; a long spin there (shm's automatic one grows to 250 us) only took the core
   // from the peer on 2 loaded cores: 1 us gave a 20 us median where automatic gave 20-270 us
-  // (docs/benchmarks-steady.md).
+  // (docs/benchmarks-steady.md). After the spin a wait yields its core for up to 50 us before
+  // the futex: the peer is usually a few microseconds behind (its helper saw the same
+  // append), and yielding, unlike spinning, leaves the core to whoever needs it.
   config.spin_us = 1;
+  config.yield_us = 50;
   return CreateCommunicator(comm->name(), kEnvSteady, config);
 }
 

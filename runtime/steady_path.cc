@@ -10,13 +10,14 @@ namespace hora {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-// The set's thread never spins before it sleeps: measured on 2 loaded cores, a spin after
-// each fast instance (50 us, 1 ms) only took the core from the peer's threads and made the
-// median worse (docs/benchmarks-steady.md). A helper (a thread in hora_wait, waiting for its
-// own result) yields for up to kHelpYield each time the bell moves before it sleeps: the
-// peer's offer usually comes within it, and a futex wake-up costs 25-60 us on a VM.
-// sched_yield gives the core to any thread that needs it, so it never starves the peer.
-constexpr auto kHelpYield = std::chrono::microseconds(50);
+// Before it sleeps on the board's futex, a waiting thread (the set's thread, and a helper:
+// a thread in hora_wait waiting for its own result) yields its core (sched_yield) for up to
+// kYield each time the bell moves: the peer's offer, or the instance to run, usually
+// comes within that, and a futex wake-up costs 25-60 us on a VM. Spinning instead (50 us,
+// 1 ms after each fast instance) took the core from the peer's threads and made the median
+// worse on 2 loaded cores; yielding gives the core to any thread that wants it
+// (docs/benchmarks-steady.md).
+constexpr auto kYield = std::chrono::microseconds(50);
 // The longest sleep (stop and abort also wake it).
 constexpr auto kMaxSleep = std::chrono::milliseconds(200);
 // The largest fast instance the enqueuing thread runs itself (Begin).
@@ -197,7 +198,7 @@ void SteadyPath::Help(const Ticket& ticket, Clock::time_point deadline) {
     }
     if (bell != yielded_bell) {  // once per bell value: yield until it moves, then look again
       yielded_bell = bell;
-      const Clock::time_point yield_end = std::min(now + kHelpYield, deadline);
+      const Clock::time_point yield_end = std::min(now + kYield, deadline);
       while (board_->Bell() == bell && Clock::now() < yield_end) sched_yield();
       if (board_->Bell() != bell) continue;
     }
@@ -231,6 +232,7 @@ void SteadyPath::Loop() {
   // SIGPIPE is blocked: the thread starts under the engine's ScopedBlockSigpipe
   // (runtime/sigpipe.h), as every thread Hora starts.
   uint32_t checked_bell = board_->Bell() - 1;  // check once at the start
+  uint32_t yielded_bell = checked_bell;
   Clock::time_point next_check = Clock::now();
   while (!stop_.load(std::memory_order_relaxed)) {
     uint32_t e = 0;
@@ -250,6 +252,12 @@ void SteadyPath::Loop() {
     if (board_->LogAt(cursor_.load(std::memory_order_seq_cst), &e) &&
         helpers_.load(std::memory_order_seq_cst) == 0) {
       continue;
+    }
+    if (bell != yielded_bell) {  // as a helper does (kYield)
+      yielded_bell = bell;
+      const Clock::time_point yield_end = now + kYield;
+      while (board_->Bell() == bell && Clock::now() < yield_end) sched_yield();
+      if (board_->Bell() != bell) continue;
     }
     const auto wait = std::chrono::duration_cast<std::chrono::microseconds>(
         std::min(next_check, now + kMaxSleep) - now);

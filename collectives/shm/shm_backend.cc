@@ -32,6 +32,7 @@ BackendInfo ShmInfo() {
     sc.key_prefix = c.key_prefix;
     sc.timeout = c.timeout;
     sc.spin_us = c.spin_us;
+    sc.yield_us = c.yield_us;
     return CreateShmCommunicator(sc);
   };
   return info;

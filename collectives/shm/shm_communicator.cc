@@ -97,12 +97,14 @@ Tuning Tuning::Resolve(const ShmConfig& c) {
   // Automatic: 20 us, growing up to 250 us while waits keep ending just after the spin;
   // 1 us and no growth when the members outnumber the cores (spinning takes the core the
   // awaited member needs), followed by up to 200 us of sched_yield before the futex (the core
-  // goes to a member that is ready, without a wake-up). An explicit spin_us is used as is.
+  // goes to a member that is ready, without a wake-up). An explicit spin_us / yield_us is
+  // used as is.
   const bool oversubscribed = c.size > CpusAvailable();
   const int spin_us = c.spin_us >= 0 ? c.spin_us : (oversubscribed ? 1 : 20);
   t.spin_ns = int64_t{spin_us} * 1000;
   t.max_spin_ns = c.spin_us >= 0 || oversubscribed ? t.spin_ns : 250000;
-  t.yield_ns = c.spin_us < 0 && oversubscribed ? 200000 : 0;
+  t.yield_ns =
+      c.yield_us >= 0 ? int64_t{c.yield_us} * 1000 : (c.spin_us < 0 && oversubscribed ? 200000 : 0);
   return t;
 }
 

@@ -63,6 +63,9 @@ struct ShmConfig {
   // member can have a core of this process's CPU set, growing up to 250 us while waits keep
   // ending just after the spin (so two members do not keep waking each other); else 1 us.
   int spin_us = -1;
+  // How long a wait then yields its core (sched_yield) before the futex; < 0 = automatic:
+  // 200 us when the members outnumber the cores and spin_us is automatic, else none.
+  int yield_us = -1;
 };
 
 // Collective: every member calls it with the same size, key_prefix and sizes. Blocks until
