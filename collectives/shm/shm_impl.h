@@ -210,9 +210,10 @@ Status ShmCommunicator::WaitUntil(const Cond& cond, int peer, const char* what,
     }
   }
   if (tuning_.yield_ns > 0) {
-    // More members than cores: the awaited member is most likely waiting for this core, so
-    // give it up (sched_yield runs another ready thread on it at once) rather than spin on
-    // it or pay a futex wake-up, the most expensive step on a VM.
+    // Give the core up (sched_yield runs another ready thread on it at once) rather than
+    // spin on it or pay a futex wake-up, the most expensive step on a VM: with more members
+    // than cores the awaited member is most likely waiting for this core (automatic), and
+    // the steady path's peers are a few microseconds apart (yield_us, engine_sets.cc).
     const auto yield_end = Clock::now() + std::chrono::nanoseconds(tuning_.yield_ns);
     for (uint32_t i = 1;; ++i) {
       sched_yield();
