@@ -115,6 +115,9 @@ def one_sided_bad_op_fails_every_rank():
          lambda: hvd.allreduce(t, op=hvd.Sum, average=True if bad else None)),
         ("reducescatter", "reducescatter supports",
          lambda: hvd.reducescatter(t, op=hvd.Max if bad else hvd.Sum)),
+        ("sparse_allreduce", "supports Average and Sum only",
+         lambda: hvd.sparse_allreduce_async(t.to_sparse(), "sparse.op",
+                                            hvd.Max if bad else hvd.Sum)()),
     ]
     for what, text, call in calls:
         started = time.monotonic()

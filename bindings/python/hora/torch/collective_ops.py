@@ -389,16 +389,19 @@ def sparse_allreduce_async(tensor, name, op, process_set=global_process_set):
     are summed when the result is coalesced). Returns a callable that waits and returns the
     reduced sparse tensor (Average divides the values by the set size)."""
     set_id = _set_id(process_set)
-    if not isinstance(tensor, torch.Tensor) or not tensor.is_sparse:
-        raise _invalid("sparse_allreduce_async needs a sparse tensor")
-    op = _resolve_op(op, None)
-    raise_if_bad(op)
-    if op not in (Average, Sum):
-        raise NotImplementedError("sparse_allreduce_async supports Average and Sum only")
+    name = core.op_name("sparse_allreduce", name, set_id)
+    # Refused on this rank, both allgathers are refused, so the other ranks' calls fail too.
+    with refusing("allgather", name + ".values", set_id), \
+            refusing("allgather", name + ".indices", set_id):
+        if not isinstance(tensor, torch.Tensor) or not tensor.is_sparse:
+            raise _invalid("sparse_allreduce_async needs a sparse tensor")
+        op = _resolve_op(op, None)
+        raise_if_bad(op)
+        if op not in (Average, Sum):
+            raise NotImplementedError("sparse_allreduce_async supports Average and Sum only")
     t = tensor
     indices = t._indices().transpose(0, 1).contiguous()
     values = t._values().contiguous()
-    name = core.op_name("sparse_allreduce", name, set_id)
     h_values = _allgather_submit([values], name + ".values", set_id, group=False)
     h_indices = _allgather_submit([indices], name + ".indices", set_id, group=False)
 
