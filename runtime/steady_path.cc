@@ -20,6 +20,15 @@ using Clock = std::chrono::steady_clock;
 constexpr auto kYield = std::chrono::microseconds(50);
 // The longest sleep (stop and abort also wake it).
 constexpr auto kMaxSleep = std::chrono::milliseconds(200);
+// Once per bell value (*yielded remembers the last): yields the core until the bell moves or
+// `until` passes. True when it moved: look at the board again instead of sleeping.
+bool YieldForBell(const SteadyBoard& board, uint32_t bell, uint32_t* yielded,
+                  Clock::time_point until) {
+  if (bell == *yielded) return false;
+  *yielded = bell;
+  while (board.Bell() == bell && Clock::now() < until) sched_yield();
+  return board.Bell() != bell;
+}
 // The largest fast instance the enqueuing thread runs itself (Begin).
 constexpr size_t kInlineBytes = 64 << 10;
 
@@ -196,12 +205,7 @@ void SteadyPath::Help(const Ticket& ticket, Clock::time_point deadline) {
       next_check = CheckPending();
       continue;
     }
-    if (bell != yielded_bell) {  // once per bell value: yield until it moves, then look again
-      yielded_bell = bell;
-      const Clock::time_point yield_end = std::min(now + kYield, deadline);
-      while (board_->Bell() == bell && Clock::now() < yield_end) sched_yield();
-      if (board_->Bell() != bell) continue;
-    }
+    if (YieldForBell(*board_, bell, &yielded_bell, std::min(now + kYield, deadline))) continue;
     const auto wait = std::chrono::duration_cast<std::chrono::microseconds>(
         std::min({next_check, deadline, now + kMaxSleep}) - now);
     board_->Sleep(bell, std::max<int64_t>(1, wait.count()));
@@ -253,12 +257,7 @@ void SteadyPath::Loop() {
         helpers_.load(std::memory_order_seq_cst) == 0) {
       continue;
     }
-    if (bell != yielded_bell) {  // as a helper does (kYield)
-      yielded_bell = bell;
-      const Clock::time_point yield_end = now + kYield;
-      while (board_->Bell() == bell && Clock::now() < yield_end) sched_yield();
-      if (board_->Bell() != bell) continue;
-    }
+    if (YieldForBell(*board_, bell, &yielded_bell, now + kYield)) continue;
     const auto wait = std::chrono::duration_cast<std::chrono::microseconds>(
         std::min(next_check, now + kMaxSleep) - now);
     board_->Sleep(bell, std::max<int64_t>(1, wait.count()));

@@ -170,6 +170,25 @@ def read_pids(d, np):
     return pids
 
 
+def pid_files_written(d, np):
+    return all(os.path.exists(os.path.join(str(d), "pid.%d" % r)) for r in range(np))
+
+
+def start_pid_writers(np, grace, child, d):
+    """horarun -np NP --grace GRACE running `child` (write_pid_then code) with DIR d."""
+    return subprocess.Popen([HORARUN, "-np", str(np), "--grace", str(grace), PY, "-c", child,
+                             str(d)], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE)
+
+
+def wait_for_pids(d, np):
+    """The pids of every rank and its grandchild, once all are written and alive."""
+    assert wait_until(lambda: pid_files_written(d, np), 30)
+    pids = read_pids(d, np)
+    assert len(pids) == 2 * np and all(alive(x) for x in pids)
+    return pids
+
+
 def test_failing_rank_stops_the_others(tmp_path):
     # Rank 1 fails once every rank is up; rank 2 ignores SIGTERM, so it needs the SIGKILL.
     action = ("if r=='2': signal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
@@ -202,14 +221,9 @@ def test_rank_killed_by_signal(sig):
 def test_signal_to_horarun_stops_every_rank(tmp_path, sig, code):
     np = 3
     child = write_pid_then("time.sleep(300)\n", grandchild=True)
-    p = subprocess.Popen([HORARUN, "-np", str(np), "--grace", "2", PY, "-c", child,
-                          str(tmp_path)], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                         stderr=subprocess.PIPE)
+    p = start_pid_writers(np, 2, child, tmp_path)
     try:
-        assert wait_until(lambda: all(os.path.exists(os.path.join(str(tmp_path), "pid.%d" % r))
-                                      for r in range(np)), 30)
-        pids = read_pids(tmp_path, np)
-        assert len(pids) == 2 * np and all(alive(x) for x in pids)
+        pids = wait_for_pids(tmp_path, np)
         p.send_signal(sig)
         out, err = p.communicate(timeout=TIMEOUT)
         assert p.returncode == code, err
@@ -231,14 +245,9 @@ def test_second_signal_kills_at_once(tmp_path):
                  "subprocess.Popen(['sleep','300'])",
                  "subprocess.Popen(['sleep','900'], preexec_fn=lambda: "
                  "signal.signal(signal.SIGTERM, signal.SIG_IGN))"))
-    p = subprocess.Popen([HORARUN, "-np", str(np), "--grace", str(grace), PY, "-c", child,
-                          str(tmp_path)], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                         stderr=subprocess.PIPE)
+    p = start_pid_writers(np, grace, child, tmp_path)
     try:
-        assert wait_until(lambda: all(os.path.exists(os.path.join(str(tmp_path), "pid.%d" % r))
-                                      for r in range(np)), 30)
-        pids = read_pids(tmp_path, np)
-        assert len(pids) == 2 * np and all(alive(x) for x in pids)
+        pids = wait_for_pids(tmp_path, np)
         p.send_signal(signal.SIGTERM)
         # The first signal is forwarded and ignored: everything still runs.
         time.sleep(1)
@@ -252,7 +261,7 @@ def test_second_signal_kills_at_once(tmp_path):
         if p.poll() is None:
             p.kill()
             p.wait()
-        if all(os.path.exists(os.path.join(str(tmp_path), "pid.%d" % r)) for r in range(np)):
+        if pid_files_written(tmp_path, np):
             for x in read_pids(tmp_path, np):
                 if alive(x):
                     os.kill(x, signal.SIGKILL)  # they ignore SIGTERM
