@@ -33,15 +33,22 @@ elif MODE == "cert_without_key":    # rank 1 names a certificate and no key
 else:
     sys.exit("tls_worker.py: unknown mode %r" % MODE)
 
+import signal  # noqa: E402
+
 import torch  # noqa: E402
 
 import hora.torch as hvd  # noqa: E402
 
+# Both ranks' init deadlines are the same start timeout: the rank that gives up first makes
+# horarun stop the other, which must still print its own failure, so SIGTERM waits until init
+# has returned (horarun's grace period, 5 s, then kills).
+signal.signal(signal.SIGTERM, signal.SIG_IGN)
 try:
     hvd.init()
 except Exception as e:  # the test reads the message
     print("INIT_FAILED %s: %s" % (type(e).__name__, str(e).replace("\n", " ")), flush=True)
     sys.exit(3)
+signal.signal(signal.SIGTERM, signal.SIG_DFL)
 x = hvd.allreduce(torch.tensor([float(RANK + 1)]), op=hvd.Sum)
 want = hvd.size() * (hvd.size() + 1) / 2
 if x.item() == want:
