@@ -69,3 +69,42 @@ def test_nic_address():
     assert agent.nic_address("lo") == "127.0.0.1"
     assert agent.nic_address("nosuch0") is None
     assert agent.first_nic_address(["nosuch0", "lo"]) == ("lo", "127.0.0.1")
+
+
+def test_reported_failure_reads_open_mpis_messages():
+    assert mpi.reported_failure(b"  Exit code:    7\n") == 7
+    assert mpi.reported_failure(
+        b"mpirun noticed that process rank 1 with PID 4242 on node a exited on signal 9 "
+        b"(Killed).\n") == 137
+    assert mpi.reported_failure(b"  Process name: [[25692,1],1]\n") is None
+
+
+class Lines:
+    def __init__(self):
+        self.plain = []
+
+    def plain_line(self, stream, text):
+        self.plain.append(text)
+
+    def rank_line(self, rank, stream, text):
+        pass
+
+
+@pytest.mark.parametrize("script,code", [
+    # what Open MPI 4.1.4 did once under load: reports rank 1's code 7, exits with 0
+    ("echo '  Exit code:    7' >&2; exit 0", 7),
+    ("echo '[1,0]<stdout>:  Exit code:    7'; exit 0", 0),  # a rank's own line: not mpirun's
+    ("exit 0", 0),
+    ("echo '  Exit code:    7' >&2; exit 3", 3)])
+def test_mpirun_exit_code_falls_back_to_its_reported_failure(script, code):
+    import subprocess
+    import time
+    proc = subprocess.Popen(["/bin/sh", "-c", script], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, start_new_session=True)
+    job = mpi.MpiJob(proc, Lines())
+    deadline = time.monotonic() + 30
+    while not job.poll():
+        assert time.monotonic() < deadline, "the shell did not exit"
+        time.sleep(0.01)
+    job.reap()
+    assert job.code == code, job.how

@@ -19,12 +19,20 @@ import os
 import re
 import shlex
 import signal
+import time
 
 import horarun_agent as agent
 from horarun_job import StartError, pump
 from horarun_launchers import Launcher, PopenPart
 
 TAG = re.compile(rb"\[\d+,(\d+)\]<(stdout|stderr)>:")
+# Open MPI's own report of the first rank that failed ("Exit code:    7" in its "mpirun
+# detected that one or more processes exited with non-zero status" block, or "exited on
+# signal 9" in its "mpirun noticed that process rank 1 ..." line).
+REPORTED_EXIT = re.compile(rb"^\s*Exit code:\s+(\d+)\s*$")
+REPORTED_SIGNAL = re.compile(rb"process rank (\d+) with PID \d+ .*exited on signal (\d+)")
+# How long horarun waits for mpirun's last lines once mpirun exited with 0.
+LAST_LINES_S = 5.0
 
 SHIM = """export HORA_RANK="$OMPI_COMM_WORLD_RANK" HORA_SIZE="$OMPI_COMM_WORLD_SIZE"
 export HORA_LOCAL_RANK="$OMPI_COMM_WORLD_LOCAL_RANK" HORA_LOCAL_SIZE="$OMPI_COMM_WORLD_LOCAL_SIZE"
@@ -64,21 +72,50 @@ def split_tagged(line):
     return result
 
 
+def reported_failure(line):
+    """The exit code (128+N for signal N) mpirun's own message line reports for a failed
+    rank, else None."""
+    m = REPORTED_EXIT.match(line)
+    if m:
+        return int(m.group(1))
+    m = REPORTED_SIGNAL.search(line)
+    if m:
+        return 128 + int(m.group(2))
+    return None
+
+
 class MpiJob(PopenPart):
     def __init__(self, proc, output):
         PopenPart.__init__(self, proc)
+        self.reported = None  # first failed rank's code, as mpirun's own messages say it
         for stream, name in ((proc.stdout, "stdout"), (proc.stderr, "stderr")):
             self.threads.append(pump(
                 stream, lambda line, n=name: self._line(output, n, line),
                 "horarun-mpirun-%s" % name))
 
-    @staticmethod
-    def _line(output, stream, line):
+    def _line(self, output, stream, line):
         for rank, tagged_stream, text in split_tagged(line):
             if rank is None:
                 output.plain_line(stream, text)
+                code = reported_failure(text)
+                if code and self.reported is None:
+                    self.reported = code
             else:
                 output.rank_line(rank, tagged_stream, text)
+
+    def _describe(self, code, how):
+        """Open MPI 4.1 now and then exits with 0 although it has just printed that a rank
+        failed (seen under load: "Exit code: 7", then status 0); the job failed, so horarun
+        reports the code mpirun printed."""
+        if code != 0:
+            return code, how
+        deadline = time.monotonic() + LAST_LINES_S
+        for t in self.threads:
+            t.join(max(0.0, deadline - time.monotonic()))
+        if self.reported is None:
+            return code, how
+        return self.reported, ("exited with code 0 although it reported a rank that "
+                               "exited with code %d" % self.reported)
 
     def label(self):
         return "mpirun (pid %d)" % self.proc.pid
