@@ -136,10 +136,10 @@ void ReduceHalfLike(uint16_t* d, const uint16_t* s, size_t n, ReduceOp op) {
 
 // Integers: a result within rounding noise of an integer is that integer (so an average of
 // 9 over 3 ranks is 3, not 2.9999999 truncated); otherwise rounds toward zero, like C division.
-template <typename T>
+template <typename T, bool kDivide = false>
 void ScaleCopyTyped(T* d, const T* s, size_t n, double factor) {
   for (size_t i = 0; i < n; ++i) {
-    double x = static_cast<double>(s[i]) * factor;
+    double x = kDivide ? static_cast<double>(s[i]) / factor : static_cast<double>(s[i]) * factor;
     double r = std::nearbyint(x);
     d[i] =
         static_cast<T>(std::fabs(x - r) <= 1e-9 * std::max(1.0, std::fabs(x)) ? r : std::trunc(x));
@@ -159,6 +159,58 @@ template <float (*Load)(uint16_t), uint16_t (*Store)(float)>
 void ScaleCopyHalfLike(uint16_t* d, const uint16_t* s, size_t n, double factor) {
   float f = static_cast<float>(factor);
   for (size_t i = 0; i < n; ++i) d[i] = Store(Load(s[i]) * f);
+}
+
+// dst[i] = src[i] / divisor, divisor > 1.
+template <typename T>
+void DivideCopyFloating(T* d, const T* s, size_t n, T divisor) {
+  for (size_t i = 0; i < n; ++i) d[i] = s[i] / divisor;
+}
+
+template <float (*Load)(uint16_t), uint16_t (*Store)(float)>
+void DivideCopyHalfLike(uint16_t* d, const uint16_t* s, size_t n, float divisor) {
+  for (size_t i = 0; i < n; ++i) d[i] = Store(Load(s[i]) / divisor);
+}
+
+void DivideCopy(void* dst, const void* src, size_t count, DataType dtype, int divisor) {
+  const double q = divisor;
+  switch (dtype) {
+    case DataType::kUint8:
+      return ScaleCopyTyped<uint8_t, true>(static_cast<uint8_t*>(dst),
+                                           static_cast<const uint8_t*>(src), count, q);
+    case DataType::kInt8:
+      return ScaleCopyTyped<int8_t, true>(static_cast<int8_t*>(dst),
+                                          static_cast<const int8_t*>(src), count, q);
+    case DataType::kInt16:
+      return ScaleCopyTyped<int16_t, true>(static_cast<int16_t*>(dst),
+                                           static_cast<const int16_t*>(src), count, q);
+    case DataType::kUint16:
+      return ScaleCopyTyped<uint16_t, true>(static_cast<uint16_t*>(dst),
+                                            static_cast<const uint16_t*>(src), count, q);
+    case DataType::kInt32:
+      return ScaleCopyTyped<int32_t, true>(static_cast<int32_t*>(dst),
+                                           static_cast<const int32_t*>(src), count, q);
+    case DataType::kInt64:
+      return ScaleCopyTyped<int64_t, true>(static_cast<int64_t*>(dst),
+                                           static_cast<const int64_t*>(src), count, q);
+    case DataType::kFloat32:
+      return DivideCopyFloating(static_cast<float*>(dst), static_cast<const float*>(src), count,
+                                static_cast<float>(divisor));
+    case DataType::kFloat64:
+      return DivideCopyFloating(static_cast<double*>(dst), static_cast<const double*>(src),
+                                count, q);
+    case DataType::kFloat16:
+      return DivideCopyHalfLike<HalfToFloat, FloatToHalf>(static_cast<uint16_t*>(dst),
+                                                          static_cast<const uint16_t*>(src),
+                                                          count, static_cast<float>(divisor));
+    case DataType::kBfloat16:
+      return DivideCopyHalfLike<Bfloat16ToFloat, FloatToBfloat16>(
+          static_cast<uint16_t*>(dst), static_cast<const uint16_t*>(src), count,
+          static_cast<float>(divisor));
+    case DataType::kBool:
+      if (dst != src && count > 0) std::memmove(dst, src, count);
+      return;
+  }
 }
 
 }  // namespace
@@ -236,6 +288,19 @@ void ScaleCopy(void* dst, const void* src, size_t count, DataType dtype, double 
 void ScaleInPlace(void* buf, size_t count, DataType dtype, double factor) {
   if (factor == 1.0) return;
   ScaleCopy(buf, buf, count, dtype, factor);
+}
+
+void ScaleCopy(void* dst, const void* src, size_t count, DataType dtype, const Postscale& post) {
+  if (post.divisor > 1) {
+    if (post.factor != 1.0) return ScaleCopy(dst, src, count, dtype, post.AsFactor());
+    return DivideCopy(dst, src, count, dtype, post.divisor);
+  }
+  ScaleCopy(dst, src, count, dtype, post.factor);
+}
+
+void ScaleInPlace(void* buf, size_t count, DataType dtype, const Postscale& post) {
+  if (post.identity()) return;
+  ScaleCopy(buf, buf, count, dtype, post);
 }
 
 }  // namespace hora

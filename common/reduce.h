@@ -19,9 +19,24 @@ namespace hora {
 
 // The op a reduction actually runs: Average reduces as a sum...
 inline ReduceOp ReductionOp(ReduceOp op) { return op == ReduceOp::kAverage ? ReduceOp::kSum : op; }
-// ...and the division by the number of ranks is folded into the postscale.
-inline double FinalPostscale(ReduceOp op, double postscale, int size) {
-  return op == ReduceOp::kAverage ? postscale / size : postscale;
+
+// What is applied after a reduction: x * factor / divisor. A plain average divides by the
+// number of ranks (the correctly rounded mean, bit for bit what `tensor / size` gives in
+// torch, and what DDP computes); multiplying by a rounded 1/size instead can be one unit in
+// the last place off at sizes that are not powers of two.
+struct Postscale {
+  double factor = 1.0;
+  int divisor = 1;
+  bool identity() const { return factor == 1.0 && divisor == 1; }
+  double AsFactor() const { return factor / divisor; }  // for the device kernels
+};
+
+// ...and the division by the number of ranks is part of the postscale (folded into the
+// factor when the caller gave a postscale of its own, as Horovod does).
+inline Postscale FinalPostscale(ReduceOp op, double postscale, int size) {
+  if (op != ReduceOp::kAverage) return {postscale, 1};
+  if (postscale == 1.0) return {1.0, size};
+  return {postscale / size, 1};
 }
 
 // dst[i] = op(dst[i], src[i]) for i in [0, count). dst and src may not overlap partially.
@@ -33,6 +48,11 @@ void ScaleInPlace(void* buf, size_t count, DataType dtype, double factor);
 
 // dst[i] = src[i] * factor (a copy that scales on the way; factor == 1 is a memcpy).
 void ScaleCopy(void* dst, const void* src, size_t count, DataType dtype, double factor);
+
+// The same with a Postscale: a divisor > 1 divides (integers as with a factor: round toward
+// zero); otherwise it is the factor.
+void ScaleCopy(void* dst, const void* src, size_t count, DataType dtype, const Postscale& post);
+void ScaleInPlace(void* buf, size_t count, DataType dtype, const Postscale& post);
 
 float HalfToFloat(uint16_t h);
 uint16_t FloatToHalf(float f);

@@ -80,7 +80,7 @@ Status BucketExecutor::Start(const BucketPlan& plan, const std::vector<const Req
 Status BucketExecutor::StartAllreduce(const BucketPlan& plan,
                                       const std::vector<const Request*>& requests, Finish* finish) {
   const size_t esize = DataTypeSize(plan.dtype);
-  const double post = FinalPostscale(plan.op, plan.postscale, comm_->size());
+  const Postscale post = FinalPostscale(plan.op, plan.postscale, comm_->size());
   const ReduceOp op = ReductionOp(plan.op);
   const DataType dtype = plan.dtype;
   if (plan.entries.size() == 1 && requests[0] != nullptr) {
@@ -90,7 +90,7 @@ Status BucketExecutor::StartAllreduce(const BucketPlan& plan,
     MarkCollective();
     HORA_RETURN_IF_ERROR(comm_->Allreduce(r.output, n, dtype, op));
     void* out = r.output;
-    if (post != 1.0) {
+    if (!post.identity()) {
       *finish = [out, n, dtype, post] {
         ScaleInPlace(out, n, dtype, post);
         return Status::Ok();
@@ -193,7 +193,7 @@ Status BucketExecutor::StartReducescatter(const BucketPlan& plan, const Request&
   MarkCollective();
   HORA_RETURN_IF_ERROR(
       comm_->Reducescatter(in, result->data.data(), counts, dtype, ReductionOp(plan.op)));
-  const double post = FinalPostscale(plan.op, plan.postscale, size);
+  const Postscale post = FinalPostscale(plan.op, plan.postscale, size);
   void* out = result->data.data();
   *finish = [lease, out, mine, dtype, post] {
     ScaleInPlace(out, mine, dtype, post);

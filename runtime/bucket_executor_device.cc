@@ -65,7 +65,7 @@ Status BucketExecutor::DeviceAllreduce(const BucketPlan& plan,
                                        const std::vector<const Request*>& requests,
                                        Finish* finish) {
   const size_t esize = DataTypeSize(plan.dtype);
-  const double post = FinalPostscale(plan.op, plan.postscale, comm_->size());
+  const double post = FinalPostscale(plan.op, plan.postscale, comm_->size()).AsFactor();
   const ReduceOp op = ReductionOp(plan.op);
   const DataType dtype = plan.dtype;
   if (plan.entries.size() == 1 && requests[0] != nullptr) {
@@ -184,7 +184,7 @@ Status BucketExecutor::DeviceReducescatter(const BucketPlan& plan, const Request
   result->shape = WithFirstDim(r.spec, ReducescatterRows(r.spec, size, comm_->rank()));
   MarkCollective();
   HORA_RETURN_IF_ERROR(comm_->Reducescatter(in, out.value(), counts, dtype, ReductionOp(plan.op)));
-  const double post = FinalPostscale(plan.op, plan.postscale, size);
+  const double post = FinalPostscale(plan.op, plan.postscale, size).AsFactor();
   if (post != 1.0) return device_->ScaleCopy({{out.value(), out.value(), mine}}, dtype, post);
   return Status::Ok();
 }

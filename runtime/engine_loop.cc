@@ -153,7 +153,7 @@ void Engine::Announce(int32_t id) {
 }
 
 void Engine::CompleteInline(const BucketPlan& bucket, int set_size) {
-  const double post = FinalPostscale(bucket.op, bucket.postscale, set_size);
+  const Postscale post = FinalPostscale(bucket.op, bucket.postscale, set_size);
   Status error = AsyncError();
   std::unique_ptr<TimelineBucket> trace;
   if (timeline_.on()) {

@@ -160,8 +160,8 @@ HORA_API hora_status_t hora_cross_size(int32_t* out);
 /* ---- Collectives: enqueue, never wait for other ranks (collective) ---- */
 
 /* output has input's shape and dtype; output == input.data is in place. prescale multiplies
- * each input before the reduction, postscale each result after (average = sum with
- * postscale / size). */
+ * each input before the reduction, postscale each result after (average = the sum divided
+ * by the set's size; with a postscale other than 1, the sum times postscale / size). */
 HORA_API hora_status_t hora_allreduce_async(const char* name, const hora_tensor_t* input,
                                             void* output, hora_reduce_op_t op, double prescale,
                                             double postscale, int32_t process_set,

@@ -381,6 +381,34 @@ TEST_CASE("ScaleCopy scales floats; integers round toward zero unless exact") {
   CHECK(bools == std::vector<uint8_t>{0, 1});
 }
 
+TEST_CASE("An average divides by the size: the correctly rounded mean, not times 1/size") {
+  // 142 * float(1/3) rounds to 47.33333588; 142 / 3 to 47.33333206 (what torch's t / 3 and
+  // DDP give). Horovod's suite compares with threshold 0 at 3 ranks.
+  const Postscale avg = FinalPostscale(ReduceOp::kAverage, 1.0, 3);
+  CHECK(avg.divisor == 3);
+  CHECK(avg.factor == 1.0);
+  std::vector<float> f = {142.0f, 150.0f, -188.0f};
+  std::vector<float> out(3);
+  ScaleCopy(out.data(), f.data(), 3, DataType::kFloat32, avg);
+  for (int i = 0; i < 3; ++i) CHECK(out[i] == f[i] / 3.0f);
+  CHECK(out[0] != 142.0f * static_cast<float>(1.0 / 3));  // the case that tells them apart
+  std::vector<double> d = {0.1 + 0.2, 1e300};
+  ScaleInPlace(d.data(), 2, DataType::kFloat64, avg);
+  CHECK(d == std::vector<double>{(0.1 + 0.2) / 3, 1e300 / 3});
+  std::vector<int32_t> i = {9, -10, 7};
+  ScaleInPlace(i.data(), 3, DataType::kInt32, avg);
+  CHECK(i == std::vector<int32_t>{3, -3, 2});
+  uint16_t h = FloatToHalf(142.0f), ho = 0;
+  ScaleCopy(&ho, &h, 1, DataType::kFloat16, avg);
+  CHECK(ho == FloatToHalf(142.0f / 3.0f));
+  // A postscale of the caller's own folds 1/size into the factor (Horovod's rule).
+  const Postscale scaled = FinalPostscale(ReduceOp::kAverage, 0.5, 4);
+  CHECK(scaled.divisor == 1);
+  CHECK(scaled.factor == 0.125);
+  CHECK(FinalPostscale(ReduceOp::kSum, 2.0, 3).AsFactor() == 2.0);
+  CHECK(FinalPostscale(ReduceOp::kAverage, 1.0, 1).identity());
+}
+
 TEST_CASE("Status and type names") {
   CHECK(Status().ok());
   Status s(Code::kInvalidArgument, "root 5 is out of range");
