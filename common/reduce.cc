@@ -197,12 +197,12 @@ void DivideCopy(void* dst, const void* src, size_t count, DataType dtype, int di
       return DivideCopyFloating(static_cast<float*>(dst), static_cast<const float*>(src), count,
                                 static_cast<float>(divisor));
     case DataType::kFloat64:
-      return DivideCopyFloating(static_cast<double*>(dst), static_cast<const double*>(src),
-                                count, q);
+      return DivideCopyFloating(static_cast<double*>(dst), static_cast<const double*>(src), count,
+                                q);
     case DataType::kFloat16:
       return DivideCopyHalfLike<HalfToFloat, FloatToHalf>(static_cast<uint16_t*>(dst),
-                                                          static_cast<const uint16_t*>(src),
-                                                          count, static_cast<float>(divisor));
+                                                          static_cast<const uint16_t*>(src), count,
+                                                          static_cast<float>(divisor));
     case DataType::kBfloat16:
       return DivideCopyHalfLike<Bfloat16ToFloat, FloatToBfloat16>(
           static_cast<uint16_t*>(dst), static_cast<const uint16_t*>(src), count,
