@@ -108,3 +108,10 @@ def test_mpirun_exit_code_falls_back_to_its_reported_failure(script, code):
         time.sleep(0.01)
     job.reap()
     assert job.code == code, job.how
+
+
+def test_cpu_slice_shares_the_allowed_cpus():
+    assert agent.cpu_slice({0, 1}, 0, 2) == [0] and agent.cpu_slice({0, 1}, 1, 2) == [1]
+    assert agent.cpu_slice({8, 2, 4, 6, 3}, 1, 2) == [4, 6]   # sorted, remainder unused
+    assert agent.cpu_slice({0, 1}, 0, 3) is None               # oversubscribed: no binding
+    assert agent.cpu_slice({0, 1}, 2, 2) is None

@@ -108,6 +108,22 @@ def test_ranks_get_real_topology_environment_and_cwd(kit, n):
         assert i["cwd"] == ROOT and i["stdin_null"], i
 
 
+def test_bind_to_core_binds_the_ranks_on_every_host(kit):
+    cpus = sorted(os.sched_getaffinity(0))
+    if len(cpus) < 2:
+        pytest.skip("needs 2 CPUs")
+    rc, out, err = horarun(kit, ["-np", "4", "-H", hostlist(kit, 2), "--bind-to", "core"] +
+                           ssh_args(kit) + [PY, PROG, "env"])
+    assert rc == 0, err
+    lines = rank_lines(out)
+    assert sorted(lines) == list(range(4)), out + err
+    per = len(cpus) // 2
+    for r in range(4):
+        i = json.loads(lines[r][0])
+        local = int(i["env"]["HORA_LOCAL_RANK"])
+        assert i["cpus"] == cpus[local * per:(local + 1) * per], (r, i["host"], i["cpus"])
+
+
 def test_first_host_remote_runs_the_coordinator_there(kit):
     # horarun in the root namespace; every rank is remote, rank 0 on the second kit host.
     job = find("tests/integration/collectives_job")

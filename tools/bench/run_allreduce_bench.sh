@@ -10,6 +10,11 @@
 #       [--step-factor 4] [--target-seconds 0.6] [--lat-iters 2000] [--out-dir DIR]
 #       [--report docs/benchmarks.md | --no-report] [--no-build] [--quick]
 #       [--only "hora hora-mpi torch-gloo mpi-shm mpi-tcp"] [--notes FILE] [--appendix FILE]
+#       [--bind-to none|core]
+#
+# --bind-to core: every implementation's ranks are bound alike, rank k of N to the k-th of N
+# equal slices of the CPUs (horarun --bind-to core, the torch bench's spawner, mpirun's own
+# --bind-to core). Default none: nothing is bound (the scheduler places every thread).
 #
 # --quick: tiny sizes (4 B to 64 KiB), short timing, no report file (a smoke run).
 # The full default run takes about 5-8 minutes on 2 cores. Nothing here asserts a time.
@@ -27,6 +32,7 @@ OUT_DIR=""
 REPORT=docs/benchmarks.md
 BUILD=1
 ONLY="hora torch-gloo mpi-shm mpi-tcp"
+BIND=none
 NOTES=""
 APPENDIX=tools/bench/allreduce_findings.md  # appended to the report when present
 PREAMBLE=""
@@ -44,11 +50,12 @@ while [ $# -gt 0 ]; do
     --no-report) REPORT=""; shift ;;
     --no-build) BUILD=0; shift ;;
     --only) ONLY="$2"; shift 2 ;;
+    --bind-to) BIND="$2"; shift 2 ;;
     --notes) NOTES="$2"; shift 2 ;;
     --appendix) APPENDIX="$2"; shift 2 ;;
     --preamble) PREAMBLE="$2"; shift 2 ;;
     --quick) MAX_BYTES=64K; TARGET=0.05; LAT_ITERS=200; REPORT=""; APPENDIX=""; shift ;;
-    -h|--help) sed -n '2,17p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,/^set -uo/{/^#/p}' "$0"; exit 0 ;;
     *) echo "run_allreduce_bench.sh: unknown argument $1" >&2; exit 2 ;;
   esac
 done
@@ -68,7 +75,8 @@ fi
 
 COMMON=(--csv --min-bytes "$MIN_BYTES" --max-bytes "$MAX_BYTES" --step-factor "$STEP"
         --target-seconds "$TARGET" --lat-iters "$LAT_ITERS")
-MPIRUN=(mpirun --allow-run-as-root --bind-to none)
+case "$BIND" in none|core) ;; *) echo "run_allreduce_bench.sh: --bind-to none|core" >&2; exit 2 ;; esac
+MPIRUN=(mpirun --allow-run-as-root --bind-to "$BIND")
 mpirun_for() {  # --oversubscribe only when there are more ranks than cores
   if [ "$1" -gt "$(nproc)" ]; then echo --oversubscribe; fi
 }
@@ -100,14 +108,15 @@ for np in $NPS; do
   MPI_EXTRA=$(mpirun_for "$np")
   for impl in $ONLY; do
     case "$impl" in
-      hora) run_one hora "$np" "$PY" tools/launcher/horarun -np "$np" "$HORA_BIN" "${COMMON[@]}" ;;
+      hora) run_one hora "$np" "$PY" tools/launcher/horarun -np "$np" --bind-to "$BIND" "$HORA_BIN" \
+              "${COMMON[@]}" ;;
       # Hora on its mpi backend: the whole job under mpirun (horarun --mpi), Open MPI's defaults
       # (vader between local ranks), as the mpi-shm row.
-      hora-mpi) run_one hora-mpi "$np" "$PY" tools/launcher/horarun -np "$np" --mpi \
+      hora-mpi) run_one hora-mpi "$np" "$PY" tools/launcher/horarun -np "$np" --mpi --bind-to "$BIND" \
                   ${MPI_EXTRA:+--mpi-args "$MPI_EXTRA"} -x HORA_CPU_OPERATIONS=mpi "$HORA_BIN" \
                   --impl hora-mpi "${COMMON[@]}" ;;
       torch-gloo) run_one torch-gloo "$np" "$PY" tools/bench/torch_gloo_allreduce_bench.py \
-                    --np "$np" "${COMMON[@]}" ;;
+                    --np "$np" --bind-to "$BIND" "${COMMON[@]}" ;;
       mpi-shm) run_one mpi-shm "$np" "${MPIRUN[@]}" $(mpirun_for "$np") -np "$np" "$MPI_BIN" --impl mpi-shm "${COMMON[@]}" ;;
       mpi-tcp) run_one mpi-tcp "$np" "${MPIRUN[@]}" $(mpirun_for "$np") "${MPI_TCP[@]}" -np "$np" "$MPI_BIN" \
                  --impl mpi-tcp "${COMMON[@]}" ;;
@@ -121,7 +130,7 @@ load_end=$(cut -d' ' -f1-3 /proc/loadavg)
 notes="$OUT_DIR/notes.md"
 {
   echo "- Sizes $MIN_BYTES B to $MAX_BYTES (x$STEP), about $TARGET s of timed iterations per size" \
-       "(at least 3 iterations), $LAT_ITERS latency iterations; ranks: $NPS; the whole run took" \
+       "(at least 3 iterations), $LAT_ITERS latency iterations; ranks: $NPS; CPU binding: $BIND; the whole run took" \
        "${t_total} s."
   echo "- Load average (1/5/15 min) at the start: $load_start; at the end: $load_end. The machine" \
        "is shared: compare the ratios within this run, not absolute times across runs."

@@ -45,6 +45,9 @@ def parse_args(argv):
     p.add_argument("--no-bandwidth", action="store_true")
     p.add_argument("--csv", action="store_true")
     p.add_argument("--impl", default="torch-gloo", help="label in the impl column")
+    p.add_argument("--bind-to", choices=("none", "core"), default="none",
+                   help="with --np: core binds rank k of N to the k-th of N equal slices of "
+                        "the CPUs (horarun --bind-to core's rule)")
     a = p.parse_args(argv)
     a.min_bytes = max(4, a.min_bytes)
     a.step_factor = max(2, a.step_factor)
@@ -84,7 +87,14 @@ def spawn(args, argv):
         env.update({"RANK": str(rank), "WORLD_SIZE": str(args.np), "MASTER_ADDR": "127.0.0.1",
                     "MASTER_PORT": str(port), "LOCAL_RANK": str(rank)})
         env.setdefault("GLOO_SOCKET_IFNAME", "lo")
-        procs.append(subprocess.Popen([sys.executable, os.path.abspath(__file__)] + cleaned, env=env))
+        cpus = None
+        if args.bind_to == "core":
+            allowed = sorted(os.sched_getaffinity(0))
+            per = len(allowed) // args.np
+            cpus = allowed[rank * per:(rank + 1) * per] if per >= 1 else None
+        procs.append(subprocess.Popen(
+            [sys.executable, os.path.abspath(__file__)] + cleaned, env=env,
+            preexec_fn=(lambda c=cpus: os.sched_setaffinity(0, c)) if cpus else None))
     rc = 0
     remaining = list(procs)
     while remaining:

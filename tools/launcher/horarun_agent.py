@@ -153,11 +153,42 @@ def free_ports(host, n):
             s.close()
 
 
+BIND_VAR = "HORARUN_BIND_TO"  # set by horarun --bind-to in each rank's environment
+
+
+def cpu_slice(allowed, local_rank, local_size):
+    """The CPUs of local rank `local_rank` of `local_size` under --bind-to core: an equal,
+    disjoint, contiguous share of `allowed` (this host's CPUs horarun may use), the
+    remainder left to no rank; None when there are fewer CPUs than local ranks (nothing
+    is bound then: an oversubscribed host is better left to the scheduler)."""
+    cpus = sorted(allowed)
+    per = len(cpus) // local_size if local_size > 0 else 0
+    if per < 1 or not 0 <= local_rank < local_size:
+        return None
+    return cpus[local_rank * per:(local_rank + 1) * per]
+
+
+def _rank_cpus(env):
+    if env.get(BIND_VAR) != "core" or not hasattr(os, "sched_setaffinity"):
+        return None
+    try:
+        local_rank, local_size = int(env["HORA_LOCAL_RANK"]), int(env["HORA_LOCAL_SIZE"])
+    except (KeyError, ValueError):
+        return None
+    return cpu_slice(os.sched_getaffinity(0), local_rank, local_size)
+
+
 def start_command(command, env, cwd=None):
     """Popen of a rank: own session (so its own process group), stdin from /dev/null,
     stdout/stderr on pipes. Returns (proc, None) or (None, (code, message)): 127 when the
-    command is not found, 126 when it cannot be run."""
+    command is not found, 126 when it cannot be run. With HORARUN_BIND_TO=core in env the
+    rank starts bound to its CPU slice (cpu_slice): the forking thread takes the slice for
+    the fork, so every thread of the rank inherits it, then gets its own CPUs back."""
+    cpus = _rank_cpus(env)
+    before = os.sched_getaffinity(0) if cpus else None
     try:
+        if cpus:
+            os.sched_setaffinity(0, cpus)
         proc = subprocess.Popen(command, env=env, cwd=cwd, stdin=subprocess.DEVNULL,
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                 start_new_session=True, close_fds=True)
@@ -165,6 +196,9 @@ def start_command(command, env, cwd=None):
         code = 127 if isinstance(e, FileNotFoundError) else 126
         why = "command not found" if code == 127 else (e.strerror or str(e))
         return None, (code, "%s: %s" % (command[0], why))
+    finally:
+        if before:
+            os.sched_setaffinity(0, before)
     return proc, None
 
 

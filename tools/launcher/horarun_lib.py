@@ -160,6 +160,11 @@ def build_parser():
     p.add_argument("--disable-cache", action="store_true",
                    help="accepted for horovodrun compatibility; Hora has no response-cache "
                         "knob yet, so it changes nothing")
+    p.add_argument("--bind-to", choices=("none", "core"), default="none",
+                   help="core: bind each rank to an equal share of its host's CPUs (local "
+                        "rank k of L gets the k-th of L contiguous slices; nothing is bound "
+                        "on a host with fewer CPUs than ranks); with --mpi, mpirun's own "
+                        "--bind-to core. Default none")
     p.add_argument("--check-build", action="store_true",
                    help="print the backends, CUDA and NCCL this build has, and exit")
     p.add_argument("-x", dest="env", action="append", default=[], metavar="NAME[=VALUE]",
@@ -265,7 +270,7 @@ def parse_args(argv):
 
 
 def option_env(args):
-    """The HORA_* variables that come from command-line options."""
+    """The HORA_* (and HORARUN_BIND_TO) variables that come from command-line options."""
     env = {}
     if args.start_timeout is not None:
         env[START_TIMEOUT_VAR] = _format_number(args.start_timeout)
@@ -290,6 +295,8 @@ def option_env(args):
             env[var] = str(getattr(args, flag))
     if args.gloo:
         env[CPU_BACKEND_VAR] = "gloo"
+    if args.bind_to != "none" and not args.mpi:
+        env[agent.BIND_VAR] = args.bind_to
     env.update(getattr(args, "horovod_env", {}))
     return env
 
@@ -429,7 +436,7 @@ def make_launchers(args, plan, environ, cwd):
         remote = not all(plan.local.values())
         return [MpiLauncher(args.command, plan.hosts, args.np, env, passed,
                             ssh=plan.ssh if remote else None, nics=args.nics or (),
-                            mpi_args=args.mpi_args)]
+                            mpi_args=args.mpi_args, bind=args.bind_to)]
     launchers = []
     local_specs = [s for s in plan.specs if s.local]
     if local_specs:

@@ -140,7 +140,8 @@ class MpiJob(PopenPart):
 class MpiLauncher(Launcher):
     """Every rank of the job through one mpirun."""
 
-    def __init__(self, command, hosts, np, env, passed, ssh=None, nics=(), mpi_args=""):
+    def __init__(self, command, hosts, np, env, passed, ssh=None, nics=(), mpi_args="",
+                 bind="none"):
         """hosts: [(name, ranks on it)] in placement order; env: mpirun's environment
         (the job's, with HORA_COORDINATOR_ADDR, HORA_JOB_TOKEN, HORARUN_CROSS_RANKS);
         passed: the names of env that reach the ranks (-x NAME)."""
@@ -152,6 +153,7 @@ class MpiLauncher(Launcher):
         self.ssh = ssh
         self.nics = list(nics)
         self.mpi_args = mpi_args
+        self.bind = bind
 
     def argv(self):
         argv = ["mpirun"]
@@ -159,7 +161,7 @@ class MpiLauncher(Launcher):
             argv.append("--allow-run-as-root")
         argv += ["--tag-output", "-np", str(self.np),
                  "-H", ",".join("%s:%d" % h for h in self.hosts),
-                 "--bind-to", "none", "--map-by", "slot"]
+                 "--bind-to", self.bind, "--map-by", "slot"]
         if self.ssh is not None:
             argv += ["--mca", "plm_rsh_agent", " ".join(["ssh"] + self.ssh.options())]
         if self.nics:
