@@ -1,7 +1,8 @@
 """horovodrun's flags that horarun accepts beside its own (a command line written for
 horovodrun keeps working): those that apply become the Hora variables they mean, those that
 have no meaning in Hora are accepted and named on stderr with the reason, elastic ones are
-refused (Hora has no elastic mode)."""
+refused (Hora has no elastic membership;
+hvd.elastic scripts run at the job's fixed size)."""
 
 import argparse
 

@@ -14,11 +14,8 @@ from .tensor_parallel import *  # noqa: F401,F403 - tensor_parallel.__all__
 from .tensor_parallel import __all__ as _tensor_parallel_all
 from .pipeline import Pipeline, split_sequential
 from .sync_batch_norm import SyncBatchNorm
-
-
-
-class HostsUpdatedInterrupt(RuntimeError):
-    """Defined for scripts that catch it; Hora has no elastic mode, so it is never raised."""
+from . import elastic
+from .elastic import HostsUpdatedInterrupt
 
 
 __all__ = sorted(set(_mpi_ops_all) | {
@@ -26,4 +23,4 @@ __all__ = sorted(set(_mpi_ops_all) | {
     "HoraPreconditionError", "HoraInvalidArgumentError", "Compression",
     "broadcast_parameters", "broadcast_optimizer_state", "broadcast_object",
     "allgather_object", "DistributedOptimizer", "SyncBatchNorm", "HostsUpdatedInterrupt",
-    "ZeroOptimizer", "Pipeline", "split_sequential"} | set(_tensor_parallel_all))
+    "ZeroOptimizer", "Pipeline", "split_sequential", "elastic"} | set(_tensor_parallel_all))

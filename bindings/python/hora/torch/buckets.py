@@ -112,6 +112,14 @@ class BucketReducer(object):
     def in_flight(self):
         return any(b.handle is not None for b in self.buckets)
 
+    def discard(self):
+        """Forgets the step's reductions without waiting (their job is gone: hvd.elastic's
+        restart after a failure)."""
+        for b in self.buckets:
+            b.handle = None
+            b.ready.clear()
+        self.sparse = {}
+
     def launched(self, p):
         return self.bucket_of[p].handle is not None
 

@@ -294,6 +294,20 @@ class _DistributedMixin(object):
             return super().step()
         return super().step(closure)
 
+    def _hora_discard_in_flight(self):
+        """Forgets every gradient reduction started since the last synchronize, without
+        waiting: after a failed collective hvd.elastic restarts Hora, and those handles
+        belong to the job that is gone. The next backward starts the step afresh."""
+        with self._lock:
+            self._launched.clear()
+            self._ready.clear()
+            self._touched.clear()
+            for p in self._delay:
+                self._delay[p] = self.backward_passes_per_step
+            if self._reducer is not None:
+                self._reducer.discard()
+        self._synchronized = False
+
     def zero_grad(self, *args, **kwargs):
         if self._launched or self._touched or (
                 self._reducer is not None and self._reducer.in_flight()):
