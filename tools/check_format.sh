@@ -7,8 +7,8 @@
 #     --fix        rewrite the files in place instead of reporting them
 #     -v           print each file's diff
 # Exit: 0 when every file checked is formatted, 1 when some differ, 2 on a usage error or
-# when clang-format is missing. The tree as a whole is not formatted yet (docs/build.md):
-# check the files you change (--since), and reformat a file in a commit of its own.
+# when clang-format is missing. The whole tree is formatted, and CI runs this over every
+# file (tools/test.sh's part "format"); --fix before a commit (docs/build.md).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
