@@ -9,7 +9,8 @@ CASES = harness.case_names("elastic_worker")
 
 @pytest.fixture(scope="module", params=[2, 3], ids=["np2", "np3"])
 def job(request):
-    return harness.run_job(request.param, "elastic_worker.py", timeout=300)
+    return harness.run_job(request.param, "elastic_worker.py", timeout=300,
+                           extra_env={"HORA_STALL_TIMEOUT_SECONDS": "2"})
 
 
 def test_job_exits_cleanly(job):

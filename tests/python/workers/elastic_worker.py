@@ -127,6 +127,29 @@ def recovers_with_per_parameter_gradients_in_flight():
 
 
 @case
+def recovers_from_a_stall_timeout():
+    """Attempt 1: rank 0 submits a tensor the others never submit; the stall timeout
+    (HORA_STALL_TIMEOUT_SECONDS, 2 s in this job) aborts the job on every rank (a
+    HorovodInternalError), and the restarted job runs the function to its end."""
+    state = hvd.elastic.ObjectState(step=0)
+    attempts = []
+
+    @hvd.elastic.run
+    def train(state):
+        attempts.append(state.step)
+        for state.step in range(state.step, 3):
+            if len(attempts) == 1 and state.step == 1:
+                name = "elastic.stall.only0" if hvd.rank() == 0 else "elastic.stall.others"
+                hvd.allreduce(torch.ones(2), name=name)
+            hvd.allreduce(torch.ones(2), name="elastic.stall.step")
+            state.step += 1
+            state.commit()
+        return state.step
+
+    check(train(state) == 3 and attempts == [0, 1], "attempts %r" % attempts)
+
+
+@case
 def restore_undoes_uncommitted_changes():
     model = _model(seed=11)
     state = hvd.elastic.TorchState(model, None, step=1)
