@@ -150,6 +150,51 @@ def recovers_from_a_stall_timeout():
 
 
 @case
+def restart_keeps_the_static_process_sets():
+    """A job started with hvd.init(process_sets=[...]): after the restart the same
+    ProcessSet objects are registered again and a DistributedOptimizer on one still works."""
+    members = [0, 1] if hvd.size() > 2 else [1]  # not the global set (that one is a clone)
+    hvd.shutdown()
+    pair = hvd.ProcessSet(members)
+    hvd.init(process_sets=[pair])
+    try:
+        model = _model(seed=5)
+        opt = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1),
+                                       named_parameters=model.named_parameters(),
+                                       process_set=pair)
+        state = hvd.elastic.TorchState(model, opt, step=0)
+        attempts = []
+
+        @hvd.elastic.run
+        def train(state):
+            attempts.append(state.step)
+            for state.step in range(state.step, 3):
+                if len(attempts) == 1 and state.step == 1:
+                    _mismatch("sets")
+                if pair.included():
+                    x = torch.randn(4, 4, generator=torch.Generator().manual_seed(state.step))
+                    state.optimizer.zero_grad()
+                    state.model(x).pow(2).mean().backward()
+                    state.optimizer.step()
+                state.step += 1
+                state.commit()
+            return state.step
+
+        check(train(state) == 3 and attempts == [0, 1], "attempts %r" % attempts)
+        check(pair.size() == len(members) and pair.included() == (hvd.rank() in members),
+              "the set after restart")
+        if pair.included():
+            s = hvd.allreduce(torch.ones(1), op=hvd.Sum, process_set=pair, name="sets.after")
+            check(s.item() == len(members), "allreduce on the set after restart: %r" % s)
+        every = hvd.allgather_object(_flat(model).tolist())
+        check(all(every[r] == every[members[0]] for r in members),
+              "the set's ranks differ after recovery")
+    finally:
+        hvd.shutdown()
+        hvd.init()
+
+
+@case
 def restore_undoes_uncommitted_changes():
     model = _model(seed=11)
     state = hvd.elastic.TorchState(model, None, step=1)

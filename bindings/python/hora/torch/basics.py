@@ -5,6 +5,7 @@ import logging as _logging
 from .. import core as _core
 
 _log = _logging.getLogger("hora.torch")
+_last_process_sets = None  # what the last init registered (hvd.elastic's restart reuses it)
 
 
 def init(comm=None, process_sets=None):
@@ -18,9 +19,16 @@ def init(comm=None, process_sets=None):
             not isinstance(process_sets, (list, tuple)):
         raise ValueError("process_sets must be a list of hvd.ProcessSet or \"dynamic\", got %r"
                          % (process_sets,))
+    global _last_process_sets
     from .mpi_ops import _init_process_sets  # mpi_ops imports this module
     _core.init()
-    _init_process_sets([] if process_sets in (None, "dynamic") else list(process_sets))
+    _last_process_sets = [] if process_sets in (None, "dynamic") else list(process_sets)
+    _init_process_sets(_last_process_sets)
+
+
+def last_process_sets():
+    """The hvd.ProcessSet list the last init registered (the same objects), for a restart."""
+    return list(_last_process_sets or [])
 
 
 shutdown = _core.shutdown

@@ -7,8 +7,9 @@ works as in Horovod: the state object (attributes, model, optimizer and ElasticS
 memory at every `commit`), the first `sync` (every rank takes rank 0's state before the
 function runs), and recovery from a collective that failed on every rank while all of them
 stayed alive (a mismatch, a stall timeout): `run` restores the last commit, restarts Hora
-(shutdown, then init: a new job of the same ranks), calls the reset callbacks, syncs and runs
-the function again. A rank that died ends the job instead (horarun stops the others; without
+(shutdown, then init: a new job of the same ranks, with the process sets the last
+hvd.init(process_sets=[...]) registered; sets added later with add_process_set are not
+added again), calls the reset callbacks, syncs and runs the function again. A rank that died ends the job instead (horarun stops the others; without
 horarun, the survivors' restart fails at its start timeout with an error naming the missing
 ranks). At most HORA_ELASTIC_RESET_LIMIT restarts (default 3; horovodrun's --reset-limit is
 refused by horarun, which has no elastic mode); past it the error is raised, so a failure that
@@ -24,6 +25,7 @@ import torch
 from ..errors import ERR_INVALID_ARGUMENT, HoraInvalidArgumentError, HorovodInternalError
 from .elastic_sampler import ElasticSampler
 from .functions import broadcast_object, broadcast_optimizer_state, broadcast_parameters
+from .basics import last_process_sets
 from .mpi_ops import init, shutdown
 
 RESET_LIMIT_VAR = "HORA_ELASTIC_RESET_LIMIT"
@@ -230,8 +232,9 @@ def run(func):
             except HostsUpdatedInterrupt as e:
                 skip_sync = e.skip_sync
             resets += 1
+            sets = last_process_sets()
             shutdown()
-            init()
+            init(process_sets=sets)  # the same static sets again, in the same order
             state.on_reset()
 
     return wrapper
