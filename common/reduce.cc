@@ -134,72 +134,82 @@ void ReduceHalfLike(uint16_t* d, const uint16_t* s, size_t n, ReduceOp op) {
   }
 }
 
-// x * f, or x / f when kDivide (an average's division by the size: correctly rounded).
-template <bool kDivide, typename T>
-T Apply(T x, T f) {
-  return kDivide ? x / f : x * f;
-}
-
 // Integers: a result within rounding noise of an integer is that integer (so an average of
 // 9 over 3 ranks is 3, not 2.9999999 truncated); otherwise rounds toward zero, like C division.
-template <bool kDivide, typename T>
-void ScaleCopyInt(T* d, const T* s, size_t n, double factor) {
+template <typename T, bool kDivide = false>
+void ScaleCopyTyped(T* d, const T* s, size_t n, double factor) {
   for (size_t i = 0; i < n; ++i) {
-    double x = Apply<kDivide>(static_cast<double>(s[i]), factor);
+    double x = kDivide ? static_cast<double>(s[i]) / factor : static_cast<double>(s[i]) * factor;
     double r = std::nearbyint(x);
     d[i] =
         static_cast<T>(std::fabs(x - r) <= 1e-9 * std::max(1.0, std::fabs(x)) ? r : std::trunc(x));
   }
 }
 
-template <bool kDivide, typename T>
-void ScaleCopyFloating(T* d, const T* s, size_t n, double factor) {
-  const T f = static_cast<T>(factor);
-  for (size_t i = 0; i < n; ++i) d[i] = Apply<kDivide>(s[i], f);
+void ScaleCopyDouble(double* d, const double* s, size_t n, double factor) {
+  for (size_t i = 0; i < n; ++i) d[i] = s[i] * factor;
 }
 
-template <bool kDivide, float (*Load)(uint16_t), uint16_t (*Store)(float)>
+void ScaleCopyFloat(float* __restrict d, const float* __restrict s, size_t n, double factor) {
+  float f = static_cast<float>(factor);
+  for (size_t i = 0; i < n; ++i) d[i] = s[i] * f;
+}
+
+template <float (*Load)(uint16_t), uint16_t (*Store)(float)>
 void ScaleCopyHalfLike(uint16_t* d, const uint16_t* s, size_t n, double factor) {
-  const float f = static_cast<float>(factor);
-  for (size_t i = 0; i < n; ++i) d[i] = Store(Apply<kDivide>(Load(s[i]), f));
+  float f = static_cast<float>(factor);
+  for (size_t i = 0; i < n; ++i) d[i] = Store(Load(s[i]) * f);
 }
 
-// dst[i] = src[i] * factor, or src[i] / factor when kDivide.
-template <bool kDivide>
-void ScaleCopyAs(void* dst, const void* src, size_t count, DataType dtype, double factor) {
+// dst[i] = src[i] / divisor, divisor > 1.
+template <typename T>
+void DivideCopyFloating(T* d, const T* s, size_t n, T divisor) {
+  for (size_t i = 0; i < n; ++i) d[i] = s[i] / divisor;
+}
+
+template <float (*Load)(uint16_t), uint16_t (*Store)(float)>
+void DivideCopyHalfLike(uint16_t* d, const uint16_t* s, size_t n, float divisor) {
+  for (size_t i = 0; i < n; ++i) d[i] = Store(Load(s[i]) / divisor);
+}
+
+void DivideCopy(void* dst, const void* src, size_t count, DataType dtype, int divisor) {
+  const double q = divisor;
   switch (dtype) {
     case DataType::kUint8:
-      return ScaleCopyInt<kDivide>(static_cast<uint8_t*>(dst), static_cast<const uint8_t*>(src),
-                                   count, factor);
+      return ScaleCopyTyped<uint8_t, true>(static_cast<uint8_t*>(dst),
+                                           static_cast<const uint8_t*>(src), count, q);
     case DataType::kInt8:
-      return ScaleCopyInt<kDivide>(static_cast<int8_t*>(dst), static_cast<const int8_t*>(src),
-                                   count, factor);
+      return ScaleCopyTyped<int8_t, true>(static_cast<int8_t*>(dst),
+                                          static_cast<const int8_t*>(src), count, q);
     case DataType::kInt16:
-      return ScaleCopyInt<kDivide>(static_cast<int16_t*>(dst), static_cast<const int16_t*>(src),
-                                   count, factor);
+      return ScaleCopyTyped<int16_t, true>(static_cast<int16_t*>(dst),
+                                           static_cast<const int16_t*>(src), count, q);
     case DataType::kUint16:
-      return ScaleCopyInt<kDivide>(static_cast<uint16_t*>(dst), static_cast<const uint16_t*>(src),
-                                   count, factor);
+      return ScaleCopyTyped<uint16_t, true>(static_cast<uint16_t*>(dst),
+                                            static_cast<const uint16_t*>(src), count, q);
     case DataType::kInt32:
-      return ScaleCopyInt<kDivide>(static_cast<int32_t*>(dst), static_cast<const int32_t*>(src),
-                                   count, factor);
+      return ScaleCopyTyped<int32_t, true>(static_cast<int32_t*>(dst),
+                                           static_cast<const int32_t*>(src), count, q);
     case DataType::kInt64:
-      return ScaleCopyInt<kDivide>(static_cast<int64_t*>(dst), static_cast<const int64_t*>(src),
-                                   count, factor);
+      return ScaleCopyTyped<int64_t, true>(static_cast<int64_t*>(dst),
+                                           static_cast<const int64_t*>(src), count, q);
     case DataType::kFloat32:
-      return ScaleCopyFloating<kDivide>(static_cast<float*>(dst), static_cast<const float*>(src),
-                                        count, factor);
+      return DivideCopyFloating(static_cast<float*>(dst), static_cast<const float*>(src), count,
+                                static_cast<float>(divisor));
     case DataType::kFloat64:
-      return ScaleCopyFloating<kDivide>(static_cast<double*>(dst), static_cast<const double*>(src),
-                                        count, factor);
+      return DivideCopyFloating(static_cast<double*>(dst), static_cast<const double*>(src), count,
+                                q);
     case DataType::kFloat16:
-      return ScaleCopyHalfLike<kDivide, HalfToFloat, FloatToHalf>(
-          static_cast<uint16_t*>(dst), static_cast<const uint16_t*>(src), count, factor);
+      return DivideCopyHalfLike<HalfToFloat, FloatToHalf>(static_cast<uint16_t*>(dst),
+                                                          static_cast<const uint16_t*>(src), count,
+                                                          static_cast<float>(divisor));
     case DataType::kBfloat16:
-      return ScaleCopyHalfLike<kDivide, Bfloat16ToFloat, FloatToBfloat16>(
-          static_cast<uint16_t*>(dst), static_cast<const uint16_t*>(src), count, factor);
+      return DivideCopyHalfLike<Bfloat16ToFloat, FloatToBfloat16>(
+          static_cast<uint16_t*>(dst), static_cast<const uint16_t*>(src), count,
+          static_cast<float>(divisor));
     case DataType::kBool:
-      return;  // the callers copy bools unchanged
+      if (dst != src && count > 0) std::memmove(dst, src, count);
+      return;
   }
 }
 
@@ -239,7 +249,40 @@ void ScaleCopy(void* dst, const void* src, size_t count, DataType dtype, double 
     if (dst != src && count > 0) std::memmove(dst, src, count * DataTypeSize(dtype));
     return;
   }
-  ScaleCopyAs<false>(dst, src, count, dtype, factor);
+  switch (dtype) {
+    case DataType::kUint8:
+      return ScaleCopyTyped(static_cast<uint8_t*>(dst), static_cast<const uint8_t*>(src), count,
+                            factor);
+    case DataType::kInt8:
+      return ScaleCopyTyped(static_cast<int8_t*>(dst), static_cast<const int8_t*>(src), count,
+                            factor);
+    case DataType::kInt16:
+      return ScaleCopyTyped(static_cast<int16_t*>(dst), static_cast<const int16_t*>(src), count,
+                            factor);
+    case DataType::kUint16:
+      return ScaleCopyTyped(static_cast<uint16_t*>(dst), static_cast<const uint16_t*>(src), count,
+                            factor);
+    case DataType::kInt32:
+      return ScaleCopyTyped(static_cast<int32_t*>(dst), static_cast<const int32_t*>(src), count,
+                            factor);
+    case DataType::kInt64:
+      return ScaleCopyTyped(static_cast<int64_t*>(dst), static_cast<const int64_t*>(src), count,
+                            factor);
+    case DataType::kFloat32:
+      return ScaleCopyFloat(static_cast<float*>(dst), static_cast<const float*>(src), count,
+                            factor);
+    case DataType::kFloat64:
+      return ScaleCopyDouble(static_cast<double*>(dst), static_cast<const double*>(src), count,
+                             factor);
+    case DataType::kFloat16:
+      return ScaleCopyHalfLike<HalfToFloat, FloatToHalf>(
+          static_cast<uint16_t*>(dst), static_cast<const uint16_t*>(src), count, factor);
+    case DataType::kBfloat16:
+      return ScaleCopyHalfLike<Bfloat16ToFloat, FloatToBfloat16>(
+          static_cast<uint16_t*>(dst), static_cast<const uint16_t*>(src), count, factor);
+    case DataType::kBool:
+      return;
+  }
 }
 
 void ScaleInPlace(void* buf, size_t count, DataType dtype, double factor) {
@@ -248,10 +291,11 @@ void ScaleInPlace(void* buf, size_t count, DataType dtype, double factor) {
 }
 
 void ScaleCopy(void* dst, const void* src, size_t count, DataType dtype, const Postscale& post) {
-  if (post.divisor <= 1 || post.factor != 1.0 || dtype == DataType::kBool) {
-    return ScaleCopy(dst, src, count, dtype, post.AsFactor());
+  if (post.divisor > 1) {
+    if (post.factor != 1.0) return ScaleCopy(dst, src, count, dtype, post.AsFactor());
+    return DivideCopy(dst, src, count, dtype, post.divisor);
   }
-  ScaleCopyAs<true>(dst, src, count, dtype, post.divisor);
+  ScaleCopy(dst, src, count, dtype, post.factor);
 }
 
 void ScaleInPlace(void* buf, size_t count, DataType dtype, const Postscale& post) {
