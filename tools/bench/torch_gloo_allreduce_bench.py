@@ -22,6 +22,9 @@ import subprocess
 import sys
 import time
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "launcher"))
+import horarun_agent  # noqa: E402  (cpu_slice: --bind-to core as horarun binds)
+
 
 def parse_bytes(text):
     mult = {"k": 1 << 10, "m": 1 << 20, "g": 1 << 30}
@@ -88,10 +91,8 @@ def spawn(args, argv):
                     "MASTER_PORT": str(port), "LOCAL_RANK": str(rank)})
         env.setdefault("GLOO_SOCKET_IFNAME", "lo")
         cpus = None
-        if args.bind_to == "core":
-            allowed = sorted(os.sched_getaffinity(0))
-            per = len(allowed) // args.np
-            cpus = allowed[rank * per:(rank + 1) * per] if per >= 1 else None
+        if args.bind_to == "core":  # horarun's own rule
+            cpus = horarun_agent.cpu_slice(os.sched_getaffinity(0), rank, args.np)
         procs.append(subprocess.Popen(
             [sys.executable, os.path.abspath(__file__)] + cleaned, env=env,
             preexec_fn=(lambda c=cpus: os.sched_setaffinity(0, c)) if cpus else None))

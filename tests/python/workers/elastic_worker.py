@@ -87,6 +87,35 @@ def recovers_from_a_failed_collective():
     check(hvd.allreduce(torch.ones(1), op=hvd.Sum).item() == hvd.size(), "Hora after restart")
 
 
+def _train(state, steps, fail_at, step):
+    """Runs step(state, fail) for state.step in [state.step, steps) under hvd.elastic.run,
+    committing after each; `fail` is True once: in the first attempt, at step fail_at.
+    Returns (the step it ended at, the step each attempt started at)."""
+    attempts = []
+
+    @hvd.elastic.run
+    def train(state):
+        attempts.append(state.step)
+        for state.step in range(state.step, steps):
+            step(state, len(attempts) == 1 and state.step == fail_at)
+            state.step += 1
+            state.commit()
+        return state.step
+
+    return train(state), attempts
+
+
+def _sgd_step(state, before_step=None):
+    """One optimizer step on a batch fixed by state.step; before_step() runs between
+    backward and step."""
+    x = torch.randn(4, 4, generator=torch.Generator().manual_seed(state.step))
+    state.optimizer.zero_grad()
+    state.model(x).pow(2).mean().backward()
+    if before_step is not None:
+        before_step()
+    state.optimizer.step()
+
+
 def _recover_in_flight(compression, tag):
     """The failure comes between backward (the gradient allreduces enqueued by the hooks)
     and step: the restart must leave DistributedOptimizer usable (no stale handles)."""
@@ -95,23 +124,9 @@ def _recover_in_flight(compression, tag):
                                    named_parameters=model.named_parameters(),
                                    compression=compression)
     state = hvd.elastic.TorchState(model, opt, step=0)
-    attempts = []
-
-    @hvd.elastic.run
-    def train(state):
-        attempts.append(state.step)
-        for state.step in range(state.step, 4):
-            x = torch.randn(4, 4, generator=torch.Generator().manual_seed(state.step))
-            state.optimizer.zero_grad()
-            state.model(x).pow(2).mean().backward()
-            if len(attempts) == 1 and state.step == 2:
-                _mismatch("in_flight." + tag)
-            state.optimizer.step()
-            state.step += 1
-            state.commit()
-        return state.step
-
-    check(train(state) == 4 and attempts == [0, 2], "attempts %r" % attempts)
+    done, attempts = _train(state, 4, 2, lambda state, fail: _sgd_step(
+        state, (lambda: _mismatch("in_flight." + tag)) if fail else None))
+    check(done == 4 and attempts == [0, 2], "attempts %r" % attempts)
     every = hvd.allgather_object(_flat(model).tolist())
     check(all(p == every[0] for p in every), "ranks differ after recovery")
 
@@ -131,22 +146,14 @@ def recovers_from_a_stall_timeout():
     """Attempt 1: rank 0 submits a tensor the others never submit; the stall timeout
     (HORA_STALL_TIMEOUT_SECONDS, 2 s in this job) aborts the job on every rank (a
     HorovodInternalError), and the restarted job runs the function to its end."""
-    state = hvd.elastic.ObjectState(step=0)
-    attempts = []
+    def step(state, fail):
+        if fail:
+            name = "elastic.stall.only0" if hvd.rank() == 0 else "elastic.stall.others"
+            hvd.allreduce(torch.ones(2), name=name)
+        hvd.allreduce(torch.ones(2), name="elastic.stall.step")
 
-    @hvd.elastic.run
-    def train(state):
-        attempts.append(state.step)
-        for state.step in range(state.step, 3):
-            if len(attempts) == 1 and state.step == 1:
-                name = "elastic.stall.only0" if hvd.rank() == 0 else "elastic.stall.others"
-                hvd.allreduce(torch.ones(2), name=name)
-            hvd.allreduce(torch.ones(2), name="elastic.stall.step")
-            state.step += 1
-            state.commit()
-        return state.step
-
-    check(train(state) == 3 and attempts == [0, 1], "attempts %r" % attempts)
+    done, attempts = _train(hvd.elastic.ObjectState(step=0), 3, 1, step)
+    check(done == 3 and attempts == [0, 1], "attempts %r" % attempts)
 
 
 @case
@@ -163,24 +170,15 @@ def restart_keeps_the_static_process_sets():
                                        named_parameters=model.named_parameters(),
                                        process_set=pair)
         state = hvd.elastic.TorchState(model, opt, step=0)
-        attempts = []
 
-        @hvd.elastic.run
-        def train(state):
-            attempts.append(state.step)
-            for state.step in range(state.step, 3):
-                if len(attempts) == 1 and state.step == 1:
-                    _mismatch("sets")
-                if pair.included():
-                    x = torch.randn(4, 4, generator=torch.Generator().manual_seed(state.step))
-                    state.optimizer.zero_grad()
-                    state.model(x).pow(2).mean().backward()
-                    state.optimizer.step()
-                state.step += 1
-                state.commit()
-            return state.step
+        def step(state, fail):
+            if fail:
+                _mismatch("sets")
+            if pair.included():
+                _sgd_step(state)
 
-        check(train(state) == 3 and attempts == [0, 1], "attempts %r" % attempts)
+        done, attempts = _train(state, 3, 1, step)
+        check(done == 3 and attempts == [0, 1], "attempts %r" % attempts)
         check(pair.size() == len(members) and pair.included() == (hvd.rank() in members),
               "the set after restart")
         if pair.included():

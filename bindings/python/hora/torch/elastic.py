@@ -9,11 +9,12 @@ function runs), and recovery from a collective that failed on every rank while a
 stayed alive (a mismatch, a stall timeout): `run` restores the last commit, restarts Hora
 (shutdown, then init: a new job of the same ranks, with the process sets the last
 hvd.init(process_sets=[...]) registered; sets added later with add_process_set are not
-added again), calls the reset callbacks, syncs and runs the function again. A rank that died ends the job instead (horarun stops the others; without
-horarun, the survivors' restart fails at its start timeout with an error naming the missing
-ranks). At most HORA_ELASTIC_RESET_LIMIT restarts (default 3; horovodrun's --reset-limit is
-refused by horarun, which has no elastic mode); past it the error is raised, so a failure that
-repeats cannot loop for ever.
+added again), calls the reset callbacks, syncs and runs the function again. A rank that
+died ends the job instead (horarun stops the others; without horarun, the survivors'
+restart fails at its start timeout with an error naming the missing ranks). At most
+HORA_ELASTIC_RESET_LIMIT restarts (default 3; horovodrun's --reset-limit is refused by
+horarun, which has no elastic mode); past it the error is raised, so a failure that repeats
+cannot loop for ever.
 """
 
 import copy
@@ -202,8 +203,8 @@ def _reset_limit():
         limit = -1
     if limit < 0:
         raise HoraInvalidArgumentError(
-            ERR_INVALID_ARGUMENT, "%s=%r: must be a whole number >= 0 (restarts after a failed collective)"
-            % (RESET_LIMIT_VAR, text), "hvd.elastic.run")
+            ERR_INVALID_ARGUMENT, "%s=%r: must be a whole number >= 0 (restarts after a "
+            "failed collective)" % (RESET_LIMIT_VAR, text), "hvd.elastic.run")
     return limit
 
 

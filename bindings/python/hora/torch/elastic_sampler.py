@@ -40,10 +40,6 @@ class ElasticSampler(torch.utils.data.Sampler):
         """batch_size samples were processed on every rank."""
         self.processed_num += batch_size * self.num_replicas
 
-    def record_indices(self, indices):
-        """len(indices) samples were processed on every rank."""
-        self.processed_num += len(indices) * self.num_replicas
-
     def state_dict(self):
         return {"epoch": self.epoch, "processed_num": self.processed_num}
 
@@ -62,11 +58,6 @@ class ElasticSampler(torch.utils.data.Sampler):
         self.remaining_indices = indices[self.processed_num:]
         self.num_samples = int(math.ceil(len(self.remaining_indices) / self.num_replicas))
         self.total_size = self.num_samples * self.num_replicas
-
-    def get_indices(self, batch_idx, batch_size):
-        """This rank's indices of batch `batch_idx` (batches of batch_size)."""
-        mine = list(self)
-        return mine[batch_idx * batch_size:(batch_idx + 1) * batch_size]
 
     def __iter__(self):
         indices = self.remaining_indices[:]
