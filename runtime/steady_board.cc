@@ -5,6 +5,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <climits>
 
 #include "common/logging.h"
@@ -13,7 +14,8 @@ namespace hora {
 namespace {
 
 constexpr uint64_t kStatePending = 0, kStateFast = 1, kStateSlow = 2;
-constexpr size_t kWordsOffset = 256;
+constexpr size_t kMembersOffset = 256;
+constexpr size_t kWordsOffset = kMembersOffset + SteadyBoard::kMaxMembers * 64;
 constexpr size_t kSlotsOffset = kWordsOffset + SteadyBoard::kMaxEntries * sizeof(uint64_t);
 
 uint32_t InstanceOf(uint64_t w) { return static_cast<uint32_t>(w >> 32); }
@@ -24,6 +26,11 @@ uint64_t Word(uint32_t n, uint64_t state, uint32_t mask) {
 }
 // > 0: the word is past instance n; 0: at n; < 0: before n (wraps after 2^31 instances).
 int32_t Compare(uint64_t w, uint32_t n) { return static_cast<int32_t>(InstanceOf(w) - n); }
+
+// A futex bitset has 32 bits: members m and m + 16 share theirs (a spurious wake-up at most).
+uint32_t FutexBit(int member, SteadyBoard::Role role) {
+  return 1u << ((member % 16) * 2 + static_cast<int>(role));
+}
 
 SteadyBoard::Outcome OutcomeOf(uint64_t state) {
   return state == kStateFast   ? SteadyBoard::Outcome::kFast
@@ -38,12 +45,17 @@ size_t SteadyBoard::BytesNeeded() { return kSlotsOffset + kLogSlots * sizeof(uin
 SteadyBoard::SteadyBoard(void* memory, int member, int members)
     : base_(memory),
       member_(member),
+      members_(members),
       bit_(1u << member),
       full_(members >= 32 ? 0 : static_cast<uint32_t>((1ull << members) - 1)) {
   HORA_CHECK(members >= 1 && members <= kMaxMembers && member >= 0 && member < members);
-  static_assert(sizeof(Header) <= kWordsOffset, "board header");
+  static_assert(sizeof(Header) <= kMembersOffset && sizeof(MemberState) == 64, "board header");
   static_assert(std::atomic<uint64_t>::is_always_lock_free, "board words");
   static_assert(kMaxEntries <= (1u << 16), "log slots hold the entry in 16 bits");
+}
+
+SteadyBoard::MemberState* SteadyBoard::member(int m) const {
+  return reinterpret_cast<MemberState*>(static_cast<char*>(base_) + kMembersOffset) + m;
 }
 
 std::atomic<uint64_t>* SteadyBoard::word(uint32_t e) const {
@@ -105,8 +117,17 @@ void SteadyBoard::Append(uint32_t e) {
   const uint64_t index = header()->tail.fetch_add(1, std::memory_order_acq_rel);
   const uint64_t value =
       ((index + 1) & 0xffffffffull) << 32 | static_cast<uint64_t>(member_) << 16 | e;  // e < 2^16
-  slot(index)->store(value, std::memory_order_release);
-  Wake();
+  slot(index)->store(value, std::memory_order_seq_cst);
+  // Whoever runs the log on each other member: its helpers (read after the slot was
+  // written; LeaveHelp reads the slot after it stopped counting, so one of the two sees the
+  // other), else its driver.
+  uint64_t targets = 0;
+  for (int m = 0; m < members_; ++m) {
+    if (m == member_) continue;
+    const bool helped = member(m)->helpers.load(std::memory_order_seq_cst) > 0;
+    targets |= 1ull << (2 * m + (helped ? 1 : 0));
+  }
+  Ring(targets);
 }
 
 bool SteadyBoard::LogAt(uint64_t index, uint32_t* e, int* last) const {
@@ -117,16 +138,24 @@ bool SteadyBoard::LogAt(uint64_t index, uint32_t* e, int* last) const {
   return true;
 }
 
-void SteadyBoard::Sleep(uint32_t seen, int64_t timeout_us) {
+bool SteadyBoard::Sleep(uint32_t seen, int64_t timeout_us, Role role) {
   Header* h = header();
-  h->sleepers.fetch_add(1, std::memory_order_seq_cst);
+  std::atomic<uint32_t>& sleepers = member(member_)->sleepers[static_cast<int>(role)];
+  sleepers.fetch_add(1, std::memory_order_seq_cst);
+  bool woken = true;
   if (h->bell.load(std::memory_order_seq_cst) == seen && timeout_us > 0) {
-    timespec ts;
-    ts.tv_sec = static_cast<time_t>(timeout_us / 1000000);
-    ts.tv_nsec = static_cast<long>((timeout_us % 1000000) * 1000);
-    syscall(SYS_futex, reinterpret_cast<uint32_t*>(&h->bell), FUTEX_WAIT, seen, &ts, nullptr, 0);
+    timespec ts;  // FUTEX_WAIT_BITSET takes an absolute CLOCK_MONOTONIC time
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    const int64_t ns = ts.tv_nsec + (timeout_us % 1000000) * 1000;
+    ts.tv_sec += static_cast<time_t>(timeout_us / 1000000 + ns / 1000000000);
+    ts.tv_nsec = static_cast<long>(ns % 1000000000);
+    const uint32_t bitset = FutexBit(member_, role);
+    const long rc = syscall(SYS_futex, reinterpret_cast<uint32_t*>(&h->bell), FUTEX_WAIT_BITSET,
+                            seen, &ts, nullptr, bitset);
+    woken = !(rc != 0 && errno == ETIMEDOUT);
   }
-  h->sleepers.fetch_sub(1, std::memory_order_seq_cst);
+  sleepers.fetch_sub(1, std::memory_order_seq_cst);
+  return woken;
 }
 
 void SteadyBoard::SetJoined() {
@@ -134,12 +163,39 @@ void SteadyBoard::SetJoined() {
   Wake();
 }
 
-void SteadyBoard::Wake() {
-  Header* h = header();
-  h->bell.fetch_add(1, std::memory_order_seq_cst);
-  if (h->sleepers.load(std::memory_order_seq_cst) > 0) {
-    syscall(SYS_futex, reinterpret_cast<uint32_t*>(&h->bell), FUTEX_WAKE, INT_MAX, nullptr, nullptr,
-            0);
+void SteadyBoard::Wake() { Ring(~0ull); }
+
+void SteadyBoard::WakeOwn() { Ring(3ull << (2 * member_)); }
+
+void SteadyBoard::EnterHelp() { member(member_)->helpers.fetch_add(1, std::memory_order_seq_cst); }
+
+void SteadyBoard::LeaveHelp() {
+  member(member_)->helpers.fetch_sub(1, std::memory_order_seq_cst);
+  std::atomic_thread_fence(std::memory_order_seq_cst);  // the caller's look at the log is after
+}
+
+int SteadyBoard::helpers() const {
+  return static_cast<int>(member(member_)->helpers.load(std::memory_order_seq_cst));
+}
+
+int SteadyBoard::sleeping(Role role) const {
+  return static_cast<int>(
+      member(member_)->sleepers[static_cast<int>(role)].load(std::memory_order_seq_cst));
+}
+
+void SteadyBoard::Ring(uint64_t targets) {
+  header()->bell.fetch_add(1, std::memory_order_seq_cst);
+  uint32_t bitset = 0;
+  for (int m = 0; m < members_; ++m) {
+    for (int r = 0; r < 2; ++r) {
+      if ((targets >> (2 * m + r) & 1) == 0) continue;
+      if (member(m)->sleepers[r].load(std::memory_order_seq_cst) == 0) continue;
+      bitset |= FutexBit(m, static_cast<Role>(r));
+    }
+  }
+  if (bitset != 0) {
+    syscall(SYS_futex, reinterpret_cast<uint32_t*>(&header()->bell), FUTEX_WAKE_BITSET, INT_MAX,
+            nullptr, nullptr, bitset);
   }
 }
 

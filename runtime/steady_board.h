@@ -17,8 +17,17 @@
 // slot per entry exists for any member (the next instance needs every member's offer, which
 // each makes only after running the previous one), so kLogSlots >= kMaxEntries never
 // overwrites a slot some member has not read.
-// Waiting: a member sleeps on the board's bell (a process-shared futex) after a short spin;
-// every append, refusal and Wake() increments the bell and wakes the sleepers.
+// Waiting: a thread sleeps on the board's bell (a process-shared futex) after a short spin,
+// as its member's driver (the set's thread) or as a helper (a thread waiting for its own
+// instance, which runs the log itself). Every event increments the bell; the futex wake-up
+// goes only to the threads that must act on it, so that a sleeper with nothing to do costs
+// the appending thread no system call and its core no scheduling:
+//   - an append wakes, on every other member, its helpers if it has any, else its driver;
+//     the appending member's own threads are the caller's business (it runs the log itself
+//     or calls WakeOwn);
+//   - a refusal, SetJoined and Wake() wake every sleeper of every member.
+// A helper leaving (LeaveHelp) while the log holds work must wake its driver (WakeOwn): an
+// append that counted it as present woke only helpers.
 //
 // Thread safety: every method may be called from any thread of any member.
 #ifndef HORA_RUNTIME_STEADY_BOARD_H_
@@ -42,7 +51,8 @@ class SteadyBoard {
   SteadyBoard(void* memory, int member, int members);
 
   // This member offers instance n of entry e. kFast: this offer completed it (it is in the
-  // log); kPending: others have not offered yet; kSlow: n was decided slow.
+  // log, the other members' threads are woken; this member's own are not: the caller runs
+  // the log or calls WakeOwn); kPending: others have not offered yet; kSlow: n was decided slow.
   Outcome Offer(uint32_t e, uint32_t n);
   // Instance n of entry e goes the normal way unless it is already fast. Returns kSlow (it is
   // slow now) or kFast (it runs on the fast path: too late to refuse).
@@ -54,11 +64,20 @@ class SteadyBoard {
   // member whose offer completed it.
   bool LogAt(uint64_t index, uint32_t* e, int* last = nullptr) const;
 
+  enum class Role { kDriver = 0, kHelper = 1 };
   uint32_t Bell() const { return header()->bell.load(std::memory_order_acquire); }
-  // Sleeps while the bell still reads `seen`, at most timeout_us (spurious returns are fine).
-  void Sleep(uint32_t seen, int64_t timeout_us);
+  // Sleeps as `role` of this member while the bell still reads `seen`, at most timeout_us.
+  // False when the timeout passed; true otherwise (woken, the bell had moved, or spuriously).
+  bool Sleep(uint32_t seen, int64_t timeout_us, Role role);
   // Rings the bell: every sleeper (of every member) wakes.
   void Wake();
+  // Rings the bell and wakes this member's sleepers only.
+  void WakeOwn();
+  // A thread of this member helps (runs the log while it waits for its own instance).
+  void EnterHelp();
+  void LeaveHelp();
+  int helpers() const;  // this member's threads between EnterHelp and LeaveHelp
+  int sleeping(Role role) const;  // this member's threads in Sleep as `role`
   // Some member joined (sticky): members refuse every instance from then on.
   void SetJoined();
   bool joined() const { return header()->joined.load(std::memory_order_acquire) != 0; }
@@ -67,16 +86,23 @@ class SteadyBoard {
   struct Header {
     alignas(64) std::atomic<uint64_t> tail;  // log slots appended, ever
     alignas(64) std::atomic<uint32_t> bell;
-    std::atomic<uint32_t> sleepers;
     alignas(64) std::atomic<uint32_t> joined;
   };
+  struct alignas(64) MemberState {
+    std::atomic<uint32_t> sleepers[2];  // by Role
+    std::atomic<uint32_t> helpers;
+  };
   Header* header() const { return static_cast<Header*>(base_); }
+  MemberState* member(int m) const;
+  // Rings the bell, then wakes the sleepers of `targets` (bit 2 * member + role) that sleep.
+  void Ring(uint64_t targets);
   std::atomic<uint64_t>* word(uint32_t e) const;
   std::atomic<uint64_t>* slot(uint64_t index) const;
   void Append(uint32_t e);
 
   void* const base_;
   const int member_;
+  const int members_;
   const uint32_t bit_;
   const uint32_t full_;
 };

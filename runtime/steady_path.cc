@@ -86,6 +86,10 @@ bool SteadyPath::Begin(const TensorSpec& spec, Ticket* ticket) {
       DriveLog(kInlineBytes);
       drive_mu_.Unlock();
     }
+    // The board woke only the other members' threads: this member's wake when work is left
+    // (too large to run inline, or behind the thread that holds drive_mu_).
+    uint32_t next = 0;
+    if (board_->LogAt(cursor_.load(std::memory_order_seq_cst), &next)) board_->WakeOwn();
   }
   if (o != SteadyBoard::Outcome::kSlow) return true;
   MutexLock lock(&mu_);
@@ -143,12 +147,12 @@ void SteadyPath::Joined() { board_->SetJoined(); }
 void SteadyPath::Abort(const Status& reason) {
   aborted_.store(true, std::memory_order_seq_cst);  // helpers leave (the job's error fails them)
   comm_->Abort(reason);
-  board_->Wake();
+  board_->WakeOwn();
 }
 
 void SteadyPath::Stop() {
   stop_.store(true);
-  if (board_) board_->Wake();
+  if (board_) board_->WakeOwn();
   if (thread_.joinable()) thread_.join();
 }
 
@@ -179,7 +183,7 @@ Clock::time_point SteadyPath::CheckPending() {
 }
 
 void SteadyPath::Help(const Ticket& ticket, Clock::time_point deadline) {
-  helpers_.fetch_add(1, std::memory_order_seq_cst);
+  board_->EnterHelp();
   uint32_t checked_bell = board_->Bell() - 1;
   uint32_t yielded_bell = checked_bell;
   Clock::time_point next_check = Clock::now();
@@ -208,12 +212,12 @@ void SteadyPath::Help(const Ticket& ticket, Clock::time_point deadline) {
     if (YieldForBell(*board_, bell, &yielded_bell, std::min(now + kYield, deadline))) continue;
     const auto wait = std::chrono::duration_cast<std::chrono::microseconds>(
         std::min({next_check, deadline, now + kMaxSleep}) - now);
-    board_->Sleep(bell, std::max<int64_t>(1, wait.count()));
+    board_->Sleep(bell, std::max<int64_t>(1, wait.count()), SteadyBoard::Role::kHelper);
   }
-  helpers_.fetch_sub(1, std::memory_order_seq_cst);
+  board_->LeaveHelp();
   uint32_t e = 0;
   // The set's thread may have left an entry to this helper: hand it back.
-  if (board_->LogAt(cursor_.load(std::memory_order_seq_cst), &e)) board_->Wake();
+  if (board_->LogAt(cursor_.load(std::memory_order_seq_cst), &e)) board_->WakeOwn();
 }
 
 bool SteadyPath::DriveLog(size_t max_bytes) {
@@ -242,7 +246,7 @@ void SteadyPath::Loop() {
     uint32_t e = 0;
     const uint32_t bell = board_->Bell();
     if (board_->LogAt(cursor_.load(std::memory_order_seq_cst), &e) &&
-        helpers_.load(std::memory_order_seq_cst) == 0) {
+        board_->helpers() == 0) {
       MutexLock drive(&drive_mu_);
       DriveLog(SIZE_MAX);
       continue;
@@ -254,13 +258,13 @@ void SteadyPath::Loop() {
       now = Clock::now();
     }
     if (board_->LogAt(cursor_.load(std::memory_order_seq_cst), &e) &&
-        helpers_.load(std::memory_order_seq_cst) == 0) {
+        board_->helpers() == 0) {
       continue;
     }
     if (YieldForBell(*board_, bell, &yielded_bell, now + kYield)) continue;
     const auto wait = std::chrono::duration_cast<std::chrono::microseconds>(
         std::min(next_check, now + kMaxSleep) - now);
-    board_->Sleep(bell, std::max<int64_t>(1, wait.count()));
+    board_->Sleep(bell, std::max<int64_t>(1, wait.count()), SteadyBoard::Role::kDriver);
   }
 }
 

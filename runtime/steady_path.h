@@ -158,7 +158,6 @@ class SteadyPath {
   uint64_t fast_seq_ GUARDED_BY(drive_mu_) = 0;  // the timeline's sequence of fast instances
   BucketExecutor executor_ GUARDED_BY(drive_mu_);
   std::atomic<uint64_t> cursor_{0};  // written under drive_mu_: the next log slot to run
-  std::atomic<int> helpers_{0};      // threads in Help: the set's thread leaves the log to them
 
   std::atomic<bool> stop_{false};
   std::atomic<bool> aborted_{false};  // Abort: helpers stop helping

@@ -1,0 +1,174 @@
+// The steady path's readiness board (runtime/steady_board.h), its members as threads over one
+// zeroed buffer: each instance has one outcome every member sees, the log holds the fast
+// instances in decision order, and a wake-up goes only to the threads that must act on it
+// (an append wakes the other members' helpers, or their driver when they have none; never a
+// sleeper with nothing to do).
+#include "runtime/steady_board.h"
+
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <catch2/catch.hpp>
+#include <chrono>
+#include <cstdint>
+#include <fstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace hora {
+namespace {
+
+using Outcome = SteadyBoard::Outcome;
+using Role = SteadyBoard::Role;
+
+struct Memory {
+  Memory() : bytes(SteadyBoard::BytesNeeded() / sizeof(uint64_t) + 1, 0) {}
+  void* data() { return bytes.data(); }
+  std::vector<uint64_t> bytes;  // 8-byte aligned and zeroed
+};
+
+// The scheduler state of thread `tid` of this process ('S': sleeping), or 0.
+char ThreadState(pid_t tid) {
+  std::ifstream in("/proc/self/task/" + std::to_string(tid) + "/stat");
+  std::string line;
+  std::getline(in, line);
+  const size_t paren = line.rfind(')');
+  return paren == std::string::npos || paren + 2 >= line.size() ? 0 : line[paren + 2];
+}
+
+// A thread of one member sleeping on the board as `role` (up to 60 s) until woken.
+class Sleeper {
+ public:
+  Sleeper(SteadyBoard* board, Role role) : board_(board), role_(role) {
+    const uint32_t seen = board->Bell();
+    thread_ = std::thread([this, seen] {
+      tid_.store(static_cast<pid_t>(syscall(SYS_gettid)));
+      woken_.store(board_->Sleep(seen, 60 * 1000 * 1000, role_) ? 1 : 2);
+    });
+    // Asleep: counted as a sleeper and blocked (in the futex: Sleep blocks nowhere else).
+    const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+    while (!(board->sleeping(role) > 0 && tid_.load() != 0 && ThreadState(tid_.load()) == 'S')) {
+      REQUIRE(std::chrono::steady_clock::now() < until);
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+  }
+  ~Sleeper() {
+    if (thread_.joinable()) thread_.join();
+  }
+  // 1 once woken, 2 once timed out, 0 while asleep.
+  int woken() const { return woken_.load(); }
+  int Join() {
+    thread_.join();
+    return woken_.load();
+  }
+
+ private:
+  SteadyBoard* const board_;
+  const Role role_;
+  std::atomic<pid_t> tid_{0};
+  std::atomic<int> woken_{0};
+  std::thread thread_;
+};
+
+// Gives a wrongly woken sleeper time to show it (woken() would turn 1).
+void Settle() { std::this_thread::sleep_for(std::chrono::milliseconds(200)); }
+
+TEST_CASE("steady board: every member sees one outcome per instance", "[steady]") {
+  Memory memory;
+  SteadyBoard a(memory.data(), 0, 2), b(memory.data(), 1, 2);
+  uint32_t e = 9;
+  int last = -1;
+
+  REQUIRE(a.Offer(3, 1) == Outcome::kPending);
+  REQUIRE(a.State(3, 1) == Outcome::kPending);
+  REQUIRE_FALSE(a.LogAt(0, &e));
+  REQUIRE(b.Offer(3, 1) == Outcome::kFast);
+  REQUIRE(a.State(3, 1) == Outcome::kFast);
+  REQUIRE(b.Refuse(3, 1) == Outcome::kFast);  // too late to refuse
+  REQUIRE(a.LogAt(0, &e, &last));
+  CHECK(e == 3);
+  CHECK(last == 1);
+
+  // Instance 2: refused by one member, slow for both, whatever order they come in.
+  REQUIRE(b.Refuse(3, 2) == Outcome::kSlow);
+  REQUIRE(a.Offer(3, 2) == Outcome::kSlow);
+  REQUIRE(a.State(3, 2) == Outcome::kSlow);
+  // Instance 3 decided without member 0's offer: its late offer of instance 3 is slow too,
+  // and so is a state asked about an instance the word has passed.
+  REQUIRE(a.Offer(3, 3) == Outcome::kPending);
+  REQUIRE(a.Refuse(3, 3) == Outcome::kSlow);  // member 0 withdraws (patience)
+  REQUIRE(b.Offer(3, 3) == Outcome::kSlow);
+  REQUIRE(b.Offer(3, 4) == Outcome::kPending);
+  REQUIRE(a.State(3, 3) == Outcome::kSlow);
+  REQUIRE_FALSE(a.LogAt(1, &e));
+  REQUIRE(a.Offer(3, 4) == Outcome::kFast);
+  REQUIRE(b.LogAt(1, &e, &last));
+  CHECK(e == 3);
+  CHECK(last == 0);
+
+  REQUIRE_FALSE(b.joined());
+  a.SetJoined();
+  REQUIRE(b.joined());
+}
+
+TEST_CASE("steady board: an append wakes the other members' drivers, not its own", "[steady]") {
+  Memory memory;
+  SteadyBoard a(memory.data(), 0, 2), b(memory.data(), 1, 2);
+  Sleeper a_driver(&a, Role::kDriver);
+  Sleeper b_driver(&b, Role::kDriver);
+  REQUIRE(a.Offer(0, 1) == Outcome::kPending);  // a's offer rings the bell for nobody
+  Settle();
+  CHECK(a_driver.woken() == 0);
+  CHECK(b_driver.woken() == 0);
+  REQUIRE(b.Offer(0, 1) == Outcome::kFast);
+  CHECK(a_driver.Join() == 1);  // it has to run the log
+  Settle();
+  CHECK(b_driver.woken() == 0);  // its member's offering thread runs the log itself
+  b.WakeOwn();
+  CHECK(b_driver.Join() == 1);
+}
+
+TEST_CASE("steady board: a member with a helper gets the helper woken, not its driver",
+          "[steady]") {
+  Memory memory;
+  SteadyBoard a(memory.data(), 0, 2), b(memory.data(), 1, 2);
+  a.EnterHelp();
+  REQUIRE(a.helpers() == 1);
+  Sleeper driver(&a, Role::kDriver);
+  Sleeper helper(&a, Role::kHelper);
+  REQUIRE(a.Offer(5, 1) == Outcome::kPending);
+  REQUIRE(b.Offer(5, 1) == Outcome::kFast);
+  CHECK(helper.Join() == 1);
+  Settle();
+  CHECK(driver.woken() == 0);
+  // The helper leaves with the log still to run: it hands the log back to its driver.
+  a.LeaveHelp();
+  REQUIRE(a.helpers() == 0);
+  a.WakeOwn();
+  CHECK(driver.Join() == 1);
+}
+
+TEST_CASE("steady board: a refusal wakes every sleeper; a sleep ends at its timeout",
+          "[steady]") {
+  Memory memory;
+  SteadyBoard a(memory.data(), 0, 3), b(memory.data(), 1, 3), c(memory.data(), 2, 3);
+  b.EnterHelp();
+  std::vector<std::unique_ptr<Sleeper>> sleepers;
+  for (SteadyBoard* board : {&a, &b, &c}) {
+    for (Role role : {Role::kDriver, Role::kHelper}) {
+      sleepers.push_back(std::make_unique<Sleeper>(board, role));
+    }
+  }
+  REQUIRE(a.Offer(1, 1) == Outcome::kPending);
+  REQUIRE(c.Refuse(1, 1) == Outcome::kSlow);  // a's offering thread must hear of it
+  for (auto& s : sleepers) CHECK(s->Join() == 1);
+  b.LeaveHelp();
+
+  CHECK_FALSE(a.Sleep(a.Bell(), 20 * 1000, Role::kDriver));  // 20 ms, nothing rings
+  CHECK(a.Sleep(a.Bell() - 1, 60 * 1000 * 1000, Role::kDriver));  // the bell moved already
+}
+
+}  // namespace
+}  // namespace hora
