@@ -76,7 +76,7 @@ class SteadyBoard {
   // A thread of this member helps (runs the log while it waits for its own instance).
   void EnterHelp();
   void LeaveHelp();
-  int helpers() const;  // this member's threads between EnterHelp and LeaveHelp
+  int helpers() const;            // this member's threads between EnterHelp and LeaveHelp
   int sleeping(Role role) const;  // this member's threads in Sleep as `role`
   // Some member joined (sticky): members refuse every instance from then on.
   void SetJoined();

@@ -245,8 +245,7 @@ void SteadyPath::Loop() {
   while (!stop_.load(std::memory_order_relaxed)) {
     uint32_t e = 0;
     const uint32_t bell = board_->Bell();
-    if (board_->LogAt(cursor_.load(std::memory_order_seq_cst), &e) &&
-        board_->helpers() == 0) {
+    if (board_->LogAt(cursor_.load(std::memory_order_seq_cst), &e) && board_->helpers() == 0) {
       MutexLock drive(&drive_mu_);
       DriveLog(SIZE_MAX);
       continue;
@@ -257,8 +256,7 @@ void SteadyPath::Loop() {
       next_check = CheckPending();
       now = Clock::now();
     }
-    if (board_->LogAt(cursor_.load(std::memory_order_seq_cst), &e) &&
-        board_->helpers() == 0) {
+    if (board_->LogAt(cursor_.load(std::memory_order_seq_cst), &e) && board_->helpers() == 0) {
       continue;
     }
     if (YieldForBell(*board_, bell, &yielded_bell, now + kYield)) continue;

@@ -150,8 +150,7 @@ TEST_CASE("steady board: a member with a helper gets the helper woken, not its d
   CHECK(driver.Join() == 1);
 }
 
-TEST_CASE("steady board: a refusal wakes every sleeper; a sleep ends at its timeout",
-          "[steady]") {
+TEST_CASE("steady board: a refusal wakes every sleeper; a sleep ends at its timeout", "[steady]") {
   Memory memory;
   SteadyBoard a(memory.data(), 0, 3), b(memory.data(), 1, 3), c(memory.data(), 2, 3);
   b.EnterHelp();
@@ -166,7 +165,7 @@ TEST_CASE("steady board: a refusal wakes every sleeper; a sleep ends at its time
   for (auto& s : sleepers) CHECK(s->Join() == 1);
   b.LeaveHelp();
 
-  CHECK_FALSE(a.Sleep(a.Bell(), 20 * 1000, Role::kDriver));  // 20 ms, nothing rings
+  CHECK_FALSE(a.Sleep(a.Bell(), 20 * 1000, Role::kDriver));       // 20 ms, nothing rings
   CHECK(a.Sleep(a.Bell() - 1, 60 * 1000 * 1000, Role::kDriver));  // the bell moved already
 }
 
