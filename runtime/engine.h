@@ -100,6 +100,10 @@ class Engine : private ProcessSetRuntime::Host {
   // handles().Wait, except that a thread waiting for an operation on the steady path helps
   // run it (SteadyPath::Help) before it blocks on the handle.
   Status Wait(int64_t handle, std::chrono::duration<double> timeout);
+  // handles().Poll, except that a poller of an operation on the steady path runs the log's
+  // small instances when nobody else is (a thread spinning on poll could otherwise keep the
+  // set's thread from running them, with more ranks than cores).
+  Status Poll(int64_t handle, bool* done);
   // handles().Release, forgetting the handle's steady-path record too.
   Status Release(int64_t handle);
   const Options& options() const { return options_; }

@@ -1,4 +1,6 @@
 // The Engine's request path: enqueue, announce, plan delivery, the control thread.
+#include <sched.h>
+
 #include <chrono>
 
 #include "collectives/device.h"
@@ -271,7 +273,7 @@ StatusOr<int64_t> Engine::EnqueueIn(const ProcessSetRuntime& set, TensorSpec spe
   // A cached name always goes through Begin (it counts the instance); what it does not take
   // is announced now.
   SteadyPath::Ticket ticket;
-  if (steady != nullptr && steady->Begin(spec_copy, &ticket)) {
+  if (steady != nullptr && steady->Begin(spec_copy, input, &ticket)) {
     std::shared_ptr<ProcessSetRuntime> owner = FindSet(set.id());
     bool done = true;
     if (owner && handles_.Poll(handle, &done).ok() && !done) {
@@ -316,6 +318,27 @@ Status Engine::Wait(int64_t handle, std::chrono::duration<double> timeout) {
     if (timeout.count() >= 0) timeout = std::max(left, std::chrono::duration<double>(0));
   }
   return handles_.Wait(handle, timeout);
+}
+
+Status Engine::Poll(int64_t handle, bool* done) {
+  HORA_RETURN_IF_ERROR(handles_.Poll(handle, done));
+  if (*done) return Status::Ok();
+  std::shared_ptr<ProcessSetRuntime> set;
+  {
+    MutexLock lock(&steady_mu_);
+    auto it = steady_waits_.find(handle);
+    if (it == steady_waits_.end()) return Status::Ok();
+    set = it->second.first;
+  }
+  if (set->steady() == nullptr) return Status::Ok();
+  if (!set->steady()->Progress()) {
+    // Nothing to run here: the instance waits for a peer. A caller spinning on poll gives
+    // its core away for a moment, so that with more ranks than cores the peer (or this
+    // rank's own threads) can run; a yield with nobody else to run returns at once.
+    sched_yield();
+    return Status::Ok();
+  }
+  return handles_.Poll(handle, done);
 }
 
 StatusOr<int64_t> Engine::EnqueueBarrier(int32_t process_set) {

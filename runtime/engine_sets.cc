@@ -87,8 +87,9 @@ StatusOr<std::unique_ptr<Communicator>> Engine::SteadyCommunicator(int32_t id,
                               "plans); use HORA_STEADY=auto, which is off while autotuning");
   }
   size_t bytes = 0;
-  const bool board = comm->SharedBoard(&bytes) != nullptr && bytes >= SteadyBoard::BytesNeeded() &&
-                     comm->size() <= SteadyBoard::kMaxMembers;
+  const bool board = comm->SharedBoard(&bytes) != nullptr &&
+                     comm->size() <= SteadyBoard::kMaxMembers &&
+                     bytes >= SteadyBoard::BytesNeeded(comm->size());
   if (!board) {
     if (options_.steady != "on") return std::unique_ptr<Communicator>();
     return FailedPrecondition(std::string(kEnvSteady) + "=on: process set " + std::to_string(id) +

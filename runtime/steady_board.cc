@@ -7,6 +7,7 @@
 
 #include <cerrno>
 #include <climits>
+#include <cstring>
 
 #include "common/logging.h"
 
@@ -17,6 +18,12 @@ constexpr uint64_t kStatePending = 0, kStateFast = 1, kStateSlow = 2;
 constexpr size_t kMembersOffset = 256;
 constexpr size_t kWordsOffset = kMembersOffset + SteadyBoard::kMaxMembers * 64;
 constexpr size_t kSlotsOffset = kWordsOffset + SteadyBoard::kMaxEntries * sizeof(uint64_t);
+constexpr size_t kEagerOffset = kSlotsOffset + SteadyBoard::kLogSlots * sizeof(uint64_t);
+constexpr size_t kEagerSlot = 256;  // stamp (8 bytes), 8 spare, kEagerBytes of data
+constexpr size_t kEagerData = 16;
+static_assert(kEagerData + SteadyBoard::kEagerBytes <= kEagerSlot, "eager slot");
+// A slot's stamp for instance n: never 0 (a slot never written, or being written).
+uint64_t EagerStamp(uint32_t n) { return (1ull << 32) | n; }
 
 uint32_t InstanceOf(uint64_t w) { return static_cast<uint32_t>(w >> 32); }
 uint64_t StateOf(uint64_t w) { return (w >> 30) & 3; }
@@ -40,7 +47,9 @@ SteadyBoard::Outcome OutcomeOf(uint64_t state) {
 
 }  // namespace
 
-size_t SteadyBoard::BytesNeeded() { return kSlotsOffset + kLogSlots * sizeof(uint64_t); }
+size_t SteadyBoard::BytesNeeded(int members) {
+  return kEagerOffset + static_cast<size_t>(kEagerEntries) * members * 2 * kEagerSlot;
+}
 
 SteadyBoard::SteadyBoard(void* memory, int member, int members)
     : base_(memory),
@@ -66,6 +75,32 @@ std::atomic<uint64_t>* SteadyBoard::word(uint32_t e) const {
 std::atomic<uint64_t>* SteadyBoard::slot(uint64_t index) const {
   return reinterpret_cast<std::atomic<uint64_t>*>(static_cast<char*>(base_) + kSlotsOffset) +
          index % kLogSlots;
+}
+
+char* SteadyBoard::eager(uint32_t e, uint32_t n, int m) const {
+  HORA_CHECK(e < kEagerEntries && m >= 0 && m < members_);
+  const size_t index = (static_cast<size_t>(e) * members_ + m) * 2 + (n & 1);
+  return static_cast<char*>(base_) + kEagerOffset + index * kEagerSlot;
+}
+
+void SteadyBoard::PutEager(uint32_t e, uint32_t n, const void* data, size_t bytes) {
+  HORA_CHECK(Eager(e, bytes));
+  char* s = eager(e, n, member_);
+  auto* stamp = reinterpret_cast<std::atomic<uint64_t>*>(s);
+  stamp->store(0, std::memory_order_relaxed);
+  std::atomic_thread_fence(std::memory_order_release);  // readers see 0 before any new byte
+  std::memcpy(s + kEagerData, data, bytes);
+  stamp->store(EagerStamp(n), std::memory_order_release);
+}
+
+bool SteadyBoard::GetEager(uint32_t e, uint32_t n, int m, void* data, size_t bytes) const {
+  HORA_CHECK(Eager(e, bytes));
+  const char* s = eager(e, n, m);
+  const auto* stamp = reinterpret_cast<const std::atomic<uint64_t>*>(s);
+  if (stamp->load(std::memory_order_acquire) != EagerStamp(n)) return false;
+  std::memcpy(data, s + kEagerData, bytes);
+  std::atomic_thread_fence(std::memory_order_acquire);  // the copy is done before the re-check
+  return stamp->load(std::memory_order_relaxed) == EagerStamp(n);
 }
 
 SteadyBoard::Outcome SteadyBoard::Offer(uint32_t e, uint32_t n) {
@@ -105,12 +140,29 @@ SteadyBoard::Outcome SteadyBoard::Refuse(uint32_t e, uint32_t n) {
   }
 }
 
-SteadyBoard::Outcome SteadyBoard::State(uint32_t e, uint32_t n) const {
+SteadyBoard::Outcome SteadyBoard::State(uint32_t e, uint32_t n, uint64_t unread) const {
   const uint64_t w = word(e)->load(std::memory_order_acquire);
   const int32_t c = Compare(w, n);
-  if (c > 0) return Outcome::kSlow;
+  if (c > 0) return Logged(e, unread) ? Outcome::kFast : Outcome::kSlow;
   if (c < 0) return Outcome::kPending;
   return OutcomeOf(StateOf(w));
+}
+
+SteadyBoard::Outcome SteadyBoard::Withdraw(uint32_t e, uint32_t n, uint64_t unread) {
+  const Outcome o = Refuse(e, n);
+  if (o == Outcome::kSlow && Compare(word(e)->load(std::memory_order_acquire), n) > 0) {
+    return Logged(e, unread) ? Outcome::kFast : Outcome::kSlow;  // passed: decided before
+  }
+  return o;
+}
+
+bool SteadyBoard::Logged(uint32_t e, uint64_t unread) const {
+  const uint64_t tail = header()->tail.load(std::memory_order_acquire);
+  for (uint64_t i = unread; i < tail; ++i) {
+    uint32_t logged = 0;
+    if (LogAt(i, &logged) && logged == e) return true;
+  }
+  return false;
 }
 
 void SteadyBoard::Append(uint32_t e) {

@@ -12,11 +12,23 @@
 //   - Refuse: instance n is kSlow (the member's spec differs, or it waited past the patience
 //     and withdraws): possible only while n is not kFast. A member that finds n kSlow, or
 //     the word already past n (n was decided without it, so kSlow), takes the normal path.
+//   - Once every member finished a fast n (an Eager one needs no exchange, so one member can
+//     finish it before another even read the log), the word moves on to n + 1, so a member
+//     that offered n and has not run it yet finds n's outcome in the log instead: fast if
+//     an unread slot holds e. (A slow n cannot be passed so early: the coordinator runs it
+//     only once every member announced it, which a member does once it saw n slow.)
 // Log: a ring of kLogSlots slots (entry, stamp) filled in decision order; every member runs
 // the fast instances in log order on the set's steady communicator. At most one unconsumed
 // slot per entry exists for any member (the next instance needs every member's offer, which
 // each makes only after running the previous one), so kLogSlots >= kMaxEntries never
 // overwrites a slot some member has not read.
+// Eager data: for a small instance (Eager(e, bytes)) each member writes its input into its
+// slot of (e, n mod 2) before it offers n, so once n is fast every member reduces all the
+// members' copies itself and the collective needs no second exchange. A member submits n + 2
+// (the same slot) only after n + 1 completed, which needed every member's submission of n + 1,
+// made after that member finished n: so no slot a member still has to read is overwritten.
+// Each slot is stamped with its instance (a seqlock), so a read that would see another
+// instance's data (only after a failure broke that reasoning) fails instead of mixing them.
 // Waiting: a thread sleeps on the board's bell (a process-shared futex) after a short spin,
 // as its member's driver (the set's thread) or as a helper (a thread waiting for its own
 // instance, which runs the log itself). Every event increments the bell; the futex wake-up
@@ -46,8 +58,15 @@ class SteadyBoard {
   static constexpr int kMaxMembers = 30;
   enum class Outcome { kPending, kFast, kSlow };
 
-  // The bytes a board needs; memory: that many zeroed bytes mapped by every member.
-  static size_t BytesNeeded();
+  static constexpr uint32_t kEagerEntries = 64;
+  static constexpr size_t kEagerBytes = 240;
+
+  // The bytes a board of `members` needs; memory: that many zeroed bytes mapped by every member.
+  static size_t BytesNeeded(int members);
+  // Whether instances of entry e of `bytes` bytes carry their data on the board.
+  static bool Eager(uint32_t e, size_t bytes) {
+    return e < kEagerEntries && bytes > 0 && bytes <= kEagerBytes;
+  }
   SteadyBoard(void* memory, int member, int members);
 
   // This member offers instance n of entry e. kFast: this offer completed it (it is in the
@@ -57,8 +76,16 @@ class SteadyBoard {
   // Instance n of entry e goes the normal way unless it is already fast. Returns kSlow (it is
   // slow now) or kFast (it runs on the fast path: too late to refuse).
   Outcome Refuse(uint32_t e, uint32_t n);
-  // The outcome of an instance this member offered.
-  Outcome State(uint32_t e, uint32_t n) const;
+  // For an instance n this member offered, and whose log slot (if fast) it has not run yet
+  // (`unread`: the first log slot it has not run), the same without losing a decision:
+  // State, and Refuse (withdrawing it if still pending).
+  Outcome State(uint32_t e, uint32_t n, uint64_t unread) const;
+  Outcome Withdraw(uint32_t e, uint32_t n, uint64_t unread);
+
+  // This member's input of instance n of an Eager entry e (before it offers n).
+  void PutEager(uint32_t e, uint32_t n, const void* data, size_t bytes);
+  // Copies member m's input of instance n of e into data; false if the slot does not hold n.
+  bool GetEager(uint32_t e, uint32_t n, int m, void* data, size_t bytes) const;
 
   // The log slot `index` (0, 1, ...), if written: *e is its entry; *last (if not null) the
   // member whose offer completed it.
@@ -98,7 +125,10 @@ class SteadyBoard {
   void Ring(uint64_t targets);
   std::atomic<uint64_t>* word(uint32_t e) const;
   std::atomic<uint64_t>* slot(uint64_t index) const;
+  char* eager(uint32_t e, uint32_t n, int m) const;  // the slot: an atomic stamp, then data
   void Append(uint32_t e);
+  // Whether a log slot from `unread` on holds entry e.
+  bool Logged(uint32_t e, uint64_t unread) const;
 
   void* const base_;
   const int member_;

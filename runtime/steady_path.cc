@@ -5,6 +5,7 @@
 #include <algorithm>
 
 #include "common/logging.h"
+#include "common/reduce.h"
 
 namespace hora {
 namespace {
@@ -46,7 +47,7 @@ SteadyPath::SteadyPath(int32_t process_set, std::vector<int> ranks,
       executor_(comm_.get()) {
   size_t bytes = 0;
   void* memory = comm_->SharedBoard(&bytes);
-  HORA_CHECK(memory != nullptr && bytes >= SteadyBoard::BytesNeeded());
+  HORA_CHECK(memory != nullptr && bytes >= SteadyBoard::BytesNeeded(comm_->size()));
   board_ = std::make_unique<SteadyBoard>(memory, comm_->rank(), comm_->size());
   thread_ = std::thread([this] { Loop(); });
 }
@@ -59,7 +60,7 @@ bool SteadyPath::Matches(const TensorSpec& spec) const {
   return it != by_name_.end() && entries_[it->second].spec == spec;
 }
 
-bool SteadyPath::Begin(const TensorSpec& spec, Ticket* ticket) {
+bool SteadyPath::Begin(const TensorSpec& spec, const void* input, Ticket* ticket) {
   uint32_t e = 0, n = 0;
   {
     MutexLock lock(&mu_);
@@ -77,6 +78,7 @@ bool SteadyPath::Begin(const TensorSpec& spec, Ticket* ticket) {
   }
   ticket->entry = e;
   ticket->instance = n;
+  if (SteadyBoard::Eager(e, spec.ByteSize())) board_->PutEager(e, n, input, spec.ByteSize());
   const SteadyBoard::Outcome o = board_->Offer(e, n);
   if (o == SteadyBoard::Outcome::kFast) {
     // This member's offer was the last: the others' threads are waking for it now. Running
@@ -98,6 +100,16 @@ bool SteadyPath::Begin(const TensorSpec& spec, Ticket* ticket) {
   pending_.erase(it);
   ++stats_.slow;
   return false;
+}
+
+bool SteadyPath::Progress() {
+  uint32_t e = 0;
+  if (!board_->LogAt(cursor_.load(std::memory_order_seq_cst), &e) || !drive_mu_.TryLock()) {
+    return false;
+  }
+  const bool ran = DriveLog(kInlineBytes);
+  drive_mu_.Unlock();
+  return ran;
 }
 
 void SteadyPath::Learn(const BucketPlan& bucket, const std::vector<const TensorSpec*>& specs) {
@@ -164,9 +176,10 @@ Clock::time_point SteadyPath::CheckPending() {
     const Clock::time_point now = Clock::now();
     for (auto it = pending_.begin(); it != pending_.end();) {
       const Pending& p = it->second;
-      SteadyBoard::Outcome o = board_->State(it->first, p.instance);
+      const uint64_t unread = cursor_.load(std::memory_order_seq_cst);
+      SteadyBoard::Outcome o = board_->State(it->first, p.instance, unread);
       if (o == SteadyBoard::Outcome::kPending && (now >= p.deadline || board_->joined())) {
-        o = board_->Refuse(it->first, p.instance);  // withdraw: kSlow, or kFast if too late
+        o = board_->Withdraw(it->first, p.instance, unread);  // kSlow, or kFast if too late
       }
       if (o == SteadyBoard::Outcome::kSlow) {
         announce.push_back(p.id);
@@ -225,12 +238,24 @@ bool SteadyPath::DriveLog(size_t max_bytes) {
   uint32_t e = 0;
   int last = -1;
   while (board_->LogAt(cursor_, &e, &last)) {
-    if (max_bytes != SIZE_MAX) {
+    Entry entry;
+    Pending claimed;
+    {
+      // The instance leaves pending_ before the cursor passes its slot, both under mu_:
+      // CheckPending, which looks for an unread slot of an instance that was passed on the
+      // board (SteadyBoard::State), sees it either pending with its slot unread or not at all.
       MutexLock lock(&mu_);
-      if (entries_[e].spec.ByteSize() > max_bytes) break;
+      entry = entries_[e];
+      if (max_bytes != SIZE_MAX && entry.spec.ByteSize() > max_bytes) break;
+      claimed = Pending{entry.instance, entry.id, Clock::now() + patience_};
+      auto it = pending_.find(e);
+      if (it != pending_.end()) {
+        claimed = it->second;
+        pending_.erase(it);
+      }
+      ++cursor_;
     }
-    ++cursor_;
-    Run(e, last);
+    Run(e, entry, claimed, last);
     ran = true;
   }
   return ran;
@@ -259,25 +284,20 @@ void SteadyPath::Loop() {
     if (board_->LogAt(cursor_.load(std::memory_order_seq_cst), &e) && board_->helpers() == 0) {
       continue;
     }
-    if (YieldForBell(*board_, bell, &yielded_bell, now + kYield)) continue;
+    // With a helper on this member the log is its business: no yielding here (the core goes
+    // to a thread that has something to do), and appends do not wake this thread.
+    if (board_->helpers() == 0 && YieldForBell(*board_, bell, &yielded_bell, now + kYield)) {
+      continue;
+    }
     const auto wait = std::chrono::duration_cast<std::chrono::microseconds>(
         std::min(next_check, now + kMaxSleep) - now);
     board_->Sleep(bell, std::max<int64_t>(1, wait.count()), SteadyBoard::Role::kDriver);
   }
 }
 
-void SteadyPath::Run(uint32_t e, int last_member) {
-  Entry entry;
-  Clock::time_point offered = Clock::now();
-  {
-    MutexLock lock(&mu_);
-    entry = entries_[e];
-    auto it = pending_.find(e);
-    if (it != pending_.end()) {
-      offered = it->second.deadline - patience_;
-      pending_.erase(it);
-    }
-  }
+void SteadyPath::Run(uint32_t e, const Entry& entry, const Pending& claimed, int last_member) {
+  const Clock::time_point offered = claimed.deadline - patience_;
+  const uint32_t instance = claimed.instance;
   std::optional<Request> r = host_.take(entry.id);
   if (!r) return;  // failed meanwhile with the job's error
   std::unique_ptr<TimelineBucket> trace;
@@ -313,7 +333,10 @@ void SteadyPath::Run(uint32_t e, int last_member) {
   std::vector<OpResult> results;
   BucketExecutor::Finish finish;
   Status status = host_.job_error();
-  if (status.ok()) {
+  if (status.ok() && SteadyBoard::Eager(e, r->spec.ByteSize())) {
+    if (trace) trace->collective_us = TimelineNowUs();
+    status = RunEager(e, instance, *r);
+  } else if (status.ok()) {
     status =
         executor_.Start(plan, requests, &results, &finish, trace ? &trace->collective_us : nullptr);
   }
@@ -334,6 +357,28 @@ void SteadyPath::Run(uint32_t e, int last_member) {
     timeline_->BucketDone(std::move(*trace));
   }
   host_.complete(r->handle, status);
+}
+
+Status SteadyPath::RunEager(uint32_t e, uint32_t n, const Request& r) {
+  const size_t count = static_cast<size_t>(r.spec.NumElements());
+  const size_t bytes = r.spec.ByteSize();
+  const DataType dtype = r.spec.dtype;
+  const ReduceOp op = ReductionOp(r.spec.op);
+  alignas(64) unsigned char peer[SteadyBoard::kEagerBytes];
+  // Every member reduces in member order, so every member's result is the same bit for bit.
+  for (int m = 0; m < comm_->size(); ++m) {
+    void* dst = m == 0 ? r.output : peer;
+    if (!board_->GetEager(e, n, m, dst, bytes)) {
+      return Internal("steady path: member " + std::to_string(m) + "'s input of instance " +
+                      std::to_string(n) + " of '" + r.spec.name +
+                      "' was overwritten before this rank read it (a rank went on past a failure)");
+    }
+    if (r.spec.prescale != 1.0) ScaleInPlace(dst, count, dtype, r.spec.prescale);
+    if (m > 0) ReduceInto(r.output, peer, count, dtype, op);
+  }
+  const Postscale post = FinalPostscale(r.spec.op, r.spec.postscale, comm_->size());
+  if (!post.identity()) ScaleInPlace(r.output, count, dtype, post);
+  return Status::Ok();
 }
 
 }  // namespace hora

@@ -94,13 +94,17 @@ class SteadyPath {
   // takes the steady path or was already announced by the steady thread (the caller
   // announces nothing; *ticket says which instance it is), false when the caller must
   // announce it now.
-  bool Begin(const TensorSpec& spec, Ticket* ticket);
+  // input: the request's input (an Eager instance's is copied onto the board here).
+  bool Begin(const TensorSpec& spec, const void* input, Ticket* ticket);
   // A thread about to wait for the request of `ticket` helps instead: while the instance is
   // still waiting on the steady path (until `deadline`), it sleeps on the board and runs the
   // log itself when nobody else is driving, so the wake-up that ends its wait is the one
   // that starts the collective. Returns once the instance ran, fell back or is being run by
   // another thread, or at Abort or Stop; the caller then waits for its handle as usual.
   void Help(const Ticket& ticket, std::chrono::steady_clock::time_point deadline);
+  // Runs the log's next small instances if nobody else is driving (never blocks). True if it
+  // ran any.
+  bool Progress();
   // A bucket of this set as the coordinator planned it; specs[i]: this rank's spec of entry i
   // (null where this rank joined).
   void Learn(const BucketPlan& bucket, const std::vector<const TensorSpec*>& specs);
@@ -131,7 +135,12 @@ class SteadyPath {
   // Under drive_mu_: runs the log's fast instances from cursor_ on, in order, while the next
   // one is at most max_bytes. True if it ran any.
   bool DriveLog(size_t max_bytes) REQUIRES(drive_mu_);
-  void Run(uint32_t e, int last_member) REQUIRES(drive_mu_);
+  // Runs instance `claimed` of entry e (taken from pending_ by DriveLog).
+  void Run(uint32_t e, const Entry& entry, const Pending& claimed, int last_member)
+      REQUIRES(drive_mu_);
+  // Instance n of an Eager entry e: reduces every member's input from the board into
+  // r.output (no exchange on comm_).
+  Status RunEager(uint32_t e, uint32_t n, const Request& r) REQUIRES(drive_mu_);
   // Announces what fell back (refused by a peer, or past the patience). Returns when the
   // earliest deadline of what is still pending comes.
   std::chrono::steady_clock::time_point CheckPending();

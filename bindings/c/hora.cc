@@ -267,7 +267,7 @@ hora_status_t hora_poll(hora_handle_t handle, int* done) {
   auto e = ForHandles(&st);
   if (!e) return st;
   bool d = false;
-  Status s = e->handles().Poll(handle, &d);
+  Status s = e->Poll(handle, &d);
   if (s.ok()) *done = d ? 1 : 0;
   return Report(s);
 }

@@ -42,7 +42,7 @@ namespace shm {
 constexpr uint64_t kMagic = 0x31686d732d61726full;  // "ora-shm1"
 constexpr size_t kReasonBytes = 480;
 // The board every shm communicator offers (communicator.h SharedBoard).
-constexpr size_t kBoardBytes = 64 << 10;
+constexpr size_t kBoardBytes = 1 << 20;
 
 // Atomics here are lock-free and address-free on every platform we build for, so they work
 // across processes mapping the same memory.

@@ -12,6 +12,7 @@
 #include <catch2/catch.hpp>
 #include <chrono>
 #include <cstdint>
+#include <cstring>
 #include <fstream>
 #include <string>
 #include <thread>
@@ -24,7 +25,7 @@ using Outcome = SteadyBoard::Outcome;
 using Role = SteadyBoard::Role;
 
 struct Memory {
-  Memory() : bytes(SteadyBoard::BytesNeeded() / sizeof(uint64_t) + 1, 0) {}
+  Memory() : bytes(SteadyBoard::BytesNeeded(SteadyBoard::kMaxMembers) / sizeof(uint64_t) + 1, 0) {}
   void* data() { return bytes.data(); }
   std::vector<uint64_t> bytes;  // 8-byte aligned and zeroed
 };
@@ -82,10 +83,10 @@ TEST_CASE("steady board: every member sees one outcome per instance", "[steady]"
   int last = -1;
 
   REQUIRE(a.Offer(3, 1) == Outcome::kPending);
-  REQUIRE(a.State(3, 1) == Outcome::kPending);
+  REQUIRE(a.State(3, 1, 0) == Outcome::kPending);
   REQUIRE_FALSE(a.LogAt(0, &e));
   REQUIRE(b.Offer(3, 1) == Outcome::kFast);
-  REQUIRE(a.State(3, 1) == Outcome::kFast);
+  REQUIRE(a.State(3, 1, 0) == Outcome::kFast);
   REQUIRE(b.Refuse(3, 1) == Outcome::kFast);  // too late to refuse
   REQUIRE(a.LogAt(0, &e, &last));
   CHECK(e == 3);
@@ -94,14 +95,14 @@ TEST_CASE("steady board: every member sees one outcome per instance", "[steady]"
   // Instance 2: refused by one member, slow for both, whatever order they come in.
   REQUIRE(b.Refuse(3, 2) == Outcome::kSlow);
   REQUIRE(a.Offer(3, 2) == Outcome::kSlow);
-  REQUIRE(a.State(3, 2) == Outcome::kSlow);
+  REQUIRE(a.State(3, 2, 1) == Outcome::kSlow);
   // Instance 3 decided without member 0's offer: its late offer of instance 3 is slow too,
   // and so is a state asked about an instance the word has passed.
   REQUIRE(a.Offer(3, 3) == Outcome::kPending);
   REQUIRE(a.Refuse(3, 3) == Outcome::kSlow);  // member 0 withdraws (patience)
   REQUIRE(b.Offer(3, 3) == Outcome::kSlow);
   REQUIRE(b.Offer(3, 4) == Outcome::kPending);
-  REQUIRE(a.State(3, 3) == Outcome::kSlow);
+  REQUIRE(a.State(3, 3, 1) == Outcome::kSlow);
   REQUIRE_FALSE(a.LogAt(1, &e));
   REQUIRE(a.Offer(3, 4) == Outcome::kFast);
   REQUIRE(b.LogAt(1, &e, &last));
@@ -111,6 +112,53 @@ TEST_CASE("steady board: every member sees one outcome per instance", "[steady]"
   REQUIRE_FALSE(b.joined());
   a.SetJoined();
   REQUIRE(b.joined());
+}
+
+TEST_CASE("steady board: a fast instance passed by a quicker member is still fast", "[steady]") {
+  Memory memory;
+  SteadyBoard a(memory.data(), 0, 2), b(memory.data(), 1, 2);
+  REQUIRE(a.Offer(7, 1) == Outcome::kPending);
+  REQUIRE(b.Offer(7, 1) == Outcome::kFast);
+  // b runs instance 1 (an Eager one needs nothing from a) and offers instance 2 before a has
+  // read the log: the word moves on, but a's instance 1 is fast, and withdrawing it is too late.
+  REQUIRE(b.Offer(7, 2) == Outcome::kPending);
+  CHECK(a.State(7, 1, 0) == Outcome::kFast);
+  CHECK(a.Withdraw(7, 1, 0) == Outcome::kFast);
+  CHECK(b.State(7, 2, 1) == Outcome::kPending);  // the withdrawal touched nothing
+  // Once a ran log slot 0, instance 1 is no longer anybody's business; instance 2 goes on.
+  REQUIRE(a.Offer(7, 2) == Outcome::kFast);
+  uint32_t e = 0;
+  REQUIRE(b.LogAt(1, &e));
+  CHECK(e == 7);
+  // A withdrawal of a pending instance makes it slow for both.
+  REQUIRE(a.Offer(7, 3) == Outcome::kPending);
+  CHECK(a.Withdraw(7, 3, 2) == Outcome::kSlow);
+  CHECK(b.Offer(7, 3) == Outcome::kSlow);
+  CHECK(b.State(7, 3, 2) == Outcome::kSlow);
+}
+
+TEST_CASE("steady board: eager data is read back only for its own instance", "[steady]") {
+  Memory memory;
+  SteadyBoard a(memory.data(), 0, 3), c(memory.data(), 2, 3);
+  REQUIRE(SteadyBoard::Eager(0, SteadyBoard::kEagerBytes));
+  REQUIRE_FALSE(SteadyBoard::Eager(0, SteadyBoard::kEagerBytes + 1));
+  REQUIRE_FALSE(SteadyBoard::Eager(SteadyBoard::kEagerEntries, 4));
+  REQUIRE_FALSE(SteadyBoard::Eager(0, 0));
+  const float one[3] = {1.5f, -2.0f, 3.25f};
+  const float three[3] = {7.0f, 8.0f, 9.0f};
+  float got[3] = {0, 0, 0};
+  CHECK_FALSE(a.GetEager(4, 1, 2, got, sizeof(got)));  // never written
+  c.PutEager(4, 1, one, sizeof(one));
+  REQUIRE(a.GetEager(4, 1, 2, got, sizeof(got)));
+  CHECK(std::memcmp(got, one, sizeof(one)) == 0);
+  CHECK_FALSE(a.GetEager(4, 1, 0, got, sizeof(got)));  // member 0 wrote nothing
+  c.PutEager(4, 2, three, sizeof(three));  // the other parity: instance 1 is still there
+  REQUIRE(a.GetEager(4, 1, 2, got, sizeof(got)));
+  CHECK(std::memcmp(got, one, sizeof(one)) == 0);
+  c.PutEager(4, 3, three, sizeof(three));  // instance 3 overwrote instance 1's slot
+  CHECK_FALSE(a.GetEager(4, 1, 2, got, sizeof(got)));
+  REQUIRE(a.GetEager(4, 3, 2, got, sizeof(got)));
+  CHECK(std::memcmp(got, three, sizeof(three)) == 0);
 }
 
 TEST_CASE("steady board: an append wakes the other members' drivers, not its own", "[steady]") {

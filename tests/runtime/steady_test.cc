@@ -283,6 +283,33 @@ TEST_CASE("steady path: ranks submitting in different orders agree on one order"
   }
 }
 
+// Eager instances (SteadyBoard::Eager: the data rides on the board) let a rank finish and
+// offer the next instance before a slower one has read the log: the slower one must still
+// find its instance fast (a wrong fall-back announced it to the coordinator, whose plan then
+// took the rank's next submission: "submitted twice while in flight", or wrong sums).
+TEST_CASE("steady path: ranks a step apart on a small tensor keep one outcome each", "[steady]") {
+  constexpr int kRanks = 4;
+  auto errors = RunRanks(
+      kRanks,
+      [&](int r, Engine& e) -> std::string {
+        Status s;
+        std::vector<float> out;
+        for (int i = 0; i < 1500; ++i) {
+          if (auto err = Step(e, r, "tiny", 1, -1, 0, &s, &out); !err.empty()) return err;
+          if (!s.ok() || out != std::vector<float>(1, 10.0f)) {
+            return "iteration " + std::to_string(i) + ": " + s.ToString();
+          }
+        }
+        const SteadyStats st = e.Steady(0).value();
+        return st.fast > 1000 ? "" : "fast path taken " + std::to_string(st.fast) + " times";
+      },
+      [&](Options* o) { OneHost(o, "auto"); });
+  for (int r = 0; r < kRanks; ++r) {
+    INFO("rank " << r << ": " << errors[r]);
+    CHECK(errors[r].empty());
+  }
+}
+
 TEST_CASE("steady path: a tensor stalled in the steady state ends in the stall error", "[steady]") {
   constexpr int kRanks = 2;
   auto errors = RunRanks(
