@@ -1,5 +1,7 @@
 #include "runtime/device_fusion_pool.h"
 
+#include <string>
+
 namespace hora {
 
 DeviceFusionPool::~DeviceFusionPool() {
@@ -8,12 +10,16 @@ DeviceFusionPool::~DeviceFusionPool() {
 
 StatusOr<DeviceFusionPool::Lease> DeviceFusionPool::Acquire(size_t bytes) {
   MutexLock lock(&mu_);
-  // Bounded: every lease out belongs to a bucket on the completion thread, whose Work ends
-  // within the communicator's timeout.
-  cv_.Wait(&mu_, [&] {
+  const bool got = cv_.WaitUntil(&mu_, std::chrono::steady_clock::now() + max_wait_, [&] {
     mu_.AssertHeld();
     return !free_.empty() || created_ < kMaxBuffers;
   });
+  if (!got) {
+    return DeadlineExceeded("device fusion pool: all " + std::to_string(kMaxBuffers) +
+                            " fusion buffers stayed in use for " +
+                            std::to_string(max_wait_.count()) +
+                            " ms (the buckets holding them did not finish on the device)");
+  }
   std::unique_ptr<Buffer> buf;
   if (!free_.empty()) {
     buf = std::move(free_.back());

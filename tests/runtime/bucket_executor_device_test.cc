@@ -6,6 +6,7 @@
 // Average's 1/size, zeros for a joined rank, and results held as device memory. The NCCL
 // backend itself is tested on a GPU (tests/collectives/nccl_gpu_test.cc).
 #include <catch2/catch.hpp>
+#include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <string>
@@ -14,6 +15,7 @@
 #include "collectives/device.h"
 #include "common/reduce.h"
 #include "runtime/bucket_executor.h"
+#include "runtime/device_fusion_pool.h"
 
 namespace hora {
 namespace {
@@ -211,6 +213,28 @@ TEST_CASE("device bucket: allgather's result is device memory the result holds")
     CHECK(rt->live == live + 1);
   }
   CHECK(rt->live == live);  // freed with the result
+}
+
+TEST_CASE("device fusion pool: buffers are reused; a wait for one has a deadline") {
+  HostOps ops;
+  DeviceFusionPool pool(&ops, std::chrono::milliseconds(50));
+  std::vector<DeviceFusionPool::Lease> out;
+  for (size_t i = 0; i < DeviceFusionPool::kMaxBuffers; ++i) {
+    auto lease = pool.Acquire(64);
+    REQUIRE(lease.ok());
+    REQUIRE(lease.value()->bytes >= 64);
+    out.push_back(lease.value());
+  }
+  auto late = pool.Acquire(64);  // every buffer is out and none comes back
+  REQUIRE_FALSE(late.ok());
+  CHECK(late.status().code() == Code::kDeadlineExceeded);
+  CHECK_THAT(late.status().message(), Catch::Contains("fusion buffers stayed in use"));
+  void* first = out[0]->ptr;
+  out.erase(out.begin());  // a bucket finished: its buffer comes back and is handed out again
+  auto again = pool.Acquire(32);
+  REQUIRE(again.ok());
+  CHECK(again.value()->ptr == first);
+  out.clear();
 }
 
 }  // namespace
