@@ -31,6 +31,7 @@ TARGETS=(
   //tests/runtime:timeline_test
   //tests/runtime:launch_env_test
   //tests/runtime:slurm_lists_test
+  //tests/runtime:steady_board_test
   //tests/collectives:registry_test
   //tests/collectives:gloo_test
   //tests/collectives:shm_test
