@@ -38,6 +38,10 @@ int32_t Compare(uint64_t w, uint32_t n) { return static_cast<int32_t>(InstanceOf
 uint32_t FutexBit(int member, SteadyBoard::Role role) {
   return 1u << ((member % 16) * 2 + static_cast<int>(role));
 }
+// Ring's targets: bit 2 * member + role.
+uint64_t TargetBit(int member, SteadyBoard::Role role) {
+  return 1ull << (2 * member + static_cast<int>(role));
+}
 
 SteadyBoard::Outcome OutcomeOf(uint64_t state) {
   return state == kStateFast   ? SteadyBoard::Outcome::kFast
@@ -143,7 +147,7 @@ SteadyBoard::Outcome SteadyBoard::Refuse(uint32_t e, uint32_t n) {
 SteadyBoard::Outcome SteadyBoard::State(uint32_t e, uint32_t n, uint64_t unread) const {
   const uint64_t w = word(e)->load(std::memory_order_acquire);
   const int32_t c = Compare(w, n);
-  if (c > 0) return Logged(e, unread) ? Outcome::kFast : Outcome::kSlow;
+  if (c > 0) return Passed(e, unread);
   if (c < 0) return Outcome::kPending;
   return OutcomeOf(StateOf(w));
 }
@@ -151,18 +155,18 @@ SteadyBoard::Outcome SteadyBoard::State(uint32_t e, uint32_t n, uint64_t unread)
 SteadyBoard::Outcome SteadyBoard::Withdraw(uint32_t e, uint32_t n, uint64_t unread) {
   const Outcome o = Refuse(e, n);
   if (o == Outcome::kSlow && Compare(word(e)->load(std::memory_order_acquire), n) > 0) {
-    return Logged(e, unread) ? Outcome::kFast : Outcome::kSlow;  // passed: decided before
+    return Passed(e, unread);  // decided before the refusal
   }
   return o;
 }
 
-bool SteadyBoard::Logged(uint32_t e, uint64_t unread) const {
+SteadyBoard::Outcome SteadyBoard::Passed(uint32_t e, uint64_t unread) const {
   const uint64_t tail = header()->tail.load(std::memory_order_acquire);
   for (uint64_t i = unread; i < tail; ++i) {
     uint32_t logged = 0;
-    if (LogAt(i, &logged) && logged == e) return true;
+    if (LogAt(i, &logged) && logged == e) return Outcome::kFast;
   }
-  return false;
+  return Outcome::kSlow;
 }
 
 void SteadyBoard::Append(uint32_t e) {
@@ -177,7 +181,7 @@ void SteadyBoard::Append(uint32_t e) {
   for (int m = 0; m < members_; ++m) {
     if (m == member_) continue;
     const bool helped = member(m)->helpers.load(std::memory_order_seq_cst) > 0;
-    targets |= 1ull << (2 * m + (helped ? 1 : 0));
+    targets |= TargetBit(m, helped ? Role::kHelper : Role::kDriver);
   }
   Ring(targets);
 }
@@ -217,7 +221,9 @@ void SteadyBoard::SetJoined() {
 
 void SteadyBoard::Wake() { Ring(~0ull); }
 
-void SteadyBoard::WakeOwn() { Ring(3ull << (2 * member_)); }
+void SteadyBoard::WakeOwn() {
+  Ring(TargetBit(member_, Role::kDriver) | TargetBit(member_, Role::kHelper));
+}
 
 void SteadyBoard::EnterHelp() { member(member_)->helpers.fetch_add(1, std::memory_order_seq_cst); }
 
@@ -239,10 +245,12 @@ void SteadyBoard::Ring(uint64_t targets) {
   header()->bell.fetch_add(1, std::memory_order_seq_cst);
   uint32_t bitset = 0;
   for (int m = 0; m < members_; ++m) {
-    for (int r = 0; r < 2; ++r) {
-      if ((targets >> (2 * m + r) & 1) == 0) continue;
-      if (member(m)->sleepers[r].load(std::memory_order_seq_cst) == 0) continue;
-      bitset |= FutexBit(m, static_cast<Role>(r));
+    for (Role role : {Role::kDriver, Role::kHelper}) {
+      if ((targets & TargetBit(m, role)) == 0) continue;
+      if (member(m)->sleepers[static_cast<int>(role)].load(std::memory_order_seq_cst) == 0) {
+        continue;
+      }
+      bitset |= FutexBit(m, role);
     }
   }
   if (bitset != 0) {

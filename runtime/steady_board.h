@@ -121,14 +121,16 @@ class SteadyBoard {
   };
   Header* header() const { return static_cast<Header*>(base_); }
   MemberState* member(int m) const;
-  // Rings the bell, then wakes the sleepers of `targets` (bit 2 * member + role) that sleep.
+  // Rings the bell, then wakes the sleepers of `targets` (bits TargetBit(member, role), in
+  // steady_board.cc) that sleep.
   void Ring(uint64_t targets);
   std::atomic<uint64_t>* word(uint32_t e) const;
   std::atomic<uint64_t>* slot(uint64_t index) const;
   char* eager(uint32_t e, uint32_t n, int m) const;  // the slot: an atomic stamp, then data
   void Append(uint32_t e);
-  // Whether a log slot from `unread` on holds entry e.
-  bool Logged(uint32_t e, uint64_t unread) const;
+  // The outcome of an instance of e the word has passed: kFast if a log slot from `unread`
+  // on holds e, else kSlow.
+  Outcome Passed(uint32_t e, uint64_t unread) const;
 
   void* const base_;
   const int member_;

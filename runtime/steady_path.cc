@@ -84,14 +84,10 @@ bool SteadyPath::Begin(const TensorSpec& spec, const void* input, Ticket* ticket
     // This member's offer was the last: the others' threads are waking for it now. Running
     // it here, if nobody else is driving, spares this member's thread a wake-up (only small
     // ones: the caller of an async call should not wait for a long transfer).
-    if (drive_mu_.TryLock()) {
-      DriveLog(kInlineBytes);
-      drive_mu_.Unlock();
-    }
+    (void)Progress();
     // The board woke only the other members' threads: this member's wake when work is left
     // (too large to run inline, or behind the thread that holds drive_mu_).
-    uint32_t next = 0;
-    if (board_->LogAt(cursor_.load(std::memory_order_seq_cst), &next)) board_->WakeOwn();
+    if (Unread()) board_->WakeOwn();
   }
   if (o != SteadyBoard::Outcome::kSlow) return true;
   MutexLock lock(&mu_);
@@ -102,11 +98,13 @@ bool SteadyPath::Begin(const TensorSpec& spec, const void* input, Ticket* ticket
   return false;
 }
 
-bool SteadyPath::Progress() {
+bool SteadyPath::Unread() const {
   uint32_t e = 0;
-  if (!board_->LogAt(cursor_.load(std::memory_order_seq_cst), &e) || !drive_mu_.TryLock()) {
-    return false;
-  }
+  return board_->LogAt(cursor_.load(std::memory_order_seq_cst), &e);
+}
+
+bool SteadyPath::Progress() {
+  if (!Unread() || !drive_mu_.TryLock()) return false;
   const bool ran = DriveLog(kInlineBytes);
   drive_mu_.Unlock();
   return ran;
@@ -207,8 +205,7 @@ void SteadyPath::Help(const Ticket& ticket, Clock::time_point deadline) {
       auto it = pending_.find(ticket.entry);
       if (it == pending_.end() || it->second.instance != ticket.instance) break;
     }
-    uint32_t e = 0;
-    if (board_->LogAt(cursor_.load(std::memory_order_seq_cst), &e)) {
+    if (Unread()) {
       // Blocks while another thread drives (it may be running this very instance); then
       // runs what is left, or finds the instance gone from pending_ at the top.
       MutexLock drive(&drive_mu_);
@@ -228,9 +225,8 @@ void SteadyPath::Help(const Ticket& ticket, Clock::time_point deadline) {
     board_->Sleep(bell, std::max<int64_t>(1, wait.count()), SteadyBoard::Role::kHelper);
   }
   board_->LeaveHelp();
-  uint32_t e = 0;
   // The set's thread may have left an entry to this helper: hand it back.
-  if (board_->LogAt(cursor_.load(std::memory_order_seq_cst), &e)) board_->WakeOwn();
+  if (Unread()) board_->WakeOwn();
 }
 
 bool SteadyPath::DriveLog(size_t max_bytes) {
@@ -268,9 +264,8 @@ void SteadyPath::Loop() {
   uint32_t yielded_bell = checked_bell;
   Clock::time_point next_check = Clock::now();
   while (!stop_.load(std::memory_order_relaxed)) {
-    uint32_t e = 0;
     const uint32_t bell = board_->Bell();
-    if (board_->LogAt(cursor_.load(std::memory_order_seq_cst), &e) && board_->helpers() == 0) {
+    if (Unread() && board_->helpers() == 0) {
       MutexLock drive(&drive_mu_);
       DriveLog(SIZE_MAX);
       continue;
@@ -281,9 +276,7 @@ void SteadyPath::Loop() {
       next_check = CheckPending();
       now = Clock::now();
     }
-    if (board_->LogAt(cursor_.load(std::memory_order_seq_cst), &e) && board_->helpers() == 0) {
-      continue;
-    }
+    if (Unread() && board_->helpers() == 0) continue;
     // With a helper on this member the log is its business: no yielding here (the core goes
     // to a thread that has something to do), and appends do not wake this thread.
     if (board_->helpers() == 0 && YieldForBell(*board_, bell, &yielded_bell, now + kYield)) {

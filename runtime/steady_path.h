@@ -132,6 +132,8 @@ class SteadyPath {
     std::chrono::steady_clock::time_point deadline;
   };
   void Loop();
+  // Whether the log holds a slot this member has not run yet.
+  bool Unread() const;
   // Under drive_mu_: runs the log's fast instances from cursor_ on, in order, while the next
   // one is at most max_bytes. True if it ran any.
   bool DriveLog(size_t max_bytes) REQUIRES(drive_mu_);
