@@ -5,16 +5,21 @@
 // read per member, but there is one synchronization, and every member computes the same
 // sequence of operations on the same bits, so all results are identical.
 //
-// Allreduce, large: the buffer goes in chunks of half_bytes, two steps per chunk.
+// Allreduce, large: the buffer goes in chunks of half_bytes / 2 (a quarter of the staging
+// area: step s uses quarter s mod 4), two steps per chunk.
 //   A: each member stages the chunk except its own slice (slices: the chunk cut in n,
 //      64-byte aligned), publishes;
 //   B: each member reduces its slice into its own buffer, reading the peers' staged slices
 //      in place (blocks of 16 KiB, so the destination stays in L1), and stages the result
-//      (while it is hot) in its other half; publishes; then copies the peers' result slices
-//      into its buffer.
+//      (while it is hot); publishes; stages and publishes the next chunk's A; then copies
+//      the peers' result slices into its buffer.
 // Per member and byte: one copy in, one pass of reduction reads, one copy out; every slice
-// is reduced by one member only, so results are identical everywhere. Because B uses the
-// other half, a member's copy-in of chunk k + 1 overlaps the peers' copy-out of chunk k.
+// is reduced by one member only, so results are identical everywhere. With four quarters a
+// member stages chunk k + 1 while the peers finish their B of chunk k, so neither of its
+// waits per chunk comes right after the peers' matching step (software pipelining). So an
+// A step is published before the member read the peers' previous B step, which is safe
+// because A's quarter is not B's; a collective's last step is always a B step, and Claim's
+// rule holds again for the next collective.
 //
 // Reducescatter: the A half of the above, per step each member stages up to half_bytes / n
 // of every other member's slice; each reduces its own. Allgatherv: per step each member
@@ -126,33 +131,49 @@ Status ShmCommunicator::AllreduceSmall(uint8_t* buf, size_t count, DataType dtyp
 
 Status ShmCommunicator::AllreduceLarge(uint8_t* buf, size_t count, DataType dtype, ReduceOp op) {
   const size_t esize = DataTypeSize(dtype);
-  const size_t chunk = tuning_.half_bytes / esize;
+  const size_t chunk = tuning_.half_bytes / 2 / esize;  // a quarter (see Quarter)
+  const size_t chunks = (count + chunk - 1) / chunk;
   std::vector<const uint8_t*> srcs(n_ - 1);
-  const bool streaming = count * esize >= kStreamingBytes;
-  for (size_t base = 0; base < count; base += chunk) {
-    const size_t len = std::min(chunk, count - base);
-    uint8_t* data = buf + base * esize;
+  // Chunk k: its bytes, its element count, and this member's slice [lo, hi) of it.
+  auto data = [&](size_t k) { return buf + k * chunk * esize; };
+  auto len = [&](size_t k) { return std::min(chunk, count - k * chunk); };
+  auto stage = [&](size_t k, uint64_t s) {  // A: everything of chunk k but this member's slice
     size_t lo, hi;
-    Slice(len, esize, n_, me_, &lo, &hi);
-    // A: stage everything but this member's slice.
-    const uint64_t a = ++step_;
-    HORA_RETURN_IF_ERROR(Claim(a, "allreduce"));
-    uint8_t* stage = Half(me_, a);
-    std::memcpy(stage, data, lo * esize);
-    std::memcpy(stage + hi * esize, data + hi * esize, (len - hi) * esize);
-    Publish(a);
+    Slice(len(k), esize, n_, me_, &lo, &hi);
+    uint8_t* q = Quarter(me_, s);
+    std::memcpy(q, data(k), lo * esize);
+    std::memcpy(q + hi * esize, data(k) + hi * esize, (len(k) - hi) * esize);
+    step_ = s;
+    Publish(s);
+  };
+  const uint64_t first = step_ + 1;  // chunk k: A is step first + 2k, B is first + 2k + 1
+  HORA_RETURN_IF_ERROR(Claim(first, "allreduce"));
+  stage(0, first);
+  for (size_t k = 0; k < chunks; ++k) {
+    const uint64_t a = first + 2 * k, b = a + 1;
+    size_t lo, hi;
+    Slice(len(k), esize, n_, me_, &lo, &hi);
+    // B: reduce this member's slice in place from the peers' A quarters; stage the result.
+    // B's quarter was last read by the peers' copy-out of step b - 4, which each finished
+    // before it published b - 2 (the last copy-out waited for that); at k = 0 by the
+    // previous collective, which each finished before it published a.
     HORA_RETURN_IF_ERROR(WaitAll(a, "allreduce"));
-    // B: reduce this member's slice in place from the peers' halves; stage the result.
-    const uint64_t b = ++step_;  // its half was claimed by WaitAll(a)
-    for (int i = 1; i < n_; ++i) srcs[i - 1] = Half((me_ + i) % n_, a) + lo * esize;
-    ReduceBlocks(data + lo * esize, srcs, hi - lo, dtype, op, Half(me_, b) + lo * esize);
+    for (int i = 1; i < n_; ++i) srcs[i - 1] = Quarter((me_ + i) % n_, a) + lo * esize;
+    ReduceBlocks(data(k) + lo * esize, srcs, hi - lo, dtype, op, Quarter(me_, b) + lo * esize);
+    step_ = b;
     Publish(b);
+    // The next chunk's A before this chunk's copy-out, so that the peers' B is done by the
+    // time it is needed. Its quarter was last read by the peers' B of step a - 1 (or, at
+    // k = 0, by the previous collective), which each finished before it published a.
+    if (k + 1 < chunks) stage(k + 1, b + 1);
     for (int i = 1; i < n_; ++i) {
       const int r = (me_ + i) % n_;
       size_t rlo, rhi;
-      Slice(len, esize, n_, r, &rlo, &rhi);
+      Slice(len(k), esize, n_, r, &rlo, &rhi);
       HORA_RETURN_IF_ERROR(WaitPeer(r, b, "allreduce"));
-      CopyOut(data + rlo * esize, Half(r, b) + rlo * esize, (rhi - rlo) * esize, streaming);
+      // Plain stores: the destination lines were read by A a moment ago and are still
+      // cached, so streaming stores (which would evict them) are slower here.
+      std::memcpy(data(k) + rlo * esize, Quarter(r, b) + rlo * esize, (rhi - rlo) * esize);
     }
   }
   return Status::Ok();

@@ -8,9 +8,10 @@
 // double-buffered by step parity, so a member may run one step ahead of the slowest.
 //   - Allreduce of at most small_bytes: one step; every member reduces all contributions in
 //     rank order (so every member gets the same bits).
-//   - Larger allreduce: in chunks of chunk_bytes, each member reduces its slice of the chunk
-//     reading the others' staged data in place, publishes the result, and copies the other
-//     slices' results out (reduce-scatter + allgather through shared memory).
+//   - Larger allreduce: in chunks of chunk_bytes / 2, each member reduces its slice of the
+//     chunk reading the others' staged data in place, publishes the result, and copies the
+//     other slices' results out (reduce-scatter + allgather through shared memory), staging
+//     the next chunk before it copies out, so the waits overlap work (software pipelining).
 //   - Broadcast, allgatherv, alltoallv, reducescatter, barrier: chunked the same way.
 //   - Send/Recv: a byte-stream ring per ordered pair of members; messages are matched per
 //     (peer, tag) in order; a message that arrives before its Recv (another tag first, or
@@ -50,8 +51,9 @@ struct ShmConfig {
   // tags the segment's name.
   std::string key_prefix;
   std::chrono::milliseconds timeout{30000};  // bounds every wait; > 0
-  // Bytes of one staging half per member (the chunk of a large collective); 0 = automatic
-  // (1 MiB, less when there are many members). The segment holds 2 halves per member.
+  // Bytes of one staging half per member (the chunk of a large collective; half of it for
+  // a large allreduce, which pipelines over four quarters); 0 = automatic (1 MiB, less when
+  // there are many members). The segment holds 2 halves per member.
   size_t chunk_bytes = 0;
   // Allreduces of at most this many bytes run one-shot; 0 = automatic (32 KiB, at most a
   // half). Test knob as well as a tuning one.

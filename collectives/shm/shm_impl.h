@@ -71,6 +71,11 @@ class ShmCommunicator : public Communicator {
   // --- The step protocol (shm_communicator.cc) ---
   // Member r's staging half for step s.
   uint8_t* Half(int r, uint64_t s) const { return segment_->region(r, static_cast<int>(s & 1)); }
+  // Member r's staging quarter for step s of the large allreduce: half s mod 2, part
+  // (s / 2) mod 2 of it, so consecutive steps still alternate halves.
+  uint8_t* Quarter(int r, uint64_t s) const {
+    return Half(r, s) + ((s >> 1) & 1) * (tuning_.half_bytes / 2);
+  }
   // Before writing this member's half for step s: waits until every peer finished reading
   // it at step s - 2 (a peer publishes s - 1 only after it finished step s - 2).
   Status Claim(uint64_t s, const char* what) {
