@@ -104,5 +104,64 @@ def changed_shape_falls_back_and_mismatch_names_ranks():
     check(want in e.message, "message %r does not contain %r" % (e.message, want))
 
 
+@case
+def unnamed_blocking_calls_take_the_steady_path():
+    # Blocking calls without a name share one name (mpi_ops._SYNC_NAME), so a loop of them is
+    # learned like a named one; async ones keep their numbered names and mix in freely.
+    size = hvd.size()
+    before = hora.steady_stats(0)["fast"]
+    for i in range(RUNS):
+        y = hvd.allreduce(torch.ones(3), op=hvd.Sum)
+        check(y.tolist() == [float(size)] * 3, "run %d: %r" % (i, y.tolist()))
+    fast = hora.steady_stats(0)["fast"] - before
+    check(fast >= RUNS - WARM - 1, "unnamed: %d fast runs" % fast)
+    for i in range(RUNS):  # with numbered async calls in flight
+        h = hvd.allreduce_async(torch.full((2,), float(hvd.rank() + i)), op=hvd.Sum)
+        y = hvd.allreduce(torch.ones(3), op=hvd.Sum)
+        check(y.tolist() == [float(size)] * 3, "mixed run %d: %r" % (i, y.tolist()))
+        z = hvd.synchronize(h)
+        want = float(sum(range(size)) + size * i)
+        check(z.tolist() == [want] * 2, "async run %d: %r" % (i, z.tolist()))
+    t = torch.full((4,), 2.0)
+    for _ in range(RUNS):
+        hvd.allreduce_(t, op=hvd.Max)
+    check(t.tolist() == [2.0] * 4, "in place: %r" % t.tolist())
+    for n in (1, 7, 1, 300):  # changing shapes under the one name
+        y = hvd.allreduce(torch.ones(n, dtype=torch.float64), op=hvd.Sum)
+        check(y.tolist() == [float(size)] * n, "shape %d: %r" % (n, y.tolist()))
+
+
+@case
+def unnamed_blocking_mismatch_then_reuse():
+    for _ in range(RUNS):
+        hvd.allreduce(torch.ones(4), op=hvd.Sum)
+    n = 6 if hvd.rank() == hvd.size() - 1 else 5
+    e = raises(hora.HoraMismatchError, hvd.allreduce, torch.ones(n), op=hvd.Sum)
+    check("noname.sync" in e.message, "message %r does not name the call" % e.message)
+    y = hvd.allreduce(torch.ones(4), op=hvd.Sum)  # the name is usable again
+    check(y.tolist() == [float(hvd.size())] * 4, "after the mismatch: %r" % y.tolist())
+
+
+@case
+def unnamed_blocking_calls_from_two_threads():
+    import threading
+    errors, results = [], []
+
+    def work():
+        try:
+            for _ in range(20):
+                results.append(hvd.allreduce(torch.ones(2), op=hvd.Sum).tolist())
+        except Exception as e:  # noqa: BLE001 (reported below)
+            errors.append(repr(e))
+
+    threads = [threading.Thread(target=work) for _ in range(2)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    check(not errors, "errors: %r" % errors)
+    check(results == [[float(hvd.size())] * 2] * 40, "results: %r" % results[:3])
+
+
 if __name__ == "__main__":
     cases.run_all(hvd.init, hvd.shutdown, only=sys.argv[1:])

@@ -327,8 +327,29 @@ def allreduce_async_(tensor, average=None, name=None, op=None, prescale_factor=1
                                  inplace=True, group=False, set_id=set_id)
 
 
+# A blocking allreduce without a name runs under one name per process set, "allreduce.
+# noname.sync", instead of the next number of the unnamed calls: a numbered name never
+# repeats, so the steady path (which learns by name) would never take a loop of them, and
+# each would cost a coordinator round trip. Ranks agree on it as they agree on the numbers,
+# by making the same calls in the same order (a blocking call takes no number on any rank);
+# a lock per set keeps two threads of one rank from having it in flight at once.
+_SYNC_NAME = "noname.sync"
+_sync_locks_lock = threading.Lock()
+_sync_locks = {}
+
+
+def _sync_lock(process_set):
+    set_id = _set_id(process_set)
+    with _sync_locks_lock:
+        return _sync_locks.setdefault(set_id, threading.Lock())
+
+
 def allreduce_(tensor, average=None, name=None, op=None, prescale_factor=1.0,
                postscale_factor=1.0, process_set=global_process_set):
+    if name is None:
+        with _sync_lock(process_set):
+            return allreduce_(tensor, average, _SYNC_NAME, op, prescale_factor,
+                              postscale_factor, process_set)
     return synchronize(allreduce_async_(tensor, average, name, op, prescale_factor,
                                         postscale_factor, process_set))
 
@@ -354,6 +375,10 @@ def allreduce(tensor, average=None, name=None, compression=Compression.none, op=
               prescale_factor=1.0, postscale_factor=1.0, process_set=global_process_set):
     """Reduces `tensor` over all ranks (Average by default); the input is not modified.
     Autograd-aware: the gradient is allreduced with the same op."""
+    if name is None:
+        with _sync_lock(process_set):
+            return allreduce(tensor, average, _SYNC_NAME, compression, op, prescale_factor,
+                             postscale_factor, process_set)
     if _fast_eligible(average, compression, prescale_factor, postscale_factor, process_set,
                       op):
         fast = _fast_submit(tensor, name, _FAST_OPS[op])
