@@ -310,26 +310,26 @@ void SteadyPath::Run(uint32_t e, const Entry& entry, const Pending& claimed, int
     trace->tensors.push_back({r->handle, trace->bytes, last, waited, waited});
   }
   ++fast_seq_;
-  BucketPlan plan;
-  plan.process_set = process_set_;
-  plan.collective = CollectiveType::kAllreduce;
-  plan.dtype = entry.spec.dtype;
-  plan.op = entry.spec.op;
-  plan.device = Device::kCpu;
-  plan.prescale = entry.spec.prescale;
-  plan.postscale = entry.spec.postscale;
-  BucketPlan::Entry pe;
-  pe.id = entry.id;
-  pe.num_elements = r->spec.NumElements();
-  plan.entries.push_back(pe);
-  std::vector<const Request*> requests{&*r};
-  std::vector<OpResult> results;
   BucketExecutor::Finish finish;
   Status status = host_.job_error();
   if (status.ok() && SteadyBoard::Eager(e, r->spec.ByteSize())) {
     if (trace) trace->collective_us = TimelineNowUs();
     status = RunEager(e, instance, *r);
   } else if (status.ok()) {
+    BucketPlan plan;
+    plan.process_set = process_set_;
+    plan.collective = CollectiveType::kAllreduce;
+    plan.dtype = entry.spec.dtype;
+    plan.op = entry.spec.op;
+    plan.device = Device::kCpu;
+    plan.prescale = entry.spec.prescale;
+    plan.postscale = entry.spec.postscale;
+    BucketPlan::Entry pe;
+    pe.id = entry.id;
+    pe.num_elements = r->spec.NumElements();
+    plan.entries.push_back(pe);
+    std::vector<const Request*> requests{&*r};
+    std::vector<OpResult> results;
     status =
         executor_.Start(plan, requests, &results, &finish, trace ? &trace->collective_us : nullptr);
   }
