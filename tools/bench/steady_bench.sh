@@ -52,8 +52,10 @@ print("|---|---|---|---|")
 print(f"| C API (hora_allreduce_bench) | {c['off'][0]:.1f} / {c['off'][1]:.1f} | {c['auto'][0]:.1f} / {c['auto'][1]:.1f} | {c['auto'][0] / c['off'][0]:.3f} |")
 ho, ha = p["off"], p["auto"]
 print(f"| hvd.allreduce (hora.torch) | {float(ho['hvd_median_us']):.1f} / {float(ho['hvd_p90_us']):.1f} | {float(ha['hvd_median_us']):.1f} / {float(ha['hvd_p90_us']):.1f} | {float(ha['hvd_median_us']) / float(ho['hvd_median_us']):.3f} |")
+print(f"| hvd.allreduce without a name | {float(ho['unnamed_median_us']):.1f} / {float(ho['unnamed_p90_us']):.1f} | {float(ha['unnamed_median_us']):.1f} / {float(ha['unnamed_p90_us']):.1f} | {float(ha['unnamed_median_us']) / float(ho['unnamed_median_us']):.3f} |")
 print(f"| torch gloo dist.all_reduce (same jobs) | {float(ho['gloo_median_us']):.1f} / {float(ho['gloo_p90_us']):.1f} | {float(ha['gloo_median_us']):.1f} / {float(ha['gloo_p90_us']):.1f} | |")
 print(f"| hvd.allreduce / gloo, median (p90) | {float(ho['ratio_median']):.3f} ({float(ho['ratio_p90']):.3f}) | {float(ha['ratio_median']):.3f} ({float(ha['ratio_p90']):.3f}) | |")
+print(f"| unnamed hvd.allreduce / gloo, median | {float(ho['unnamed_ratio_median']):.3f} | {float(ha['unnamed_ratio_median']):.3f} | |")
 print()
 print(f"Steady path counters on rank 0 after the hvd run (auto): fast={ha['fast']} slow={ha['slow']} entries={ha['entries']}; (off): fast={ho['fast']}.")
 print(f"Idle: ranks waiting in synchronize while the last rank sleeps, CPU in % of one core: "

@@ -6,8 +6,10 @@ dist.all_reduce in one job, and the CPU an idle job uses, for the steady path
     HORA_STEADY=auto tools/launcher/horarun -np 2 /usr/bin/python3 tools/bench/steady_latency_bench.py
 
 Latency: --rounds rounds of --iters back-to-back calls each of hvd.allreduce(t, name="lat",
-op=Sum) (one fixed name, so the steady path can learn it) and dist.all_reduce(t) on a gloo
-group of the same ranks, alternating, so both see the same machine load; per call the time
+op=Sum) (one fixed name, so the steady path can learn it), of hvd.allreduce(t, op=Sum)
+without a name (a blocking unnamed call runs as "allreduce.noname.sync"), and
+dist.all_reduce(t) on a gloo group of the same ranks, alternating, so all see the same
+machine load; per call the time
 from the call to its result, on rank 0. Printed: median and p90 of each, their ratio, and the
 steady path's counters (hora.steady_stats).
 Idle: every rank but the last submits one allreduce and waits for it (hvd.synchronize) while
@@ -58,12 +60,18 @@ def main():
     if out.item() != float(size):
         sys.exit("hvd.allreduce gave %r, want %r" % (out.item(), float(size)))
 
-    hora_s, gloo_s = [], []
+    hora_s, unnamed_s, gloo_s = [], [], []
     for _ in range(a.rounds):
         for _ in range(a.iters):
             t0 = time.perf_counter()
             hvd.allreduce(t, name="lat", op=hvd.Sum)
             hora_s.append(time.perf_counter() - t0)
+        for _ in range(a.iters):
+            t0 = time.perf_counter()
+            out = hvd.allreduce(t, op=hvd.Sum)
+            unnamed_s.append(time.perf_counter() - t0)
+        if out.item() != float(size):
+            sys.exit("unnamed hvd.allreduce gave %r, want %r" % (out.item(), float(size)))
         g = t.clone()
         for _ in range(a.iters):
             t0 = time.perf_counter()
@@ -86,13 +94,16 @@ def main():
 
     if rank == 0:
         hm, hp = quantiles(hora_s)
+        um, up = quantiles(unnamed_s)
         gm, gp = quantiles(gloo_s)
         waiting = idle_t[:size - 1].tolist()
-        print("RESULT steady=%s hvd_median_us=%.1f hvd_p90_us=%.1f gloo_median_us=%.1f "
-              "gloo_p90_us=%.1f ratio_median=%.3f ratio_p90=%.3f fast=%d slow=%d entries=%d "
+        print("RESULT steady=%s hvd_median_us=%.1f hvd_p90_us=%.1f unnamed_median_us=%.1f "
+              "unnamed_p90_us=%.1f gloo_median_us=%.1f gloo_p90_us=%.1f ratio_median=%.3f "
+              "ratio_p90=%.3f unnamed_ratio_median=%.3f fast=%d slow=%d entries=%d "
               "idle_cpu_pct_waiting=%s idle_cpu_pct_sleeper=%.2f"
-              % (os.environ.get("HORA_STEADY", "auto"), hm * 1e6, hp * 1e6, gm * 1e6, gp * 1e6,
-                 hm / gm, hp / gp, stats["fast"], stats["slow"], stats["entries"],
+              % (os.environ.get("HORA_STEADY", "auto"), hm * 1e6, hp * 1e6, um * 1e6, up * 1e6,
+                 gm * 1e6, gp * 1e6, hm / gm, hp / gp, um / gm, stats["fast"], stats["slow"],
+                 stats["entries"],
                  ",".join("%.2f" % x for x in waiting), idle_t[size - 1].item()))
         sys.stdout.flush()
     dist.barrier()
