@@ -332,24 +332,41 @@ def allreduce_async_(tensor, average=None, name=None, op=None, prescale_factor=1
 # repeats, so the steady path (which learns by name) would never take a loop of them, and
 # each would cost a coordinator round trip. Ranks agree on it as they agree on the numbers,
 # by making the same calls in the same order (a blocking call takes no number on any rank);
-# a lock per set keeps two threads of one rank from having it in flight at once.
-_SYNC_NAME = "noname.sync"
-_sync_locks_lock = threading.Lock()
-_sync_locks = {}
+# a lock per set keeps two threads of one rank from having it in flight at once. A call that
+# failed moves the set on to "noname.sync.<k>": a rank that refused the call (bad input)
+# raises at once while its refusal waits at the coordinator for the other ranks, so its next
+# call must not reuse the name; every rank sees the failure, so all move on together.
+class _SyncName(object):
+    def __init__(self):
+        self.lock = threading.Lock()
+        self.failures = 0
+
+    def name(self):
+        return "noname.sync" if self.failures == 0 else "noname.sync.%d" % self.failures
 
 
-def _sync_lock(process_set):
+_sync_names_lock = threading.Lock()
+_sync_names = {}
+
+
+def _sync_unnamed(process_set, call):
+    """call(name) under the set's blocking unnamed name (see above)."""
     set_id = _set_id(process_set)
-    with _sync_locks_lock:
-        return _sync_locks.setdefault(set_id, threading.Lock())
+    with _sync_names_lock:
+        sync = _sync_names.setdefault(set_id, _SyncName())
+    with sync.lock:
+        try:
+            return call(sync.name())
+        except Exception:
+            sync.failures += 1
+            raise
 
 
 def allreduce_(tensor, average=None, name=None, op=None, prescale_factor=1.0,
                postscale_factor=1.0, process_set=global_process_set):
     if name is None:
-        with _sync_lock(process_set):
-            return allreduce_(tensor, average, _SYNC_NAME, op, prescale_factor,
-                              postscale_factor, process_set)
+        return _sync_unnamed(process_set, lambda n: allreduce_(
+            tensor, average, n, op, prescale_factor, postscale_factor, process_set))
     return synchronize(allreduce_async_(tensor, average, name, op, prescale_factor,
                                         postscale_factor, process_set))
 
@@ -376,9 +393,8 @@ def allreduce(tensor, average=None, name=None, compression=Compression.none, op=
     """Reduces `tensor` over all ranks (Average by default); the input is not modified.
     Autograd-aware: the gradient is allreduced with the same op."""
     if name is None:
-        with _sync_lock(process_set):
-            return allreduce(tensor, average, _SYNC_NAME, compression, op, prescale_factor,
-                             postscale_factor, process_set)
+        return _sync_unnamed(process_set, lambda n: allreduce(
+            tensor, average, n, compression, op, prescale_factor, postscale_factor, process_set))
     if _fast_eligible(average, compression, prescale_factor, postscale_factor, process_set,
                       op):
         fast = _fast_submit(tensor, name, _FAST_OPS[op])
