@@ -187,17 +187,21 @@ def autotune_state():
 
 _name_lock = threading.Lock()
 _counters = {}
+# Blocking unnamed calls (hora.torch's allreduce without a name, torch/mpi_ops.py) share one
+# name per op and set, "noname.sync", moved on to "noname.sync.<k>" by the k-th failed one.
+_sync_failures = {}
 
 
 def reset_names(process_set=None):
     """Restarts the numbering of unnamed calls: of every set (init), or of one set (at the
     end of a join, which every member reaches together)."""
     with _name_lock:
-        if process_set is None:
-            _counters.clear()
-        else:
-            for key in [k for k in _counters if k[1] == int(process_set)]:
-                del _counters[key]
+        for table in (_counters, _sync_failures):
+            if process_set is None:
+                table.clear()
+            else:
+                for key in [k for k in table if k[1] == int(process_set)]:
+                    del table[key]
 
 
 _calls = threading.local()
@@ -230,6 +234,21 @@ def op_name(op, name, process_set=0):
     with _name_lock:
         counter = _counters.setdefault((op, int(process_set)), itertools.count())
         return "%s.noname.%d" % (op, next(counter))
+
+
+def sync_name(op, process_set=0):
+    """The name (as passed to op_name) of the next blocking unnamed call of op in the set."""
+    with _name_lock:
+        k = _sync_failures.get((op, int(process_set)), 0)
+    return "noname.sync" if k == 0 else "noname.sync.%d" % k
+
+
+def sync_failed(op, process_set=0):
+    """A blocking unnamed call failed (on every rank: see torch/mpi_ops.py): the next one
+    takes a fresh name."""
+    with _name_lock:
+        key = (op, int(process_set))
+        _sync_failures[key] = _sync_failures.get(key, 0) + 1
 
 
 # ---- tensors and handles ----

@@ -328,37 +328,29 @@ def allreduce_async_(tensor, average=None, name=None, op=None, prescale_factor=1
 
 
 # A blocking allreduce without a name runs under one name per process set, "allreduce.
-# noname.sync", instead of the next number of the unnamed calls: a numbered name never
-# repeats, so the steady path (which learns by name) would never take a loop of them, and
-# each would cost a coordinator round trip. Ranks agree on it as they agree on the numbers,
-# by making the same calls in the same order (a blocking call takes no number on any rank);
-# a lock per set keeps two threads of one rank from having it in flight at once. A call that
-# failed moves the set on to "noname.sync.<k>": a rank that refused the call (bad input)
-# raises at once while its refusal waits at the coordinator for the other ranks, so its next
-# call must not reuse the name; every rank sees the failure, so all move on together.
-class _SyncName(object):
-    def __init__(self):
-        self.lock = threading.Lock()
-        self.failures = 0
-
-    def name(self):
-        return "noname.sync" if self.failures == 0 else "noname.sync.%d" % self.failures
-
-
-_sync_names_lock = threading.Lock()
-_sync_names = {}
+# noname.sync" (core.sync_name), instead of the next number of the unnamed calls: a numbered
+# name never repeats, so the steady path (which learns by name) would never take a loop of
+# them, and each would cost a coordinator round trip. Ranks agree on it as they agree on the
+# numbers, by making the same calls in the same order (a blocking call takes no number on
+# any rank); a lock per set keeps two threads of one rank from having it in flight at once.
+# A call that failed moves the set on to a fresh name (core.sync_failed): a rank that
+# refused the call (bad input) raises at once while its refusal waits at the coordinator for
+# the other ranks, so its next call must not reuse the name; every rank sees the failure,
+# so all move on together (and hvd.init and the end of a join reset it, as the numbers).
+_sync_locks_lock = threading.Lock()
+_sync_locks = {}
 
 
 def _sync_unnamed(process_set, call):
-    """call(name) under the set's blocking unnamed name (see above)."""
+    """call(name) under the set's name for blocking unnamed allreduces (see above)."""
     set_id = _set_id(process_set)
-    with _sync_names_lock:
-        sync = _sync_names.setdefault(set_id, _SyncName())
-    with sync.lock:
+    with _sync_locks_lock:
+        lock = _sync_locks.setdefault(set_id, threading.Lock())
+    with lock:
         try:
-            return call(sync.name())
+            return call(core.sync_name("allreduce", set_id))
         except Exception:
-            sync.failures += 1
+            core.sync_failed("allreduce", set_id)
             raise
 
 
