@@ -77,7 +77,9 @@ class ShmCommunicator : public Communicator {
     return Half(r, s) + ((s >> 1) & 1) * (tuning_.half_bytes / 2);
   }
   // Before writing this member's half for step s: waits until every peer finished reading
-  // it at step s - 2 (a peer publishes s - 1 only after it finished step s - 2).
+  // it at step s - 2 (a peer publishes s - 1 only after it finished step s - 2; the large
+  // allreduce's pipelined A steps are the exception, and no Claim follows one: see
+  // shm_collectives.cc).
   Status Claim(uint64_t s, const char* what) {
     return s >= 2 ? WaitAll(s - 1, what) : Status::Ok();
   }
