@@ -332,7 +332,8 @@ def allreduce_async_(tensor, average=None, name=None, op=None, prescale_factor=1
 # name never repeats, so the steady path (which learns by name) would never take a loop of
 # them, and each would cost a coordinator round trip. Ranks agree on it as they agree on the
 # numbers, by making the same calls in the same order (a blocking call takes no number on
-# any rank); a lock per set keeps two threads of one rank from having it in flight at once.
+# any rank); a lock per set keeps two threads of one rank from having it in flight at once
+# (reentrant: a nested call in the same thread fails with "submitted twice", never hangs).
 # A call that failed moves the set on to a fresh name (core.sync_failed): a rank that
 # refused the call (bad input) raises at once while its refusal waits at the coordinator for
 # the other ranks, so its next call must not reuse the name; every rank sees the failure,
@@ -345,7 +346,7 @@ def _sync_unnamed(process_set, call):
     """call(name) under the set's name for blocking unnamed allreduces (see above)."""
     set_id = _set_id(process_set)
     with _sync_locks_lock:
-        lock = _sync_locks.setdefault(set_id, threading.Lock())
+        lock = _sync_locks.setdefault(set_id, threading.RLock())
     with lock:
         try:
             return call(core.sync_name("allreduce", set_id))
