@@ -30,6 +30,14 @@ std::chrono::duration<double> WaitBound() {
   return std::chrono::duration<double>(HangBound(std::chrono::milliseconds(kWait)));
 }
 
+// Every rank's body returned "" (each failure reported with its rank).
+void CheckEveryRank(const std::vector<std::string>& errors) {
+  for (size_t r = 0; r < errors.size(); ++r) {
+    INFO("rank " << r << ": " << errors[r]);
+    CHECK(errors[r].empty());
+  }
+}
+
 void OneHost(Options* o, const std::string& steady) {
   o->hostname = "steadyhost";  // every rank on one host: shm
   o->fusion_threshold_bytes = 0;
@@ -239,10 +247,7 @@ TEST_CASE("steady path: a changed shape falls back, a mismatch still names the r
         return "";
       },
       [&](Options* o) { OneHost(o, "auto"); });
-  for (int r = 0; r < kRanks; ++r) {
-    INFO("rank " << r << ": " << errors[r]);
-    CHECK(errors[r].empty());
-  }
+  CheckEveryRank(errors);
 }
 
 TEST_CASE("steady path: ranks submitting in different orders agree on one order", "[steady]") {
@@ -277,10 +282,7 @@ TEST_CASE("steady path: ranks submitting in different orders agree on one order"
         return st.fast > 0 ? "" : "the fast path was never taken (names were fused?)";
       },
       [&](Options* o) { OneHost(o, "auto"); });
-  for (int r = 0; r < kRanks; ++r) {
-    INFO("rank " << r << ": " << errors[r]);
-    CHECK(errors[r].empty());
-  }
+  CheckEveryRank(errors);
 }
 
 // Eager instances (SteadyBoard::Eager: the data rides on the board) let a rank finish and
@@ -305,10 +307,7 @@ TEST_CASE("steady path: ranks a step apart on a small tensor keep one outcome ea
         return st.fast > 1000 ? "" : "fast path taken " + std::to_string(st.fast) + " times";
       },
       [&](Options* o) { OneHost(o, "auto"); });
-  for (int r = 0; r < kRanks; ++r) {
-    INFO("rank " << r << ": " << errors[r]);
-    CHECK(errors[r].empty());
-  }
+  CheckEveryRank(errors);
 }
 
 TEST_CASE("steady path: a tensor stalled in the steady state ends in the stall error", "[steady]") {
@@ -348,10 +347,7 @@ TEST_CASE("steady path: a tensor stalled in the steady state ends in the stall e
         o->stall_timeout_s = 2;
         o->steady_patience_ms = 200;
       });
-  for (int r = 0; r < kRanks; ++r) {
-    INFO("rank " << r << ": " << errors[r]);
-    CHECK(errors[r].empty());
-  }
+  CheckEveryRank(errors);
 }
 
 TEST_CASE("steady path: a join turns it off, the timeline shows fast instances", "[steady]") {
@@ -396,10 +392,7 @@ TEST_CASE("steady path: a join turns it off, the timeline shows fast instances",
         return js.ok() ? "" : "join: " + js.ToString();
       },
       [&](Options* o) { OneHost(o, "auto"); });
-  for (int r = 0; r < kRanks; ++r) {
-    INFO("rank " << r << ": " << errors[r]);
-    CHECK(errors[r].empty());
-  }
+  CheckEveryRank(errors);
 }
 
 TEST_CASE("steady path: HORA_STEADY=on refuses HORA_AUTOTUNE, auto turns itself off", "[steady]") {

@@ -5,6 +5,7 @@ shape falls back; a mismatch after the steady state still names the ranks."""
 
 import ctypes
 import sys
+import threading
 
 import torch
 
@@ -144,12 +145,11 @@ def unnamed_blocking_mismatch_then_reuse():
 
 @case
 def unnamed_blocking_refusal_moves_every_rank_on():
-    from hora import core
-    before = core.sync_name("allreduce")
+    before = hora.core.sync_name("allreduce")
     bad = hvd.rank() == hvd.size() - 1
     t = torch.ones(2, dtype=torch.complex64 if bad else torch.float32)
     raises(ValueError, hvd.allreduce, t, op=hvd.Sum)  # refused by the last rank, on every rank
-    after = core.sync_name("allreduce")
+    after = hora.core.sync_name("allreduce")
     check(after != before, "the name did not move on: %r" % after)
     names = hvd.allgather_object(after)
     check(len(set(names)) == 1, "ranks disagree on the next name: %r" % names)
@@ -160,7 +160,6 @@ def unnamed_blocking_refusal_moves_every_rank_on():
 
 @case
 def unnamed_blocking_calls_from_two_threads():
-    import threading
     errors, results = [], []
 
     def work():
