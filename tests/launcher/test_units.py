@@ -115,3 +115,34 @@ def test_cpu_slice_shares_the_allowed_cpus():
     assert agent.cpu_slice({8, 2, 4, 6, 3}, 1, 2) == [4, 6]   # sorted, remainder unused
     assert agent.cpu_slice({0, 1}, 0, 3) is None               # oversubscribed: no binding
     assert agent.cpu_slice({0, 1}, 2, 2) is None
+
+
+def _bindable(port):
+    import socket
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", port))
+
+
+def test_free_ports_are_distinct_free_and_below_the_ephemeral_range():
+    first, _ = agent.ephemeral_range()
+    for _ in range(20):
+        ports = agent.free_ports("127.0.0.1", 2)
+        assert len(set(ports)) == 2, ports
+        for p in ports:
+            assert agent.LOWEST_PORT <= p < first, (p, first)
+            _bindable(p)
+
+
+def test_free_ports_fall_back_to_the_kernel_when_the_range_leaves_no_room(monkeypatch):
+    monkeypatch.setattr(agent, "ephemeral_range", lambda: (agent.LOWEST_PORT + 10, 60999))
+    ports = agent.free_ports("127.0.0.1", 2)
+    assert len(set(ports)) == 2 and all(p > 0 for p in ports), ports
+
+
+def test_ephemeral_range_reads_the_kernel_file_or_defaults(tmp_path):
+    f = tmp_path / "range"
+    f.write_text("40000\t50000\n")
+    assert agent.ephemeral_range(str(f)) == (40000, 50000)
+    f.write_text("garbage")
+    assert agent.ephemeral_range(str(f)) == (32768, 60999)
+    assert agent.ephemeral_range(str(tmp_path / "missing")) == (32768, 60999)

@@ -24,6 +24,7 @@ grace period), so a remote rank never outlives its job.
 import fcntl
 import json
 import os
+import random
 import select
 import signal
 import socket
@@ -138,15 +139,44 @@ def first_nic_address(nics):
     return None
 
 
+LOWEST_PORT = 10000  # free_ports picks at random from here to the ephemeral range
+
+
+def ephemeral_range(path="/proc/sys/net/ipv4/ip_local_port_range"):
+    """(first, last) of the kernel's ports for outgoing connections; Linux's default when the
+    file cannot be read."""
+    try:
+        with open(path) as f:
+            first, last = (int(x) for x in f.read().split()[:2])
+        return first, last
+    except (OSError, ValueError):
+        return 32768, 60999
+
+
 def free_ports(host, n):
-    """n different ports of `host` that were free a moment ago (bind port 0 n times, read
-    them back, close)."""
+    """n different ports of `host` that were free a moment ago (each bound once, then all
+    closed). Drawn at random below the ephemeral range: a port the kernel hands out (bind to
+    0) can be taken by any outgoing connection on the machine before the job binds it, which
+    made a job fail with "cannot listen" while other jobs ran; port 0 only where that range
+    leaves no room or nothing there is free."""
+    first, _ = ephemeral_range()
+    pick = random.SystemRandom()
     socks = []
     try:
-        for _ in range(n):
+        tries = 0
+        while len(socks) < n:
             sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            port = pick.randrange(LOWEST_PORT, first) if first > LOWEST_PORT + 1000 and \
+                tries < 100 else 0
+            tries += 1
+            try:
+                sock.bind((host, port))
+            except OSError:
+                sock.close()
+                if port == 0:
+                    raise
+                continue
             socks.append(sock)
-            sock.bind((host, 0))
         return [s.getsockname()[1] for s in socks]
     finally:
         for s in socks:
