@@ -5,6 +5,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <climits>
 #include <cstring>
@@ -19,9 +20,16 @@ constexpr size_t kMembersOffset = 256;
 constexpr size_t kWordsOffset = kMembersOffset + SteadyBoard::kMaxMembers * 64;
 constexpr size_t kSlotsOffset = kWordsOffset + SteadyBoard::kMaxEntries * sizeof(uint64_t);
 constexpr size_t kEagerOffset = kSlotsOffset + SteadyBoard::kLogSlots * sizeof(uint64_t);
-constexpr size_t kEagerSlot = 256;  // stamp (8 bytes), 8 spare, kEagerBytes of data
+// An eager slot: its stamp (8 bytes), 8 spare, then the data; 64-byte multiples, at least
+// kMinEagerSlot, at most kMaxEagerSlot, all of them together at most kEagerSpace.
 constexpr size_t kEagerData = 16;
-static_assert(kEagerData + SteadyBoard::kEagerBytes <= kEagerSlot, "eager slot");
+constexpr size_t kMinEagerSlot = 256;
+constexpr size_t kMaxEagerSlot = kEagerData + SteadyBoard::kMaxEagerBytes + 48;
+constexpr size_t kEagerSpace = size_t{SteadyBoard::kEagerEntries} * 2 * 8 * kMaxEagerSlot;
+size_t EagerSlot(int members) {
+  const size_t fit = kEagerSpace / (size_t{SteadyBoard::kEagerEntries} * 2 * members) / 64 * 64;
+  return std::max(kMinEagerSlot, std::min(kMaxEagerSlot, fit));
+}
 // A slot's stamp for instance n: never 0 (a slot never written, or being written).
 uint64_t EagerStamp(uint32_t n) { return (1ull << 32) | n; }
 
@@ -51,8 +59,12 @@ SteadyBoard::Outcome OutcomeOf(uint64_t state) {
 
 }  // namespace
 
+size_t SteadyBoard::EagerBytes(int members) {
+  return std::min(kMaxEagerBytes, EagerSlot(members) - kEagerData);
+}
+
 size_t SteadyBoard::BytesNeeded(int members) {
-  return kEagerOffset + static_cast<size_t>(kEagerEntries) * members * 2 * kEagerSlot;
+  return kEagerOffset + static_cast<size_t>(kEagerEntries) * members * 2 * EagerSlot(members);
 }
 
 SteadyBoard::SteadyBoard(void* memory, int member, int members)
@@ -60,7 +72,9 @@ SteadyBoard::SteadyBoard(void* memory, int member, int members)
       member_(member),
       members_(members),
       bit_(1u << member),
-      full_(members >= 32 ? 0 : static_cast<uint32_t>((1ull << members) - 1)) {
+      full_(members >= 32 ? 0 : static_cast<uint32_t>((1ull << members) - 1)),
+      eager_bytes_(EagerBytes(members)),
+      eager_slot_(EagerSlot(members)) {
   HORA_CHECK(members >= 1 && members <= kMaxMembers && member >= 0 && member < members);
   static_assert(sizeof(Header) <= kMembersOffset && sizeof(MemberState) == 64, "board header");
   static_assert(std::atomic<uint64_t>::is_always_lock_free, "board words");
@@ -84,7 +98,7 @@ std::atomic<uint64_t>* SteadyBoard::slot(uint64_t index) const {
 char* SteadyBoard::eager(uint32_t e, uint32_t n, int m) const {
   HORA_CHECK(e < kEagerEntries && m >= 0 && m < members_);
   const size_t index = (static_cast<size_t>(e) * members_ + m) * 2 + (n & 1);
-  return static_cast<char*>(base_) + kEagerOffset + index * kEagerSlot;
+  return static_cast<char*>(base_) + kEagerOffset + index * eager_slot_;
 }
 
 void SteadyBoard::PutEager(uint32_t e, uint32_t n, const void* data, size_t bytes) {
@@ -107,7 +121,7 @@ bool SteadyBoard::GetEager(uint32_t e, uint32_t n, int m, void* data, size_t byt
   return stamp->load(std::memory_order_relaxed) == EagerStamp(n);
 }
 
-SteadyBoard::Outcome SteadyBoard::Offer(uint32_t e, uint32_t n) {
+SteadyBoard::Outcome SteadyBoard::Offer(uint32_t e, uint32_t n, bool eager) {
   std::atomic<uint64_t>* w = word(e);
   uint64_t old = w->load(std::memory_order_acquire);
   for (;;) {
@@ -123,7 +137,7 @@ SteadyBoard::Outcome SteadyBoard::Offer(uint32_t e, uint32_t n) {
     if (MaskOf(next) == full_) next = Word(n, kStateFast, full_);
     if (w->compare_exchange_weak(old, next, std::memory_order_acq_rel, std::memory_order_acquire)) {
       if (StateOf(next) != kStateFast) return Outcome::kPending;
-      Append(e);
+      Append(e, eager);
       return Outcome::kFast;
     }
   }
@@ -169,19 +183,24 @@ SteadyBoard::Outcome SteadyBoard::Passed(uint32_t e, uint64_t unread) const {
   return Outcome::kSlow;
 }
 
-void SteadyBoard::Append(uint32_t e) {
+void SteadyBoard::Append(uint32_t e, bool eager) {
   const uint64_t index = header()->tail.fetch_add(1, std::memory_order_acq_rel);
   const uint64_t value =
       ((index + 1) & 0xffffffffull) << 32 | static_cast<uint64_t>(member_) << 16 | e;  // e < 2^16
   slot(index)->store(value, std::memory_order_seq_cst);
   // Whoever runs the log on each other member: its helpers (read after the slot was
   // written; LeaveHelp reads the slot after it stopped counting, so one of the two sees the
-  // other), else its driver.
+  // other), else its driver unless it sleeps lazily and the instance is Eager (a driver that
+  // has just woken from a lazy sleep and still reads as lazy looks at the log before it
+  // sleeps again: the bell moved).
   uint64_t targets = 0;
   for (int m = 0; m < members_; ++m) {
     if (m == member_) continue;
-    const bool helped = member(m)->helpers.load(std::memory_order_seq_cst) > 0;
-    targets |= TargetBit(m, helped ? Role::kHelper : Role::kDriver);
+    if (member(m)->helpers.load(std::memory_order_seq_cst) > 0) {
+      targets |= TargetBit(m, Role::kHelper);
+    } else if (!eager || member(m)->lazy.load(std::memory_order_seq_cst) == 0) {
+      targets |= TargetBit(m, Role::kDriver);
+    }
   }
   Ring(targets);
 }
@@ -194,9 +213,11 @@ bool SteadyBoard::LogAt(uint64_t index, uint32_t* e, int* last) const {
   return true;
 }
 
-bool SteadyBoard::Sleep(uint32_t seen, int64_t timeout_us, Role role) {
+bool SteadyBoard::Sleep(uint32_t seen, int64_t timeout_us, Role role, bool lazy) {
   Header* h = header();
   std::atomic<uint32_t>& sleepers = member(member_)->sleepers[static_cast<int>(role)];
+  lazy = lazy && role == Role::kDriver;
+  if (lazy) member(member_)->lazy.store(1, std::memory_order_seq_cst);
   sleepers.fetch_add(1, std::memory_order_seq_cst);
   bool woken = true;
   if (h->bell.load(std::memory_order_seq_cst) == seen && timeout_us > 0) {
@@ -211,6 +232,7 @@ bool SteadyBoard::Sleep(uint32_t seen, int64_t timeout_us, Role role) {
     woken = !(rc != 0 && errno == ETIMEDOUT);
   }
   sleepers.fetch_sub(1, std::memory_order_seq_cst);
+  if (lazy) member(member_)->lazy.store(0, std::memory_order_seq_cst);
   return woken;
 }
 

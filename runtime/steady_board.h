@@ -34,9 +34,11 @@
 // instance, which runs the log itself). Every event increments the bell; the futex wake-up
 // goes only to the threads that must act on it, so that a sleeper with nothing to do costs
 // the appending thread no system call and its core no scheduling:
-//   - an append wakes, on every other member, its helpers if it has any, else its driver;
-//     the appending member's own threads are the caller's business (it runs the log itself
-//     or calls WakeOwn);
+//   - an append wakes, on every other member, its helpers if it has any, else its driver,
+//     unless the instance is Eager and the driver sleeps lazily (a bounded sleep after which
+//     it looks at the log by itself: no peer waits for a member to run an Eager instance, and
+//     its own waiting thread usually runs it first); the appending member's own threads are
+//     the caller's business (it runs the log itself or calls WakeOwn);
 //   - a refusal, SetJoined and Wake() wake every sleeper of every member.
 // A helper leaving (LeaveHelp) while the log holds work must wake its driver (WakeOwn): an
 // append that counted it as present woke only helpers.
@@ -59,20 +61,24 @@ class SteadyBoard {
   enum class Outcome { kPending, kFast, kSlow };
 
   static constexpr uint32_t kEagerEntries = 64;
-  static constexpr size_t kEagerBytes = 240;
+  // An Eager instance carries at most EagerBytes(members): kMaxEagerBytes up to 8 members,
+  // less for more (the eager slots of 8 members' 4 KiB fill the space of any count).
+  static constexpr size_t kMaxEagerBytes = 4096;
+  static size_t EagerBytes(int members);
 
   // The bytes a board of `members` needs; memory: that many zeroed bytes mapped by every member.
   static size_t BytesNeeded(int members);
-  // Whether instances of entry e of `bytes` bytes carry their data on the board.
-  static bool Eager(uint32_t e, size_t bytes) {
-    return e < kEagerEntries && bytes > 0 && bytes <= kEagerBytes;
-  }
   SteadyBoard(void* memory, int member, int members);
+  // Whether instances of entry e of `bytes` bytes carry their data on the board.
+  bool Eager(uint32_t e, size_t bytes) const {
+    return e < kEagerEntries && bytes > 0 && bytes <= eager_bytes_;
+  }
 
-  // This member offers instance n of entry e. kFast: this offer completed it (it is in the
-  // log, the other members' threads are woken; this member's own are not: the caller runs
-  // the log or calls WakeOwn); kPending: others have not offered yet; kSlow: n was decided slow.
-  Outcome Offer(uint32_t e, uint32_t n);
+  // This member offers instance n of entry e (eager: its instances are Eager). kFast: this
+  // offer completed it (it is in the log, the other members' threads are woken; this
+  // member's own are not: the caller runs the log or calls WakeOwn); kPending: others have
+  // not offered yet; kSlow: n was decided slow.
+  Outcome Offer(uint32_t e, uint32_t n, bool eager = false);
   // Instance n of entry e goes the normal way unless it is already fast. Returns kSlow (it is
   // slow now) or kFast (it runs on the fast path: too late to refuse).
   Outcome Refuse(uint32_t e, uint32_t n);
@@ -95,7 +101,8 @@ class SteadyBoard {
   uint32_t Bell() const { return header()->bell.load(std::memory_order_acquire); }
   // Sleeps as `role` of this member while the bell still reads `seen`, at most timeout_us.
   // False when the timeout passed; true otherwise (woken, the bell had moved, or spuriously).
-  bool Sleep(uint32_t seen, int64_t timeout_us, Role role);
+  // lazy (a driver only): appends of Eager instances do not wake it (see above).
+  bool Sleep(uint32_t seen, int64_t timeout_us, Role role, bool lazy = false);
   // Rings the bell: every sleeper (of every member) wakes.
   void Wake();
   // Rings the bell and wakes this member's sleepers only.
@@ -118,6 +125,7 @@ class SteadyBoard {
   struct alignas(64) MemberState {
     std::atomic<uint32_t> sleepers[2];  // by Role
     std::atomic<uint32_t> helpers;
+    std::atomic<uint32_t> lazy;  // the driver sleeps lazily
   };
   Header* header() const { return static_cast<Header*>(base_); }
   MemberState* member(int m) const;
@@ -127,7 +135,7 @@ class SteadyBoard {
   std::atomic<uint64_t>* word(uint32_t e) const;
   std::atomic<uint64_t>* slot(uint64_t index) const;
   char* eager(uint32_t e, uint32_t n, int m) const;  // the slot: an atomic stamp, then data
-  void Append(uint32_t e);
+  void Append(uint32_t e, bool eager);
   // The outcome of an instance of e the word has passed: kFast if a log slot from `unread`
   // on holds e, else kSlow.
   Outcome Passed(uint32_t e, uint64_t unread) const;
@@ -137,6 +145,8 @@ class SteadyBoard {
   const int members_;
   const uint32_t bit_;
   const uint32_t full_;
+  const size_t eager_bytes_;  // EagerBytes(members_)
+  const size_t eager_slot_;   // the bytes of one eager slot
 };
 
 }  // namespace hora

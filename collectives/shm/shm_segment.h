@@ -41,8 +41,9 @@ namespace shm {
 
 constexpr uint64_t kMagic = 0x31686d732d61726full;  // "ora-shm1"
 constexpr size_t kReasonBytes = 480;
-// The board every shm communicator offers (communicator.h SharedBoard).
-constexpr size_t kBoardBytes = 1 << 20;
+// The board every shm communicator offers (communicator.h SharedBoard): 4.5 MiB, what the
+// steady path's board of up to 30 members needs (runtime/steady_board.h BytesNeeded).
+constexpr size_t kBoardBytes = 4608 << 10;
 
 // Atomics here are lock-free and address-free on every platform we build for, so they work
 // across processes mapping the same memory.

@@ -8,12 +8,14 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <catch2/catch.hpp>
 #include <chrono>
 #include <cstdint>
 #include <cstring>
 #include <fstream>
+#include <memory>
 #include <string>
 #include <thread>
 #include <vector>
@@ -25,7 +27,14 @@ using Outcome = SteadyBoard::Outcome;
 using Role = SteadyBoard::Role;
 
 struct Memory {
-  Memory() : bytes(SteadyBoard::BytesNeeded(SteadyBoard::kMaxMembers) / sizeof(uint64_t) + 1, 0) {}
+  Memory() : bytes(MostBytes() / sizeof(uint64_t) + 1, 0) {}
+  static size_t MostBytes() {
+    size_t most = 0;
+    for (int m = 1; m <= SteadyBoard::kMaxMembers; ++m) {
+      most = std::max(most, SteadyBoard::BytesNeeded(m));
+    }
+    return most;
+  }
   void* data() { return bytes.data(); }
   std::vector<uint64_t> bytes;  // 8-byte aligned and zeroed
 };
@@ -42,11 +51,11 @@ char ThreadState(pid_t tid) {
 // A thread of one member sleeping on the board as `role` (up to 60 s) until woken.
 class Sleeper {
  public:
-  Sleeper(SteadyBoard* board, Role role) : board_(board), role_(role) {
+  Sleeper(SteadyBoard* board, Role role, bool lazy = false) : board_(board), role_(role) {
     const uint32_t seen = board->Bell();
-    thread_ = std::thread([this, seen] {
+    thread_ = std::thread([this, seen, lazy] {
       tid_.store(static_cast<pid_t>(syscall(SYS_gettid)));
-      woken_.store(board_->Sleep(seen, 60 * 1000 * 1000, role_) ? 1 : 2);
+      woken_.store(board_->Sleep(seen, 60 * 1000 * 1000, role_, lazy) ? 1 : 2);
     });
     // Asleep: counted as a sleeper and blocked (in the futex: Sleep blocks nowhere else).
     const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(30);
@@ -140,10 +149,10 @@ TEST_CASE("steady board: a fast instance passed by a quicker member is still fas
 TEST_CASE("steady board: eager data is read back only for its own instance", "[steady]") {
   Memory memory;
   SteadyBoard a(memory.data(), 0, 3), c(memory.data(), 2, 3);
-  REQUIRE(SteadyBoard::Eager(0, SteadyBoard::kEagerBytes));
-  REQUIRE_FALSE(SteadyBoard::Eager(0, SteadyBoard::kEagerBytes + 1));
-  REQUIRE_FALSE(SteadyBoard::Eager(SteadyBoard::kEagerEntries, 4));
-  REQUIRE_FALSE(SteadyBoard::Eager(0, 0));
+  REQUIRE(a.Eager(0, SteadyBoard::kMaxEagerBytes));
+  REQUIRE_FALSE(a.Eager(0, SteadyBoard::kMaxEagerBytes + 1));
+  REQUIRE_FALSE(a.Eager(SteadyBoard::kEagerEntries, 4));
+  REQUIRE_FALSE(a.Eager(0, 0));
   const float one[3] = {1.5f, -2.0f, 3.25f};
   const float three[3] = {7.0f, 8.0f, 9.0f};
   float got[3] = {0, 0, 0};
@@ -161,6 +170,55 @@ TEST_CASE("steady board: eager data is read back only for its own instance", "[s
   CHECK(std::memcmp(got, three, sizeof(three)) == 0);
 }
 
+TEST_CASE("steady board: eager slots hold 4 KiB up to 8 members and fit shm's board", "[steady]") {
+  for (int m = 1; m <= SteadyBoard::kMaxMembers; ++m) {
+    INFO("members " << m);
+    CHECK(SteadyBoard::BytesNeeded(m) <= (size_t{4608} << 10));  // shm's kBoardBytes
+    CHECK(SteadyBoard::EagerBytes(m) >= 240);
+    if (m <= 8) CHECK(SteadyBoard::EagerBytes(m) == SteadyBoard::kMaxEagerBytes);
+  }
+  CHECK(SteadyBoard::EagerBytes(SteadyBoard::kMaxMembers) < SteadyBoard::kMaxEagerBytes);
+}
+
+TEST_CASE("steady board: every member's eager slots of every entry are disjoint", "[steady]") {
+  for (int members : {2, 8, 9, SteadyBoard::kMaxMembers}) {
+    INFO("members " << members);
+    Memory memory;
+    std::vector<std::unique_ptr<SteadyBoard>> boards;
+    for (int m = 0; m < members; ++m) {
+      boards.push_back(std::make_unique<SteadyBoard>(memory.data(), m, members));
+    }
+    const size_t bytes = boards[0]->EagerBytes(members);
+    std::vector<uint8_t> data(bytes), got(bytes);
+    // Member m writes byte value (e * 7 + m * 3 + n) everywhere in slot (e, n) of instance
+    // n = 1, 2; any overlap would change some other slot's bytes.
+    auto value = [](uint32_t e, int m, uint32_t n) {
+      return static_cast<uint8_t>(e * 7 + m * 3 + n);
+    };
+    for (uint32_t e = 0; e < SteadyBoard::kEagerEntries; ++e) {
+      for (int m = 0; m < members; ++m) {
+        for (uint32_t n = 1; n <= 2; ++n) {
+          std::fill(data.begin(), data.end(), value(e, m, n));
+          boards[m]->PutEager(e, n, data.data(), bytes);
+        }
+      }
+    }
+    int wrong = 0;
+    for (uint32_t e = 0; e < SteadyBoard::kEagerEntries; ++e) {
+      for (int m = 0; m < members; ++m) {
+        for (uint32_t n = 1; n <= 2; ++n) {
+          const bool read = boards[(m + 1) % members]->GetEager(e, n, m, got.data(), bytes);
+          if (!read ||
+              std::count(got.begin(), got.end(), value(e, m, n)) != static_cast<long>(bytes)) {
+            ++wrong;
+          }
+        }
+      }
+    }
+    CHECK(wrong == 0);
+  }
+}
+
 TEST_CASE("steady board: an append wakes the other members' drivers, not its own", "[steady]") {
   Memory memory;
   SteadyBoard a(memory.data(), 0, 2), b(memory.data(), 1, 2);
@@ -176,6 +234,41 @@ TEST_CASE("steady board: an append wakes the other members' drivers, not its own
   CHECK(b_driver.woken() == 0);  // its member's offering thread runs the log itself
   b.WakeOwn();
   CHECK(b_driver.Join() == 1);
+}
+
+TEST_CASE("steady board: an eager append leaves a lazy driver asleep, any other wakes it",
+          "[steady]") {
+  Memory memory;
+  SteadyBoard a(memory.data(), 0, 2), b(memory.data(), 1, 2);
+  {
+    Sleeper lazy(&a, Role::kDriver, /*lazy=*/true);
+    REQUIRE(a.Offer(0, 1, /*eager=*/true) == Outcome::kPending);
+    REQUIRE(b.Offer(0, 1, /*eager=*/true) == Outcome::kFast);
+    Settle();
+    CHECK(lazy.woken() == 0);  // its own thread runs the instance, or it looks after its sleep
+    a.WakeOwn();
+    CHECK(lazy.Join() == 1);
+  }
+  {
+    Sleeper lazy(&a, Role::kDriver, /*lazy=*/true);
+    REQUIRE(a.Offer(1, 1) == Outcome::kPending);
+    REQUIRE(b.Offer(1, 1) == Outcome::kFast);  // not eager: the peers need this member's part
+    CHECK(lazy.Join() == 1);
+  }
+  {
+    Sleeper driver(&a, Role::kDriver);  // not lazy: woken by an eager append too
+    REQUIRE(a.Offer(0, 2, true) == Outcome::kPending);
+    REQUIRE(b.Offer(0, 2, true) == Outcome::kFast);
+    CHECK(driver.Join() == 1);
+  }
+  a.EnterHelp();
+  {
+    Sleeper helper(&a, Role::kHelper, /*lazy=*/true);  // lazy means nothing to a helper
+    REQUIRE(a.Offer(0, 3, true) == Outcome::kPending);
+    REQUIRE(b.Offer(0, 3, true) == Outcome::kFast);
+    CHECK(helper.Join() == 1);
+  }
+  a.LeaveHelp();
 }
 
 TEST_CASE("steady board: a member with a helper gets the helper woken, not its driver",

@@ -122,7 +122,9 @@ Outcome RunCases(const std::string& steady) {
         std::vector<Case> cases;
         for (int d = 0; d < kNumDataTypes; ++d) {
           for (int o = 0; o < kNumReduceOps; ++o) {
-            for (int64_t count : {int64_t{1}, int64_t{5000}}) {  // inline-sized and data plane
+            // Eager (the data rides on the board: up to 4 KiB), eager or not by dtype size,
+            // and the data plane.
+            for (int64_t count : {int64_t{1}, int64_t{700}, int64_t{5000}}) {
               cases.push_back({static_cast<DataType>(d), static_cast<ReduceOp>(o), count, 1, 1,
                                kGlobalProcessSet});
             }
