@@ -89,6 +89,8 @@ class SteadyPath {
   struct Ticket {
     uint32_t entry = 0;
     uint32_t instance = 0;
+    uint32_t bell = 0;  // the board's bell when it was offered
+    std::chrono::steady_clock::time_point deadline;  // when its patience ends
   };
   // After the request of `spec` was queued (for every name, cached or not): true when it
   // takes the steady path or was already announced by the steady thread (the caller
@@ -143,6 +145,11 @@ class SteadyPath {
   // Instance n of an Eager entry e: reduces every member's input from the board into
   // r.output (no exchange on comm_).
   Status RunEager(uint32_t e, uint32_t n, const Request& r) REQUIRES(drive_mu_);
+  // Takes *it out of pending_ (the instance ran, or fell back): Settled says so from then on.
+  std::map<uint32_t, Pending>::iterator Settle(std::map<uint32_t, Pending>::iterator it)
+      REQUIRES(mu_);
+  // Whether the ticket's instance left pending_ (read without mu_).
+  bool Settled(const Ticket& ticket) const;
   // Announces what fell back (refused by a peer, or past the patience). Returns when the
   // earliest deadline of what is still pending comes.
   std::chrono::steady_clock::time_point CheckPending();
@@ -161,6 +168,8 @@ class SteadyPath {
   std::unordered_map<std::string, Learning> learning_ GUARDED_BY(mu_);
   bool learning_over_ GUARDED_BY(mu_) = false;
   std::map<uint32_t, Pending> pending_ GUARDED_BY(mu_);  // by entry
+  // By entry: the last instance taken out of pending_ (written under mu_).
+  std::atomic<uint32_t> settled_[SteadyBoard::kMaxEntries] = {};
   SteadyStats stats_ GUARDED_BY(mu_);
 
   // Whoever runs fast instances on comm_ holds drive_mu_: the set's thread, or an enqueuing
