@@ -89,7 +89,7 @@ class SteadyPath {
   struct Ticket {
     uint32_t entry = 0;
     uint32_t instance = 0;
-    uint32_t bell = 0;  // the board's bell when it was offered
+    uint32_t bell = 0;                               // the board's bell when it was offered
     std::chrono::steady_clock::time_point deadline;  // when its patience ends
   };
   // After the request of `spec` was queued (for every name, cached or not): true when it
