@@ -300,14 +300,16 @@ Status Engine::Wait(int64_t handle, std::chrono::duration<double> timeout) {
   SteadyPath::Ticket ticket;
   {
     MutexLock lock(&steady_mu_);
+    // The ticket stays until the handle completes or is released: a wait in slices (Python
+    // waits 0.5 s at a time) helps in every slice.
     auto it = steady_waits_.find(handle);
     if (it != steady_waits_.end()) {
-      set = std::move(it->second.first);
+      set = it->second.first;
       ticket = it->second.second;
-      steady_waits_.erase(it);
     }
   }
-  if (set != nullptr && set->steady() != nullptr) {
+  bool done = false;
+  if (set != nullptr && set->steady() != nullptr && handles_.Poll(handle, &done).ok() && !done) {
     const auto now = std::chrono::steady_clock::now();
     const auto deadline =
         timeout.count() < 0 || timeout.count() > 1e6
