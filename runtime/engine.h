@@ -166,8 +166,8 @@ class Engine : private ProcessSetRuntime::Host {
                       const void* output) const;
   // Enqueue once ValidateIdentity passed: the other checks (a refusal on failure), the queue,
   // the announcement.
-  StatusOr<int64_t> EnqueueIn(const ProcessSetRuntime& set, TensorSpec spec, const void* input,
-                              void* output, void* stream);
+  StatusOr<int64_t> EnqueueIn(const std::shared_ptr<ProcessSetRuntime>& set, TensorSpec spec,
+                              const void* input, void* output, void* stream);
   std::shared_ptr<ProcessSetRuntime> FindSet(int32_t id) const;
   // Starts rank 0's coordinator (rank 0) and learns the address every rank connects to.
   StatusOr<std::string> StartCoordinator();

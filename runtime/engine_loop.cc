@@ -230,11 +230,13 @@ Status Engine::Refuse(TensorSpec spec, const Status& why) {
 StatusOr<int64_t> Engine::Enqueue(TensorSpec spec, const void* input, void* output, void* stream) {
   std::shared_ptr<ProcessSetRuntime> set;
   HORA_RETURN_IF_ERROR(ValidateIdentity(spec, &set));
-  return EnqueueIn(*set, std::move(spec), input, output, stream);
+  return EnqueueIn(set, std::move(spec), input, output, stream);
 }
 
-StatusOr<int64_t> Engine::EnqueueIn(const ProcessSetRuntime& set, TensorSpec spec,
-                                    const void* input, void* output, void* stream) {
+StatusOr<int64_t> Engine::EnqueueIn(const std::shared_ptr<ProcessSetRuntime>& owner,
+                                    TensorSpec spec, const void* input, void* output,
+                                    void* stream) {
+  const ProcessSetRuntime& set = *owner;
   if (Status bad = ValidateSpec(spec, set, input, output); !bad.ok()) {
     return Refuse(std::move(spec), bad);
   }
@@ -274,11 +276,10 @@ StatusOr<int64_t> Engine::EnqueueIn(const ProcessSetRuntime& set, TensorSpec spe
   // is announced now.
   SteadyPath::Ticket ticket;
   if (steady != nullptr && steady->Begin(spec_copy, input, &ticket)) {
-    std::shared_ptr<ProcessSetRuntime> owner = FindSet(set.id());
     bool done = true;
-    if (owner && handles_.Poll(handle, &done).ok() && !done) {
+    if (handles_.Poll(handle, &done).ok() && !done) {
       MutexLock lock(&steady_mu_);
-      steady_waits_[handle] = {std::move(owner), ticket};
+      steady_waits_[handle] = {owner, ticket};
     }
     return handle;
   }
@@ -355,7 +356,7 @@ StatusOr<int64_t> Engine::EnqueueBarrier(int32_t process_set) {
     MutexLock lock(&mu_);
     spec.name = "hora.barrier." + std::to_string(barrier_count_[process_set]++);
   }
-  return EnqueueIn(*set, std::move(spec), nullptr, nullptr, nullptr);
+  return EnqueueIn(set, std::move(spec), nullptr, nullptr, nullptr);
 }
 
 StatusOr<int64_t> Engine::EnqueueJoin(int32_t process_set) {
@@ -407,7 +408,7 @@ StatusOr<int64_t> Engine::EnqueueTransfer(TensorSpec spec, const void* input, vo
     spec.name = "hora.p2p." + std::to_string(from) + ">" + std::to_string(to) + ".t" +
                 std::to_string(tag) + "." + std::to_string(n);
   }
-  return EnqueueIn(*set, std::move(spec), input, output, nullptr);
+  return EnqueueIn(set, std::move(spec), input, output, nullptr);
 }
 
 StatusOr<int64_t> Engine::EnqueueSend(TensorSpec spec, const void* input, int peer, int tag) {

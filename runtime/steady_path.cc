@@ -165,7 +165,9 @@ void SteadyPath::Learn(const BucketPlan& bucket, const std::vector<const TensorS
 
 SteadyStats SteadyPath::Stats() const {
   MutexLock lock(&mu_);
-  return stats_;
+  SteadyStats stats = stats_;
+  stats.fast = fast_.load(std::memory_order_relaxed);
+  return stats;
 }
 
 void SteadyPath::Joined() { board_->SetJoined(); }
@@ -259,24 +261,24 @@ bool SteadyPath::DriveLog(size_t max_bytes) {
   uint32_t e = 0;
   int last = -1;
   while (board_->LogAt(cursor_, &e, &last)) {
-    Entry entry;
     Pending claimed;
     {
       // The instance leaves pending_ before the cursor passes its slot, both under mu_:
       // CheckPending, which looks for an unread slot of an instance that was passed on the
       // board (SteadyBoard::State), sees it either pending with its slot unread or not at all.
       MutexLock lock(&mu_);
-      entry = entries_[e];
+      const Entry& entry = entries_[e];
       if (max_bytes != SIZE_MAX && entry.spec.ByteSize() > max_bytes) break;
-      claimed = Pending{entry.instance, entry.id, Clock::now() + patience_};
       auto it = pending_.find(e);
       if (it != pending_.end()) {
         claimed = it->second;
         Settle(it);
+      } else {
+        claimed = Pending{entry.instance, entry.id, Clock::now() + patience_};
       }
       ++cursor_;
     }
-    Run(e, entry, claimed, last);
+    Run(e, claimed, last);
     ran = true;
   }
   return ran;
@@ -321,10 +323,10 @@ void SteadyPath::Loop() {
   }
 }
 
-void SteadyPath::Run(uint32_t e, const Entry& entry, const Pending& claimed, int last_member) {
+void SteadyPath::Run(uint32_t e, const Pending& claimed, int last_member) {
   const Clock::time_point offered = claimed.deadline - patience_;
   const uint32_t instance = claimed.instance;
-  std::optional<Request> r = host_.take(entry.id);
+  std::optional<Request> r = host_.take(claimed.id);
   if (!r) return;  // failed meanwhile with the job's error
   std::unique_ptr<TimelineBucket> trace;
   if (timeline_ != nullptr && timeline_->on()) {
@@ -352,13 +354,13 @@ void SteadyPath::Run(uint32_t e, const Entry& entry, const Pending& claimed, int
     BucketPlan plan;
     plan.process_set = process_set_;
     plan.collective = CollectiveType::kAllreduce;
-    plan.dtype = entry.spec.dtype;
-    plan.op = entry.spec.op;
+    plan.dtype = r->spec.dtype;  // the spec it offered, which equalled the entry's
+    plan.op = r->spec.op;
     plan.device = Device::kCpu;
-    plan.prescale = entry.spec.prescale;
-    plan.postscale = entry.spec.postscale;
+    plan.prescale = r->spec.prescale;
+    plan.postscale = r->spec.postscale;
     BucketPlan::Entry pe;
-    pe.id = entry.id;
+    pe.id = claimed.id;
     pe.num_elements = r->spec.NumElements();
     plan.entries.push_back(pe);
     std::vector<const Request*> requests{&*r};
@@ -374,8 +376,7 @@ void SteadyPath::Run(uint32_t e, const Entry& entry, const Pending& claimed, int
     Status job = host_.job_error();
     status = job.ok() ? host_.bucket_failed(status) : job;
   } else {
-    MutexLock lock(&mu_);
-    ++stats_.fast;
+    fast_.fetch_add(1, std::memory_order_relaxed);
   }
   if (trace) {  // before the handle completes (as ProcessSetRuntime::Finish)
     trace->completed_us = TimelineNowUs();

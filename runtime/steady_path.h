@@ -140,8 +140,7 @@ class SteadyPath {
   // one is at most max_bytes. True if it ran any.
   bool DriveLog(size_t max_bytes) REQUIRES(drive_mu_);
   // Runs instance `claimed` of entry e (taken from pending_ by DriveLog).
-  void Run(uint32_t e, const Entry& entry, const Pending& claimed, int last_member)
-      REQUIRES(drive_mu_);
+  void Run(uint32_t e, const Pending& claimed, int last_member) REQUIRES(drive_mu_);
   // Instance n of an Eager entry e: reduces every member's input from the board into
   // r.output (no exchange on comm_).
   Status RunEager(uint32_t e, uint32_t n, const Request& r) REQUIRES(drive_mu_);
@@ -170,7 +169,8 @@ class SteadyPath {
   std::map<uint32_t, Pending> pending_ GUARDED_BY(mu_);  // by entry
   // By entry: the last instance taken out of pending_ (written under mu_).
   std::atomic<uint32_t> settled_[SteadyBoard::kMaxEntries] = {};
-  SteadyStats stats_ GUARDED_BY(mu_);
+  SteadyStats stats_ GUARDED_BY(mu_);  // but fast: fast_
+  std::atomic<int64_t> fast_{0};
 
   // Whoever runs fast instances on comm_ holds drive_mu_: the set's thread, or an enqueuing
   // thread whose offer completed an instance (Begin).

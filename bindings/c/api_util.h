@@ -18,8 +18,9 @@ hora_status_t Fail(const Status& s);
 hora_status_t Fail(Code code, const std::string& message);
 // HORA_OK (clearing the last error) or Fail(s).
 hora_status_t Report(const Status& s);
-// The running engine, or nullptr with the error in *status.
-std::shared_ptr<Engine> Running(hora_status_t* status);
+// The running engine, or nullptr with the error in *status. The pointer stays valid for the
+// rest of the calling thread's call.
+Engine* Running(hora_status_t* status);
 // A TensorSpec from the C tensor: checks pointers and the enum ranges.
 hora_status_t ToSpec(const char* name, const hora_tensor_t* t, CollectiveType c, TensorSpec* spec);
 

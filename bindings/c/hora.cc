@@ -1,6 +1,7 @@
 // The C API over the Engine. Holds the one process-wide pointer to it.
 #include "bindings/c/hora.h"
 
+#include <atomic>
 #include <cmath>
 #include <cstring>
 #include <memory>
@@ -32,6 +33,28 @@ std::string g_async_message GUARDED_BY(g_mu);
 
 thread_local std::string t_last_error;  // hora_last_error()
 
+// Every change of g_engine or g_last bumps the generation (under g_mu). Each thread keeps its
+// own references to both engines of the generation it last saw, so that a call looks them
+// up without g_mu and without touching a shared reference count (an operation makes three
+// such calls). The references keep the engines alive until the thread's next call after a
+// change, or its exit: a thread in the middle of a call never loses its engine.
+std::atomic<uint64_t> g_generation{1};
+struct Engines {
+  uint64_t generation = 0;
+  std::shared_ptr<Engine> running, last;
+};
+thread_local Engines t_engines;
+
+const Engines& CurrentEngines() {
+  if (t_engines.generation != g_generation.load(std::memory_order_acquire)) {
+    hora::MutexLock lock(&g_mu);
+    t_engines.generation = g_generation.load(std::memory_order_relaxed);
+    t_engines.running = g_engine;
+    t_engines.last = g_last;
+  }
+  return t_engines;
+}
+
 }  // namespace
 
 hora_status_t Fail(const Status& s) {
@@ -50,9 +73,9 @@ hora_status_t Report(const Status& s) {
 }
 
 // The running engine, or an error status in *status.
-std::shared_ptr<Engine> Running(hora_status_t* status) {
+Engine* Running(hora_status_t* status) {
+  if (Engine* e = CurrentEngines().running.get()) return e;
   hora::MutexLock lock(&g_mu);
-  if (g_engine) return g_engine;
   *status = Fail(Code::kFailedPrecondition, g_was_shut_down
                                                 ? "Hora has been shut down; call hora_init again"
                                                 : "Hora is not initialized; call hora_init first");
@@ -60,10 +83,10 @@ std::shared_ptr<Engine> Running(hora_status_t* status) {
 }
 
 // The engine whose handles are valid: the running one, else the last one shut down.
-std::shared_ptr<Engine> ForHandles(hora_status_t* status) {
-  hora::MutexLock lock(&g_mu);
-  if (g_engine) return g_engine;
-  if (g_last) return g_last;
+Engine* ForHandles(hora_status_t* status) {
+  const Engines& engines = CurrentEngines();
+  if (engines.running) return engines.running.get();
+  if (engines.last) return engines.last.get();
   *status = Fail(Code::kFailedPrecondition, "Hora is not initialized; call hora_init first");
   return nullptr;
 }
@@ -157,6 +180,7 @@ hora_status_t hora_init(const hora_config_t* config) {
   if (!engine.ok()) return Fail(engine.status());
   g_engine = std::move(engine).value();
   g_last.reset();
+  g_generation.fetch_add(1, std::memory_order_release);
   g_was_shut_down = false;
   g_async_message.clear();  // a new engine: the last one's pointers were valid until shutdown
   t_last_error.clear();
@@ -171,6 +195,7 @@ hora_status_t hora_shutdown(void) {
     e = g_engine;
     g_engine.reset();
     g_last = e;
+    g_generation.fetch_add(1, std::memory_order_release);
     g_was_shut_down = true;
   }
   return Report(e->Shutdown());
