@@ -98,6 +98,11 @@ std::vector<std::string> BuiltBackends() {
 
 bool IsBackendBuilt(const std::string& name) { return Find(name) != nullptr; }
 
+bool BackendOffersSharedBoard(const std::string& name) {
+  const BackendInfo* b = Find(name);
+  return b != nullptr && b->shared_board;
+}
+
 int BackendLibraryVersion(const std::string& name,
                           const std::function<const char*(const char*)>& env, std::string* detail) {
   const BackendInfo* b = Find(name);

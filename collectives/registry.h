@@ -55,6 +55,9 @@ struct BackendConfig {
   int spin_us = -1;
   int yield_us = -1;
   int64_t max_message_bytes = kDefaultMaxMessageBytes;  // the control plane's limit (store values)
+  // > 0: the communicator also offers a zeroed board of this many bytes that every member
+  // maps (Communicator::SharedBoard), where the backend can (BackendInfo::shared_board).
+  size_t shared_board_bytes = 0;
   // The job's environment as runtime/options.cc read it (the one place that reads the process
   // environment): a backend that needs its launcher's variables (mpi: OMPI_COMM_WORLD_*)
   // looks them up here. Empty: no variables at all.
@@ -70,7 +73,8 @@ using BackendFactory =
 struct BackendInfo {
   std::string name;
   Device device = Device::kCpu;
-  int auto_priority = 0;  // higher wins for "auto"; 0 = only when named
+  int auto_priority = 0;      // higher wins for "auto"; 0 = only when named
+  bool shared_board = false;  // honours BackendConfig::shared_board_bytes
   // OK when the backend can serve this set (e.g. every member on one host); else why not.
   std::function<Status(const BackendConfig&)> can_serve;
   BackendFactory create;
@@ -88,6 +92,8 @@ bool RegisterBackend(BackendInfo info);
 // hvd.*_built() and horarun --check-build read.
 std::vector<std::string> BuiltBackends();
 bool IsBackendBuilt(const std::string& name);
+// Whether the built backend `name` offers a shared board (BackendInfo::shared_board).
+bool BackendOffersSharedBoard(const std::string& name);
 // "gloo, loopback".
 std::string BuiltBackendsString();
 

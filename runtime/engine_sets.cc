@@ -86,10 +86,8 @@ StatusOr<std::unique_ptr<Communicator>> Engine::SteadyCommunicator(int32_t id,
                               "HORA_AUTOTUNE (the autotuner measures what the coordinator "
                               "plans); use HORA_STEADY=auto, which is off while autotuning");
   }
-  size_t bytes = 0;
-  const bool board = comm->SharedBoard(&bytes) != nullptr &&
-                     comm->size() <= SteadyBoard::kMaxMembers &&
-                     bytes >= SteadyBoard::BytesNeeded(comm->size());
+  const bool board =
+      BackendOffersSharedBoard(comm->name()) && comm->size() <= SteadyBoard::kMaxMembers;
   if (!board) {
     if (options_.steady != "on") return std::unique_ptr<Communicator>();
     return FailedPrecondition(std::string(kEnvSteady) + "=on: process set " + std::to_string(id) +
@@ -110,7 +108,18 @@ StatusOr<std::unique_ptr<Communicator>> Engine::SteadyCommunicator(int32_t id,
   // append), and yielding, unlike spinning, leaves the core to whoever needs it.
   config.spin_us = 1;
   config.yield_us = 50;
-  return CreateCommunicator(comm->name(), kEnvSteady, config);
+  // Only this communicator carries the board (the first one's segment stays as small as
+  // it was without the steady path).
+  config.shared_board_bytes = SteadyBoard::BytesNeeded(comm->size());
+  auto steady = CreateCommunicator(comm->name(), kEnvSteady, config);
+  if (!steady.ok()) return steady.status();
+  size_t bytes = 0;
+  if (steady.value()->SharedBoard(&bytes) == nullptr || bytes < config.shared_board_bytes) {
+    return Internal("process set " + std::to_string(id) + ": the steady communicator (" +
+                    comm->name() + ") offers a board of " + std::to_string(bytes) +
+                    " bytes; the steady path needs " + std::to_string(config.shared_board_bytes));
+  }
+  return steady;
 }
 
 StatusOr<SteadyStats> Engine::Steady(int32_t process_set) const {

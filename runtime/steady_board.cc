@@ -25,7 +25,7 @@ constexpr size_t kEagerOffset = kSlotsOffset + SteadyBoard::kLogSlots * sizeof(u
 constexpr size_t kEagerData = 16;
 constexpr size_t kMinEagerSlot = 256;
 constexpr size_t kMaxEagerSlot = kEagerData + SteadyBoard::kMaxEagerBytes + 48;
-constexpr size_t kEagerSpace = size_t{SteadyBoard::kEagerEntries} * 2 * 8 * kMaxEagerSlot;
+constexpr size_t kEagerSpace = size_t{SteadyBoard::kEagerEntries} * 2 * 4 * kMaxEagerSlot;
 size_t EagerSlot(int members) {
   const size_t fit = kEagerSpace / (size_t{SteadyBoard::kEagerEntries} * 2 * members) / 64 * 64;
   return std::max(kMinEagerSlot, std::min(kMaxEagerSlot, fit));

@@ -61,8 +61,9 @@ class SteadyBoard {
   enum class Outcome { kPending, kFast, kSlow };
 
   static constexpr uint32_t kEagerEntries = 64;
-  // An Eager instance carries at most EagerBytes(members): kMaxEagerBytes up to 8 members,
-  // less for more (the eager slots of 8 members' 4 KiB fill the space of any count).
+  // An Eager instance carries at most EagerBytes(members): kMaxEagerBytes up to 4 members,
+  // less for more (the eager slots of 4 members' 4 KiB, 2 MiB, fill the space of any count:
+  // about 2 KiB at 8 members, 496 bytes at 30).
   static constexpr size_t kMaxEagerBytes = 4096;
   static size_t EagerBytes(int members);
 

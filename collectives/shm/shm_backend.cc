@@ -23,6 +23,7 @@ BackendInfo ShmInfo() {
   info.name = "shm";
   info.device = Device::kCpu;
   info.auto_priority = 20;
+  info.shared_board = true;
   info.can_serve = CanServe;
   info.create = [](const BackendConfig& c) {
     ShmConfig sc;
@@ -33,6 +34,7 @@ BackendInfo ShmInfo() {
     sc.timeout = c.timeout;
     sc.spin_us = c.spin_us;
     sc.yield_us = c.yield_us;
+    sc.board_bytes = c.shared_board_bytes;
     return CreateShmCommunicator(sc);
   };
   return info;

@@ -298,7 +298,8 @@ StatusOr<std::unique_ptr<Communicator>> CreateShmCommunicator(const ShmConfig& c
   if (c.store == nullptr && c.size > 1) return InvalidArgument("shm: a KvStore is required");
   if (c.timeout.count() <= 0) return InvalidArgument("shm: timeout must be > 0 ms");
   const shm::Tuning tuning = shm::Tuning::Resolve(c);
-  const shm::Layout layout = shm::Layout::Make(c.size, tuning.half_bytes, tuning.ring_bytes);
+  const shm::Layout layout =
+      shm::Layout::Make(c.size, tuning.half_bytes, tuning.ring_bytes, c.board_bytes);
   const std::string key = c.key_prefix + "shm/segment";
   std::unique_ptr<shm::Segment> segment;
   if (c.rank == 0) {

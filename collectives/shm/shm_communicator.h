@@ -61,6 +61,8 @@ struct ShmConfig {
   // Bytes of each point-to-point ring (one per ordered pair); 0 = automatic (256 KiB, less
   // when there are many members).
   size_t ring_bytes = 0;
+  // Bytes of the zeroed board at the end of the segment (SharedBoard); 0: none.
+  size_t board_bytes = 0;
   // How long a wait spins before it sleeps on the futex; < 0 = automatic: 20 us when every
   // member can have a core of this process's CPU set, growing up to 250 us while waits keep
   // ending just after the spin (so two members do not keep waking each other); else 1 us.

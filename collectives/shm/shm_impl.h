@@ -60,8 +60,8 @@ class ShmCommunicator : public Communicator {
   Status Recv(void* buf, size_t bytes, int peer, uint32_t tag) override;
   void Abort(const Status& reason) override;
   void* SharedBoard(size_t* bytes) override {
-    *bytes = kBoardBytes;
-    return segment_->board();
+    *bytes = segment_->layout().board_bytes;
+    return *bytes > 0 ? segment_->board() : nullptr;
   }
 
   // Creation: records this member in the segment, then waits until every member has.

@@ -41,7 +41,7 @@ StatusOr<uint8_t*> Map(int fd, size_t bytes, const std::string& name) {
 
 }  // namespace
 
-Layout Layout::Make(int size, size_t half_bytes, size_t ring_bytes) {
+Layout Layout::Make(int size, size_t half_bytes, size_t ring_bytes, size_t board_bytes) {
   Layout l;
   l.size = size;
   l.half_bytes = AlignUp(half_bytes, 4096);
@@ -52,7 +52,8 @@ Layout Layout::Make(int size, size_t half_bytes, size_t ring_bytes) {
   l.regions_offset = AlignUp(l.channels_offset + sizeof(ChannelControl) * channels, 4096);
   l.rings_offset = l.regions_offset + 2 * static_cast<size_t>(size) * l.half_bytes;
   l.board_offset = AlignUp(l.rings_offset + channels * l.ring_bytes, 4096);
-  l.total_bytes = l.board_offset + kBoardBytes;
+  l.board_bytes = AlignUp(board_bytes, 4096);
+  l.total_bytes = l.board_offset + l.board_bytes;
   return l;
 }
 

@@ -23,7 +23,7 @@
 //   ChannelControl[size*(size-1)]  per ordered pair (src -> dst): head / tail byte counts
 //   regions: size x 2 halves of half_bytes   a member's staging area, by step parity
 //   rings: size*(size-1) x ring_bytes        point-to-point byte streams
-//   board: kBoardBytes                       zeroed memory for the runtime's agreement
+//   board: board_bytes (may be 0)            zeroed memory for the runtime's agreement
 //                                            (Communicator::SharedBoard)
 #ifndef HORA_COLLECTIVES_SHM_SHM_SEGMENT_H_
 #define HORA_COLLECTIVES_SHM_SHM_SEGMENT_H_
@@ -41,9 +41,6 @@ namespace shm {
 
 constexpr uint64_t kMagic = 0x31686d732d61726full;  // "ora-shm1"
 constexpr size_t kReasonBytes = 480;
-// The board every shm communicator offers (communicator.h SharedBoard): 4.5 MiB, what the
-// steady path's board of up to 30 members needs (runtime/steady_board.h BytesNeeded).
-constexpr size_t kBoardBytes = 4608 << 10;
 
 // Atomics here are lock-free and address-free on every platform we build for, so they work
 // across processes mapping the same memory.
@@ -88,9 +85,10 @@ struct Layout {
   size_t regions_offset = 0;
   size_t rings_offset = 0;
   size_t board_offset = 0;
+  size_t board_bytes = 0;
   size_t total_bytes = 0;
 
-  static Layout Make(int size, size_t half_bytes, size_t ring_bytes);
+  static Layout Make(int size, size_t half_bytes, size_t ring_bytes, size_t board_bytes);
   // The index of channel src -> dst (src != dst).
   size_t Channel(int src, int dst) const {
     return static_cast<size_t>(src) * (size - 1) + (dst < src ? dst : dst - 1);

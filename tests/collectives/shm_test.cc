@@ -349,3 +349,40 @@ TEST_CASE("shm collectives interleave on one communicator", "[shm]") {
       Tweak(tweak));
   REQUIRE(Check(run) == "");
 }
+
+TEST_CASE("shm shared board: only when asked, zeroed, the same memory for every member", "[shm]") {
+  const int size = GENERATE(1, 3);
+  CAPTURE(size);
+  auto none = RunShmRanks(size, [&](Communicator& comm) -> std::string {
+    size_t bytes = 1;
+    if (comm.SharedBoard(&bytes) != nullptr || bytes != 0) return "a board nobody asked for";
+    return "";
+  });
+  REQUIRE(Check(none) == "");
+  constexpr size_t kAsked = 10000;  // not a page multiple
+  auto run = RunShmRanks(
+      size,
+      [&](Communicator& comm) -> std::string {
+        size_t bytes = 0;
+        auto* board = static_cast<std::atomic<uint32_t>*>(comm.SharedBoard(&bytes));
+        if (board == nullptr || bytes < kAsked) {
+          return "board of " + std::to_string(bytes) + " bytes, asked for " +
+                 std::to_string(kAsked);
+        }
+        const size_t words = kAsked / sizeof(uint32_t);
+        for (size_t i = 0; i < words; ++i) {
+          if (board[i].load() != 0) return "board word " + std::to_string(i) + " is not zero";
+        }
+        RANK_OK(comm.Barrier());
+        board[words - 1 - comm.rank()].store(100 + comm.rank());  // the far end, per member
+        RANK_OK(comm.Barrier());
+        for (int r = 0; r < comm.size(); ++r) {
+          if (board[words - 1 - r].load() != static_cast<uint32_t>(100 + r)) {
+            return "member " + std::to_string(r) + "'s word is not seen";
+          }
+        }
+        return "";
+      },
+      [](ShmConfig* c) { c->board_bytes = kAsked; });
+  REQUIRE(Check(run) == "");
+}
