@@ -124,6 +124,7 @@ Status Engine::Shutdown() {
   {
     MutexLock lock(&mu_);
     stop_ = true;
+    halted_.store(true, std::memory_order_release);
   }
   cv_.NotifyAll();
   if (thread_.joinable()) thread_.join();
@@ -169,6 +170,7 @@ void Engine::SetError(Status status) {
     MutexLock lock(&mu_);
     if (!error_.ok()) return;
     error_ = std::move(status);
+    halted_.store(true, std::memory_order_release);
     HORA_LOG_ERROR("job failed: {}", error_.message());
   }
   cv_.NotifyAll();
@@ -202,16 +204,14 @@ Status Engine::StartTimeline(const std::string& path) {
 Status Engine::StopTimeline() { return timeline_.Stop(); }
 
 std::optional<Request> Engine::TakeRequest(int32_t id) {
-  std::optional<TensorKey> key = KeyOfId(id);
-  if (!key) return std::nullopt;
-  return queue_.Take(*key);
+  // The queue's lock under announce_mu_, as AnnounceFresh takes them: the key is not copied.
+  MutexLock lock(&announce_mu_);
+  auto it = id_keys_.find(static_cast<uint32_t>(id));
+  if (it == id_keys_.end()) return std::nullopt;
+  return queue_.Take(it->second);
 }
 
 void Engine::Complete(int64_t handle, Status status, OpResult result) {
-  {
-    MutexLock lock(&steady_mu_);
-    steady_waits_.erase(handle);
-  }
   handles_.Complete(handle, std::move(status), std::move(result));
 }
 

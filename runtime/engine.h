@@ -28,6 +28,7 @@
 #ifndef HORA_RUNTIME_ENGINE_H_
 #define HORA_RUNTIME_ENGINE_H_
 
+#include <atomic>
 #include <condition_variable>
 #include <deque>
 #include <map>
@@ -40,6 +41,7 @@
 #include <vector>
 
 #include "common/mutex.h"
+#include "common/node_cache.h"
 #include "common/status.h"
 #include "coordinator/client.h"
 #include "coordinator/messages.h"
@@ -222,6 +224,7 @@ class Engine : private ProcessSetRuntime::Host {
   TuningNotice tuning_ GUARDED_BY(mu_);                               // the coordinator's last word
   std::map<uint64_t, ProcessSetResult> set_results_ GUARDED_BY(mu_);  // by seq
   Status error_ GUARDED_BY(mu_);                                      // the sticky error
+  std::atomic<bool> halted_{false};  // set under mu_ with stop_ or error_: EnqueueIn's check
   bool error_handled_ GUARDED_BY(mu_) = false;                // pending ops failed with error_
   std::map<int32_t, int64_t> barrier_count_ GUARDED_BY(mu_);  // per set
   std::map<int32_t, int64_t> join_handles_ GUARDED_BY(mu_);   // per set, the pending join
@@ -236,10 +239,14 @@ class Engine : private ProcessSetRuntime::Host {
   std::unordered_map<uint32_t, TensorKey> id_keys_ GUARDED_BY(announce_mu_);
   uint32_t next_id_ GUARDED_BY(announce_mu_) = 0;
 
-  // Handles of requests waiting on a steady path, for Wait: their set and instance.
+  // Handles of requests that took a steady path, for Wait and Poll: their set and instance
+  // (until Release).
   Mutex steady_mu_;
-  std::unordered_map<int64_t, std::pair<std::shared_ptr<ProcessSetRuntime>, SteadyPath::Ticket>>
-      steady_waits_ GUARDED_BY(steady_mu_);
+  using SteadyWaits =
+      std::unordered_map<int64_t,
+                         std::pair<std::shared_ptr<ProcessSetRuntime>, SteadyPath::Ticket>>;
+  SteadyWaits steady_waits_ GUARDED_BY(steady_mu_);
+  NodeCache<SteadyWaits> steady_waits_spare_ GUARDED_BY(steady_mu_);
 
   std::thread thread_;
 };

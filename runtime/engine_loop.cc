@@ -240,7 +240,7 @@ StatusOr<int64_t> Engine::EnqueueIn(const std::shared_ptr<ProcessSetRuntime>& ow
   if (Status bad = ValidateSpec(spec, set, input, output); !bad.ok()) {
     return Refuse(std::move(spec), bad);
   }
-  {
+  if (halted_.load(std::memory_order_acquire)) {
     MutexLock lock(&mu_);
     if (!error_.ok()) return error_;
     if (stop_) return Aborted("Hora is shutting down");
@@ -262,9 +262,10 @@ StatusOr<int64_t> Engine::EnqueueIn(const std::shared_ptr<ProcessSetRuntime>& ow
   if (timeline_.on()) timeline_.Submitted(r.handle, r.spec, TimelineNowUs());
   int64_t handle = r.handle;
   SteadyPath* steady = set.steady();
-  const bool quiet = steady != nullptr && steady->Matches(r.spec);
-  TensorSpec spec_copy;
-  if (steady != nullptr) spec_copy = r.spec;
+  SteadyPath::Lookup found;
+  const bool cached = steady != nullptr && steady->Find(r.spec, &found);
+  const bool quiet = cached && found.matches;
+  const size_t bytes = r.spec.ByteSize();
   Status s = queue_.Push(std::move(r), !quiet);
   if (!s.ok()) {
     // The handle was created above and never handed out, so Release cannot fail (its only
@@ -275,23 +276,25 @@ StatusOr<int64_t> Engine::EnqueueIn(const std::shared_ptr<ProcessSetRuntime>& ow
   // A cached name always goes through Begin (it counts the instance); what it does not take
   // is announced now.
   SteadyPath::Ticket ticket;
-  if (steady != nullptr && steady->Begin(spec_copy, input, &ticket)) {
-    bool done = true;
-    if (handles_.Poll(handle, &done).ok() && !done) {
-      MutexLock lock(&steady_mu_);
-      steady_waits_[handle] = {owner, ticket};
-    }
+  if (cached && steady->Begin(found, bytes, input, &ticket)) {
+    // Kept until Release (the handle may be done already: Help then returns at once).
+    MutexLock lock(&steady_mu_);
+    steady_waits_spare_.Insert(&steady_waits_, handle, {owner, ticket});
     return handle;
   }
-  if (quiet) queue_.MarkFresh(TensorKeyOf(spec_copy));
-  AnnounceFresh();
+  if (quiet) {
+    Announce(found.id);
+  } else {
+    AnnounceFresh();
+  }
   return handle;
 }
 
 Status Engine::Release(int64_t handle) {
   {
     MutexLock lock(&steady_mu_);
-    steady_waits_.erase(handle);
+    auto it = steady_waits_.find(handle);
+    if (it != steady_waits_.end()) steady_waits_spare_.Extract(&steady_waits_, it).first.reset();
   }
   return handles_.Release(handle);
 }

@@ -7,7 +7,7 @@ namespace hora {
 int64_t HandleTable::Create() {
   MutexLock lock(&mu_);
   int64_t h = next_++;
-  entries_.emplace(h, Entry());
+  spare_.Insert(&entries_, h, Entry());
   return h;
 }
 
@@ -57,7 +57,11 @@ Status HandleTable::Wait(int64_t handle, std::chrono::duration<double> timeout) 
 
 Status HandleTable::Release(int64_t handle) {
   MutexLock lock(&mu_);
-  if (entries_.erase(handle) == 0) return NotFound(handle);
+  auto it = entries_.find(handle);
+  if (it == entries_.end()) return NotFound(handle);
+  Entry& e = spare_.Extract(&entries_, it);
+  e.status = Status::Ok();  // the spare node holds no result (device memory is freed here)
+  e.result = OpResult();
   return Status::Ok();
 }
 

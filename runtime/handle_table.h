@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "common/mutex.h"
+#include "common/node_cache.h"
 #include "common/status.h"
 
 namespace hora {
@@ -74,6 +75,7 @@ class HandleTable {
   CondVar cv_;
   int64_t next_ GUARDED_BY(mu_) = 1;
   std::unordered_map<int64_t, Entry> entries_ GUARDED_BY(mu_);
+  NodeCache<std::unordered_map<int64_t, Entry>> spare_ GUARDED_BY(mu_);  // no malloc per handle
 };
 
 }  // namespace hora

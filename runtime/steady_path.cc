@@ -67,34 +67,34 @@ SteadyPath::SteadyPath(int32_t process_set, std::vector<int> ranks,
 
 SteadyPath::~SteadyPath() { Stop(); }
 
-bool SteadyPath::Matches(const TensorSpec& spec) const {
+bool SteadyPath::Find(const TensorSpec& spec, Lookup* found) const {
   MutexLock lock(&mu_);
   auto it = by_name_.find(spec.name);
-  return it != by_name_.end() && entries_[it->second].spec == spec;
+  if (it == by_name_.end()) return false;
+  const Entry& entry = entries_[it->second];
+  *found = Lookup{it->second, entry.id, entry.spec == spec};
+  return true;
 }
 
-bool SteadyPath::Begin(const TensorSpec& spec, const void* input, Ticket* ticket) {
-  uint32_t e = 0, n = 0;
+bool SteadyPath::Begin(const Lookup& found, size_t bytes, const void* input, Ticket* ticket) {
+  const uint32_t e = found.entry;
+  uint32_t n = 0;
   {
     MutexLock lock(&mu_);
-    auto it = by_name_.find(spec.name);
-    if (it == by_name_.end()) return false;
-    e = it->second;
-    Entry& entry = entries_[e];
-    n = ++entry.instance;
-    if (entry.spec != spec || board_->joined()) {
+    n = ++entries_[e].instance;
+    if (!found.matches || board_->joined()) {
       ++stats_.slow;
       (void)board_->Refuse(e, n);
       return false;
     }
     ticket->deadline = Clock::now() + patience_;
-    pending_[e] = Pending{n, entry.id, ticket->deadline};
+    spare_.Insert(&pending_, e, Pending{n, found.id, ticket->deadline});
   }
   ticket->entry = e;
   ticket->instance = n;
   ticket->bell = board_->Bell();
-  const bool eager = board_->Eager(e, spec.ByteSize());
-  if (eager) board_->PutEager(e, n, input, spec.ByteSize());
+  const bool eager = board_->Eager(e, bytes);
+  if (eager) board_->PutEager(e, n, input, bytes);
   const SteadyBoard::Outcome o = board_->Offer(e, n, eager);
   if (o == SteadyBoard::Outcome::kFast) {
     // This member's offer was the last: the others' threads are waking for it now. Running
@@ -211,10 +211,11 @@ Clock::time_point SteadyPath::CheckPending() {
   return next;
 }
 
-std::map<uint32_t, SteadyPath::Pending>::iterator SteadyPath::Settle(
-    std::map<uint32_t, Pending>::iterator it) {
+SteadyPath::PendingMap::iterator SteadyPath::Settle(PendingMap::iterator it) {
   settled_[it->first].store(it->second.instance, std::memory_order_release);
-  return pending_.erase(it);
+  auto next = std::next(it);
+  (void)spare_.Extract(&pending_, it);
+  return next;
 }
 
 bool SteadyPath::Settled(const Ticket& ticket) const {
@@ -223,6 +224,9 @@ bool SteadyPath::Settled(const Ticket& ticket) const {
 }
 
 void SteadyPath::Help(const Ticket& ticket, Clock::time_point deadline) {
+  // Already ran (often inline in Begin, or in an earlier wait slice) or fell back: nothing to
+  // help with, and the helper count (a line the peers' appends read) stays untouched.
+  if (Settled(ticket)) return;
   board_->EnterHelp();
   // Refusals and withdrawals since the offer rang the bell; the patience ends at the
   // ticket's deadline (the set's thread checks the other pending instances).

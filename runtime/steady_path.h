@@ -43,6 +43,7 @@
 
 #include "collectives/communicator.h"
 #include "common/mutex.h"
+#include "common/node_cache.h"
 #include "common/status.h"
 #include "coordinator/messages.h"
 #include "runtime/bucket_executor.h"
@@ -82,9 +83,16 @@ class SteadyPath {
   SteadyPath(const SteadyPath&) = delete;
   SteadyPath& operator=(const SteadyPath&) = delete;
 
-  // True when `spec` names a cached entry with exactly this spec: the caller queues the
-  // request without announcing it, then calls Begin.
-  bool Matches(const TensorSpec& spec) const;
+  // Which cached entry a submission's name is, and whether its spec equals the entry's.
+  struct Lookup {
+    uint32_t entry = 0;
+    int32_t id = -1;  // this rank's tensor id for the name
+    bool matches = false;
+  };
+  // True when `spec` names a cached entry (*found says which): the caller queues the request
+  // (without announcing it when found->matches), then calls Begin. A name's entry does not
+  // change while it is in flight (Learn runs before its bucket's requests can finish).
+  bool Find(const TensorSpec& spec, Lookup* found) const;
   // Which instance of which entry a request on the steady path is.
   struct Ticket {
     uint32_t entry = 0;
@@ -92,12 +100,13 @@ class SteadyPath {
     uint32_t bell = 0;                               // the board's bell when it was offered
     std::chrono::steady_clock::time_point deadline;  // when its patience ends
   };
-  // After the request of `spec` was queued (for every name, cached or not): true when it
-  // takes the steady path or was already announced by the steady thread (the caller
-  // announces nothing; *ticket says which instance it is), false when the caller must
-  // announce it now.
-  // input: the request's input (an Eager instance's is copied onto the board here).
-  bool Begin(const TensorSpec& spec, const void* input, Ticket* ticket);
+  // After the request of a cached name was queued (every submission of it counts an
+  // instance): true when it takes the steady path or was already announced by the steady
+  // thread (the caller announces nothing; *ticket says which instance it is), false when
+  // the caller must announce it now (Host::announce(found.id)).
+  // bytes, input: the request's size and input (an Eager instance's is copied onto the
+  // board here).
+  bool Begin(const Lookup& found, size_t bytes, const void* input, Ticket* ticket);
   // A thread about to wait for the request of `ticket` helps instead: while the instance is
   // still waiting on the steady path (until `deadline`), it sleeps on the board and runs the
   // log itself when nobody else is driving, so the wake-up that ends its wait is the one
@@ -133,6 +142,7 @@ class SteadyPath {
     int32_t id = -1;
     std::chrono::steady_clock::time_point deadline;
   };
+  using PendingMap = std::map<uint32_t, Pending>;  // by entry
   void Loop();
   // Whether the log holds a slot this member has not run yet.
   bool Unread() const;
@@ -145,8 +155,7 @@ class SteadyPath {
   // r.output (no exchange on comm_).
   Status RunEager(uint32_t e, uint32_t n, const Request& r) REQUIRES(drive_mu_);
   // Takes *it out of pending_ (the instance ran, or fell back): Settled says so from then on.
-  std::map<uint32_t, Pending>::iterator Settle(std::map<uint32_t, Pending>::iterator it)
-      REQUIRES(mu_);
+  PendingMap::iterator Settle(PendingMap::iterator it) REQUIRES(mu_);
   // Whether the ticket's instance left pending_ (read without mu_).
   bool Settled(const Ticket& ticket) const;
   // Announces what fell back (refused by a peer, or past the patience). Returns when the
@@ -166,7 +175,8 @@ class SteadyPath {
   std::vector<Entry> entries_ GUARDED_BY(mu_);
   std::unordered_map<std::string, Learning> learning_ GUARDED_BY(mu_);
   bool learning_over_ GUARDED_BY(mu_) = false;
-  std::map<uint32_t, Pending> pending_ GUARDED_BY(mu_);  // by entry
+  PendingMap pending_ GUARDED_BY(mu_);
+  NodeCache<PendingMap> spare_ GUARDED_BY(mu_);  // no malloc per instance
   // By entry: the last instance taken out of pending_ (written under mu_).
   std::atomic<uint32_t> settled_[SteadyBoard::kMaxEntries] = {};
   SteadyStats stats_ GUARDED_BY(mu_);  // but fast: fast_

@@ -6,14 +6,24 @@ namespace hora {
 
 Status TensorQueue::Push(Request request, bool fresh) {
   MutexLock lock(&mu_);
-  TensorKey key = TensorKeyOf(request.spec);
-  if (in_flight_.count(key) != 0) {
-    return Status(Code::kAlreadyExists, "an operation named " + DescribeTensor(key) +
+  // The key goes into a spare node's key (its name's storage is reused: no allocation).
+  InFlight::node_type node = spare_.Take();
+  if (node.empty()) {
+    InFlight scratch;
+    node = scratch.extract(scratch.emplace(TensorKey(), Request()).first);
+  }
+  node.key().process_set = request.spec.process_set;
+  node.key().name.assign(request.spec.name);
+  if (in_flight_.count(node.key()) != 0) {
+    Status exists(Code::kAlreadyExists, "an operation named " + DescribeTensor(node.key()) +
                                             " is already in flight on this "
                                             "rank; wait for it before enqueueing the name again");
+    spare_.Keep(std::move(node));
+    return exists;
   }
-  if (fresh) fresh_.push_back(key);
-  in_flight_.emplace(std::move(key), std::move(request));
+  if (fresh) fresh_.push_back(node.key());
+  node.mapped() = std::move(request);
+  in_flight_.insert(std::move(node));
   return Status::Ok();
 }
 
@@ -35,9 +45,7 @@ std::optional<Request> TensorQueue::Take(const TensorKey& key) {
   MutexLock lock(&mu_);
   auto it = in_flight_.find(key);
   if (it == in_flight_.end()) return std::nullopt;
-  Request r = std::move(it->second);
-  in_flight_.erase(it);
-  return r;
+  return std::move(spare_.Extract(&in_flight_, it));
 }
 
 std::vector<Request> TensorQueue::TakeAll() {

@@ -18,6 +18,7 @@
 
 #include "collectives/device.h"
 #include "common/mutex.h"
+#include "common/node_cache.h"
 #include "common/status.h"
 #include "common/types.h"
 
@@ -55,7 +56,9 @@ class TensorQueue {
 
  private:
   mutable Mutex mu_;
-  std::unordered_map<TensorKey, Request, TensorKeyHash> in_flight_ GUARDED_BY(mu_);
+  using InFlight = std::unordered_map<TensorKey, Request, TensorKeyHash>;
+  InFlight in_flight_ GUARDED_BY(mu_);
+  NodeCache<InFlight> spare_ GUARDED_BY(mu_);  // no malloc per request
   std::vector<TensorKey> fresh_ GUARDED_BY(mu_);
 };
 

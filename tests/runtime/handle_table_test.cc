@@ -116,3 +116,63 @@ TEST_CASE("tensor queue: a request being announced cannot be taken meanwhile") {
   REQUIRE(in_fn.load());
   REQUIRE(taken.load());
 }
+
+TEST_CASE("tensor queue and handles: reused entries carry only the new request's contents") {
+  TensorQueue q;
+  HandleTable handles;
+  for (int i = 0; i < 200; ++i) {
+    Request r;
+    r.spec.name = "a gradient name longer than sixteen bytes " + std::to_string(i % 3);
+    r.spec.process_set = i % 2;
+    r.handle = handles.Create();
+    r.input = &q;
+    REQUIRE(q.Push(r, i % 4 == 0).ok());
+    REQUIRE(q.Push(r).code() == Code::kAlreadyExists);
+    int fresh = 0;
+    q.AnnounceFresh([&](const Request& x) {
+      REQUIRE(x.handle == r.handle);
+      ++fresh;
+    });
+    REQUIRE(fresh == (i % 4 == 0 ? 1 : 0));
+    auto taken = q.Take(TensorKeyOf(r.spec));
+    REQUIRE(taken.has_value());
+    REQUIRE(taken->handle == r.handle);
+    REQUIRE(taken->spec.name == r.spec.name);
+    REQUIRE(taken->spec.process_set == r.spec.process_set);
+    REQUIRE(q.size() == 0);
+    OpResult result;
+    result.shape = {i};
+    handles.Complete(r.handle, i % 5 == 0 ? Status(Code::kInternal, "failed") : Status::Ok(),
+                     result);
+    bool done = false;
+    REQUIRE(handles.Poll(r.handle, &done).ok());
+    REQUIRE(done);
+    if (i % 5 == 0) {
+      REQUIRE(handles.Wait(r.handle, std::chrono::seconds(1)).code() == Code::kInternal);
+    } else {
+      REQUIRE(handles
+                  .WithResult(r.handle,
+                              [&](const OpResult& got) {
+                                REQUIRE(got.shape == std::vector<int64_t>{i});
+                                return Status::Ok();
+                              })
+                  .ok());
+    }
+    REQUIRE(handles.Release(r.handle).ok());
+    REQUIRE(handles.Release(r.handle).code() == Code::kNotFound);
+  }
+  // A fresh handle after reuse starts pending, with no result of an earlier one.
+  const int64_t h = handles.Create();
+  bool done = true;
+  REQUIRE(handles.Poll(h, &done).ok());
+  REQUIRE_FALSE(done);
+  handles.Complete(h, Status::Ok());
+  REQUIRE(handles
+              .WithResult(h,
+                          [](const OpResult& got) {
+                            REQUIRE(got.shape.empty());
+                            return Status::Ok();
+                          })
+              .ok());
+  REQUIRE(handles.size() == 1);
+}
