@@ -320,8 +320,10 @@ Status Engine::Wait(int64_t handle, std::chrono::duration<double> timeout) {
             ? now + std::chrono::hours(24 * 365)
             : now + std::chrono::duration_cast<std::chrono::steady_clock::duration>(timeout);
     set->steady()->Help(ticket, deadline);
-    const auto left = std::chrono::duration<double>(deadline - std::chrono::steady_clock::now());
-    if (timeout.count() >= 0) timeout = std::max(left, std::chrono::duration<double>(0));
+    if (timeout.count() >= 0) {
+      const auto left = std::chrono::duration<double>(deadline - std::chrono::steady_clock::now());
+      timeout = std::max(left, std::chrono::duration<double>(0));
+    }
   }
   return handles_.Wait(handle, timeout);
 }
