@@ -100,7 +100,10 @@ static void name_in_flight(void) {
 
 static void released_while_pending(void) {
   int64_t shape[1] = {4};
-  float a[4] = {1, 1, 1, 1};
+  /* Static: rank 1 releases its handle, so it cannot learn when its copy is written, and
+   * rank 0's completion does not mean rank 1's plan has been delivered yet; the buffer must
+   * outlive this function (ThreadSanitizer caught the write into the next call's stack). */
+  static float a[4] = {1, 1, 1, 1};
   hora_tensor_t ta = vec(a, shape);
   hora_handle_t h = 0;
   int done = 0;
@@ -112,7 +115,7 @@ static void released_while_pending(void) {
     CHECK(hora_poll(h, &done) == HORA_ERR_NOT_FOUND);
     CHECK(hora_release(h) == HORA_ERR_NOT_FOUND);
     signal_peer('R');
-    await_peer('r'); /* rank 0's copy completed, so ours did too (a is ours to keep valid) */
+    await_peer('r'); /* rank 0's copy completed; ours follows when our plan arrives */
   } else {
     await_peer('R');
     CHECK(hora_allreduce_async("released", &ta, a, HORA_SUM, 1, 1, HORA_GLOBAL_PROCESS_SET, &h) ==
