@@ -99,6 +99,9 @@ class SteadyPath {
     uint32_t instance = 0;
     uint32_t bell = 0;                               // the board's bell when it was offered
     std::chrono::steady_clock::time_point deadline;  // when its patience ends
+    // When Begin returned, if it ran the instance (a long one takes a while); else unset:
+    // Begin returned at the offer (the deadline less the patience).
+    std::chrono::steady_clock::time_point returned;
   };
   // After the request of a cached name was queued (every submission of it counts an
   // instance): true when it takes the steady path or was already announced by the steady
@@ -179,6 +182,8 @@ class SteadyPath {
   NodeCache<PendingMap> spare_ GUARDED_BY(mu_);  // no malloc per instance
   // By entry: the last instance taken out of pending_ (written under mu_).
   std::atomic<uint32_t> settled_[SteadyBoard::kMaxEntries] = {};
+  // By entry: whether its caller waited promptly for its last instance (Help; Begin).
+  std::atomic<uint8_t> prompt_[SteadyBoard::kMaxEntries] = {};
   SteadyStats stats_ GUARDED_BY(mu_);  // but fast: fast_
   std::atomic<int64_t> fast_{0};
 
