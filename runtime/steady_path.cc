@@ -35,14 +35,14 @@ bool YieldForBell(const SteadyBoard& board, uint32_t bell, uint32_t* yielded,
   return board.Bell() != bell;
 }
 // The largest fast instance the enqueuing thread runs itself (Begin), unless its caller is
-// prompt: a caller that waited for the entry's last instance within kPromptWait of enqueueing
-// it (a blocking call, hora_allreduce or hvd.allreduce, is enqueue then wait) has every
-// instance run by the enqueuing thread, whatever its size, because handing it to the set's
+// prompt: a caller that waited for the entry's last instance within kPromptWait of the
+// enqueue's return (a blocking call, hora_allreduce or hvd.allreduce, is enqueue then wait) has
+// every instance run by the enqueuing thread, whatever its size, because handing it to the set's
 // thread costs two wake-ups (the set's thread, then the waiting caller, blocked on drive_mu_
 // meanwhile): 25-60 us each on a VM, 10-15 % of a 1 MiB allreduce (docs/benchmarks-steady.md).
 // A caller that overlaps (DistributedOptimizer's hooks wait at synchronize) is not prompt.
 constexpr size_t kInlineBytes = 64 << 10;
-constexpr auto kPromptWait = std::chrono::microseconds(100);
+constexpr auto kPromptWait = std::chrono::microseconds(500);
 // The set's thread sleeps lazily (SteadyBoard::Sleep): an append of an Eager instance does
 // not wake it, since no peer waits for this member to run one and this member's thread
 // waiting for it (Help) or polling (Progress) usually runs it first. Its sleep ends after
@@ -109,7 +109,10 @@ bool SteadyPath::Begin(const Lookup& found, size_t bytes, const void* input, Tic
     // ones, unless the caller is prompt: the caller of an async call that it overlaps should
     // not wait for a long transfer).
     if (prompt_[e].load(std::memory_order_relaxed) != 0 && drive_mu_.TryLock()) {
-      if (DriveLog(SIZE_MAX)) ticket->returned = Clock::now();
+      if (DriveLog(SIZE_MAX)) {
+        ticket->returned = Clock::now();
+        if (bytes > kInlineBytes) run_by_enqueue_.fetch_add(1, std::memory_order_relaxed);
+      }
       drive_mu_.Unlock();
     } else {
       (void)Progress();
@@ -180,6 +183,7 @@ SteadyStats SteadyPath::Stats() const {
   MutexLock lock(&mu_);
   SteadyStats stats = stats_;
   stats.fast = fast_.load(std::memory_order_relaxed);
+  stats.run_by_enqueue = run_by_enqueue_.load(std::memory_order_relaxed);
   return stats;
 }
 

@@ -57,6 +57,9 @@ struct SteadyStats {
   int64_t fast = 0;     // operations this rank ran on the steady path
   int64_t slow = 0;     // submissions of cached names that went the normal way
   int64_t entries = 0;  // names in the cache
+  // Fast instances above the inline size that the enqueuing thread ran (its caller waits
+  // promptly: runtime/steady_path.cc kPromptWait).
+  int64_t run_by_enqueue = 0;
 };
 
 class SteadyPath {
@@ -184,8 +187,9 @@ class SteadyPath {
   std::atomic<uint32_t> settled_[SteadyBoard::kMaxEntries] = {};
   // By entry: whether its caller waited promptly for its last instance (Help; Begin).
   std::atomic<uint8_t> prompt_[SteadyBoard::kMaxEntries] = {};
-  SteadyStats stats_ GUARDED_BY(mu_);  // but fast: fast_
+  SteadyStats stats_ GUARDED_BY(mu_);  // but fast and run_by_enqueue: the atomics below
   std::atomic<int64_t> fast_{0};
+  std::atomic<int64_t> run_by_enqueue_{0};
 
   // Whoever runs fast instances on comm_ holds drive_mu_: the set's thread, or an enqueuing
   // thread whose offer completed an instance (Begin).
