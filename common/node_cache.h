@@ -41,6 +41,13 @@ class NodeCache {
     spare_.pop_back();
     return node;
   }
+  // A spare node, or a new one holding a default key and value.
+  typename Map::node_type TakeOrMake() {
+    typename Map::node_type node = Take();
+    if (!node.empty()) return node;
+    Map scratch;
+    return scratch.extract(scratch.emplace(Key(), Value()).first);
+  }
   void Keep(typename Map::node_type node) {
     if (spare_.size() < kMaxSpare) spare_.push_back(std::move(node));
   }

@@ -100,6 +100,7 @@ bool SteadyPath::Begin(const Lookup& found, size_t bytes, const void* input, Tic
   ticket->entry = e;
   ticket->instance = n;
   ticket->bell = board_->Bell();
+  ticket->large = bytes > kInlineBytes;
   const bool eager = board_->Eager(e, bytes);
   if (eager) board_->PutEager(e, n, input, bytes);
   const SteadyBoard::Outcome o = board_->Offer(e, n, eager);
@@ -111,7 +112,7 @@ bool SteadyPath::Begin(const Lookup& found, size_t bytes, const void* input, Tic
     if (prompt_[e].load(std::memory_order_relaxed) != 0 && drive_mu_.TryLock()) {
       if (DriveLog(SIZE_MAX)) {
         ticket->returned = Clock::now();
-        if (bytes > kInlineBytes) run_by_enqueue_.fetch_add(1, std::memory_order_relaxed);
+        if (ticket->large) run_by_enqueue_.fetch_add(1, std::memory_order_relaxed);
       }
       drive_mu_.Unlock();
     } else {
@@ -241,12 +242,15 @@ bool SteadyPath::Settled(const Ticket& ticket) const {
 }
 
 void SteadyPath::Help(const Ticket& ticket, Clock::time_point deadline) {
-  // Whether the caller waits for this entry promptly (see kPromptWait) after Begin returned.
-  const Clock::time_point returned =
-      ticket.returned != Clock::time_point() ? ticket.returned : ticket.deadline - patience_;
-  const bool prompt = Clock::now() - returned <= kPromptWait;
-  if ((prompt_[ticket.entry].load(std::memory_order_relaxed) != 0) != prompt) {
-    prompt_[ticket.entry].store(prompt ? 1 : 0, std::memory_order_relaxed);
+  // Whether the caller waits for this entry promptly (see kPromptWait) after Begin returned;
+  // only large instances ask (small ones run inline anyway): no clock read per small wait.
+  if (ticket.large) {
+    const Clock::time_point returned =
+        ticket.returned != Clock::time_point() ? ticket.returned : ticket.deadline - patience_;
+    const bool prompt = Clock::now() - returned <= kPromptWait;
+    if ((prompt_[ticket.entry].load(std::memory_order_relaxed) != 0) != prompt) {
+      prompt_[ticket.entry].store(prompt ? 1 : 0, std::memory_order_relaxed);
+    }
   }
   // Already ran (often inline in Begin, or in an earlier wait slice) or fell back: nothing to
   // help with, and the helper count (a line the peers' appends read) stays untouched.

@@ -102,6 +102,8 @@ class SteadyPath {
     uint32_t instance = 0;
     uint32_t bell = 0;                               // the board's bell when it was offered
     std::chrono::steady_clock::time_point deadline;  // when its patience ends
+    // Larger than the inline size: whether its caller is prompt matters (Help records it).
+    bool large = false;
     // When Begin returned, if it ran the instance (a long one takes a while); else unset:
     // Begin returned at the offer (the deadline less the patience).
     std::chrono::steady_clock::time_point returned;

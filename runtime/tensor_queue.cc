@@ -7,11 +7,7 @@ namespace hora {
 Status TensorQueue::Push(Request request, bool fresh) {
   MutexLock lock(&mu_);
   // The key goes into a spare node's key (its name's storage is reused: no allocation).
-  InFlight::node_type node = spare_.Take();
-  if (node.empty()) {
-    InFlight scratch;
-    node = scratch.extract(scratch.emplace(TensorKey(), Request()).first);
-  }
+  InFlight::node_type node = spare_.TakeOrMake();
   node.key().process_set = request.spec.process_set;
   node.key().name.assign(request.spec.name);
   if (in_flight_.count(node.key()) != 0) {

@@ -1,0 +1,39 @@
+// Helpers of the steady path's tests (steady_test.cc, steady_prompt_test.cc): engines as
+// threads on one "host" (shm), with a bound on every wait.
+#ifndef HORA_TESTS_RUNTIME_STEADY_HARNESS_H_
+#define HORA_TESTS_RUNTIME_STEADY_HARNESS_H_
+
+#include <catch2/catch.hpp>
+#include <chrono>
+#include <string>
+#include <vector>
+
+#include "runtime/options.h"
+#include "tests/harness/hang_bound.h"
+
+namespace hora {
+namespace testing {
+
+// The bound of one wait (scaled for sanitizers by HangBound).
+inline std::chrono::duration<double> WaitBound() {
+  return std::chrono::duration<double>(HangBound(std::chrono::milliseconds(20000)));
+}
+
+// Every rank's body returned "" (each failure reported with its rank).
+inline void CheckEveryRank(const std::vector<std::string>& errors) {
+  for (size_t r = 0; r < errors.size(); ++r) {
+    INFO("rank " << r << ": " << errors[r]);
+    CHECK(errors[r].empty());
+  }
+}
+
+inline void OneHost(Options* o, const std::string& steady) {
+  o->hostname = "steadyhost";  // every rank on one host: shm
+  o->fusion_threshold_bytes = 0;
+  o->steady = steady;
+}
+
+}  // namespace testing
+}  // namespace hora
+
+#endif  // HORA_TESTS_RUNTIME_STEADY_HARNESS_H_
