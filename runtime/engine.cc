@@ -133,7 +133,7 @@ Status Engine::Shutdown() {
     MutexLock lock(&sets_mu_);
     sets.swap(sets_);
   }
-  const Status aborted = Aborted("Hora was shut down while the operation was pending");
+  const Status aborted = ShutDownStatus();
   // A healthy job's communicators are not aborted: a backend may record an abort for every
   // member (shm does), and a peer still finishing the last collective would fail with it.
   const bool broken = !AsyncError().ok();
@@ -174,6 +174,10 @@ void Engine::SetError(Status status) {
     HORA_LOG_ERROR("job failed: {}", error_.message());
   }
   cv_.NotifyAll();
+}
+
+Status Engine::ShutDownStatus() {
+  return Aborted("Hora was shut down while the operation was pending");
 }
 
 void Engine::FailEverything(const Status& status) {

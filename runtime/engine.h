@@ -157,6 +157,8 @@ class Engine : private ProcessSetRuntime::Host {
   void LearnSteady(SteadyPath* steady, const BucketPlan& bucket);
   void SetError(Status status);
   void FailEverything(const Status& status);
+  // What a pending operation fails with at Shutdown.
+  static Status ShutDownStatus();
   // The name, the collective and the process set: errors here are this rank's alone. On
   // success *set (if given) is the spec's process set.
   Status ValidateIdentity(const TensorSpec& spec,
@@ -189,14 +191,18 @@ class Engine : private ProcessSetRuntime::Host {
   // ProcessSetRuntime::Host
   std::optional<Request> TakeRequest(int32_t id) override;
   void Complete(int64_t handle, Status status, OpResult result) override;
-  Status JobError() override { return AsyncError(); }
+  void Complete(int64_t handle, Status status) override { handles_.Complete(handle, std::move(status)); }
+  Status JobError() override {
+    return halted_.load(std::memory_order_acquire) ? AsyncError() : Status::Ok();
+  }
   Status BucketFailed(const Status& status) override;
   // The set's communicator for CUDA tensors, chosen by HORA_GPU_OPERATIONS.
   StatusOr<std::unique_ptr<Communicator>> CreateDeviceCommunicator(int32_t set,
                                                                    const std::vector<int>& ranks,
                                                                    int set_rank, Device device,
                                                                    int index, int ordinal) override;
-  void Announce(int32_t id) override;
+  void GiveBack(Request request, bool announce) override;
+  bool Queued(const TensorSpec& spec) override;
 
   // Constant after Init.
   const Options options_;

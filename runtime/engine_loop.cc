@@ -147,12 +147,23 @@ void Engine::LearnSteady(SteadyPath* steady, const BucketPlan& bucket) {
   steady->Learn(bucket, pointers);
 }
 
-void Engine::Announce(int32_t id) {
-  std::optional<TensorKey> key = KeyOfId(id);
-  if (!key) return;
-  queue_.MarkFresh(*key);
-  AnnounceFresh();
+void Engine::GiveBack(Request request, bool announce) {
+  const int64_t handle = request.handle;
+  const TensorKey key = TensorKeyOf(request.spec);
+  if (Status s = queue_.Push(std::move(request), announce); !s.ok()) {
+    handles_.Complete(handle, s);  // the steady path checked the name: not expected
+    return;
+  }
+  if (announce) AnnounceFresh();
+  // FailEverything (a job error, Shutdown) may have passed the queue before the push: what
+  // is still there fails here.
+  if (halted_.load(std::memory_order_seq_cst)) {
+    Status error = AsyncError();
+    if (auto r = queue_.Take(key)) handles_.Complete(r->handle, error.ok() ? ShutDownStatus() : error);
+  }
 }
+
+bool Engine::Queued(const TensorSpec& spec) { return queue_.Contains(TensorKeyOf(spec)); }
 
 void Engine::CompleteInline(const BucketPlan& bucket, int set_size) {
   const Postscale post = FinalPostscale(bucket.op, bucket.postscale, set_size);
@@ -264,28 +275,29 @@ StatusOr<int64_t> Engine::EnqueueIn(const std::shared_ptr<ProcessSetRuntime>& ow
   SteadyPath* steady = set.steady();
   SteadyPath::Lookup found;
   const bool cached = steady != nullptr && steady->Find(r.spec, &found);
-  const bool quiet = cached && found.matches;
-  const size_t bytes = r.spec.ByteSize();
-  Status s = queue_.Push(std::move(r), !quiet);
+  Status s;
+  if (cached && found.matches) {
+    // The steady path holds the request (runs it, or hands it back to the queue).
+    SteadyPath::Ticket ticket;
+    s = steady->Begin(found, &r, &ticket);
+    if (s.ok() && ticket.offered) {
+      // Kept until Release (the handle may be done already: Help then returns at once).
+      MutexLock lock(&steady_mu_);
+      steady_waits_spare_.Insert(&steady_waits_, handle, {owner, ticket});
+    }
+  } else if (cached && found.held) {
+    s = InFlightError(TensorKeyOf(r.spec));
+  } else {
+    s = queue_.Push(std::move(r));
+    // A cached name always counts an instance: a spec that differs is refused.
+    if (s.ok() && cached) steady->Refuse(found);
+    if (s.ok()) AnnounceFresh();
+  }
   if (!s.ok()) {
     // The handle was created above and never handed out, so Release cannot fail (its only
-    // error is an unknown handle); the caller needs the queue's refusal, not that.
+    // error is an unknown handle); the caller needs the refusal, not that.
     (void)handles_.Release(handle);
     return s;
-  }
-  // A cached name always goes through Begin (it counts the instance); what it does not take
-  // is announced now.
-  SteadyPath::Ticket ticket;
-  if (cached && steady->Begin(found, bytes, input, &ticket)) {
-    // Kept until Release (the handle may be done already: Help then returns at once).
-    MutexLock lock(&steady_mu_);
-    steady_waits_spare_.Insert(&steady_waits_, handle, {owner, ticket});
-    return handle;
-  }
-  if (quiet) {
-    Announce(found.id);
-  } else {
-    AnnounceFresh();
   }
   return handle;
 }
@@ -314,13 +326,14 @@ Status Engine::Wait(int64_t handle, std::chrono::duration<double> timeout) {
   }
   // Help returns at once for an instance that already ran or fell back (and at an abort).
   if (set != nullptr && set->steady() != nullptr) {
-    const auto now = std::chrono::steady_clock::now();
+    // No clock read for a wait without a timeout (hora_wait(h, -1), the blocking calls).
+    const bool forever = timeout.count() < 0 || timeout.count() > 1e6;
     const auto deadline =
-        timeout.count() < 0 || timeout.count() > 1e6
-            ? now + std::chrono::hours(24 * 365)
-            : now + std::chrono::duration_cast<std::chrono::steady_clock::duration>(timeout);
+        forever ? std::chrono::steady_clock::time_point::max()
+                : std::chrono::steady_clock::now() +
+                      std::chrono::duration_cast<std::chrono::steady_clock::duration>(timeout);
     set->steady()->Help(ticket, deadline);
-    if (timeout.count() >= 0) {
+    if (!forever) {
       const auto left = std::chrono::duration<double>(deadline - std::chrono::steady_clock::now());
       timeout = std::max(left, std::chrono::duration<double>(0));
     }

@@ -11,6 +11,17 @@ int64_t HandleTable::Create() {
   return h;
 }
 
+void HandleTable::Complete(int64_t handle, Status status) {
+  {
+    MutexLock lock(&mu_);
+    auto it = entries_.find(handle);
+    if (it == entries_.end() || it->second.done) return;
+    it->second.done = true;
+    it->second.status = std::move(status);
+  }
+  cv_.NotifyAll();
+}
+
 void HandleTable::Complete(int64_t handle, Status status, OpResult result) {
   {
     MutexLock lock(&mu_);

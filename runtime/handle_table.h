@@ -41,7 +41,8 @@ class HandleTable {
 
   int64_t Create();
   // Completes a pending handle; a handle already done or released is left alone.
-  void Complete(int64_t handle, Status status, OpResult result = OpResult());
+  void Complete(int64_t handle, Status status, OpResult result);
+  void Complete(int64_t handle, Status status);  // no result (the entry's stays empty)
 
   // NOT_FOUND for unknown or released handles.
   Status Poll(int64_t handle, bool* done);

@@ -42,11 +42,12 @@ void ProcessSetRuntime::Start(std::unique_ptr<Communicator> cpu,
     SteadyPath::Host h;
     h.take = [this](int32_t id) { return host_->TakeRequest(id); };
     h.complete = [this](int64_t handle, Status status) {
-      host_->Complete(handle, std::move(status), OpResult());
+      host_->Complete(handle, std::move(status));
     };
     h.job_error = [this] { return host_->JobError(); };
     h.bucket_failed = [this](const Status& s) { return host_->BucketFailed(s); };
-    h.announce = [this](int32_t id) { host_->Announce(id); };
+    h.give_back = [this](Request r, bool announce) { host_->GiveBack(std::move(r), announce); };
+    h.queued = [this](const TensorSpec& spec) { return host_->Queued(spec); };
     steady_ = std::make_unique<SteadyPath>(id_, ranks_, std::move(steady), std::move(h), patience,
                                            timeline_);
   }

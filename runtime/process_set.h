@@ -54,6 +54,7 @@ class ProcessSetRuntime {
     // The request this rank announced with tensor id `id`, taken out of the queue.
     virtual std::optional<Request> TakeRequest(int32_t id) = 0;
     virtual void Complete(int64_t handle, Status status, OpResult result) = 0;
+    virtual void Complete(int64_t handle, Status status) = 0;  // no result
     // OK while the job is healthy, else the sticky error.
     virtual Status JobError() = 0;
     // A bucket failed with `status` while the job looked healthy. Returns the error its
@@ -70,9 +71,11 @@ class ProcessSetRuntime {
       return FailedPrecondition(std::string("no ") + (device == Device::kCuda ? "CUDA" : "device") +
                                 " communicator in this runtime");
     }
-    // The queued request of tensor id `id` fell back from the steady path: announce it to
-    // the coordinator.
-    virtual void Announce(int32_t id) = 0;
+    // A request the steady path held goes to the queue: announced to the coordinator (it
+    // fell back), or not (the steady path stopped: the engine fails what the queue holds).
+    virtual void GiveBack(Request request, bool announce) = 0;
+    // Whether a request named as `spec` is in the queue.
+    virtual bool Queued(const TensorSpec& spec) = 0;
   };
 
   // ranks: the members (global ranks, sorted); global_rank: this process's rank in the job.

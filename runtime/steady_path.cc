@@ -79,28 +79,54 @@ bool SteadyPath::Find(const TensorSpec& spec, Lookup* found) const {
   auto it = by_name_.find(spec.name);
   if (it == by_name_.end()) return false;
   const Entry& entry = entries_[it->second];
-  *found = Lookup{it->second, entry.id, entry.spec == spec};
+  *found = Lookup{it->second, entry.id, entry.spec == spec, pending_.count(it->second) != 0};
   return true;
 }
 
-bool SteadyPath::Begin(const Lookup& found, size_t bytes, const void* input, Ticket* ticket) {
+void SteadyPath::Refuse(const Lookup& found) {
+  MutexLock lock(&mu_);
+  ++stats_.slow;
+  (void)board_->Refuse(found.entry, ++entries_[found.entry].instance);
+}
+
+Status SteadyPath::Begin(const Lookup& found, Request* request, Ticket* ticket) {
   const uint32_t e = found.entry;
+  const size_t bytes = request->spec.ByteSize();
+  const void* input = request->input;
   uint32_t n = 0;
+  bool offer = true;
   {
     MutexLock lock(&mu_);
-    n = ++entries_[e].instance;
-    if (!found.matches || board_->joined()) {
+    Entry& entry = entries_[e];
+    // What the engine's queue refuses (TensorQueue::Push), for what is held here.
+    if (pending_.count(e) != 0 || (entry.fell_back && host_.queued(request->spec))) {
+      return InFlightError(TensorKeyOf(request->spec));
+    }
+    if (aborted_.load() || stop_.load()) {
+      Status job = host_.job_error();
+      return job.ok() ? Aborted("Hora is shutting down") : job;
+    }
+    n = ++entry.instance;
+    if (board_->joined()) {
       ++stats_.slow;
       (void)board_->Refuse(e, n);
-      return false;
+      entry.fell_back = true;
+      offer = false;
+    } else {
+      ticket->deadline = Clock::now() + patience_;
+      spare_.Insert(&pending_, e, Pending{n, found.id, ticket->deadline, std::move(*request)});
+      held_.store(static_cast<int>(pending_.size()), std::memory_order_relaxed);
     }
-    ticket->deadline = Clock::now() + patience_;
-    spare_.Insert(&pending_, e, Pending{n, found.id, ticket->deadline});
+  }
+  if (!offer) {  // the normal way
+    host_.give_back(std::move(*request), true);
+    return Status::Ok();
   }
   ticket->entry = e;
   ticket->instance = n;
   ticket->bell = board_->Bell();
   ticket->large = bytes > kInlineBytes;
+  ticket->offered = true;
   const bool eager = board_->Eager(e, bytes);
   if (eager) board_->PutEager(e, n, input, bytes);
   const SteadyBoard::Outcome o = board_->Offer(e, n, eager);
@@ -122,13 +148,19 @@ bool SteadyPath::Begin(const Lookup& found, size_t bytes, const void* input, Tic
     // (too large to run inline, or behind the thread that holds drive_mu_).
     if (Unread()) board_->WakeOwn();
   }
-  if (o != SteadyBoard::Outcome::kSlow) return true;
-  MutexLock lock(&mu_);
-  auto it = pending_.find(e);
-  if (it == pending_.end() || it->second.instance != n) return true;  // the thread announced it
-  Settle(it);
-  ++stats_.slow;
-  return false;
+  if (o != SteadyBoard::Outcome::kSlow) return Status::Ok();
+  Request back;
+  {
+    MutexLock lock(&mu_);
+    auto it = pending_.find(e);
+    if (it == pending_.end() || it->second.instance != n) return Status::Ok();  // handed back
+    back = std::move(it->second.request);
+    entries_[e].fell_back = true;
+    Settle(it);
+    ++stats_.slow;
+  }
+  host_.give_back(std::move(back), true);
+  return Status::Ok();
 }
 
 bool SteadyPath::Unread() const {
@@ -194,16 +226,18 @@ void SteadyPath::Abort(const Status& reason) {
   aborted_.store(true, std::memory_order_seq_cst);  // helpers leave (the job's error fails them)
   comm_->Abort(reason);
   board_->WakeOwn();
+  GiveBackHeld();
 }
 
 void SteadyPath::Stop() {
   stop_.store(true);
   if (board_) board_->WakeOwn();
   if (thread_.joinable()) thread_.join();
+  if (board_) GiveBackHeld();
 }
 
 Clock::time_point SteadyPath::CheckPending() {
-  std::vector<int32_t> announce;
+  std::vector<Request> back;
   Clock::time_point next = Clock::now() + kMaxSleep;
   {
     MutexLock lock(&mu_);
@@ -216,7 +250,8 @@ Clock::time_point SteadyPath::CheckPending() {
         o = board_->Withdraw(it->first, p.instance, unread);  // kSlow, or kFast if too late
       }
       if (o == SteadyBoard::Outcome::kSlow) {
-        announce.push_back(p.id);
+        back.push_back(std::move(it->second.request));
+        entries_[it->first].fell_back = true;
         ++stats_.slow;
         it = Settle(it);
         continue;
@@ -225,14 +260,28 @@ Clock::time_point SteadyPath::CheckPending() {
       ++it;
     }
   }
-  for (int32_t id : announce) host_.announce(id);
+  for (Request& r : back) host_.give_back(std::move(r), true);
   return next;
+}
+
+void SteadyPath::GiveBackHeld() {
+  std::vector<Request> back;
+  {
+    MutexLock lock(&mu_);
+    for (auto it = pending_.begin(); it != pending_.end();) {
+      back.push_back(std::move(it->second.request));
+      entries_[it->first].fell_back = true;
+      it = Settle(it);
+    }
+  }
+  for (Request& r : back) host_.give_back(std::move(r), false);
 }
 
 SteadyPath::PendingMap::iterator SteadyPath::Settle(PendingMap::iterator it) {
   settled_[it->first].store(it->second.instance, std::memory_order_release);
   auto next = std::next(it);
   (void)spare_.Extract(&pending_, it);
+  held_.store(static_cast<int>(pending_.size()), std::memory_order_relaxed);
   return next;
 }
 
@@ -294,6 +343,7 @@ bool SteadyPath::DriveLog(size_t max_bytes) {
   int last = -1;
   while (board_->LogAt(cursor_, &e, &last)) {
     Pending claimed;
+    bool held = false;
     {
       // The instance leaves pending_ before the cursor passes its slot, both under mu_:
       // CheckPending, which looks for an unread slot of an instance that was passed on the
@@ -303,14 +353,17 @@ bool SteadyPath::DriveLog(size_t max_bytes) {
       if (max_bytes != SIZE_MAX && entry.spec.ByteSize() > max_bytes) break;
       auto it = pending_.find(e);
       if (it != pending_.end()) {
-        claimed = it->second;
+        claimed = std::move(it->second);
+        held = true;
         Settle(it);
       } else {
-        claimed = Pending{entry.instance, entry.id, Clock::now() + patience_};
+        claimed.instance = entry.instance;
+        claimed.id = entry.id;
+        claimed.deadline = Clock::now() + patience_;
       }
       ++cursor_;
     }
-    Run(e, claimed, last);
+    Run(e, &claimed, held, last);
     ran = true;
   }
   return ran;
@@ -343,8 +396,11 @@ void SteadyPath::Loop() {
     }
     if (Unread() && board_->helpers() == 0) continue;
     // With a helper on this member the log is its business: no yielding here (the core goes
-    // to a thread that has something to do), and appends do not wake this thread.
-    if (board_->helpers() == 0 && YieldForBell(*board_, bell, &yielded_bell, now + kYield)) {
+    // to a thread that has something to do), and appends do not wake this thread. Nor with
+    // nothing offered by this member: the log holds only what every member offered (a job
+    // that never waits, one rank, kept this thread yielding on every operation's bell).
+    if (board_->helpers() == 0 && held_.load(std::memory_order_relaxed) > 0 &&
+        YieldForBell(*board_, bell, &yielded_bell, now + kYield)) {
       continue;
     }
     const auto wait = std::chrono::duration_cast<std::chrono::microseconds>(
@@ -355,11 +411,15 @@ void SteadyPath::Loop() {
   }
 }
 
-void SteadyPath::Run(uint32_t e, const Pending& claimed, int last_member) {
-  const Clock::time_point offered = claimed.deadline - patience_;
-  const uint32_t instance = claimed.instance;
-  std::optional<Request> r = host_.take(claimed.id);
-  if (!r) return;  // failed meanwhile with the job's error
+void SteadyPath::Run(uint32_t e, Pending* claimed, bool held, int last_member) {
+  const Clock::time_point offered = claimed->deadline - patience_;
+  const uint32_t instance = claimed->instance;
+  std::optional<Request> taken;
+  if (!held) {
+    taken = host_.take(claimed->id);
+    if (!taken) return;  // failed meanwhile with the job's error
+  }
+  const Request* r = held ? &claimed->request : &*taken;
   std::unique_ptr<TimelineBucket> trace;
   if (timeline_ != nullptr && timeline_->on()) {
     trace = std::make_unique<TimelineBucket>();
@@ -392,10 +452,10 @@ void SteadyPath::Run(uint32_t e, const Pending& claimed, int last_member) {
     plan.prescale = r->spec.prescale;
     plan.postscale = r->spec.postscale;
     BucketPlan::Entry pe;
-    pe.id = claimed.id;
+    pe.id = claimed->id;
     pe.num_elements = r->spec.NumElements();
     plan.entries.push_back(pe);
-    std::vector<const Request*> requests{&*r};
+    std::vector<const Request*> requests{r};
     std::vector<OpResult> results;
     status =
         executor_.Start(plan, requests, &results, &finish, trace ? &trace->collective_us : nullptr);

@@ -11,14 +11,16 @@
 // joined ends learning for the set for good (the joined member cannot tell which names it
 // held).
 //
-// Submission (Begin, on the enqueuing thread, after the request was queued): for a cached
-// name, instance n (the n-th submission since it was cached) is offered on the board
-// (runtime/steady_board.h) when the spec equals the entry's, else refused. The request is
-// not announced to the coordinator unless its instance turns out slow: refused by some
-// member, or not offered by every member within the patience (the member that waited
-// withdraws it). A slow instance is announced and runs the normal way on every member, so
-// the coordinator sees every member's submission and reports a mismatch or a stall exactly
-// as without the steady path.
+// Submission (Begin, on the enqueuing thread): for a cached name, instance n (the n-th
+// submission since it was cached) is offered on the board (runtime/steady_board.h) when the
+// spec equals the entry's, else refused (the request was queued and is announced as usual).
+// An offered request is held here, not in the engine's queue, and not announced to the
+// coordinator unless its instance turns out slow: refused by some member, or not offered by
+// every member within the patience (the member that waited withdraws it). A slow instance is
+// handed back to the engine (Host::give_back: queued and announced) and runs the normal way
+// on every member, so the coordinator sees every member's submission and reports a mismatch
+// or a stall exactly as without the steady path. What is held at Abort or Stop is handed
+// back unannounced: the engine fails it with the job's error or the shutdown's.
 //
 // Execution: one thread per set reads the board's log and runs each fast instance in log
 // order on the set's steady communicator (a second communicator of the same backend, so the
@@ -72,8 +74,11 @@ class SteadyPath {
     std::function<void(int64_t handle, Status status)> complete;
     std::function<Status()> job_error;
     std::function<Status(const Status&)> bucket_failed;
-    // Announce the queued request of tensor id `id` to the coordinator (it fell back).
-    std::function<void(int32_t id)> announce;
+    // A request held here goes back to the engine's queue: announced to the coordinator (it
+    // fell back), or not (Abort, Stop: the engine fails what its queue holds).
+    std::function<void(Request request, bool announce)> give_back;
+    // Whether a request of this name is in the engine's queue (a fallen-back instance).
+    std::function<bool(const TensorSpec& spec)> queued;
   };
 
   // comm: the set's steady communicator (its SharedBoard holds the board); ranks: the
@@ -91,10 +96,12 @@ class SteadyPath {
     uint32_t entry = 0;
     int32_t id = -1;  // this rank's tensor id for the name
     bool matches = false;
+    bool held = false;  // an instance of the name is held here (in flight)
   };
-  // True when `spec` names a cached entry (*found says which): the caller queues the request
-  // (without announcing it when found->matches), then calls Begin. A name's entry does not
-  // change while it is in flight (Learn runs before its bucket's requests can finish).
+  // True when `spec` names a cached entry (*found says which). When found->matches the
+  // caller hands the request to Begin; otherwise it queues it, calls Refuse and announces
+  // it. A name's entry does not change while it is in flight (Learn runs before its
+  // bucket's requests can finish).
   bool Find(const TensorSpec& spec, Lookup* found) const;
   // Which instance of which entry a request on the steady path is.
   struct Ticket {
@@ -107,14 +114,16 @@ class SteadyPath {
     // When Begin returned, if it ran the instance (a long one takes a while); else unset:
     // Begin returned at the offer (the deadline less the patience).
     std::chrono::steady_clock::time_point returned;
+    bool offered = false;  // else there is nothing to help with (Help returns at once)
   };
-  // After the request of a cached name was queued (every submission of it counts an
-  // instance): true when it takes the steady path or was already announced by the steady
-  // thread (the caller announces nothing; *ticket says which instance it is), false when
-  // the caller must announce it now (Host::announce(found.id)).
-  // bytes, input: the request's size and input (an Eager instance's is copied onto the
-  // board here).
-  bool Begin(const Lookup& found, size_t bytes, const void* input, Ticket* ticket);
+  // Every submission of a cached name counts an instance. A matching one (Begin) takes
+  // *request (moved from) and offers it: it runs here, or falls back (handed back and
+  // announced). OK (ticket->offered: it was offered, *ticket says which instance it is), or,
+  // with *request untouched, ALREADY_EXISTS (the name is in flight) or the job's error.
+  Status Begin(const Lookup& found, Request* request, Ticket* ticket);
+  // A submission whose spec differs from the entry's (the caller queued it): its instance
+  // is refused on the board.
+  void Refuse(const Lookup& found);
   // A thread about to wait for the request of `ticket` helps instead: while the instance is
   // still waiting on the steady path (until `deadline`), it sleeps on the board and runs the
   // log itself when nobody else is driving, so the wake-up that ends its wait is the one
@@ -140,6 +149,7 @@ class SteadyPath {
     TensorSpec spec;
     int32_t id = -1;        // this rank's tensor id for the name
     uint32_t instance = 0;  // submissions since the name was cached
+    bool fell_back = false;  // an instance fell back since (Begin then asks Host::queued)
   };
   struct Learning {
     TensorSpec spec;
@@ -149,6 +159,7 @@ class SteadyPath {
     uint32_t instance = 0;
     int32_t id = -1;
     std::chrono::steady_clock::time_point deadline;
+    Request request;  // held until it runs or falls back
   };
   using PendingMap = std::map<uint32_t, Pending>;  // by entry
   void Loop();
@@ -157,8 +168,9 @@ class SteadyPath {
   // Under drive_mu_: runs the log's fast instances from cursor_ on, in order, while the next
   // one is at most max_bytes. True if it ran any.
   bool DriveLog(size_t max_bytes) REQUIRES(drive_mu_);
-  // Runs instance `claimed` of entry e (taken from pending_ by DriveLog).
-  void Run(uint32_t e, const Pending& claimed, int last_member) REQUIRES(drive_mu_);
+  // Runs instance `claimed` of entry e (taken from pending_ by DriveLog; its request, or,
+  // when held is false, the queue's).
+  void Run(uint32_t e, Pending* claimed, bool held, int last_member) REQUIRES(drive_mu_);
   // Instance n of an Eager entry e: reduces every member's input from the board into
   // r.output (no exchange on comm_).
   Status RunEager(uint32_t e, uint32_t n, const Request& r) REQUIRES(drive_mu_);
@@ -166,9 +178,11 @@ class SteadyPath {
   PendingMap::iterator Settle(PendingMap::iterator it) REQUIRES(mu_);
   // Whether the ticket's instance left pending_ (read without mu_).
   bool Settled(const Ticket& ticket) const;
-  // Announces what fell back (refused by a peer, or past the patience). Returns when the
-  // earliest deadline of what is still pending comes.
+  // Hands back (announced) what fell back: refused by a peer, or past the patience. Returns
+  // when the earliest deadline of what is still pending comes.
   std::chrono::steady_clock::time_point CheckPending();
+  // Abort, Stop: hands back, unannounced, every request still held.
+  void GiveBackHeld();
 
   const int32_t process_set_;
   const std::vector<int> ranks_;
@@ -184,6 +198,7 @@ class SteadyPath {
   std::unordered_map<std::string, Learning> learning_ GUARDED_BY(mu_);
   bool learning_over_ GUARDED_BY(mu_) = false;
   PendingMap pending_ GUARDED_BY(mu_);
+  std::atomic<int> held_{0};  // pending_.size() (written under mu_)
   NodeCache<PendingMap> spare_ GUARDED_BY(mu_);  // no malloc per instance
   // By entry: the last instance taken out of pending_ (written under mu_).
   std::atomic<uint32_t> settled_[SteadyBoard::kMaxEntries] = {};

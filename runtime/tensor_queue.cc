@@ -4,6 +4,12 @@
 
 namespace hora {
 
+Status InFlightError(const TensorKey& key) {
+  return Status(Code::kAlreadyExists, "an operation named " + DescribeTensor(key) +
+                                          " is already in flight on this rank; wait for it "
+                                          "before enqueueing the name again");
+}
+
 Status TensorQueue::Push(Request request, bool fresh) {
   MutexLock lock(&mu_);
   // The key goes into a spare node's key (its name's storage is reused: no allocation).
@@ -11,9 +17,7 @@ Status TensorQueue::Push(Request request, bool fresh) {
   node.key().process_set = request.spec.process_set;
   node.key().name.assign(request.spec.name);
   if (in_flight_.count(node.key()) != 0) {
-    Status exists(Code::kAlreadyExists, "an operation named " + DescribeTensor(node.key()) +
-                                            " is already in flight on this "
-                                            "rank; wait for it before enqueueing the name again");
+    Status exists = InFlightError(node.key());
     spare_.Keep(std::move(node));
     return exists;
   }
@@ -35,6 +39,11 @@ void TensorQueue::AnnounceFresh(const std::function<void(const Request&)>& fn) {
     if (it != in_flight_.end()) fn(it->second);
   }
   fresh_.clear();
+}
+
+bool TensorQueue::Contains(const TensorKey& key) const {
+  MutexLock lock(&mu_);
+  return in_flight_.count(key) != 0;
 }
 
 std::optional<Request> TensorQueue::Take(const TensorKey& key) {

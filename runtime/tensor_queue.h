@@ -35,6 +35,9 @@ struct Request {
   std::shared_ptr<DeviceEvent> ready;
 };
 
+// ALREADY_EXISTS: an operation with this key is in flight on this rank.
+Status InFlightError(const TensorKey& key);
+
 class TensorQueue {
  public:
   // ALREADY_EXISTS when a request with the same (process set, name) is in flight. A request
@@ -47,6 +50,7 @@ class TensorQueue {
   // lock: a request cannot be taken (completed, its buffers released by the caller) while
   // fn reads it. fn must not call back into the queue.
   void AnnounceFresh(const std::function<void(const Request&)>& fn);
+  bool Contains(const TensorKey& key) const;
   // Removes and returns the request with this key; nullopt if none.
   std::optional<Request> Take(const TensorKey& key);
   // Removes and returns every request (shutdown, sticky error) or those of one process set.
