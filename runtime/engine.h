@@ -191,7 +191,9 @@ class Engine : private ProcessSetRuntime::Host {
   // ProcessSetRuntime::Host
   std::optional<Request> TakeRequest(int32_t id) override;
   void Complete(int64_t handle, Status status, OpResult result) override;
-  void Complete(int64_t handle, Status status) override { handles_.Complete(handle, std::move(status)); }
+  void Complete(int64_t handle, Status status) override {
+    handles_.Complete(handle, std::move(status));
+  }
   Status JobError() override {
     return halted_.load(std::memory_order_acquire) ? AsyncError() : Status::Ok();
   }

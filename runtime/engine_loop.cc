@@ -159,7 +159,8 @@ void Engine::GiveBack(Request request, bool announce) {
   // is still there fails here.
   if (halted_.load(std::memory_order_seq_cst)) {
     Status error = AsyncError();
-    if (auto r = queue_.Take(key)) handles_.Complete(r->handle, error.ok() ? ShutDownStatus() : error);
+    if (auto r = queue_.Take(key))
+      handles_.Complete(r->handle, error.ok() ? ShutDownStatus() : error);
   }
 }
 

@@ -147,8 +147,8 @@ class SteadyPath {
  private:
   struct Entry {
     TensorSpec spec;
-    int32_t id = -1;        // this rank's tensor id for the name
-    uint32_t instance = 0;  // submissions since the name was cached
+    int32_t id = -1;         // this rank's tensor id for the name
+    uint32_t instance = 0;   // submissions since the name was cached
     bool fell_back = false;  // an instance fell back since (Begin then asks Host::queued)
   };
   struct Learning {
@@ -198,7 +198,7 @@ class SteadyPath {
   std::unordered_map<std::string, Learning> learning_ GUARDED_BY(mu_);
   bool learning_over_ GUARDED_BY(mu_) = false;
   PendingMap pending_ GUARDED_BY(mu_);
-  std::atomic<int> held_{0};  // pending_.size() (written under mu_)
+  std::atomic<int> held_{0};                     // pending_.size() (written under mu_)
   NodeCache<PendingMap> spare_ GUARDED_BY(mu_);  // no malloc per instance
   // By entry: the last instance taken out of pending_ (written under mu_).
   std::atomic<uint32_t> settled_[SteadyBoard::kMaxEntries] = {};

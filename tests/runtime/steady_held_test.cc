@@ -44,8 +44,7 @@ bool Await(const std::atomic<bool>& flag) {
   return flag.load();
 }
 
-TEST_CASE("steady path: a name enqueued again while its instance is held is refused",
-          "[steady]") {
+TEST_CASE("steady path: a name enqueued again while its instance is held is refused", "[steady]") {
   std::atomic<bool> refused{false};
   auto errors = RunRanks(
       2,
@@ -66,7 +65,8 @@ TEST_CASE("steady path: a name enqueued again while its instance is held is refu
         refused = true;
         if (again.ok() || again.status().code() != Code::kAlreadyExists ||
             again.status().message().find("already in flight") == std::string::npos) {
-          return "second enqueue: " + (again.ok() ? std::string("accepted") : again.status().ToString());
+          return "second enqueue: " +
+                 (again.ok() ? std::string("accepted") : again.status().ToString());
         }
         Status s = e.Wait(h.value(), WaitBound());
         (void)e.Release(h.value());
