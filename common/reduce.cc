@@ -5,6 +5,8 @@
 #include <cstring>
 #include <type_traits>
 
+#include "common/copy.h"
+
 namespace hora {
 
 float HalfToFloat(uint16_t h) {
@@ -208,7 +210,7 @@ void DivideCopy(void* dst, const void* src, size_t count, DataType dtype, int di
           static_cast<uint16_t*>(dst), static_cast<const uint16_t*>(src), count,
           static_cast<float>(divisor));
     case DataType::kBool:
-      if (dst != src && count > 0) std::memmove(dst, src, count);
+      if (dst != src && count > 0) MoveBytes(dst, src, count);
       return;
   }
 }
@@ -246,7 +248,7 @@ void ReduceInto(void* dst, const void* src, size_t count, DataType dtype, Reduce
 
 void ScaleCopy(void* dst, const void* src, size_t count, DataType dtype, double factor) {
   if (factor == 1.0 || dtype == DataType::kBool) {
-    if (dst != src && count > 0) std::memmove(dst, src, count * DataTypeSize(dtype));
+    if (dst != src && count > 0) MoveBytes(dst, src, count * DataTypeSize(dtype));
     return;
   }
   switch (dtype) {

@@ -2,6 +2,7 @@
 
 #include <cstring>
 
+#include "common/copy.h"
 #include "common/mutex.h"
 #include "common/reduce.h"
 #include "runtime/bucket_layout.h"
@@ -146,7 +147,7 @@ Status BucketExecutor::StartBroadcast(const BucketPlan& plan,
   std::vector<std::pair<void*, size_t>> outs;
   size_t off = 0;
   for (const Request* r : requests) {
-    if (root) std::memcpy(buf + off, r->output, r->spec.ByteSize());
+    if (root) CopyBytes(buf + off, r->output, r->spec.ByteSize());
     outs.emplace_back(r->output, r->spec.ByteSize());
     off += r->spec.ByteSize();
   }
@@ -156,7 +157,7 @@ Status BucketExecutor::StartBroadcast(const BucketPlan& plan,
   *finish = [lease, outs = std::move(outs)] {
     size_t off = 0;
     for (const auto& [out, bytes] : outs) {
-      if (bytes > 0) std::memcpy(out, lease->data() + off, bytes);
+      if (bytes > 0) CopyBytes(out, lease->data() + off, bytes);
       off += bytes;
     }
     return Status::Ok();

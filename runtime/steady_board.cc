@@ -10,6 +10,7 @@
 #include <climits>
 #include <cstring>
 
+#include "common/copy.h"
 #include "common/logging.h"
 
 namespace hora {
@@ -107,7 +108,7 @@ void SteadyBoard::PutEager(uint32_t e, uint32_t n, const void* data, size_t byte
   auto* stamp = reinterpret_cast<std::atomic<uint64_t>*>(s);
   stamp->store(0, std::memory_order_relaxed);
   std::atomic_thread_fence(std::memory_order_release);  // readers see 0 before any new byte
-  std::memcpy(s + kEagerData, data, bytes);
+  CopyBytes(s + kEagerData, data, bytes);
   stamp->store(EagerStamp(n), std::memory_order_release);
 }
 
@@ -116,7 +117,7 @@ bool SteadyBoard::GetEager(uint32_t e, uint32_t n, int m, void* data, size_t byt
   const char* s = eager(e, n, m);
   const auto* stamp = reinterpret_cast<const std::atomic<uint64_t>*>(s);
   if (stamp->load(std::memory_order_acquire) != EagerStamp(n)) return false;
-  std::memcpy(data, s + kEagerData, bytes);
+  CopyBytes(data, s + kEagerData, bytes);
   std::atomic_thread_fence(std::memory_order_acquire);  // the copy is done before the re-check
   return stamp->load(std::memory_order_relaxed) == EagerStamp(n);
 }

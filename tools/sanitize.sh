@@ -17,6 +17,7 @@ esac
 
 TARGETS=(
   //tests/common:common_test
+  //tests/common:copy_test
   //tests/common:node_cache_test
   //tests/coordinator:planner_test
   //tests/coordinator:convert_test

@@ -35,6 +35,7 @@
 #endif
 
 #include "collectives/shm/shm_impl.h"
+#include "common/copy.h"
 #include "common/reduce.h"
 
 namespace hora {
@@ -68,7 +69,7 @@ void ReduceBlocks(uint8_t* dst, const std::vector<const uint8_t*>& srcs, size_t 
   for (size_t i = 0; i < count; i += block) {
     const size_t m = std::min(block, count - i);
     for (const uint8_t* s : srcs) ReduceInto(dst + i * esize, s + i * esize, m, dtype, op);
-    if (copy_to != nullptr) std::memcpy(copy_to + i * esize, dst + i * esize, m * esize);
+    if (copy_to != nullptr) CopyBytes(copy_to + i * esize, dst + i * esize, m * esize);
   }
 }
 
@@ -91,13 +92,13 @@ void CopyOut(uint8_t* dst, const uint8_t* src, size_t n, bool streaming) {
       _mm_stream_si128(reinterpret_cast<__m128i*>(dst + i + 32), c);
       _mm_stream_si128(reinterpret_cast<__m128i*>(dst + i + 48), d);
     }
-    std::memcpy(dst + i, src + i, n - i);
+    CopyBytes(dst + i, src + i, n - i);
     _mm_sfence();  // streaming stores are weakly ordered: done before anyone is told
     return;
   }
 #endif
   (void)streaming;
-  std::memcpy(dst, src, n);
+  CopyBytes(dst, src, n);
 }
 
 bool Overlaps(const void* a, size_t an, const void* b, size_t bn) {
@@ -121,10 +122,10 @@ Status ShmCommunicator::AllreduceSmall(uint8_t* buf, size_t count, DataType dtyp
   const size_t bytes = count * DataTypeSize(dtype);
   const uint64_t s = ++step_;
   HORA_RETURN_IF_ERROR(Claim(s, "allreduce"));
-  std::memcpy(Half(me_, s), buf, bytes);
+  CopyBytes(Half(me_, s), buf, bytes);
   Publish(s);
   HORA_RETURN_IF_ERROR(WaitAll(s, "allreduce"));
-  if (me_ != 0) std::memcpy(buf, Half(0, s), bytes);
+  if (me_ != 0) CopyBytes(buf, Half(0, s), bytes);
   for (int r = 1; r < n_; ++r) ReduceInto(buf, Half(r, s), count, dtype, op);
   return Status::Ok();
 }
@@ -141,8 +142,8 @@ Status ShmCommunicator::AllreduceLarge(uint8_t* buf, size_t count, DataType dtyp
     size_t lo, hi;
     Slice(len(k), esize, n_, me_, &lo, &hi);
     uint8_t* q = Quarter(me_, s);
-    std::memcpy(q, data(k), lo * esize);
-    std::memcpy(q + hi * esize, data(k) + hi * esize, (len(k) - hi) * esize);
+    CopyBytes(q, data(k), lo * esize);
+    CopyBytes(q + hi * esize, data(k) + hi * esize, (len(k) - hi) * esize);
     step_ = s;
     Publish(s);
   };
@@ -173,7 +174,7 @@ Status ShmCommunicator::AllreduceLarge(uint8_t* buf, size_t count, DataType dtyp
       HORA_RETURN_IF_ERROR(WaitPeer(r, b, "allreduce"));
       // Plain stores: the destination lines were read by A a moment ago and are still
       // cached, so streaming stores (which would evict them) are slower here.
-      std::memcpy(data(k) + rlo * esize, Quarter(r, b) + rlo * esize, (rhi - rlo) * esize);
+      CopyBytes(data(k) + rlo * esize, Quarter(r, b) + rlo * esize, (rhi - rlo) * esize);
     }
   }
   return Status::Ok();
@@ -193,7 +194,7 @@ Status ShmCommunicator::Reducescatter(const void* in, void* out, const std::vect
   const auto* src = static_cast<const uint8_t*>(in);
   auto* dst = static_cast<uint8_t*>(out);
   if (n_ == 1) {
-    if (mine > 0 && in != out) std::memmove(out, in, mine);
+    if (mine > 0 && in != out) MoveBytes(out, in, mine);
     return Status::Ok();
   }
   // The output may only alias the input at this member's own slice; otherwise writing it
@@ -203,7 +204,7 @@ Status ShmCommunicator::Reducescatter(const void* in, void* out, const std::vect
   if (dst != own && Overlaps(dst, mine, src, total * esize)) {
     std::vector<uint8_t> scratch(mine);
     HORA_RETURN_IF_ERROR(ReducescatterSteps(src, scratch.data(), counts, dtype, op));
-    if (mine > 0) std::memcpy(dst, scratch.data(), mine);
+    if (mine > 0) CopyBytes(dst, scratch.data(), mine);
     return Status::Ok();
   }
   return ReducescatterSteps(src, dst, counts, dtype, op);
@@ -227,7 +228,7 @@ Status ShmCommunicator::ReducescatterSteps(const uint8_t* in, uint8_t* out,
     for (int d = 0; d < n_; ++d) {
       if (d == me_ || counts[d] <= k) continue;
       const size_t m = std::min(quota, counts[d] - k);
-      std::memcpy(stage + d * quota * esize, in + (offset[d] + k) * esize, m * esize);
+      CopyBytes(stage + d * quota * esize, in + (offset[d] + k) * esize, m * esize);
     }
     Publish(s);
     HORA_RETURN_IF_ERROR(WaitAll(s, "reducescatter"));
@@ -235,7 +236,7 @@ Status ShmCommunicator::ReducescatterSteps(const uint8_t* in, uint8_t* out,
     const size_t m = std::min(quota, counts[me_] - k);
     uint8_t* o = out + k * esize;
     if (o != in + (offset[me_] + k) * esize)
-      std::memmove(o, in + (offset[me_] + k) * esize, m * esize);
+      MoveBytes(o, in + (offset[me_] + k) * esize, m * esize);
     for (int i = 1; i < n_; ++i) srcs[i - 1] = Half((me_ + i) % n_, s) + me_ * quota * esize;
     ReduceBlocks(o, srcs, m, dtype, op, nullptr);
   }
@@ -263,7 +264,7 @@ Status ShmCommunicator::Allgatherv(const void* in, void* out,
     const uint64_t s = ++step_;
     if (mine > k) {
       HORA_RETURN_IF_ERROR(Claim(s, "allgatherv"));
-      std::memcpy(Half(me_, s), src + k, std::min(chunk, mine - k));
+      CopyBytes(Half(me_, s), src + k, std::min(chunk, mine - k));
     }
     Publish(s);
     for (int i = 1; i < n_; ++i) {
@@ -273,7 +274,7 @@ Status ShmCommunicator::Allgatherv(const void* in, void* out,
       CopyOut(dst + offset[r] + k, Half(r, s), std::min(chunk, bytes_per_rank[r] - k), streaming);
     }
   }
-  if (mine > 0 && dst + offset[me_] != src) std::memmove(dst + offset[me_], src, mine);
+  if (mine > 0 && dst + offset[me_] != src) MoveBytes(dst + offset[me_], src, mine);
   return Status::Ok();
 }
 
@@ -338,20 +339,20 @@ Status ShmCommunicator::Alltoallv(const void* in, const std::vector<size_t>& sen
       uint8_t* stage = Half(me_, t);
       for (int d = 0; d < n_; ++d) {
         if (d == me_ || send_bytes[d] <= k) continue;
-        std::memcpy(stage + d * quota, src + send_off[d] + k, std::min(quota, send_bytes[d] - k));
+        CopyBytes(stage + d * quota, src + send_off[d] + k, std::min(quota, send_bytes[d] - k));
       }
       Publish(t);
       for (int i = 1; i < n_; ++i) {
         const int r = (me_ + i) % n_;
         if (recv_bytes[r] <= k) continue;
         HORA_RETURN_IF_ERROR(WaitPeer(r, t, "alltoallv"));
-        std::memcpy(dst + recv_off[r] + k, Half(r, t) + me_ * quota,
-                    std::min(quota, recv_bytes[r] - k));
+        CopyBytes(dst + recv_off[r] + k, Half(r, t) + me_ * quota,
+                  std::min(quota, recv_bytes[r] - k));
       }
     }
   }
   if (recv_bytes[me_] > 0 && dst + recv_off[me_] != src + send_off[me_]) {
-    std::memmove(dst + recv_off[me_], src + send_off[me_], recv_bytes[me_]);
+    MoveBytes(dst + recv_off[me_], src + send_off[me_], recv_bytes[me_]);
   }
   return Status::Ok();
 }

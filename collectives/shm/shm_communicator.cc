@@ -32,6 +32,7 @@
 #include <cstring>
 
 #include "collectives/shm/shm_impl.h"
+#include "common/copy.h"
 #include "common/logging.h"
 #include "common/mutex.h"
 
@@ -277,12 +278,12 @@ Status ShmCommunicator::Broadcast(void* buf, size_t bytes, int root) {
     const uint64_t s = ++step_;
     if (me_ == root) {
       HORA_RETURN_IF_ERROR(Claim(s, "broadcast"));
-      std::memcpy(Half(me_, s), p + off, len);
+      CopyBytes(Half(me_, s), p + off, len);
       Publish(s);
     } else {
       Publish(s);
       HORA_RETURN_IF_ERROR(WaitPeer(root, s, "broadcast"));
-      std::memcpy(p + off, Half(root, s), len);
+      CopyBytes(p + off, Half(root, s), len);
     }
   }
   return Status::Ok();

@@ -17,6 +17,7 @@
 #include <cstring>
 
 #include "collectives/shm/shm_impl.h"
+#include "common/copy.h"
 
 namespace hora {
 namespace shm {
@@ -74,8 +75,8 @@ Status ShmCommunicator::Send(const void* buf, size_t bytes, int peer, uint32_t t
       const size_t m = std::min({space, len, std::max(cap / 2, kHeaderBytes)});
       const size_t pos = static_cast<size_t>(head % cap);
       const size_t first = std::min(m, cap - pos);
-      std::memcpy(ring + pos, p, first);
-      std::memcpy(ring, p + first, m - first);
+      CopyBytes(ring + pos, p, first);
+      CopyBytes(ring, p + first, m - first);
       head += m;
       ch->head.store(head, std::memory_order_seq_cst);
       Ring(peer);
@@ -115,7 +116,7 @@ Status ShmCommunicator::Recv(void* buf, size_t bytes, int peer, uint32_t tag) {
                                   std::to_string(data.size()) + " bytes, this rank expects " +
                                   std::to_string(bytes)));
     }
-    std::memcpy(buf, data.data(), bytes);
+    CopyBytes(buf, data.data(), bytes);
     queued->second.pop_front();
     if (queued->second.empty()) in.unexpected.erase(queued);
     return Status::Ok();
@@ -198,7 +199,7 @@ Status ShmCommunicator::Drain(int peer) {
       continue;
     }
     const size_t m = std::min<size_t>(avail, in.bytes - in.got);
-    std::memcpy(in.dst + in.got, p, m);
+    CopyBytes(in.dst + in.got, p, m);
     in.got += m;
     in.tail += m;
     if (in.got == in.bytes) {
