@@ -5,7 +5,7 @@
 // instead of 30-45 GB/s when the destination is 1 to 31 bytes past the source modulo 4 KiB:
 // exactly what copying a malloc'ed buffer (16 bytes into its page) into page-aligned shared
 // memory gives. It made the 2-rank shm allreduce of 256 KiB to 4 MiB 2-4x slower than Open
-// MPI's on those machines (docs/benchmarks-steady.md). Such copies go in 64-byte blocks of
+// MPI's on those machines (docs/benchmarks-steady-lean.md). Such copies go in 64-byte blocks of
 // plain moves here (28-30 GB/s there); every other copy is std::memcpy's.
 #ifndef HORA_COMMON_COPY_H_
 #define HORA_COMMON_COPY_H_

@@ -39,7 +39,7 @@ bool YieldForBell(const SteadyBoard& board, uint32_t bell, uint32_t* yielded,
 // enqueue's return (a blocking call, hora_allreduce or hvd.allreduce, is enqueue then wait) has
 // every instance run by the enqueuing thread, whatever its size, because handing it to the set's
 // thread costs two wake-ups (the set's thread, then the waiting caller, blocked on drive_mu_
-// meanwhile): 25-60 us each on a VM, 10-15 % of a 1 MiB allreduce (docs/benchmarks-steady.md).
+// meanwhile): 25-60 us each on a VM, 10-15 % of a 1 MiB allreduce (docs/benchmarks-steady-lean.md).
 // A caller that overlaps (DistributedOptimizer's hooks wait at synchronize) is not prompt.
 constexpr size_t kInlineBytes = 64 << 10;
 constexpr auto kPromptWait = std::chrono::microseconds(500);
