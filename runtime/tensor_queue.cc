@@ -27,11 +27,6 @@ Status TensorQueue::Push(Request request, bool fresh) {
   return Status::Ok();
 }
 
-void TensorQueue::MarkFresh(const TensorKey& key) {
-  MutexLock lock(&mu_);
-  if (in_flight_.count(key) != 0) fresh_.push_back(key);
-}
-
 void TensorQueue::AnnounceFresh(const std::function<void(const Request&)>& fn) {
   MutexLock lock(&mu_);
   for (const TensorKey& key : fresh_) {

@@ -41,11 +41,9 @@ Status InFlightError(const TensorKey& key);
 class TensorQueue {
  public:
   // ALREADY_EXISTS when a request with the same (process set, name) is in flight. A request
-  // pushed with fresh = false is not announced until MarkFresh (the steady path's requests,
-  // runtime/steady_path.h, are announced only when they fall back).
+  // pushed with fresh = false is never announced (what the steady path hands back at Abort
+  // or Stop, runtime/steady_path.h, for the engine to fail).
   Status Push(Request request, bool fresh = true);
-  // The request with this key (if still in flight) is announced by the next AnnounceFresh.
-  void MarkFresh(const TensorKey& key);
   // Calls fn on each request pushed since the last call, in push order, under the queue's
   // lock: a request cannot be taken (completed, its buffers released by the caller) while
   // fn reads it. fn must not call back into the queue.
