@@ -36,8 +36,9 @@ inline bool SlowForMemcpy(const void* dst, const void* src, size_t n) {
 
 }  // namespace copy_internal
 
-// As std::memcpy (the ranges must not overlap).
+// As std::memcpy (the ranges must not overlap); n == 0 touches nothing (null pointers too).
 inline void CopyBytes(void* dst, const void* src, size_t n) {
+  if (n == 0) return;
   if (copy_internal::SlowForMemcpy(dst, src, n)) {
     copy_internal::Blocks(static_cast<unsigned char*>(dst), static_cast<const unsigned char*>(src),
                           n);
@@ -46,8 +47,9 @@ inline void CopyBytes(void* dst, const void* src, size_t n) {
   std::memcpy(dst, src, n);
 }
 
-// As std::memmove (the ranges may overlap).
+// As std::memmove (the ranges may overlap); n == 0 touches nothing.
 inline void MoveBytes(void* dst, const void* src, size_t n) {
+  if (n == 0) return;
   const auto d = reinterpret_cast<uintptr_t>(dst);
   const auto s = reinterpret_cast<uintptr_t>(src);
   if (d + n <= s || s + n <= d) {

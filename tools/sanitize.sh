@@ -34,6 +34,7 @@ TARGETS=(
   //tests/runtime:launch_env_test
   //tests/runtime:slurm_lists_test
   //tests/runtime:steady_board_test
+  //tests/runtime:steady_held_test
   //tests/collectives:registry_test
   //tests/collectives:gloo_test
   //tests/collectives:shm_test

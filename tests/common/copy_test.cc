@@ -21,7 +21,7 @@ TEST_CASE("CopyBytes: equals memcpy at every distance and size", "[copy]") {
   const std::vector<size_t> sizes = {0, 1, 63, 64, 65, 2047, 2048, 2049, 4096 + 17, 70000};
   for (size_t n : sizes) {
     for (size_t distance : {0, 1, 16, 31, 32, 33, 4095, 4096 + 16}) {
-      std::vector<unsigned char> src = Pattern(n);
+      std::vector<unsigned char> src = Pattern(n + 1);  // never empty: data() is not null
       std::vector<unsigned char> dst(n + 8192, 0xEE), want = dst;
       const unsigned char* s = src.data();
       // The offset in dst at which (d - s) mod 4 KiB is `distance`.
