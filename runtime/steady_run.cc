@@ -1,0 +1,101 @@
+// The steady path's execution of one fast instance (runtime/steady_path.h): on the steady
+// communicator through a BucketExecutor, or, for an eager instance, from the board.
+#include "runtime/steady_path.h"
+
+#include "common/reduce.h"
+
+namespace hora {
+namespace {
+using Clock = std::chrono::steady_clock;
+}  // namespace
+
+void SteadyPath::Run(uint32_t e, Pending* claimed, bool held, int last_member) {
+  const Clock::time_point offered = claimed->deadline - patience_;
+  const uint32_t instance = claimed->instance;
+  std::optional<Request> taken;
+  if (!held) {
+    taken = host_.take(claimed->id);
+    if (!taken) return;  // failed meanwhile with the job's error
+  }
+  const Request* r = held ? &claimed->request : &*taken;
+  std::unique_ptr<TimelineBucket> trace;
+  if (timeline_ != nullptr && timeline_->on()) {
+    trace = std::make_unique<TimelineBucket>();
+    trace->start_us = TimelineNowUs();
+    trace->process_set = process_set_;
+    trace->seq = fast_seq_;
+    trace->collective = CollectiveType::kAllreduce;
+    trace->backend = std::string("steady:") + comm_->name();
+    trace->bytes = static_cast<int64_t>(r->spec.ByteSize());
+    const int64_t waited = std::max<int64_t>(
+        0, std::chrono::duration_cast<std::chrono::microseconds>(Clock::now() - offered).count());
+    const int last = last_member >= 0 && last_member < static_cast<int>(ranks_.size())
+                         ? ranks_[last_member]
+                         : -1;
+    trace->tensors.push_back({r->handle, trace->bytes, last, waited, waited});
+  }
+  ++fast_seq_;
+  BucketExecutor::Finish finish;
+  Status status = host_.job_error();
+  if (status.ok() && board_->Eager(e, r->spec.ByteSize())) {
+    if (trace) trace->collective_us = TimelineNowUs();
+    status = RunEager(e, instance, *r);
+  } else if (status.ok()) {
+    BucketPlan plan;
+    plan.process_set = process_set_;
+    plan.collective = CollectiveType::kAllreduce;
+    plan.dtype = r->spec.dtype;  // the spec it offered, which equalled the entry's
+    plan.op = r->spec.op;
+    plan.device = Device::kCpu;
+    plan.prescale = r->spec.prescale;
+    plan.postscale = r->spec.postscale;
+    BucketPlan::Entry pe;
+    pe.id = claimed->id;
+    pe.num_elements = r->spec.NumElements();
+    plan.entries.push_back(pe);
+    std::vector<const Request*> requests{r};
+    std::vector<OpResult> results;
+    status =
+        executor_.Start(plan, requests, &results, &finish, trace ? &trace->collective_us : nullptr);
+  }
+  if (trace) trace->collective_done_us = TimelineNowUs();
+  if (status.ok() && finish) status = finish();
+  finish = nullptr;
+  if (trace) trace->unpacked_us = TimelineNowUs();
+  if (!status.ok()) {
+    Status job = host_.job_error();
+    status = job.ok() ? host_.bucket_failed(status) : job;
+  } else {
+    fast_.fetch_add(1, std::memory_order_relaxed);
+  }
+  if (trace) {  // before the handle completes (as ProcessSetRuntime::Finish)
+    trace->completed_us = TimelineNowUs();
+    if (!status.ok()) trace->error = status.message();
+    timeline_->BucketDone(std::move(*trace));
+  }
+  host_.complete(r->handle, status);
+}
+
+Status SteadyPath::RunEager(uint32_t e, uint32_t n, const Request& r) {
+  const size_t count = static_cast<size_t>(r.spec.NumElements());
+  const size_t bytes = r.spec.ByteSize();
+  const DataType dtype = r.spec.dtype;
+  const ReduceOp op = ReductionOp(r.spec.op);
+  alignas(64) unsigned char peer[SteadyBoard::kMaxEagerBytes];
+  // Every member reduces in member order, so every member's result is the same bit for bit.
+  for (int m = 0; m < comm_->size(); ++m) {
+    void* dst = m == 0 ? r.output : peer;
+    if (!board_->GetEager(e, n, m, dst, bytes)) {
+      return Internal("steady path: member " + std::to_string(m) + "'s input of instance " +
+                      std::to_string(n) + " of '" + r.spec.name +
+                      "' was overwritten before this rank read it (a rank went on past a failure)");
+    }
+    if (r.spec.prescale != 1.0) ScaleInPlace(dst, count, dtype, r.spec.prescale);
+    if (m > 0) ReduceInto(r.output, peer, count, dtype, op);
+  }
+  const Postscale post = FinalPostscale(r.spec.op, r.spec.postscale, comm_->size());
+  if (!post.identity()) ScaleInPlace(r.output, count, dtype, post);
+  return Status::Ok();
+}
+
+}  // namespace hora
