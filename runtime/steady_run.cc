@@ -1,8 +1,7 @@
 // The steady path's execution of one fast instance (runtime/steady_path.h): on the steady
 // communicator through a BucketExecutor, or, for an eager instance, from the board.
-#include "runtime/steady_path.h"
-
 #include "common/reduce.h"
+#include "runtime/steady_path.h"
 
 namespace hora {
 namespace {
