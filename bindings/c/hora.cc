@@ -3,6 +3,7 @@
 
 #include <atomic>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <mutex>
@@ -53,6 +54,17 @@ const Engines& CurrentEngines() {
     t_engines.last = g_last;
   }
   return t_engines;
+}
+
+// A process that exits with Hora still running (exit() from any thread, the end of main)
+// shuts the engine down from an atexit handler. Without it the engine would go with g_engine's
+// static destructor, which may run after the logger's statics are gone (the shutdown logs).
+// Registered after the first engine started, so it runs before the statics that engine made.
+void ShutdownAtExit() {
+  (void)hora_shutdown();
+  hora::MutexLock lock(&g_mu);
+  g_last.reset();
+  g_generation.fetch_add(1, std::memory_order_release);
 }
 
 }  // namespace
@@ -179,6 +191,8 @@ hora_status_t hora_init(const hora_config_t* config) {
   auto engine = Engine::Start(options.value());
   if (!engine.ok()) return Fail(engine.status());
   g_engine = std::move(engine).value();
+  static const bool registered = std::atexit(ShutdownAtExit) == 0;
+  (void)registered;
   g_last.reset();
   g_generation.fetch_add(1, std::memory_order_release);
   g_was_shut_down = false;
