@@ -59,6 +59,12 @@ bool KindOf(DataType dtype, double scale, KernelKind* kind) {
     case DataType::kInt8:
       *kind = KernelKind::kInt8;
       return true;
+    case DataType::kInt16:
+      *kind = KernelKind::kInt16;
+      return true;
+    case DataType::kUint16:
+      *kind = KernelKind::kUint16;
+      return true;
     case DataType::kInt32:
       *kind = KernelKind::kInt32;
       return true;

@@ -212,6 +212,8 @@ uint32_t KernelElementSize(KernelKind kind) {
     case KernelKind::kUint8:
     case KernelKind::kInt8:
       return 1;
+    case KernelKind::kInt16:
+    case KernelKind::kUint16:
     case KernelKind::kFloat16:
     case KernelKind::kBfloat16:
       return 2;
@@ -247,6 +249,10 @@ cudaError_t LaunchBatchKernel(KernelKind kind, double scale, const DeviceSpan* t
       return Launch(math::IntOp<uint8_t>{scale}, table, n, chunk_bytes, chunks, stream);
     case KernelKind::kInt8:
       return Launch(math::IntOp<int8_t>{scale}, table, n, chunk_bytes, chunks, stream);
+    case KernelKind::kInt16:
+      return Launch(math::IntOp<int16_t>{scale}, table, n, chunk_bytes, chunks, stream);
+    case KernelKind::kUint16:
+      return Launch(math::IntOp<uint16_t>{scale}, table, n, chunk_bytes, chunks, stream);
     case KernelKind::kInt32:
       return Launch(math::IntOp<int32_t>{scale}, table, n, chunk_bytes, chunks, stream);
     case KernelKind::kInt64:

@@ -20,6 +20,8 @@ enum class KernelKind {
   kFloat64,
   kUint8,
   kInt8,
+  kInt16,
+  kUint16,
   kInt32,
   kInt64,
 };

@@ -142,11 +142,15 @@ TEST_CASE("scale math: integers match ScaleCopy, out-of-range results included")
     u8[i] = static_cast<uint8_t>(i);
     i8[i] = static_cast<int8_t>(i - 128);
   }
+  std::vector<int16_t> i16 = RandomInts<int16_t>(1 << 16);
+  std::vector<uint16_t> u16 = RandomInts<uint16_t>(1 << 16);
   std::vector<int32_t> i32 = RandomInts<int32_t>(1 << 16);
   std::vector<int64_t> i64 = RandomInts<int64_t>(1 << 16);
   for (double s : kScales) {
     CheckAll(DataType::kUint8, u8, s, math::IntOp<uint8_t>{s});
     CheckAll(DataType::kInt8, i8, s, math::IntOp<int8_t>{s});
+    CheckAll(DataType::kInt16, i16, s, math::IntOp<int16_t>{s});
+    CheckAll(DataType::kUint16, u16, s, math::IntOp<uint16_t>{s});
     CheckAll(DataType::kInt32, i32, s, math::IntOp<int32_t>{s});
     CheckAll(DataType::kInt64, i64, s, math::IntOp<int64_t>{s});
   }

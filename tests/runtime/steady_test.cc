@@ -43,6 +43,12 @@ std::vector<char> Input(DataType dt, int64_t count, int r, int i) {
       case DataType::kInt8:
         *static_cast<int8_t*>(p) = static_cast<int8_t>(v - 2);
         break;
+      case DataType::kInt16:
+        *static_cast<int16_t*>(p) = static_cast<int16_t>(v * 10 - 17);
+        break;
+      case DataType::kUint16:
+        *static_cast<uint16_t*>(p) = static_cast<uint16_t>(v * 3);
+        break;
       case DataType::kInt32:
         *static_cast<int32_t*>(p) = v * 10 - 17;
         break;
