@@ -26,10 +26,10 @@ namespace {
 using testing::DeviceBuffer;
 using testing::Stream;
 
-constexpr DataType kTypes[] = {
-    DataType::kUint8,    DataType::kInt8,    DataType::kInt16,   DataType::kUint16,
-    DataType::kInt32,    DataType::kInt64,   DataType::kFloat16, DataType::kBfloat16,
-    DataType::kFloat32,  DataType::kFloat64, DataType::kBool};
+constexpr DataType kTypes[] = {DataType::kUint8,   DataType::kInt8,     DataType::kInt16,
+                               DataType::kUint16,  DataType::kInt32,    DataType::kInt64,
+                               DataType::kFloat16, DataType::kBfloat16, DataType::kFloat32,
+                               DataType::kFloat64, DataType::kBool};
 const double kScales[] = {1.0, 0.5, 1.0 / 3.0, 3.0};
 const size_t kOffsets[] = {0, 2, 4, 6, 8, 14};
 constexpr size_t kGuard = 64;  // bytes of guard pattern before and after every dst region
