@@ -51,23 +51,30 @@ __device__ __forceinline__ uint4 ApplyVec(const Op& op, uint4 v) {
   }
 }
 
-constexpr int kUnroll = 8;  // vectors in flight per thread
+// Vectors in flight per thread: 8 for plain copies and elements of 4 or 8 bytes; 4 for 2-byte
+// and 2 for 1-byte elements, whose vectors are 8 or 16 scaled elements each, already work
+// enough per load (unrolled 8 times they were most of the kernels' code: ptxas took 3 of the
+// 4 minutes nvcc spent on this file).
+template <typename Op>
+constexpr int kUnroll = std::is_same_v<Op, CopyOp> || sizeof(typename Op::Elem) >= 4 ? 8
+                        : sizeof(typename Op::Elem) == 2                             ? 4
+                                                                                     : 2;
 
 // Vectors [begin, end) of a body whose src and dst are both 16-byte aligned.
 template <typename Op>
 __device__ __forceinline__ void AlignedBody(const Op& op, const uint4* s, uint4* d, uint64_t begin,
                                             uint64_t end) {
   for (uint64_t base = begin + threadIdx.x; base < end;
-       base += static_cast<uint64_t>(kUnroll) * kThreadsPerBlock) {
-    uint4 v[kUnroll];
+       base += static_cast<uint64_t>(kUnroll<Op>) * kThreadsPerBlock) {
+    uint4 v[kUnroll<Op>];
 #pragma unroll
-    for (int k = 0; k < kUnroll; ++k) {
+    for (int k = 0; k < kUnroll<Op>; ++k) {
       uint64_t i = base + static_cast<uint64_t>(k) * kThreadsPerBlock;
       // ld.global.cg (L2, coherent), not __ldg's read-only path: src may be dst (in place).
       if (i < end) v[k] = __ldcg(s + i);
     }
 #pragma unroll
-    for (int k = 0; k < kUnroll; ++k) {
+    for (int k = 0; k < kUnroll<Op>; ++k) {
       uint64_t i = base + static_cast<uint64_t>(k) * kThreadsPerBlock;
       if (i < end) __stcg(d + i, ApplyVec(op, v[k]));
     }
@@ -82,10 +89,10 @@ template <typename Op, int Q>
 __device__ __forceinline__ void ShiftedBody(const Op& op, const uint4* s, uint4* d, uint32_t shift,
                                             uint64_t begin, uint64_t end) {
   for (uint64_t base = begin + threadIdx.x; base < end;
-       base += static_cast<uint64_t>(kUnroll) * kThreadsPerBlock) {
-    uint4 lo[kUnroll], hi[kUnroll];
+       base += static_cast<uint64_t>(kUnroll<Op>) * kThreadsPerBlock) {
+    uint4 lo[kUnroll<Op>], hi[kUnroll<Op>];
 #pragma unroll
-    for (int k = 0; k < kUnroll; ++k) {
+    for (int k = 0; k < kUnroll<Op>; ++k) {
       uint64_t i = base + static_cast<uint64_t>(k) * kThreadsPerBlock;
       if (i < end) {
         lo[k] = __ldca(s + i);
@@ -93,7 +100,7 @@ __device__ __forceinline__ void ShiftedBody(const Op& op, const uint4* s, uint4*
       }
     }
 #pragma unroll
-    for (int k = 0; k < kUnroll; ++k) {
+    for (int k = 0; k < kUnroll<Op>; ++k) {
       uint64_t i = base + static_cast<uint64_t>(k) * kThreadsPerBlock;
       if (i < end) {
         const uint32_t a[4] = {lo[k].x, lo[k].y, lo[k].z, lo[k].w};

@@ -82,8 +82,8 @@ int main(void) {
     if (!WIFEXITED(status) || WEXITSTATUS(status) != kExitCode) {
       ++failed;
       if (WIFSIGNALED(status)) {
-        fprintf(stderr, "FAIL rank %d ended by signal %d, not exit(%d)\n", rank,
-                WTERMSIG(status), kExitCode);
+        fprintf(stderr, "FAIL rank %d ended by signal %d, not exit(%d)\n", rank, WTERMSIG(status),
+                kExitCode);
       } else {
         fprintf(stderr, "FAIL rank %d exited with %d, not %d\n", rank, WEXITSTATUS(status),
                 kExitCode);
