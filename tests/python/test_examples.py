@@ -67,8 +67,9 @@ def test_synthetic_benchmark():
 
 def test_synthetic_benchmark_with_adasum():
     job = run_example(2, "pytorch_synthetic_benchmark.py",
-                      ["--no-cuda", "--use-adasum", "--batch-size", "2", "--num-warmup-batches",
-                       "1", "--num-batches-per-iter", "1", "--num-iters", "2"], timeout=240)
+                      ["--no-cuda", "--use-adasum", "--model", "resnet18", "--batch-size", "2",
+                       "--image-size", "32", "--num-warmup-batches", "1",
+                       "--num-batches-per-iter", "1", "--num-iters", "2"], timeout=240)
     out = rank0(job)
     assert job.rc == 0, job.tail()
     assert "Total img/sec on 2 CPU(s): " in out, out
