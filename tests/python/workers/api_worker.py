@@ -389,6 +389,23 @@ def adasum_allreduce():
     close(x, want, atol=1e-12, msg="in place")
     raises(ValueError, hvd.allreduce, torch.ones(2, dtype=torch.int32), op=hvd.Adasum,
            contains="floating-point")
+    # Several tensors in one call, their transfers in flight together, in groups of at most
+    # _GROUP_BYTES (lowered here so that the five tensors make three groups): each the
+    # reference's, bit for bit the same as one call per tensor.
+    from hora.torch import adasum as adasum_module
+    tensors = [[torch.rand(k + 1, generator=torch.Generator().manual_seed(90 + 7 * s + k),
+                           dtype=torch.float64) for k in range(5)] for s in range(n)]
+    saved = adasum_module._GROUP_BYTES
+    adasum_module._GROUP_BYTES = 24
+    try:
+        got = hvd.grouped_allreduce(tensors[r], op=hvd.Adasum)
+    finally:
+        adasum_module._GROUP_BYTES = saved
+    for k in range(5):
+        close(got[k], adasum_reference([tensors[s][k] for s in range(n)]), atol=1e-12,
+              msg="grouped tensor %d" % k)
+        check(torch.equal(got[k], hvd.allreduce(tensors[r][k], op=hvd.Adasum)),
+              "grouped tensor %d differs from its own call" % k)
 
 
 @case

@@ -33,29 +33,58 @@ def _combine(a, b):
     return acoeff * a + bcoeff * b
 
 
+# Tensors whose exchanges are in flight together: up to this many bytes of float64 copies.
+_GROUP_BYTES = 64 << 20
+
+
 def adasum(tensor, set_id=0):
     """The Adasum of every member's `tensor` (a new tensor, same dtype and shape)."""
+    return adasum_many([tensor], set_id)[0]
+
+
+def adasum_many(tensors, set_id=0):
+    """adasum() of each tensor, the same bits, with the transfers of a group of tensors (up
+    to _GROUP_BYTES) in flight together: one round of waits per level and group, not per
+    tensor (a model's gradients are tens or hundreds of tensors)."""
     n = _set_size(set_id)
     if n == 1:
-        return tensor.detach().clone()
+        return [t.detach().clone() for t in tensors]
     if n & (n - 1):
         raise mpi_ops._invalid("op=Adasum needs a power-of-2 number of ranks in the process "
                                "set, got %d" % n)
-    if not tensor.is_floating_point():
-        raise mpi_ops._invalid("op=Adasum needs a floating-point tensor, got %s" % tensor.dtype)
+    for t in tensors:
+        if not t.is_floating_point():
+            raise mpi_ops._invalid("op=Adasum needs a floating-point tensor, got %s" % t.dtype)
     me, ranks = _set_rank(set_id), _set_ranks(set_id)
-    mine = tensor.detach().reshape(-1).to(torch.float64).clone()
+    results, group, size = [], [], 0
+    for t in tensors:
+        group.append(t)
+        size += t.numel() * 8
+        if size >= _GROUP_BYTES:
+            results += _combine_group(group, me, ranks, n, set_id)
+            group, size = [], 0
+    if group:
+        results += _combine_group(group, me, ranks, n, set_id)
+    return results
+
+
+def _combine_group(tensors, me, ranks, n, set_id):
+    mine = [t.detach().reshape(-1).to(torch.float64).clone() for t in tensors]
     level = 0
     while (1 << level) < n:
         partner = me ^ (1 << level)
-        theirs = torch.empty_like(mine)
-        sent = collective_ops.isend(mine, ranks[partner], _TAG_BASE + level, process_set=set_id)
-        got = collective_ops.irecv(theirs, ranks[partner], _TAG_BASE + level, process_set=set_id)
-        mpi_ops.synchronize(sent)
-        mpi_ops.synchronize(got)
-        mine = _combine(mine, theirs) if me < partner else _combine(theirs, mine)
+        peer, tag = ranks[partner], _TAG_BASE + level
+        theirs = [torch.empty_like(m) for m in mine]
+        # The n-th send to a peer with a tag matches its n-th recv: both sides post in order.
+        handles = []
+        for m, x in zip(mine, theirs):
+            handles.append(collective_ops.isend(m, peer, tag, process_set=set_id))
+            handles.append(collective_ops.irecv(x, peer, tag, process_set=set_id))
+        for h in handles:
+            mpi_ops.synchronize(h)
+        mine = [_combine(m, x) if me < partner else _combine(x, m) for m, x in zip(mine, theirs)]
         level += 1
-    return mine.to(tensor.dtype).reshape(tensor.shape)
+    return [m.to(t.dtype).reshape(t.shape) for m, t in zip(mine, tensors)]
 
 
 class _DistributedAdasumMixin(object):
@@ -88,10 +117,11 @@ class _DistributedAdasumMixin(object):
         start = [p.detach().clone() for p in params]
         loss = super().step() if closure is None else super().step(closure)
         with torch.no_grad():
-            for p, before in zip(params, start):
-                delta, ctx = self._compression.compress(p.detach() - before)
-                combined = self._compression.decompress(adasum(delta, self._set_id), ctx)
-                p.copy_(before + combined.to(p.dtype))
+            deltas = [self._compression.compress(p.detach() - before)
+                      for p, before in zip(params, start)]
+            combined = adasum_many([d for d, _ in deltas], self._set_id)
+            for p, before, (_, ctx), c in zip(params, start, deltas, combined):
+                p.copy_(before + self._compression.decompress(c, ctx).to(p.dtype))
         return loss
 
 

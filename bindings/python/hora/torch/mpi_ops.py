@@ -254,11 +254,10 @@ def _allreduce_async_impl(tensors, name, op, prescale, postscale, inplace, group
 def _adasum_now(tensors, prescale, postscale, inplace, group, set_id):
     """op=Adasum: computed here, now (p2p transfers between pairs of ranks, adasum.py); the
     handle returned is already complete."""
-    from .adasum import adasum
+    from .adasum import adasum_many
     results = []
-    for t in tensors:
-        x = t * prescale if prescale != 1.0 else t
-        r = adasum(x, set_id)
+    combined = adasum_many([t * prescale if prescale != 1.0 else t for t in tensors], set_id)
+    for t, r in zip(tensors, combined):
         if postscale != 1.0:
             r = r * postscale
         if inplace:
