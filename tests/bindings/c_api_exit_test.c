@@ -2,37 +2,19 @@
  * (two forked children) start Hora, run one allreduce and call exit(7) without
  * hora_shutdown; each must end with that status, not with a signal (an engine shut down by
  * static destructors once logged through a logger whose statics were already gone, and
- * aborted). The parent only watches; every wait is bounded (alarm()). */
+ * crashed). The parent only watches; every wait is bounded (alarm()). */
 #define _POSIX_C_SOURCE 200809L
-#include <arpa/inet.h>
-#include <netinet/in.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include "bindings/c/hora.h"
+#include "tests/bindings/free_port.h"
 
 enum { kExitCode = 7 };
-
-static int free_port(void) {
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
-  struct sockaddr_in a;
-  memset(&a, 0, sizeof(a));
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t len = sizeof(a);
-  int port = -1;
-  if (bind(fd, (struct sockaddr*)&a, sizeof(a)) == 0 &&
-      getsockname(fd, (struct sockaddr*)&a, &len) == 0) {
-    port = ntohs(a.sin_port);
-  }
-  close(fd);
-  return port;
-}
 
 /* Starts Hora as `rank` of 2, checks one allreduce, and exits without hora_shutdown. */
 static void run_rank(int rank, const char* address) {

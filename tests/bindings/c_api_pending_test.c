@@ -7,16 +7,14 @@
  *   - calls after shutdown fail with HORA_ERR_FAILED_PRECONDITION.
  * Every blocking step is bounded (hora_wait timeouts, alarm()). */
 #define _POSIX_C_SOURCE 200809L
-#include <arpa/inet.h>
-#include <netinet/in.h>
 #include <signal.h>
 #include <stdio.h>
 #include <string.h>
-#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include "bindings/c/hora.h"
+#include "tests/bindings/free_port.h"
 
 static int failures = 0;
 static int checks = 0;
@@ -39,22 +37,6 @@ static void signal_peer(char step) { CHECK(write(to_peer, &step, 1) == 1); }
 static void await_peer(char step) {
   char got = 0;
   CHECK(read(from_peer, &got, 1) == 1 && got == step);
-}
-
-static int free_port(void) {
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
-  struct sockaddr_in a;
-  memset(&a, 0, sizeof(a));
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t len = sizeof(a);
-  int port = -1;
-  if (bind(fd, (struct sockaddr*)&a, sizeof(a)) == 0 &&
-      getsockname(fd, (struct sockaddr*)&a, &len) == 0) {
-    port = ntohs(a.sin_port);
-  }
-  close(fd);
-  return port;
 }
 
 static hora_tensor_t vec(float* data, const int64_t* shape) {
