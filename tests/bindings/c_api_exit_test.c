@@ -12,7 +12,7 @@
 #include <unistd.h>
 
 #include "bindings/c/hora.h"
-#include "tests/bindings/free_port.h"
+#include "tests/bindings/c_test_util.h"
 
 enum { kExitCode = 7 };
 
@@ -31,13 +31,7 @@ static void run_rank(int rank, const char* address) {
   }
   int64_t shape[1] = {4};
   float x[4] = {1, 2, 3, 4};
-  hora_tensor_t t;
-  memset(&t, 0, sizeof(t));
-  t.data = x;
-  t.shape = shape;
-  t.ndim = 1;
-  t.dtype = HORA_FLOAT32;
-  t.device = HORA_DEVICE_CPU;
+  hora_tensor_t t = make_tensor(x, shape, 1, HORA_FLOAT32);
   hora_handle_t h = 0;
   if (hora_allreduce_async("x", &t, x, HORA_SUM, 1, 1, HORA_GLOBAL_PROCESS_SET, &h) != HORA_OK ||
       hora_wait(h, 30000) != HORA_OK || x[3] != 8.0f) {

@@ -14,7 +14,7 @@
 #include <unistd.h>
 
 #include "bindings/c/hora.h"
-#include "tests/bindings/free_port.h"
+#include "tests/bindings/c_test_util.h"
 
 static int failures = 0;
 static int checks = 0;
@@ -39,21 +39,11 @@ static void await_peer(char step) {
   CHECK(read(from_peer, &got, 1) == 1 && got == step);
 }
 
-static hora_tensor_t vec(float* data, const int64_t* shape) {
-  hora_tensor_t x;
-  memset(&x, 0, sizeof(x));
-  x.data = data;
-  x.shape = shape;
-  x.ndim = 1;
-  x.dtype = HORA_FLOAT32;
-  x.device = HORA_DEVICE_CPU;
-  return x;
-}
-
 static void name_in_flight(void) {
   int64_t shape[1] = {4};
   float a[4] = {1, 2, 3, 4}, b[4] = {1, 2, 3, 4};
-  hora_tensor_t ta = vec(a, shape), tb = vec(b, shape);
+  hora_tensor_t ta = make_tensor(a, shape, 1, HORA_FLOAT32),
+                tb = make_tensor(b, shape, 1, HORA_FLOAT32);
   hora_handle_t h = 0, h2 = 0;
   int done = -1;
   if (my_rank == 1) {
@@ -86,7 +76,7 @@ static void released_while_pending(void) {
    * rank 0's completion does not mean rank 1's plan has been delivered yet; the buffer must
    * outlive this function (ThreadSanitizer caught the write into the next call's stack). */
   static float a[4] = {1, 1, 1, 1};
-  hora_tensor_t ta = vec(a, shape);
+  hora_tensor_t ta = make_tensor(a, shape, 1, HORA_FLOAT32);
   hora_handle_t h = 0;
   int done = 0;
   if (my_rank == 1) {
@@ -113,7 +103,8 @@ static void released_while_pending(void) {
 static void shutdown_with_pending(void) {
   int64_t shape[1] = {4};
   float a[4] = {1, 1, 1, 1}, b[4] = {2, 2, 2, 2};
-  hora_tensor_t ta = vec(a, shape), tb = vec(b, shape);
+  hora_tensor_t ta = make_tensor(a, shape, 1, HORA_FLOAT32),
+                tb = make_tensor(b, shape, 1, HORA_FLOAT32);
   hora_handle_t pa = 0, pb = 0, hb = 0;
   int done = 0;
   /* Names only this rank submits: they stay pending until shutdown. */
@@ -143,7 +134,7 @@ static void shutdown_with_pending(void) {
 static void after_shutdown(void) {
   int64_t shape[1] = {4};
   float a[4] = {0};
-  hora_tensor_t ta = vec(a, shape);
+  hora_tensor_t ta = make_tensor(a, shape, 1, HORA_FLOAT32);
   hora_handle_t h = 0;
   int32_t r = -1;
   CHECK(hora_allreduce_async("late", &ta, a, HORA_SUM, 1, 1, HORA_GLOBAL_PROCESS_SET, &h) ==

@@ -1,8 +1,10 @@
 /* Written in C against hora.h only: a single-rank job and the documented error statuses. */
+#define _POSIX_C_SOURCE 200809L /* c_test_util.h: sockets, close */
 #include <stdio.h>
 #include <string.h>
 
 #include "bindings/c/hora.h"
+#include "tests/bindings/c_test_util.h"
 
 static int failures = 0;
 static int checks = 0;
@@ -16,17 +18,6 @@ static int checks = 0;
               hora_last_error());                                                     \
     }                                                                                 \
   } while (0)
-
-static hora_tensor_t make_tensor(void* data, const int64_t* shape, int ndim, hora_dtype_t t) {
-  hora_tensor_t x;
-  memset(&x, 0, sizeof(x));
-  x.data = data;
-  x.shape = shape;
-  x.ndim = ndim;
-  x.dtype = t;
-  x.device = HORA_DEVICE_CPU;
-  return x;
-}
 
 static void before_init(void) {
   int32_t r = -1;
