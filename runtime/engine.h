@@ -98,6 +98,8 @@ class Engine : private ProcessSetRuntime::Host {
   StatusOr<ProcessSetInfo> ProcessSet(int32_t id) const;
   std::vector<int32_t> ProcessSetIds() const;
 
+  // Wait and release through Wait and Release below: handles().Release leaves an operation's
+  // steady-path record (about 100 bytes) behind until the engine goes.
   HandleTable& handles() { return handles_; }
   // handles().Wait, except that a thread waiting for an operation on the steady path helps
   // run it (SteadyPath::Help) before it blocks on the handle.

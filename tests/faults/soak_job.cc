@@ -1,10 +1,13 @@
-// Soak: N small allreduces (default 100,000) over a fixed set of names, 4 in flight at a time,
-// every result checked. Measures this process's resident memory (VmRSS) and thread count after
-// a warm-up and at the end, and the Engine's handle table at the end.
+// Soak: N small allreduces (default 100,000) over a fixed set of names, every result checked,
+// in rounds of 4 in flight at a time (the coordinator fuses them into buckets) and then one
+// alone (a bucket of its own every time, so after a few rounds it runs on the steady path),
+// waited for and released through the Engine as the C API does. Measures this process's
+// resident memory (VmRSS) and thread count after a warm-up and at the end, the Engine's handle
+// table at the end, and how many operations ran on the steady path.
 //
 // Usage (through horarun, any number of ranks): soak_job [N] [WARMUP]
 // Prints "SOAK rank=R n=N warm_rss_kib=A end_rss_kib=B growth_kib=B-A threads_init=T0
-// threads_warm=T1 threads_end=T2 handles_end=H seconds=S bad=X" and exits 0 when the result
+// threads_warm=T1 threads_end=T2 handles_end=H fast=F seconds=S bad=X" and exits 0 when the result
 // checks passed; the test (test_soak.py) judges the numbers.
 #include <dirent.h>
 
@@ -61,50 +64,60 @@ int main(int argc, char** argv) {
   const int threads_init = Threads();
   constexpr int kInFlight = 4;
   constexpr int kElems = 16;
-  std::vector<std::vector<float>> bufs(kInFlight, std::vector<float>(kElems));
+  // Slot kInFlight is the lone operation of each round ("soak.alone").
+  std::vector<std::vector<float>> bufs(kInFlight + 1, std::vector<float>(kElems));
   long bad = 0, warm_rss = 0;
   int threads_warm = 0;
-  const auto t0 = std::chrono::steady_clock::now();
-  for (long done = 0; done < total; done += kInFlight) {
-    if (done == warmup) {
-      warm_rss = RssKib();
-      threads_warm = Threads();
-    }
-    int64_t handles[kInFlight];
-    for (int k = 0; k < kInFlight; ++k) {
+  bool warm = false;
+  // Enqueues slots [first, last) and waits for them; false (after saying why) on an error.
+  auto round = [&](int first, int last) {
+    int64_t handles[kInFlight + 1];
+    for (int k = first; k < last; ++k) {
       for (int j = 0; j < kElems; ++j) bufs[k][j] = static_cast<float>(rank + j + k);
       hora::TensorSpec spec;
-      spec.name = "soak." + std::to_string(k);
+      spec.name = k == kInFlight ? std::string("soak.alone") : "soak." + std::to_string(k);
       spec.dtype = hora::DataType::kFloat32;
       spec.op = hora::ReduceOp::kSum;
       spec.shape = {kElems};
       auto h = engine->Enqueue(spec, bufs[k].data(), bufs[k].data());
       if (!h.ok()) {
         std::printf("FAILED enqueue: %s\n", h.status().ToString().c_str());
-        return 3;
+        return false;
       }
       handles[k] = h.value();
     }
-    for (int k = 0; k < kInFlight; ++k) {
-      Status s = engine->handles().Wait(handles[k], std::chrono::seconds(60));
+    for (int k = first; k < last; ++k) {
+      Status s = engine->Wait(handles[k], std::chrono::seconds(60));
       if (!s.ok()) {
         std::printf("FAILED wait: %s\n", s.ToString().c_str());
-        return 3;
+        return false;
       }
-      if (Status r = engine->handles().Release(handles[k]); !r.ok()) {
+      if (Status r = engine->Release(handles[k]); !r.ok()) {
         std::printf("FAILED release: %s\n", r.ToString().c_str());
-        return 3;
+        return false;
       }
       for (int j = 0; j < kElems; ++j) {
         if (bufs[k][j] != static_cast<float>(size * (j + k) + size * (size - 1) / 2)) ++bad;
       }
     }
+    return true;
+  };
+  const auto t0 = std::chrono::steady_clock::now();
+  for (long done = 0; done < total; done += kInFlight + 1) {
+    if (!warm && done >= warmup) {
+      warm = true;
+      warm_rss = RssKib();
+      threads_warm = Threads();
+    }
+    if (!round(0, kInFlight) || !round(kInFlight, kInFlight + 1)) return 3;
   }
   const double seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   const long end_rss = RssKib();
   const int threads_end = Threads();
   const size_t handles_end = engine->handles().size();
+  auto steady = engine->Steady(hora::kGlobalProcessSet);
+  const long long fast = steady.ok() ? static_cast<long long>(steady.value().fast) : -1;
   if (Status s = engine->Shutdown(); !s.ok()) {
     std::printf("FAILED shutdown: %s\n", s.ToString().c_str());
     return 3;
@@ -119,9 +132,9 @@ int main(int argc, char** argv) {
   }
   std::printf(
       "SOAK rank=%d n=%ld warm_rss_kib=%ld end_rss_kib=%ld growth_kib=%ld threads_init=%d "
-      "threads_warm=%d threads_end=%d threads_after_shutdown=%d handles_end=%zu seconds=%.1f "
-      "bad=%ld\n",
+      "threads_warm=%d threads_end=%d threads_after_shutdown=%d handles_end=%zu fast=%lld "
+      "seconds=%.1f bad=%ld\n",
       rank, total, warm_rss, end_rss, end_rss - warm_rss, threads_init, threads_warm, threads_end,
-      threads_after, handles_end, seconds, bad);
+      threads_after, handles_end, fast, seconds, bad);
   return bad == 0 ? 0 : 4;
 }

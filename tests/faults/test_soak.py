@@ -1,10 +1,14 @@
-"""Soak: 100,000 small allreduces in one 2-rank job through horarun. Resident memory is flat
-between the warm-up and the end (< 5 MiB growth), the thread count does not grow (within
-gRPC's pool slack), the handle
-table is empty, and after shutdown no thread of Hora's is left (only main)."""
+"""Soak: 100,000 small allreduces in one 2-rank job through horarun (soak_job.cc: rounds of 4
+in flight, then one alone), twice: with HORA_STEADY=off, every operation through the
+coordinator and its fused buckets; with the default, the steady path running nearly all of
+them. Resident memory is flat between the warm-up and the end (< 5 MiB growth), the thread
+count does not grow (within gRPC's pool slack), the handle table is empty, and after shutdown
+no thread of Hora's is left (only main)."""
 
 import os
 import re
+
+import pytest
 
 from faultlib import find, horarun_job
 
@@ -14,8 +18,10 @@ WARMUP = 10000
 SLACK_KIB = 5 * 1024
 
 
-def test_soak_memory_threads_handles_flat():
-    job = horarun_job(2, JOB, args=[N, WARMUP], heartbeat_timeout=30)
+@pytest.mark.parametrize("steady", ["off", "auto"])
+def test_soak_memory_threads_handles_flat(steady):
+    job = horarun_job(2, JOB, args=[N, WARMUP], heartbeat_timeout=30,
+                      env=dict(os.environ, HORA_STEADY=steady))
     try:
         ok = job.wait_lines(lambda ls: sum("SOAK rank=" in l or "FAILED" in l for l in ls) >= 2,
                             540)
@@ -36,3 +42,9 @@ def test_soak_memory_threads_handles_flat():
         assert int(v["threads_end"]) <= int(v["threads_warm"]) + 2, line
         assert int(v["threads_after_shutdown"]) == 1, line
         assert int(v["handles_end"]) == 0, line
+        # Which path the operations took: none on the steady path when it is off; with it on,
+        # most of the lone ones at least (a bucket of their own every round).
+        if steady == "off":
+            assert int(v["fast"]) <= 0, line
+        else:
+            assert int(v["fast"]) > N // 10, line
