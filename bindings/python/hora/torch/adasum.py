@@ -37,15 +37,10 @@ def _combine(a, b):
 _GROUP_BYTES = 64 << 20
 
 
-def adasum(tensor, set_id=0):
-    """The Adasum of every member's `tensor` (a new tensor, same dtype and shape)."""
-    return adasum_many([tensor], set_id)[0]
-
-
 def adasum_many(tensors, set_id=0):
-    """adasum() of each tensor, the same bits, with the transfers of a group of tensors (up
-    to _GROUP_BYTES) in flight together: one round of waits per level and group, not per
-    tensor (a model's gradients are tens or hundreds of tensors)."""
+    """The Adasum of every member's tensors, each a new tensor of its dtype and shape, with the
+    transfers of a group of tensors (up to _GROUP_BYTES) in flight together: one round of waits
+    per level and group, not per tensor (a model's gradients are tens or hundreds of tensors)."""
     n = _set_size(set_id)
     if n == 1:
         return [t.detach().clone() for t in tensors]
