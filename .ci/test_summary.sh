@@ -36,7 +36,10 @@ rc=${PIPESTATUS[0]}
 opts=()
 for a in "$@"; do
   [ "$a" = "--" ] && break
-  case "$a" in --*) opts+=("$a") ;; esac
+  case "$a" in
+    --profile=*) ;;  # `bazel info` would write its own profile over the test run's
+    --*) opts+=("$a") ;;
+  esac
 done
 testlogs="$(bzl info "${opts[@]}" bazel-testlogs 2>/dev/null || true)"
 [ -n "$testlogs" ] || testlogs="bazel-testlogs"

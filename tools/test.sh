@@ -47,7 +47,7 @@ thread_safety() {  # one case: clang's thread-safety analysis finds nothing
   tools/check_tsa.sh --config=ci && echo "1 passed, 0 failed, 0 skipped"
 }
 
-counted tests .ci/test_summary.sh --config=ci --test_tag_filters=-gpu //...
+counted tests .ci/test_summary.sh --config=ci --config=ci-tests --test_tag_filters=-gpu //...
 counted thread-safety thread_safety
 # One case: every C/C++ file is as clang-format (.clang-format) writes it.
 counted format tools/check_format.sh
