@@ -42,9 +42,6 @@ TARGETS=(
 
 # Instrumented code runs several times slower: medium targets (shm_test) get 15 minutes.
 extra=(--test_timeout=300,900,2700,3600)
-# The fuzzer runs its full 18 s in the plain test part; here half of that (it is exclusive and
-# spins both cores, so its time is the part's own).
-extra+=(--test_env=FUZZ_SECONDS=9)
 if [ "$config" = tsan ]; then
   # The system libraries' races (tools/tsan.supp); an absolute path, as the test runs elsewhere.
   extra+=(--test_env=TSAN_OPTIONS=halt_on_error=0:second_deadlock_stack=1:report_signal_unsafe=0:suppressions=$PWD/tools/tsan.supp)
