@@ -148,6 +148,7 @@ StatusOr<void*> BucketExecutor::DeviceResult(const Request& r, size_t bytes, OpR
       std::shared_ptr<void>(p.value(), [runtime, index](void* q) { runtime->Free(index, q); });
   result->device_bytes = bytes;
   result->device_index = index;
+  result->device_stream = r.stream;
   return p.value();
 }
 

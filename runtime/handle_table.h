@@ -31,6 +31,7 @@ struct OpResult {
   std::shared_ptr<void> device_data;
   size_t device_bytes = 0;
   int device_index = 0;
+  void* device_stream = nullptr;  // the framework's stream of the request (copies run on it)
 };
 
 class HandleTable {

@@ -359,7 +359,7 @@ hora_status_t hora_result_copy(hora_handle_t handle, void* dst, size_t dst_bytes
       }
       if (r.device_bytes > 0 && dst == nullptr) return hora::InvalidArgument("destination is NULL");
       return hora::DeviceRuntimeFor(hora::Device::kCuda)
-          ->Copy(r.device_index, dst, r.device_data.get(), r.device_bytes);
+          ->Copy(r.device_index, dst, r.device_data.get(), r.device_bytes, r.device_stream);
     }
     if (dst_bytes != r.data.size()) {
       return hora::InvalidArgument("the result has " + std::to_string(r.data.size()) +

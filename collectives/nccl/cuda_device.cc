@@ -58,12 +58,17 @@ class CudaRuntimeImpl : public DeviceRuntime {
     return std::shared_ptr<DeviceEvent>(std::move(event));
   }
 
-  Status Copy(int index, void* dst, const void* src, size_t bytes) const override {
+  // cudaMemcpy would not do: device to device it returns before the copy is done, and it
+  // is ordered only with the legacy default stream, not with a framework's own stream.
+  Status Copy(int index, void* dst, const void* src, size_t bytes, void* stream) const override {
     if (bytes == 0) return Status::Ok();
     ScopedDevice scope;
     HORA_RETURN_IF_ERROR(scope.Enter(index));
-    const cudaError_t r = cudaMemcpy(dst, src, bytes, cudaMemcpyDefault);
-    if (r != cudaSuccess) return CudaError(r, "cudaMemcpy of a result");
+    auto s = static_cast<cudaStream_t>(stream);
+    cudaError_t r = cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, s);
+    if (r != cudaSuccess) return CudaError(r, "cudaMemcpyAsync of a result");
+    r = cudaStreamSynchronize(s);
+    if (r != cudaSuccess) return CudaError(r, "cudaStreamSynchronize after a result's copy");
     return Status::Ok();
   }
 

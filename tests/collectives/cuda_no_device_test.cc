@@ -1,11 +1,15 @@
 // BatchCopier::Create on a machine without a usable GPU (CI: the CUDA toolkit, no driver or no
 // device) returns a clear error naming the CUDA error, promptly: no crash, no hang. On a
-// machine with a GPU (a driver is installed: /proc/driver/nvidia/version exists) it must
-// instead succeed and copy a few bytes. Not tagged gpu: it runs everywhere CUDA is built.
-#include <unistd.h>
+// machine with a GPU it must instead succeed. Whether there is one is asked of the driver
+// itself (libcuda.so.1's cuInit and cuDeviceGetCount, loaded here with dlopen), not of
+// /proc/driver/nvidia, which a sandboxed GPU machine may not have; HORA_TEST_EXPECT_GPU=1 or 0
+// (set by tools/gpu_check.sh) overrides that probe. Not tagged gpu: it runs everywhere CUDA
+// is built.
+#include <dlfcn.h>
 
 #include <catch2/catch.hpp>
 #include <chrono>
+#include <cstdlib>
 #include <future>
 #include <string>
 
@@ -16,7 +20,20 @@ namespace hora {
 namespace cuda {
 namespace {
 
-bool HasNvidiaDriver() { return access("/proc/driver/nvidia/version", F_OK) == 0; }
+// True when the CUDA driver loads, initialises and counts at least one device.
+bool DriverSeesADevice() {
+  if (const char* e = std::getenv("HORA_TEST_EXPECT_GPU")) return std::string(e) == "1";
+  void* lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+  if (lib == nullptr) return false;
+  using InitFn = int (*)(unsigned);
+  using CountFn = int (*)(int*);
+  auto init = reinterpret_cast<InitFn>(dlsym(lib, "cuInit"));
+  auto count = reinterpret_cast<CountFn>(dlsym(lib, "cuDeviceGetCount"));
+  int n = 0;
+  const bool seen = init != nullptr && count != nullptr && init(0) == 0 && count(&n) == 0 && n > 0;
+  dlclose(lib);
+  return seen;
+}
 
 TEST_CASE("BatchCopier::Create without a GPU fails with the CUDA error, without hanging") {
   auto result = std::async(std::launch::async, [] { return BatchCopier::Create(0); });
@@ -25,8 +42,8 @@ TEST_CASE("BatchCopier::Create without a GPU fails with the CUDA error, without 
           std::future_status::ready);
   StatusOr<std::unique_ptr<BatchCopier>> c = result.get();
   INFO("Create(0): " << c.status().ToString());
-  if (HasNvidiaDriver()) {
-    CHECK(c.ok());  // a driver is installed: the device must work
+  if (DriverSeesADevice()) {
+    CHECK(c.ok());  // the driver sees a device: the copier must work on it
     return;
   }
   REQUIRE_FALSE(c.ok());

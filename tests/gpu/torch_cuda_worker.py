@@ -1,11 +1,15 @@
-# Run by tests/gpu/test_torch_cuda.py as `horarun -np 1 python torch_cuda_worker.py`.
-"""hora.torch on CUDA tensors at world size 1 (NCCL refuses two ranks on one GPU): every
-collective against the same call on CPU tensors, fused buckets with prescale and postscale,
-CPU and GPU tensors in flight together, the framework's stream ordering, and
-DistributedOptimizer training on CUDA matching the same training on the CPU. Prints
-`CASE <name> PASS|FAIL <why>` per case (the test reads them)."""
+# Run by tests/gpu/test_torch_cuda.py as `horarun -np N python torch_cuda_worker.py`.
+"""hora.torch on CUDA tensors, at world size 1 (NCCL) or with several ranks sharing the GPU
+(HORA_GPU_OPERATIONS=shm|gloo|mpi: the staged data plane): every collective against the same
+call on CPU tensors, fused buckets with prescale and postscale, CPU and GPU tensors in flight
+together, the framework's stream ordering (an input written after a long kernel; results read
+at once on a busy stream and on a side stream), int16 on CUDA, DistributedOptimizer training on
+CUDA matching the same training on the CPU, and the staged plane's busbw beside the CPU's.
+Prints `CASE <name> PASS|FAIL|SKIP <why>` per case (the test reads them)."""
 
+import os
 import sys
+import time
 import traceback
 
 import torch
@@ -127,7 +131,99 @@ def input_written_by_the_framework_stream_just_before_is_read_after_it():
         for _ in range(20):
             x.add_(1.0)
         y = hvd.allreduce(x, op=hvd.Sum, name="order.%d" % i)
-        check(torch.all(y == 20.0).item(), "saw a stale input: %r" % y[:4].tolist())
+        check(torch.all(y == 20.0 * hvd.size()).item(), "saw a stale input: %r" % y[:4].tolist())
+
+
+def _sleep_ms(ms):
+    # torch.cuda._sleep spins for a number of GPU cycles: about ms milliseconds at ~2 GHz
+    torch.cuda._sleep(int(ms * 2e6))
+
+
+@case
+def input_written_after_a_long_kernel_is_read_after_it():
+    # The input is written by a kernel queued behind a 50 ms one: an enqueue that read it
+    # without waiting for the framework's stream would see the zeros.
+    for i in range(3):
+        x = torch.zeros(1 << 20, device=DEV)
+        _sleep_ms(50)
+        x.fill_(hvd.rank() + 1)
+        y = hvd.allreduce(x, op=hvd.Sum, name="sleep.%d" % i)
+        want = hvd.size() * (hvd.size() + 1) / 2
+        check(torch.all(y == want).item(), "saw a stale input: %r, want %r" % (y[:4].tolist(), want))
+
+
+def _gathered_at_once(stream_ctx, tag):
+    # Many allgathers whose results (copied out of the runtime's buffer, which is then freed
+    # and reused) are read at once, while the reading stream is busy with a long kernel.
+    want, got = [], []
+    with stream_ctx:
+        for i in range(12):
+            x = torch.full((4096,), float(i * 10 + hvd.rank()), device=DEV)
+            _sleep_ms(5)
+            y = hvd.allgather(x, name="%s.%d" % (tag, i))
+            got.append(y.clone())
+            want.append(torch.cat([torch.full((4096,), float(i * 10 + r)) for r in range(hvd.size())]))
+    torch.cuda.synchronize()
+    for i, (g, w) in enumerate(zip(got, want)):
+        check(torch.equal(g.cpu(), w), "%s #%d: %r" % (tag, i, g.cpu()[::4096].tolist()))
+
+
+@case
+def results_read_at_once_on_a_busy_stream_are_final():
+    _gathered_at_once(torch.cuda.stream(torch.cuda.current_stream()), "busy")
+
+
+@case
+def results_read_at_once_on_a_side_stream_are_final():
+    _gathered_at_once(torch.cuda.stream(torch.cuda.Stream()), "side")
+
+
+@case
+def int16_on_cuda():
+    # NCCL has no 16-bit integers: refused at enqueue, naming the dtype, and the job goes on.
+    # The staged plane reduces them on the CPU.
+    x = torch.arange(-50, 50, dtype=torch.int16)
+    if os.environ.get("HORA_GPU_OPERATIONS", "auto") in ("auto", "nccl"):
+        try:
+            hvd.allreduce(x.to(DEV), op=hvd.Sum, name="i16.gpu")
+        except Exception as e:  # noqa: BLE001: the message is what is checked
+            check("int16" in str(e), "the refusal does not name int16: %s" % e)
+        else:
+            raise AssertionError("an int16 CUDA allreduce was not refused")
+        y = hvd.allreduce(torch.ones(8, device=DEV), op=hvd.Sum, name="after.i16")
+        check(torch.all(y == hvd.size()).item(), "the job did not go on: %r" % y.tolist())
+        same(hvd.broadcast(x.to(DEV), 0, name="i16.bc.g"), x, "int16 broadcast")
+    else:
+        same(hvd.allreduce(x.to(DEV), op=hvd.Sum, name="i16.gpu"),
+             hvd.allreduce(x, op=hvd.Sum, name="i16.cpu"), "int16 allreduce")
+
+
+@case
+def staged_busbw_beside_the_cpu():
+    if hvd.size() == 1:
+        raise Skip("world size 1")
+    n = 16 << 20  # 64 MiB of float32
+    out = []
+    for dev in (DEV, torch.device("cpu")):
+        x = torch.ones(n, device=dev)
+        hvd.allreduce_(x, op=hvd.Sum, name="bw.%s" % dev.type)
+        times = []
+        for i in range(5):
+            hvd.barrier()
+            t0 = time.perf_counter()
+            hvd.allreduce_(x, op=hvd.Sum, name="bw.%s" % dev.type)
+            times.append(time.perf_counter() - t0)
+        times.sort()
+        out.append(2.0 * (hvd.size() - 1) / hvd.size() * n * 4 / times[len(times) // 2] / 1e9)
+        check(torch.all(x == hvd.size() ** 6).item(), "busbw result %r" % x[:2].tolist())
+    if hvd.rank() == 0:
+        print("STAGED_BUSBW np=%d ops=%s 64MiB cuda=%.2f GB/s cpu=%.2f GB/s cuda/cpu=%.2f" % (
+            hvd.size(), os.environ.get("HORA_GPU_OPERATIONS"), out[0], out[1], out[0] / out[1]),
+            flush=True)
+
+
+class Skip(Exception):
+    pass
 
 
 @case
@@ -140,7 +236,7 @@ def cpu_and_gpu_tensors_in_flight_together():
     for i, (x, h) in enumerate(zip(xs, handles)):
         y = hvd.synchronize(h)
         check(y.device.type == ("cuda" if i % 2 else "cpu"), "device of #%d: %s" % (i, y.device))
-        check(torch.equal(y.cpu(), x), "mixed #%d" % i)
+        check(torch.equal(y.cpu(), x * hvd.size()), "mixed #%d" % i)
 
 
 def _train(device, steps=20):
@@ -175,12 +271,14 @@ def distributed_optimizer_on_cuda_matches_the_cpu_run():
 
 def main():
     hvd.init()
-    torch.cuda.set_device(hvd.local_rank())
+    torch.cuda.set_device(hvd.local_rank() % torch.cuda.device_count())
     failed = 0
     for fn in CASES:
         try:
             fn()
             print("CASE %s PASS" % fn.__name__, flush=True)
+        except Skip as e:
+            print("CASE %s SKIP %s" % (fn.__name__, e), flush=True)
         except Exception as e:
             failed += 1
             print("CASE %s FAIL %s" % (fn.__name__, str(e).replace("\n", " | ")[:2000]),

@@ -34,7 +34,7 @@ class HostRuntime : public DeviceRuntime {
   StatusOr<std::shared_ptr<DeviceEvent>> RecordEvent(int, void*) const override {
     return std::shared_ptr<DeviceEvent>(std::make_shared<HostEvent>("framework"));
   }
-  Status Copy(int, void* dst, const void* src, size_t bytes) const override {
+  Status Copy(int, void* dst, const void* src, size_t bytes, void*) const override {
     std::memcpy(dst, src, bytes);
     return Status::Ok();
   }

@@ -36,7 +36,7 @@ class HostRuntime : public DeviceRuntime {
     ++g_events;
     return std::shared_ptr<DeviceEvent>(std::make_shared<HostEvent>());
   }
-  Status Copy(int, void* dst, const void* src, size_t bytes) const override {
+  Status Copy(int, void* dst, const void* src, size_t bytes, void*) const override {
     std::memcpy(dst, src, bytes);
     return Status::Ok();
   }
