@@ -18,6 +18,38 @@ std::vector<BackendInfo>& Backends() {
   return backends;
 }
 
+std::vector<StagingInfo>& Stagings() {
+  static std::vector<StagingInfo> stagings;
+  return stagings;
+}
+
+const StagingInfo* StagingFor(Device device) {
+  for (const StagingInfo& s : Stagings()) {
+    if (s.device == device) return &s;
+  }
+  return nullptr;
+}
+
+// Whether backend b serves config.device's tensors through a staging (a CPU backend named for
+// a device's tensors).
+bool Staged(const BackendInfo& b, const BackendConfig& config) {
+  return b.device != config.device && b.device == Device::kCpu && StagingFor(config.device);
+}
+
+BackendConfig HostConfig(const BackendConfig& config) {
+  BackendConfig host = config;
+  host.device = Device::kCpu;
+  host.device_index = 0;
+  return host;
+}
+
+// b.can_serve for the set, through the staging when b is a staged CPU backend.
+Status CanServe(const BackendInfo& b, const BackendConfig& config) {
+  if (!Staged(b, config)) return b.can_serve ? b.can_serve(config) : Status::Ok();
+  HORA_RETURN_IF_ERROR(StagingFor(config.device)->can_serve(config));
+  return b.can_serve ? b.can_serve(HostConfig(config)) : Status::Ok();
+}
+
 const BackendInfo* Find(const std::string& name) {
   for (const BackendInfo& b : Backends()) {
     if (b.name == name) return &b;
@@ -89,6 +121,12 @@ bool RegisterBackend(BackendInfo info) {
   return true;
 }
 
+bool RegisterStaging(StagingInfo info) {
+  HORA_CHECK(StagingFor(info.device) == nullptr && "a staging registered twice");
+  Stagings().push_back(std::move(info));
+  return true;
+}
+
 std::vector<std::string> BuiltBackends() {
   std::vector<std::string> names;
   for (const BackendInfo& b : Backends()) names.push_back(b.name);
@@ -132,7 +170,8 @@ Status CheckSelection(const std::string& selection, Device device, const std::st
     return InvalidArgument(option + "=" + selection + ": no backend '" + sel.name +
                            "' is built into this libhora (built: " + BuiltBackendsString() + ")");
   }
-  if (b->device != device) {
+  const bool staged = b->device == Device::kCpu && StagingFor(device) != nullptr;
+  if (b->device != device && !staged) {
     return InvalidArgument(option + "=" + selection + ": backend '" + sel.name + "' serves " +
                            DeviceName(b->device) + " tensors, not " + DeviceName(device));
   }
@@ -155,7 +194,7 @@ StatusOr<const BackendInfo*> Choose(const std::string& selection, const std::str
   std::string refusals;
   if (sel.mode == Selection::kPrefer) {
     const BackendInfo* b = Find(sel.name);
-    Status s = b->can_serve ? b->can_serve(config) : Status::Ok();
+    Status s = CanServe(*b, config);
     if (s.ok()) {
       chosen = b;
     } else {
@@ -172,7 +211,7 @@ StatusOr<const BackendInfo*> Choose(const std::string& selection, const std::str
     }
   } else if (chosen == nullptr) {
     chosen = Find(sel.name);
-    Status s = chosen->can_serve ? chosen->can_serve(config) : Status::Ok();
+    Status s = CanServe(*chosen, config);
     if (!s.ok()) {
       return Status(s.code(), option + "=" + selection + ": backend '" + selection +
                                   "' cannot serve " + Members(config) + ": " + s.message());
@@ -188,17 +227,31 @@ Status CheckCanServe(const std::string& selection, const std::string& option,
   return Choose(selection, option, config).status();
 }
 
+Status CheckCanReduce(const std::string& selection, const std::string& option,
+                      const BackendConfig& config, DataType dtype) {
+  auto choice = Choose(selection, option, config);
+  if (!choice.ok()) return choice.status();
+  const BackendInfo* chosen = choice.value();
+  if (!chosen->can_reduce) return Status::Ok();
+  Status s = chosen->can_reduce(dtype);
+  if (s.ok()) return s;
+  return Status(s.code(), option + "=" + selection + ": backend '" + chosen->name + "': " +
+                              s.message());
+}
+
 StatusOr<std::unique_ptr<Communicator>> CreateCommunicator(const std::string& selection,
                                                            const std::string& option,
                                                            const BackendConfig& config) {
   auto choice = Choose(selection, option, config);
   if (!choice.ok()) return choice.status();
   const BackendInfo* chosen = choice.value();
+  const bool staged = Staged(*chosen, config);
   if (config.rank == 0) {
-    HORA_LOG_INFO("{}: {} operations by {} ({}={})", Members(config), DeviceName(config.device),
-                  chosen->name, option, selection);
+    HORA_LOG_INFO("{}: {} operations by {}{} ({}={})", Members(config), DeviceName(config.device),
+                  chosen->name, staged ? " through host memory" : "", option, selection);
   }
-  auto comm = chosen->create(config);
+  auto comm = chosen->create(staged ? HostConfig(config) : config);
+  if (comm.ok() && staged) comm = StagingFor(config.device)->wrap(std::move(comm).value(), config);
   if (!comm.ok()) {
     const Status& s = comm.status();
     return Status(s.code(), Members(config) + ", backend " + chosen->name + ": " + s.message());

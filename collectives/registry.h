@@ -6,6 +6,11 @@
 // `backends` target. Nothing above collectives/ names a backend: the runtime asks
 // CreateCommunicator for "the communicator that HORA_CPU_OPERATIONS selects for this set".
 //
+// Staging. A device kind may register a staging (RegisterStaging): its tensors can then also
+// run on a CPU backend, named for that device (HORA_GPU_OPERATIONS=gloo|shm|mpi|hierarchical),
+// through host memory: CreateCommunicator builds the CPU backend's communicator and the
+// staging wraps it into one for the device. "auto" never picks a staged CPU backend.
+//
 // Selection. `selection` is one of
 //   "auto"         among the backends for the device that can serve the set, the one with
 //                  the highest auto_priority (> 0); a backend with auto_priority 0 (test
@@ -77,6 +82,10 @@ struct BackendInfo {
   bool shared_board = false;  // honours BackendConfig::shared_board_bytes
   // OK when the backend can serve this set (e.g. every member on one host); else why not.
   std::function<Status(const BackendConfig&)> can_serve;
+  // OK when the backend reduces `dtype` (allreduce, reducescatter); else why not, naming the
+  // dtype. Null: every dtype. Asked at enqueue (CheckCanReduce), so that a tensor the backend
+  // cannot reduce is refused on every rank instead of failing its bucket and the job.
+  std::function<Status(DataType dtype)> can_reduce;
   BackendFactory create;
   // Backends over a library loaded at run time (nccl): its version code, 0 when it cannot be
   // loaded here; *detail receives the file it was loaded from, or why it could not be. env:
@@ -87,6 +96,19 @@ struct BackendInfo {
 
 // Called by HORA_REGISTER_BACKEND. Returns true (for a static initializer).
 bool RegisterBackend(BackendInfo info);
+
+// How a device kind's tensors run on a CPU backend (see "Staging" above).
+struct StagingInfo {
+  Device device = Device::kCuda;
+  // OK when this process can stage the set's tensors (a usable device); else why not.
+  std::function<Status(const BackendConfig&)> can_serve;
+  // Wraps the CPU backend's communicator, built for the same members, into the device's.
+  std::function<StatusOr<std::unique_ptr<Communicator>>(std::unique_ptr<Communicator> host,
+                                                        const BackendConfig& config)>
+      wrap;
+};
+// Called once per device kind during static initialization. Returns true.
+bool RegisterStaging(StagingInfo info);
 
 // The names of every built backend, sorted. The one list that hora_built(),
 // hvd.*_built() and horarun --check-build read.
@@ -110,6 +132,11 @@ Status CheckSelection(const std::string& selection, Device device, const std::st
 // building anything): OK, or the error CreateCommunicator would return. Not collective.
 Status CheckCanServe(const std::string& selection, const std::string& option,
                      const BackendConfig& config);
+
+// Whether the backend `selection` picks for the set reduces `dtype`: OK, or the refusal
+// (CheckCanServe's when no backend serves the set). Not collective.
+Status CheckCanReduce(const std::string& selection, const std::string& option,
+                      const BackendConfig& config, DataType dtype);
 
 // Collective over the set's members (every member calls it with the same selection and
 // config apart from `rank`): builds the communicator, bounded by config.timeout.

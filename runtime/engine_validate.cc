@@ -141,6 +141,13 @@ Status Engine::ValidateSpec(const TensorSpec& spec, const ProcessSetRuntime& set
     if (Status s = CheckCanServe(options_.gpu_operations, kEnvGpuOperations, c); !s.ok()) {
       return Bad(spec, s.message());
     }
+    // Nor may a dtype the set's backend cannot reduce reach a bucket.
+    const bool reduces = spec.collective == CollectiveType::kAllreduce ||
+                         spec.collective == CollectiveType::kReducescatter;
+    if (reduces) {
+      Status s = CheckCanReduce(options_.gpu_operations, kEnvGpuOperations, c, spec.dtype);
+      if (!s.ok()) return Bad(spec, s.message());
+    }
   }
   if (spec.collective == CollectiveType::kBarrier) return Status::Ok();
   HORA_RETURN_IF_ERROR(CheckShape(spec));

@@ -88,6 +88,10 @@ constexpr const char* kKnown[] = {
     "HORA_HIERARCHICAL_ALLREDUCE",
     // hora.torch, the launcher, tests and tools
     "HORA_LIBRARY",
+    "HORA_NCCL_LIBRARY",
+    "HORA_GPU_PYTHON",
+    "HORA_GPU_JOB_TIMEOUT",
+    "HORA_TEST_EXPECT_GPU",
     "HORA_BUCKET_CAP_MB",
     "HORA_TORCH2",
     "HORA_TEST_PYTHON",

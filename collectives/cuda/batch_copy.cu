@@ -173,18 +173,39 @@ __device__ __forceinline__ void ByteElementChunk(const Op& op, const DeviceSpan&
   }
 }
 
+// Spans whose first chunks a block reads into shared memory at once (8 KiB) before it
+// searches them: one round of loads instead of log2(n) dependent ones from global memory,
+// which took as long as a small chunk's copy.
+constexpr uint32_t kSharedSpans = 1024;
+
 template <typename Op>
 __global__ void __launch_bounds__(kThreadsPerBlock)
     BatchKernel(const DeviceSpan* __restrict__ table, uint32_t n, uint32_t chunk_bytes, Op op) {
   // The span of this block: the last one whose first_chunk <= blockIdx.x.
   const uint64_t block = blockIdx.x;
   uint32_t lo = 0, hi = n - 1;
-  while (lo < hi) {
-    uint32_t mid = lo + (hi - lo + 1) / 2;
-    if (__ldg(&table[mid].first_chunk) <= block) {
-      lo = mid;
-    } else {
-      hi = mid - 1;
+  if (n <= kSharedSpans) {
+    __shared__ uint64_t firsts[kSharedSpans];
+    for (uint32_t i = threadIdx.x; i < n; i += kThreadsPerBlock) {
+      firsts[i] = __ldg(&table[i].first_chunk);
+    }
+    __syncthreads();
+    while (lo < hi) {
+      uint32_t mid = lo + (hi - lo + 1) / 2;
+      if (firsts[mid] <= block) {
+        lo = mid;
+      } else {
+        hi = mid - 1;
+      }
+    }
+  } else {
+    while (lo < hi) {
+      uint32_t mid = lo + (hi - lo + 1) / 2;
+      if (__ldg(&table[mid].first_chunk) <= block) {
+        lo = mid;
+      } else {
+        hi = mid - 1;
+      }
     }
   }
   DeviceSpan s;

@@ -1,4 +1,4 @@
-// Registers the NCCL backend for CUDA tensors and the CUDA device runtime.
+// Registers the NCCL backend for CUDA tensors.
 //
 // "nccl" is in BuiltBackends() whenever this build compiled it in (like every backend: the
 // list says what the build has). Whether the NCCL library can be loaded on this machine is a
@@ -6,7 +6,7 @@
 // can_serve, which refuses a set with the loader's reason (so HORA_GPU_OPERATIONS=nccl on a
 // machine without NCCL fails naming the paths tried).
 #include "collectives/device.h"
-#include "collectives/nccl/cuda_device.h"
+#include "collectives/cuda/cuda_device.h"
 #include "collectives/nccl/nccl_communicator.h"
 #include "collectives/nccl/nccl_loader.h"
 #include "collectives/registry.h"
@@ -24,6 +24,7 @@ BackendInfo NcclInfo() {
     if (nccl.api == nullptr) return nccl.status;
     return CudaRuntime()->Probe(c.device_index);
   };
+  info.can_reduce = NcclCanReduce;
   info.create = [](const BackendConfig& c) {
     NcclConfig nc;
     nc.rank = c.rank;
@@ -50,7 +51,5 @@ BackendInfo NcclInfo() {
 }  // namespace
 
 HORA_REGISTER_BACKEND(NcclInfo());
-static const bool hora_cuda_runtime_registered [[maybe_unused]] =
-    RegisterDeviceRuntime(Device::kCuda, CudaRuntime());
 
 }  // namespace hora

@@ -3,7 +3,7 @@
 #include <numeric>
 #include <thread>
 
-#include "collectives/nccl/cuda_device.h"
+#include "collectives/cuda/cuda_device.h"
 #include "collectives/nccl/nccl_state.h"
 #include "common/mutex.h"
 
@@ -31,10 +31,11 @@ StatusOr<ncclDataType_t> NcclType(DataType t) {
       return ncclFloat64;
     case DataType::kInt16:
     case DataType::kUint16:
-      break;
+      return InvalidArgument(std::string("NCCL cannot reduce ") + DataTypeName(t) +
+                             " tensors (it has no 16-bit integer type): reduce them on the CPU, "
+                             "or as int32");
   }
-  return InvalidArgument(std::string("NCCL has no dtype ") + DataTypeName(t) +
-                         " (int16 and uint16 tensors run on the CPU)");
+  return InvalidArgument("invalid dtype " + std::to_string(static_cast<int>(t)));
 }
 
 StatusOr<ncclRedOp_t> NcclOp(ReduceOp op, DataType t) {
@@ -80,8 +81,13 @@ class NcclWork : public Work {
     if (state_->aborted()) return Finish(state_->reason());
     const cudaError_t e = cudaEventQuery(event_);
     // Abort sets the flag before it ends kernels: a flag still clear after the event
-    // completed means the kernels finished on their own.
-    if (e == cudaSuccess) return Finish(state_->aborted() ? state_->reason() : Status::Ok());
+    // completed means the kernels finished on their own. NCCL may still have recorded an
+    // asynchronous error for them (a peer that failed mid-collective): asked once more.
+    if (e == cudaSuccess) {
+      if (state_->aborted()) return Finish(state_->reason());
+      bool busy = false;
+      return Finish(state_->Poll("collective", &busy));
+    }
     if (e != cudaErrorNotReady) {
       Status s = CudaError(e, "NCCL work on CUDA device " + std::to_string(state_->device()));
       state_->Abort(s);
@@ -342,6 +348,8 @@ class NcclCommunicator : public Communicator {
 };
 
 }  // namespace
+
+Status NcclCanReduce(DataType dtype) { return NcclType(dtype).status(); }
 
 StatusOr<std::unique_ptr<Communicator>> CreateNcclCommunicator(const NcclConfig& config) {
   const NcclLoadResult& nccl = LoadNccl(config.env);

@@ -51,6 +51,9 @@ struct NcclConfig {
 // usable CUDA device (the message says which and why).
 StatusOr<std::unique_ptr<Communicator>> CreateNcclCommunicator(const NcclConfig& config);
 
+// OK when NCCL reduces `dtype`: every dtype but int16 and uint16 (INVALID_ARGUMENT naming it).
+Status NcclCanReduce(DataType dtype);
+
 }  // namespace hora
 
 #endif  // HORA_COLLECTIVES_NCCL_NCCL_COMMUNICATOR_H_

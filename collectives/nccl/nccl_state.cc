@@ -5,38 +5,6 @@
 
 namespace hora {
 
-Status CudaError(cudaError_t e, const std::string& what) {
-  return Internal(what + ": " + cudaGetErrorString(e));
-}
-
-Status UseDevice(int device) {
-  int current = -1;
-  if (cudaGetDevice(&current) == cudaSuccess && current == device) return Status::Ok();
-  const cudaError_t e = cudaSetDevice(device);
-  if (e != cudaSuccess) {
-    cudaGetLastError();  // not sticky: clear it
-    return FailedPrecondition("cudaSetDevice(" + std::to_string(device) +
-                              "): " + cudaGetErrorString(e));
-  }
-  return Status::Ok();
-}
-
-Status ScopedDevice::Enter(int device) {
-  int current = -1;
-  if (cudaGetDevice(&current) != cudaSuccess) {
-    cudaGetLastError();
-    current = -1;
-  }
-  if (current == device) return Status::Ok();
-  HORA_RETURN_IF_ERROR(UseDevice(device));
-  previous_ = current;
-  return Status::Ok();
-}
-
-ScopedDevice::~ScopedDevice() {
-  if (previous_ >= 0) cudaSetDevice(previous_);
-}
-
 Status NcclState::Init(const ncclUniqueId& id) {
   HORA_RETURN_IF_ERROR(UseDevice(device_));
   cudaError_t e = cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking);

@@ -10,33 +10,13 @@
 #include <chrono>
 #include <string>
 
+#include "collectives/cuda/cuda_device.h"
 #include "collectives/nccl/nccl_loader.h"
 #include "common/mutex.h"
 #include "common/status.h"
 #include "common/types.h"
 
 namespace hora {
-
-// "cudaMalloc: out of memory".
-Status CudaError(cudaError_t e, const std::string& what);
-// Makes `device` current on the calling thread (a no-op when it is): for Hora's own threads.
-Status UseDevice(int device);
-
-// Makes `device` current for a scope and restores the caller's device afterwards: for calls
-// on the framework's threads (enqueue, result copies, frees), whose current device belongs to
-// the framework (CUDA's current device is per thread and shared by every CUDA runtime in the
-// process, torch's included).
-class ScopedDevice {
- public:
-  ScopedDevice() = default;
-  ~ScopedDevice();
-  ScopedDevice(const ScopedDevice&) = delete;
-  ScopedDevice& operator=(const ScopedDevice&) = delete;
-  Status Enter(int device);
-
- private:
-  int previous_ = -1;
-};
 
 // Shared by the communicator and every Work of its Fence(): a Work may outlive the
 // communicator's last call (never the process).

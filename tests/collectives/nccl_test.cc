@@ -79,6 +79,21 @@ TEST_CASE("nccl is a built backend for CUDA tensors, and selections are checked"
   CHECK(DeviceRuntimeFor(Device::kCuda) != nullptr);
 }
 
+TEST_CASE("NCCL reduces every dtype but int16 and uint16, and says so by name") {
+  for (DataType t : {DataType::kUint8, DataType::kInt8, DataType::kInt32, DataType::kInt64,
+                     DataType::kFloat16, DataType::kBfloat16, DataType::kFloat32,
+                     DataType::kFloat64, DataType::kBool}) {
+    INFO(DataTypeName(t));
+    CHECK(NcclCanReduce(t).ok());
+  }
+  for (DataType t : {DataType::kInt16, DataType::kUint16}) {
+    Status s = NcclCanReduce(t);
+    CHECK(s.code() == Code::kInvalidArgument);
+    CHECK_THAT(s.message(), Catch::Contains(DataTypeName(t)));
+  }
+  CHECK_THAT(NcclCanReduce(static_cast<DataType>(42)).message(), Catch::Contains("42"));
+}
+
 TEST_CASE("a communicator without a usable GPU fails naming cudaGetDeviceCount's answer") {
   const DeviceRuntime* cuda = DeviceRuntimeFor(Device::kCuda);
   REQUIRE(cuda != nullptr);

@@ -80,8 +80,16 @@ TEST_CASE("registry: the built list, selection, and errors that name the option"
   REQUIRE(s.code() == Code::kInvalidArgument);
   REQUIRE(s.message().find("HORA_CPU_OPERATIONS=mpi9") != std::string::npos);
   REQUIRE(s.message().find("built: ") != std::string::npos);
+  // A CUDA build stages CUDA tensors through a named CPU backend (never the reverse).
   s = CheckSelection("gloo", Device::kCuda, "HORA_GPU_OPERATIONS");
-  REQUIRE(s.message().find("serves cpu tensors, not cuda") != std::string::npos);
+  if (IsBackendBuilt("nccl")) {
+    REQUIRE(s.ok());
+    s = CheckSelection("nccl", Device::kCpu, "HORA_CPU_OPERATIONS");
+    REQUIRE(s.message().find("HORA_CPU_OPERATIONS=nccl: backend 'nccl' serves cuda tensors, not "
+                             "cpu") != std::string::npos);
+  } else {
+    REQUIRE(s.message().find("serves cpu tensors, not cuda") != std::string::npos);
+  }
   MemoryStore store;
   // auto never picks a test backend; on one host it takes shm (when built) over gloo.
   auto comm = CreateCommunicator("auto", "HORA_CPU_OPERATIONS", ConfigFor(0, 1, &store, "a/"));

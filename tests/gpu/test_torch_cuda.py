@@ -20,7 +20,7 @@ WORKER = os.path.join(HERE, "torch_cuda_worker.py")
 CASES = re.findall(r"^@case\ndef (\w+)\(", open(WORKER).read(), re.M)
 _CASE = re.compile(r"^\[(\d+)\]<stdout>: CASE (\S+) (PASS|FAIL|SKIP)(?: (.*))?$")
 # (ranks, HORA_GPU_OPERATIONS)
-JOBS = [(1, "auto"), (2, "shm"), (4, "shm")]
+JOBS = [(1, "auto"), (2, "shm"), (4, "shm"), (2, "gloo")]
 
 
 def _horarun():

@@ -41,16 +41,18 @@ def test_case(job, case):
     job.assert_case(case)
 
 
-@pytest.mark.parametrize("value,expected", [
-    ("gloo", "HORA_GPU_OPERATIONS=gloo: backend 'gloo' serves cpu tensors, not cuda"),
-    ("bogus", "HORA_GPU_OPERATIONS=bogus: no backend 'bogus' is built into this libhora"),
+@pytest.mark.parametrize("var,value,expected", [
+    ("HORA_CPU_OPERATIONS", "nccl",
+     "HORA_CPU_OPERATIONS=nccl: backend 'nccl' serves cuda tensors, not cpu"),
+    ("HORA_GPU_OPERATIONS", "bogus",
+     "HORA_GPU_OPERATIONS=bogus: no backend 'bogus' is built into this libhora"),
 ])
-def test_gpu_operations_errors_fail_init_on_every_rank(value, expected):
+def test_operations_errors_fail_init_on_every_rank(var, value, expected):
     code = ("import hora\n"
             "try:\n    hora.init()\n    print('INIT OK')\n"
             "except hora.HoraError as e:\n    print('INIT ERROR', e)\n")
     p = subprocess.run([harness.horarun(), "-np", "2", harness.PYTHON, "-c", code],
-                       env=harness.job_env({"HORA_GPU_OPERATIONS": value}), capture_output=True,
+                       env=harness.job_env({var: value}), capture_output=True,
                        timeout=120, universal_newlines=True)
     out = p.stdout + p.stderr
     for rank in range(2):

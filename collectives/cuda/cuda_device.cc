@@ -1,10 +1,41 @@
-#include "collectives/nccl/cuda_device.h"
+#include "collectives/cuda/cuda_device.h"
 
 #include <mutex>
 
-#include "collectives/nccl/nccl_state.h"
-
 namespace hora {
+
+Status CudaError(cudaError_t e, const std::string& what) {
+  return Internal(what + ": " + cudaGetErrorString(e));
+}
+
+Status UseDevice(int device) {
+  int current = -1;
+  if (cudaGetDevice(&current) == cudaSuccess && current == device) return Status::Ok();
+  const cudaError_t e = cudaSetDevice(device);
+  if (e != cudaSuccess) {
+    cudaGetLastError();  // not sticky: clear it
+    return FailedPrecondition("cudaSetDevice(" + std::to_string(device) +
+                              "): " + cudaGetErrorString(e));
+  }
+  return Status::Ok();
+}
+
+Status ScopedDevice::Enter(int device) {
+  int current = -1;
+  if (cudaGetDevice(&current) != cudaSuccess) {
+    cudaGetLastError();
+    current = -1;
+  }
+  if (current == device) return Status::Ok();
+  HORA_RETURN_IF_ERROR(UseDevice(device));
+  previous_ = current;
+  return Status::Ok();
+}
+
+ScopedDevice::~ScopedDevice() {
+  if (previous_ >= 0) cudaSetDevice(previous_);
+}
+
 namespace {
 
 class CudaRuntimeImpl : public DeviceRuntime {
@@ -143,6 +174,9 @@ const DeviceRuntime* CudaRuntime() {
   static const CudaRuntimeImpl* runtime = new CudaRuntimeImpl();
   return runtime;
 }
+
+static const bool hora_cuda_runtime_registered [[maybe_unused]] =
+    RegisterDeviceRuntime(Device::kCuda, CudaRuntime());
 
 CudaEvent::~CudaEvent() {
   if (event_ != nullptr) cudaEventDestroy(event_);
