@@ -330,7 +330,7 @@ if want pytest; then
     export HORA_GPU_JOB_TIMEOUT=$((secs > 60 ? secs - 30 : 30))
     # from the work folder: `python -m` puts the working directory on sys.path
     (cd "$WORK" && run_part pytest pytest "$secs" "$VENV/bin/python" -m pytest -v -rs \
-      -p no:cacheprovider --junitxml="$WORK/pytest.xml" "${gpu_tests[@]}")
+      -p no:cacheprovider --junitxml="$WORK/pytest.xml" -s "${gpu_tests[@]}")
     rc=$?
     counts="$(junit_counts "$WORK/pytest.xml")"
     [ "$rc" -ne 0 ] && [ "${counts#* passed, 0 failed}" != "$counts" ] && counts="${counts/0 failed/1 failed}"

@@ -1,6 +1,6 @@
 // BatchCopier on the CUDA runtime: validates the spans, cuts them into launches of at most
-// kSlotSpans spans, and moves each launch's span table to the device through a ring of pinned
-// staging slots.
+// kSlotSpans spans. A launch of at most kInlineSpans spans carries them in its parameters;
+// a larger one moves its span table to the device through a ring of pinned staging slots.
 //
 // A slot is a pinned host table, a device table and an event. Copy() fills the host table,
 // enqueues its copy to the device table, the kernel that reads it, and the event. The slot is
@@ -8,10 +8,12 @@
 // wait is bounded by kSlotWait and fails with DEADLINE_EXCEEDED.
 #include <cuda_runtime_api.h>
 
+#include <algorithm>
 #include <array>
 #include <chrono>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "collectives/cuda/batch_copy.h"
 #include "collectives/cuda/batch_kernel.h"
@@ -164,11 +166,9 @@ class CudaBatchCopier : public BatchCopier {
     cudaStream_t st = static_cast<cudaStream_t>(stream);
     size_t i = 0;
     while (i < spans.size()) {
-      Slot& slot = slots_[next_];
-      HORA_RETURN_IF_ERROR(WaitSlot(slot));
-      uint32_t n = 0;
+      launch_.clear();
       uint64_t chunks = 0;
-      for (; i < spans.size() && n < kSlotSpans; ++i) {
+      for (; i < spans.size() && launch_.size() < kSlotSpans; ++i) {
         const CopySpan& s = spans[i];
         if (s.count == 0 || (kind == KernelKind::kCopy && s.src == s.dst)) continue;
         uint64_t count = s.count * per_elem;
@@ -177,22 +177,32 @@ class CudaBatchCopier : public BatchCopier {
                          .chunks;
         if (chunks + c > kMaxChunksPerLaunch) {
           // Chunks below the largest only for copies far below kMaxChunksPerLaunch of them.
-          if (n == 0)
+          if (launch_.empty())
             return Internal("BatchCopier::Copy: span " + std::to_string(i) + " too large");
           break;
         }
-        slot.host[n++] = DeviceSpan{static_cast<const unsigned char*>(s.src),
-                                    static_cast<unsigned char*>(s.dst), count, chunks};
+        launch_.push_back(DeviceSpan{static_cast<const unsigned char*>(s.src),
+                                     static_cast<unsigned char*>(s.dst), count, chunks});
         chunks += c;
       }
+      const uint32_t n = static_cast<uint32_t>(launch_.size());
       if (n == 0) break;  // only empty spans were left
+      if (n <= kInlineSpans) {  // the spans travel in the launch: no table, no slot
+        HORA_RETURN_IF_ERROR(CudaStatus(
+            LaunchBatchKernel(kind, scale, nullptr, launch_.data(), n, chunk_bytes, chunks, st),
+            "LaunchBatchKernel"));
+        continue;
+      }
+      Slot& slot = slots_[next_];
+      HORA_RETURN_IF_ERROR(WaitSlot(slot));
+      std::copy(launch_.begin(), launch_.end(), slot.host);
       HORA_CUDA_RETURN_IF_ERROR(
           cudaMemcpyAsync(slot.dev, slot.host, n * sizeof(DeviceSpan), cudaMemcpyHostToDevice, st));
       // The table's copy is enqueued: whatever happens next, the slot is only reused after
       // an event behind it, or never.
-      Status launched =
-          CudaStatus(LaunchBatchKernel(kind, scale, slot.dev, n, chunk_bytes, chunks, st),
-                     "LaunchBatchKernel");
+      Status launched = CudaStatus(
+          LaunchBatchKernel(kind, scale, slot.dev, nullptr, n, chunk_bytes, chunks, st),
+          "LaunchBatchKernel");
       Status recorded = CudaStatus(cudaEventRecord(slot.done, st), "cudaEventRecord");
       if (!recorded.ok()) {
         broken_ = FailedPrecondition("BatchCopier is unusable after " + recorded.ToString());
@@ -240,6 +250,7 @@ class CudaBatchCopier : public BatchCopier {
   Status broken_;  // set when a slot could not be fenced: no Copy runs after that
   std::array<Slot, kSlots> slots_;
   size_t next_ = 0;
+  std::vector<DeviceSpan> launch_;  // the spans of the launch being built
 };
 
 }  // namespace

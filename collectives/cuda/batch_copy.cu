@@ -1,5 +1,6 @@
 // The batched scaled-copy kernel: one block per chunk of a span (span_plan.h), the spans of a
-// launch found by binary search over the table's first_chunk.
+// launch (in its parameters, or a table in device memory) found by binary search over their
+// first_chunk.
 #include <cstdint>
 #include <cstring>
 #include <type_traits>
@@ -178,13 +179,31 @@ __device__ __forceinline__ void ByteElementChunk(const Op& op, const DeviceSpan&
 // which took as long as a small chunk's copy.
 constexpr uint32_t kSharedSpans = 1024;
 
+// The launch's spans: a device table, or (table == nullptr) up to kInlineSpans in the
+// parameters, read through the constant cache (__grid_constant__: no per-thread copy).
+struct SpanArgs {
+  const DeviceSpan* table;
+  DeviceSpan inline_spans[kInlineSpans];
+};
+
 template <typename Op>
 __global__ void __launch_bounds__(kThreadsPerBlock)
-    BatchKernel(const DeviceSpan* __restrict__ table, uint32_t n, uint32_t chunk_bytes, Op op) {
+    BatchKernel(const __grid_constant__ SpanArgs args, uint32_t n, uint32_t chunk_bytes, Op op) {
   // The span of this block: the last one whose first_chunk <= blockIdx.x.
   const uint64_t block = blockIdx.x;
+  const DeviceSpan* __restrict__ table = args.table;
   uint32_t lo = 0, hi = n - 1;
-  if (n <= kSharedSpans) {
+  if (table == nullptr) {
+    table = args.inline_spans;
+    while (lo < hi) {
+      uint32_t mid = lo + (hi - lo + 1) / 2;
+      if (table[mid].first_chunk <= block) {
+        lo = mid;
+      } else {
+        hi = mid - 1;
+      }
+    }
+  } else if (n <= kSharedSpans) {
     __shared__ uint64_t firsts[kSharedSpans];
     for (uint32_t i = threadIdx.x; i < n; i += kThreadsPerBlock) {
       firsts[i] = __ldg(&table[i].first_chunk);
@@ -225,10 +244,10 @@ __global__ void __launch_bounds__(kThreadsPerBlock)
 }
 
 template <typename Op>
-cudaError_t Launch(Op op, const DeviceSpan* table, uint32_t n, uint32_t chunk_bytes,
-                   uint64_t chunks, cudaStream_t stream) {
+cudaError_t Launch(Op op, const SpanArgs& args, uint32_t n, uint32_t chunk_bytes, uint64_t chunks,
+                   cudaStream_t stream) {
   BatchKernel<Op>
-      <<<static_cast<unsigned>(chunks), kThreadsPerBlock, 0, stream>>>(table, n, chunk_bytes, op);
+      <<<static_cast<unsigned>(chunks), kThreadsPerBlock, 0, stream>>>(args, n, chunk_bytes, op);
   return cudaGetLastError();
 }
 
@@ -255,36 +274,42 @@ uint32_t KernelElementSize(KernelKind kind) {
   return 1;
 }
 
-cudaError_t LaunchBatchKernel(KernelKind kind, double scale, const DeviceSpan* table, uint32_t n,
-                              uint32_t chunk_bytes, uint64_t chunks, cudaStream_t stream) {
+cudaError_t LaunchBatchKernel(KernelKind kind, double scale, const DeviceSpan* table,
+                              const DeviceSpan* inline_spans, uint32_t n, uint32_t chunk_bytes,
+                              uint64_t chunks, cudaStream_t stream) {
   if (n == 0 || chunks == 0 || chunks > kMaxChunksPerLaunch || chunk_bytes < kMinChunkBytes ||
-      chunk_bytes > kMaxChunkBytes || (chunk_bytes & (chunk_bytes - 1)) != 0) {
+      chunk_bytes > kMaxChunkBytes || (chunk_bytes & (chunk_bytes - 1)) != 0 ||
+      (table == nullptr) == (inline_spans == nullptr) ||
+      (inline_spans != nullptr && n > kInlineSpans)) {
     return cudaErrorInvalidValue;
   }
+  SpanArgs args;
+  args.table = table;
+  if (inline_spans != nullptr) memcpy(args.inline_spans, inline_spans, n * sizeof(DeviceSpan));
   const float f = static_cast<float>(scale);
   switch (kind) {
     case KernelKind::kCopy:
-      return Launch(CopyOp{}, table, n, chunk_bytes, chunks, stream);
+      return Launch(CopyOp{}, args, n, chunk_bytes, chunks, stream);
     case KernelKind::kFloat16:
-      return Launch(math::HalfOp{f}, table, n, chunk_bytes, chunks, stream);
+      return Launch(math::HalfOp{f}, args, n, chunk_bytes, chunks, stream);
     case KernelKind::kBfloat16:
-      return Launch(math::Bfloat16Op{f}, table, n, chunk_bytes, chunks, stream);
+      return Launch(math::Bfloat16Op{f}, args, n, chunk_bytes, chunks, stream);
     case KernelKind::kFloat32:
-      return Launch(math::Float32Op{f}, table, n, chunk_bytes, chunks, stream);
+      return Launch(math::Float32Op{f}, args, n, chunk_bytes, chunks, stream);
     case KernelKind::kFloat64:
-      return Launch(math::Float64Op{scale}, table, n, chunk_bytes, chunks, stream);
+      return Launch(math::Float64Op{scale}, args, n, chunk_bytes, chunks, stream);
     case KernelKind::kUint8:
-      return Launch(math::IntOp<uint8_t>{scale}, table, n, chunk_bytes, chunks, stream);
+      return Launch(math::IntOp<uint8_t>{scale}, args, n, chunk_bytes, chunks, stream);
     case KernelKind::kInt8:
-      return Launch(math::IntOp<int8_t>{scale}, table, n, chunk_bytes, chunks, stream);
+      return Launch(math::IntOp<int8_t>{scale}, args, n, chunk_bytes, chunks, stream);
     case KernelKind::kInt16:
-      return Launch(math::IntOp<int16_t>{scale}, table, n, chunk_bytes, chunks, stream);
+      return Launch(math::IntOp<int16_t>{scale}, args, n, chunk_bytes, chunks, stream);
     case KernelKind::kUint16:
-      return Launch(math::IntOp<uint16_t>{scale}, table, n, chunk_bytes, chunks, stream);
+      return Launch(math::IntOp<uint16_t>{scale}, args, n, chunk_bytes, chunks, stream);
     case KernelKind::kInt32:
-      return Launch(math::IntOp<int32_t>{scale}, table, n, chunk_bytes, chunks, stream);
+      return Launch(math::IntOp<int32_t>{scale}, args, n, chunk_bytes, chunks, stream);
     case KernelKind::kInt64:
-      return Launch(math::IntOp<int64_t>{scale}, table, n, chunk_bytes, chunks, stream);
+      return Launch(math::IntOp<int64_t>{scale}, args, n, chunk_bytes, chunks, stream);
   }
   return cudaErrorInvalidValue;
 }

@@ -198,9 +198,11 @@ TEST_CASE("batch copy: staging slots reused by many Copies in flight") {
   REQUIRE(stream.status().ok());
   std::mt19937_64 rng(7);
   std::vector<std::unique_ptr<Batch>> batches;
-  for (int k = 0; k < 64; ++k) {  // far more Copies than the copier has slots
+  // Far more Copies than the copier has slots; about 60 % of them with more spans than a
+  // launch carries inline (kInlineSpans), so both kinds of launch interleave on the stream.
+  for (int k = 0; k < 64; ++k) {
     std::vector<SpanDesc> descs;
-    size_t n = 1 + rng() % 40;
+    size_t n = 1 + rng() % 80;
     for (size_t i = 0; i < n; ++i) {
       descs.push_back(
           SpanDesc{static_cast<size_t>(rng() % 70000), kOffsets[rng() % 6], kOffsets[rng() % 6]});
