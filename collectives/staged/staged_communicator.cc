@@ -16,8 +16,6 @@
 namespace hora {
 namespace {
 
-constexpr size_t kMaxChunks = 256;
-
 // What the communicator shares with the Works of its Fence(): whether it was aborted, and why.
 class StagedState {
  public:
@@ -168,7 +166,8 @@ class StagedCommunicator : public Communicator {
                      cudaStream_t down, cudaStream_t up, cudaEvent_t up_done)
       : host_(std::move(host)),
         name_(std::string("staged:") + host_->name()),
-        chunk_bytes_(std::max<size_t>(config.chunk_bytes, 1 << 16)),
+        chunks_(std::max<size_t>(config.chunks, 1)),
+        min_chunk_bytes_(std::max<size_t>(config.min_chunk_bytes, 1)),
         state_(std::make_shared<StagedState>(config.device, config.timeout)),
         down_(down),
         up_(up),
@@ -200,9 +199,9 @@ class StagedCommunicator : public Communicator {
     if (!staging.ok()) return staging.status();
     char* host = staging.value();
     char* dev = static_cast<char*>(buf);
-    // Chunks of whole elements, at most kMaxChunks of them.
-    size_t per = std::max<size_t>(chunk_bytes_ / esize, 1);
-    per = std::max(per, (count + kMaxChunks - 1) / kMaxChunks);
+    // At most chunks_ chunks of whole elements, each of at least min_chunk_bytes_.
+    size_t per = std::max<size_t>(min_chunk_bytes_ / esize, 1);
+    per = std::max(per, (count + chunks_ - 1) / chunks_);
     const size_t chunks = (count + per - 1) / per;
     HORA_RETURN_IF_ERROR(ChunkEvents(chunks));
     for (size_t k = 0; k < chunks; ++k) {
@@ -376,7 +375,8 @@ class StagedCommunicator : public Communicator {
 
   const std::unique_ptr<Communicator> host_;
   const std::string name_;
-  const size_t chunk_bytes_;
+  const size_t chunks_;
+  const size_t min_chunk_bytes_;
   const std::shared_ptr<StagedState> state_;
   const cudaStream_t down_;    // packing, downloads, unpacking; what Fence() covers
   const cudaStream_t up_;      // uploads

@@ -112,7 +112,7 @@ TEST_CASE("staged allreduce: every dtype and op, one chunk and several, matches 
         return std::string("name ") + c.name();
       for (DataType t : testing::kAllTypes) {
         for (ReduceOp op : testing::kAllOps) {
-          // 9 MiB of 4-byte elements: three 4 MiB chunks, the last one short.
+          // 9 MiB of 4-byte elements: four chunks (StagedConfig's default), the last short.
           for (size_t n : {size_t(0), size_t(1), size_t(1023), size_t(9 << 18) + 5}) {
             const size_t bytes = n * DataTypeSize(t);
             std::vector<char> in(bytes), want(bytes);
