@@ -48,6 +48,8 @@ def _job(np, ops):
     if (np, ops) not in _jobs:
         timeout = float(os.environ.get("HORA_GPU_JOB_TIMEOUT", "420"))
         env = dict(os.environ, HORA_GPU_OPERATIONS=ops)
+        if ops != "auto":  # the CPU tensors' figures beside the staged ones: the same backend
+            env["HORA_CPU_OPERATIONS"] = ops
         try:
             p = subprocess.run(_horarun() + ["-np", str(np), sys.executable, WORKER],
                                capture_output=True, timeout=timeout, universal_newlines=True,

@@ -217,9 +217,9 @@ def staged_busbw_beside_the_cpu():
         out.append(2.0 * (hvd.size() - 1) / hvd.size() * n * 4 / times[len(times) // 2] / 1e9)
         check(torch.all(x == hvd.size() ** 6).item(), "busbw result %r" % x[:2].tolist())
     if hvd.rank() == 0:
-        print("STAGED_BUSBW np=%d ops=%s 64MiB cuda=%.2f GB/s cpu=%.2f GB/s cuda/cpu=%.2f" % (
-            hvd.size(), os.environ.get("HORA_GPU_OPERATIONS"), out[0], out[1], out[0] / out[1]),
-            flush=True)
+        print("STAGED_BUSBW np=%d 64MiB cuda(%s)=%.2f GB/s cpu(%s)=%.2f GB/s cuda/cpu=%.2f" % (
+            hvd.size(), os.environ.get("HORA_GPU_OPERATIONS"), out[0],
+            os.environ.get("HORA_CPU_OPERATIONS", "auto"), out[1], out[0] / out[1]), flush=True)
 
 
 class Skip(Exception):
