@@ -42,7 +42,8 @@ constexpr Alias kAliases[] = {
     {"HOROVOD_CROSS_SIZE", "HORA_CROSS_SIZE", Convert::kSame, nullptr},
     {"HOROVOD_CACHE_CAPACITY", nullptr, Convert::kSame,
      "Hora has no response cache to size (plans come from the coordinator)"},
-    {"HOROVOD_NUM_NCCL_STREAMS", nullptr, Convert::kSame, "this build has no NCCL data plane"},
+    {"HOROVOD_NUM_NCCL_STREAMS", nullptr, Convert::kSame,
+     "Hora's NCCL backend uses one stream per process set and device"},
     {"HOROVOD_MPI_THREADS_DISABLE", nullptr, Convert::kSame,
      "Hora's MPI backend always asks for MPI_THREAD_MULTIPLE"},
 };
