@@ -56,8 +56,7 @@ class DeviceRuntime {
   // device's default stream) after the work queued there before (which may still use dst's
   // memory: the framework's allocator reuses it in stream order), and finished when this
   // returns (so that the source may be freed at once, from any stream).
-  virtual Status Copy(int index, void* dst, const void* src, size_t bytes,
-                      void* stream) const = 0;
+  virtual Status Copy(int index, void* dst, const void* src, size_t bytes, void* stream) const = 0;
   // Device memory of device `index` (results the runtime holds until their handle is
   // released, which may be after the communicator is gone). Free: any thread.
   virtual StatusOr<void*> Allocate(int index, size_t bytes) const = 0;

@@ -235,8 +235,8 @@ Status CheckCanReduce(const std::string& selection, const std::string& option,
   if (!chosen->can_reduce) return Status::Ok();
   Status s = chosen->can_reduce(dtype);
   if (s.ok()) return s;
-  return Status(s.code(), option + "=" + selection + ": backend '" + chosen->name + "': " +
-                              s.message());
+  return Status(s.code(),
+                option + "=" + selection + ": backend '" + chosen->name + "': " + s.message());
 }
 
 StatusOr<std::unique_ptr<Communicator>> CreateCommunicator(const std::string& selection,

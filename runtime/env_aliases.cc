@@ -90,6 +90,7 @@ constexpr const char* kKnown[] = {
     // hora.torch, the launcher, tests and tools
     "HORA_LIBRARY",
     "HORA_NCCL_LIBRARY",
+    "HORA_ELASTIC_RESET_LIMIT",
     "HORA_GPU_PYTHON",
     "HORA_GPU_JOB_TIMEOUT",
     "HORA_TEST_EXPECT_GPU",

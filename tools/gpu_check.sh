@@ -140,18 +140,24 @@ fi
 say "Python for the venv: $PY ($("$PY" -c 'import sys, torch; print(sys.version.split()[0], "torch", torch.__version__)' 2>&1 | tail -1))"
 export PYTHONUNBUFFERED=1 HORA_TEST_EXPECT_GPU="$GPU"
 
-# ---- baseline: torch alone ------------------------------------------------------------------
-if want baseline; then
-  if [ "$GPU" = 1 ]; then
-    run_part baseline baseline 90 "$PY" tools/bench/torch_cuda_baseline.py
-    rc=$?
-    b="$(grep '^TORCH_CUDA_BASELINE ' "$WORK/baseline.log" | tail -1)"
-    if [ "$rc" -ne 0 ] || [ -z "$b" ]; then fail_line baseline "exit $rc: $(grep -v '^\s*$' "$WORK/baseline.log" | tail -1)"
-    else line baseline "${b#TORCH_CUDA_BASELINE }"; fi
+# tagged_part PART TAG SECONDS PREFIX CMD...: a part that needs the GPU and whose result is the
+# last line of CMD's output holding TAG (anything before TAG, horarun's "[0]<stdout>: ", is
+# dropped), shown after PREFIX; a failed run or no such line fails the part.
+tagged_part() {
+  local part="$1" tag="$2" secs="$3" prefix="$4" rc s; shift 4
+  if [ "$GPU" != 1 ]; then line "$part" "skipped (no GPU)"; return; fi
+  run_part "$part" "$part" "$secs" "$@"
+  rc=$?
+  s="$(grep -E "$tag " "$WORK/$part.log" | sed -E "s/.*$tag //" | tail -1)"
+  if [ "$rc" -ne 0 ] || [ -z "$s" ]; then
+    fail_line "$part" "exit $rc: $(grep -v '^\s*$' "$WORK/$part.log" | tail -1)"
   else
-    line baseline "skipped (no GPU)"
+    line "$part" "$prefix$s"
   fi
-fi
+}
+
+# ---- baseline: torch alone ------------------------------------------------------------------
+want baseline && tagged_part baseline TORCH_CUDA_BASELINE 90 "" "$PY" tools/bench/torch_cuda_baseline.py
 
 # ---- install ---------------------------------------------------------------------------------
 VENV="$WORK/venv"
@@ -344,17 +350,8 @@ if want pytest; then
 fi
 
 # ---- bench: hora vs torch nccl at world size 1 ------------------------------------------------
-if want bench; then
-  if [ "$GPU" = 1 ]; then
-    run_part bench_allreduce bench 150 "$VENV/bin/horarun" -np 1 "$VENV/bin/python" tools/bench/gpu_allreduce_bench.py
-    rc=$?
-    s="$(grep -E 'GPU_ALLREDUCE_BENCH ' "$WORK/bench_allreduce.log" | sed -E 's/.*GPU_ALLREDUCE_BENCH //' | tail -1)"
-    if [ "$rc" -ne 0 ] || [ -z "$s" ]; then fail_line bench "exit $rc: $(grep -v '^\s*$' "$WORK/bench_allreduce.log" | tail -1)"
-    else line bench "hora/torch time: $s"; fi
-  else
-    line bench "skipped (no GPU)"
-  fi
-fi
+want bench && tagged_part bench GPU_ALLREDUCE_BENCH 150 "hora/torch time: " \
+  "$VENV/bin/horarun" -np 1 "$VENV/bin/python" tools/bench/gpu_allreduce_bench.py
 
 # ---- horovod: the synthetic benchmark beside DDP ------------------------------------------------
 if want horovod; then

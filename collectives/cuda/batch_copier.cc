@@ -186,7 +186,7 @@ class CudaBatchCopier : public BatchCopier {
         chunks += c;
       }
       const uint32_t n = static_cast<uint32_t>(launch_.size());
-      if (n == 0) break;  // only empty spans were left
+      if (n == 0) break;        // only empty spans were left
       if (n <= kInlineSpans) {  // the spans travel in the launch: no table, no slot
         HORA_RETURN_IF_ERROR(CudaStatus(
             LaunchBatchKernel(kind, scale, nullptr, launch_.data(), n, chunk_bytes, chunks, st),
@@ -200,9 +200,9 @@ class CudaBatchCopier : public BatchCopier {
           cudaMemcpyAsync(slot.dev, slot.host, n * sizeof(DeviceSpan), cudaMemcpyHostToDevice, st));
       // The table's copy is enqueued: whatever happens next, the slot is only reused after
       // an event behind it, or never.
-      Status launched = CudaStatus(
-          LaunchBatchKernel(kind, scale, slot.dev, nullptr, n, chunk_bytes, chunks, st),
-          "LaunchBatchKernel");
+      Status launched =
+          CudaStatus(LaunchBatchKernel(kind, scale, slot.dev, nullptr, n, chunk_bytes, chunks, st),
+                     "LaunchBatchKernel");
       Status recorded = CudaStatus(cudaEventRecord(slot.done, st), "cudaEventRecord");
       if (!recorded.ok()) {
         broken_ = FailedPrecondition("BatchCopier is unusable after " + recorded.ToString());

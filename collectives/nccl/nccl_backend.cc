@@ -5,8 +5,8 @@
 // run-time fact: hora_nccl_version() (0 and the reason when it cannot), --check-build, and
 // can_serve, which refuses a set with the loader's reason (so HORA_GPU_OPERATIONS=nccl on a
 // machine without NCCL fails naming the paths tried).
-#include "collectives/device.h"
 #include "collectives/cuda/cuda_device.h"
+#include "collectives/device.h"
 #include "collectives/nccl/nccl_communicator.h"
 #include "collectives/nccl/nccl_loader.h"
 #include "collectives/registry.h"

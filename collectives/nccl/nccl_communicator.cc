@@ -55,75 +55,6 @@ StatusOr<ncclRedOp_t> NcclOp(ReduceOp op, DataType t) {
   }
 }
 
-// The Work of one Fence(): done when its event has completed on the communicator's stream.
-class NcclWork : public Work {
- public:
-  NcclWork(std::shared_ptr<NcclState> state, cudaEvent_t event)
-      : state_(std::move(state)),
-        event_(event),
-        deadline_(std::chrono::steady_clock::now() + state_->timeout()) {}
-  ~NcclWork() override { cudaEventDestroy(event_); }
-
-  bool Test(Status* status) override {
-    MutexLock lock(&mu_);
-    if (!done_) Check();
-    if (done_) *status = result_;
-    return done_;
-  }
-
- private:
-  void Finish(Status s) REQUIRES(mu_) {
-    done_ = true;
-    result_ = std::move(s);
-  }
-  // An aborted communicator's kernels end with garbage: the abort is checked first.
-  void Check() REQUIRES(mu_) {
-    if (state_->aborted()) return Finish(state_->reason());
-    const cudaError_t e = cudaEventQuery(event_);
-    // Abort sets the flag before it ends kernels: a flag still clear after the event
-    // completed means the kernels finished on their own. NCCL may still have recorded an
-    // asynchronous error for them (a peer that failed mid-collective): asked once more.
-    if (e == cudaSuccess) {
-      if (state_->aborted()) return Finish(state_->reason());
-      bool busy = false;
-      return Finish(state_->Poll("collective", &busy));
-    }
-    if (e != cudaErrorNotReady) {
-      Status s = CudaError(e, "NCCL work on CUDA device " + std::to_string(state_->device()));
-      state_->Abort(s);
-      return Finish(state_->reason());
-    }
-    bool busy = false;
-    Status s = state_->Poll("collective", &busy);
-    if (!s.ok()) return Finish(s);
-    if (std::chrono::steady_clock::now() > deadline_) {
-      state_->Abort(DeadlineExceeded(
-          "NCCL work on rank " + std::to_string(state_->rank()) + " did not complete within " +
-          std::to_string(state_->timeout().count()) + " ms (a peer that stopped or died?)"));
-      return Finish(state_->reason());
-    }
-  }
-
-  const std::shared_ptr<NcclState> state_;
-  const cudaEvent_t event_;
-  const std::chrono::steady_clock::time_point deadline_;
-  Mutex mu_;
-  bool done_ GUARDED_BY(mu_) = false;
-  Status result_ GUARDED_BY(mu_);
-};
-
-class FailedWork : public Work {
- public:
-  explicit FailedWork(Status s) : status_(std::move(s)) {}
-  bool Test(Status* status) override {
-    *status = status_;
-    return true;
-  }
-
- private:
-  const Status status_;
-};
-
 class NcclCommunicator : public Communicator {
  public:
   NcclCommunicator(std::shared_ptr<NcclState> state, void* scratch)
@@ -280,17 +211,10 @@ class NcclCommunicator : public Communicator {
 
   std::unique_ptr<Work> Fence() override {
     Status s = Ready();
-    if (!s.ok()) return std::make_unique<FailedWork>(s);
-    cudaEvent_t e = nullptr;
-    cudaError_t r = cudaEventCreateWithFlags(&e, cudaEventDisableTiming);
-    if (r == cudaSuccess) r = cudaEventRecord(e, stream());
-    if (r != cudaSuccess) {
-      if (e != nullptr) cudaEventDestroy(e);
-      Status err = CudaError(r, "recording the NCCL stream's event");
-      state_->Abort(err);
-      return std::make_unique<FailedWork>(state_->reason());
-    }
-    return std::make_unique<NcclWork>(state_, e);
+    if (!s.ok()) return MakeFailedWork(s);
+    return FenceStream(state_, stream(),
+                       {"NCCL work on rank " + std::to_string(rank()),
+                        " (a peer that stopped or died?)", state_->timeout()});
   }
 
   void Abort(const Status& reason) override { state_->Abort(reason); }

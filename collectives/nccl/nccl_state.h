@@ -11,6 +11,7 @@
 #include <string>
 
 #include "collectives/cuda/cuda_device.h"
+#include "collectives/cuda/event_work.h"
 #include "collectives/nccl/nccl_loader.h"
 #include "common/mutex.h"
 #include "common/status.h"
@@ -20,11 +21,12 @@ namespace hora {
 
 // Shared by the communicator and every Work of its Fence(): a Work may outlive the
 // communicator's last call (never the process).
-class NcclState {
+class NcclState : public EventWorkSource {
  public:
   NcclState(const NcclApi* api, int rank, int size, int device, std::chrono::milliseconds timeout)
       : api_(api), rank_(rank), size_(size), device_(device), timeout_(timeout) {}
-  ~NcclState();  // finalizes and destroys the communicator (or aborts it), frees the stream
+  ~NcclState()
+      override;  // finalizes and destroys the communicator (or aborts it), frees the stream
 
   const NcclApi& api() const { return *api_; }
   int rank() const { return rank_; }
@@ -60,9 +62,14 @@ class NcclState {
   Status WaitReady(const char* what, std::chrono::steady_clock::time_point deadline);
 
   // Aborts the NCCL communicator (idempotent; the first reason sticks).
-  void Abort(const Status& reason);
-  bool aborted() const { return aborted_.load(std::memory_order_acquire); }
-  Status reason() const;
+  void Abort(const Status& reason) override;
+  bool aborted() const override { return aborted_.load(std::memory_order_acquire); }
+  Status reason() const override;
+  // NCCL's asynchronous error, for the Works of Fence().
+  Status PollErrors() override {
+    bool busy = false;
+    return Poll("collective", &busy);
+  }
 
  private:
   Status ErrorLocked(ncclResult_t r, const std::string& what) REQUIRES(mu_);

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "collectives/cuda/cuda_device.h"
+#include "collectives/cuda/event_work.h"
 #include "common/mutex.h"
 #include "common/types.h"
 
@@ -17,17 +18,17 @@ namespace hora {
 namespace {
 
 // What the communicator shares with the Works of its Fence(): whether it was aborted, and why.
-class StagedState {
+class StagedState : public EventWorkSource {
  public:
   StagedState(int device, std::chrono::milliseconds timeout) : device_(device), timeout_(timeout) {}
   int device() const { return device_; }
   std::chrono::milliseconds timeout() const { return timeout_; }
-  bool aborted() const { return aborted_.load(std::memory_order_acquire); }
-  Status reason() const {
+  bool aborted() const override { return aborted_.load(std::memory_order_acquire); }
+  Status reason() const override {
     MutexLock lock(&mu_);
     return reason_;
   }
-  void Abort(const Status& reason) {
+  void Abort(const Status& reason) override {
     MutexLock lock(&mu_);
     if (aborted_.load(std::memory_order_relaxed)) return;
     reason_ = reason;
@@ -45,8 +46,8 @@ class StagedState {
       const cudaError_t e = cudaEventQuery(event);
       if (e == cudaSuccess) return Status::Ok();
       if (e != cudaErrorNotReady) {
-        Abort(CudaError(e, std::string("staged ") + what + " on CUDA device " +
-                               std::to_string(device_)));
+        Abort(CudaError(
+            e, std::string("staged ") + what + " on CUDA device " + std::to_string(device_)));
         return reason();
       }
       const auto now = std::chrono::steady_clock::now();
@@ -70,63 +71,6 @@ class StagedState {
   std::atomic<bool> aborted_{false};
   mutable Mutex mu_;
   Status reason_ GUARDED_BY(mu_);
-};
-
-// The Work of one Fence(): done when its event completed on the communicator's stream.
-class StagedWork : public Work {
- public:
-  StagedWork(std::shared_ptr<StagedState> state, cudaEvent_t event)
-      : state_(std::move(state)),
-        event_(event),
-        deadline_(std::chrono::steady_clock::now() + state_->timeout()) {}
-  ~StagedWork() override { cudaEventDestroy(event_); }
-
-  bool Test(Status* status) override {
-    MutexLock lock(&mu_);
-    if (!done_) Check();
-    if (done_) *status = result_;
-    return done_;
-  }
-
- private:
-  void Finish(Status s) REQUIRES(mu_) {
-    done_ = true;
-    result_ = std::move(s);
-  }
-  void Check() REQUIRES(mu_) {
-    if (state_->aborted()) return Finish(state_->reason());
-    const cudaError_t e = cudaEventQuery(event_);
-    if (e == cudaSuccess) return Finish(Status::Ok());
-    if (e != cudaErrorNotReady) {
-      state_->Abort(CudaError(e, "staged work on CUDA device " + std::to_string(state_->device())));
-      return Finish(state_->reason());
-    }
-    if (std::chrono::steady_clock::now() > deadline_) {
-      state_->Abort(DeadlineExceeded("staged work on CUDA device " +
-                                     std::to_string(state_->device()) + " did not complete within " +
-                                     std::to_string(state_->timeout().count()) + " ms"));
-      return Finish(state_->reason());
-    }
-  }
-
-  const std::shared_ptr<StagedState> state_;
-  const cudaEvent_t event_;
-  const std::chrono::steady_clock::time_point deadline_;
-  Mutex mu_;
-  bool done_ GUARDED_BY(mu_) = false;
-  Status result_ GUARDED_BY(mu_);
-};
-
-class FailedWork : public Work {
- public:
-  explicit FailedWork(Status s) : status_(std::move(s)) {}
-  bool Test(Status* status) override {
-    *status = status_;
-    return true;
-  }
-
- private:
-  const Status status_;
 };
 
 // Pinned host memory that grows to the largest request (only while no copy uses it).
@@ -206,9 +150,9 @@ class StagedCommunicator : public Communicator {
     HORA_RETURN_IF_ERROR(ChunkEvents(chunks));
     for (size_t k = 0; k < chunks; ++k) {
       const size_t off = k * per * esize, n = std::min(per, count - k * per) * esize;
-      HORA_RETURN_IF_ERROR(Cuda(cudaMemcpyAsync(host + off, dev + off, n, cudaMemcpyDeviceToHost,
-                                                down_),
-                                "cudaMemcpyAsync to the staging buffer"));
+      HORA_RETURN_IF_ERROR(
+          Cuda(cudaMemcpyAsync(host + off, dev + off, n, cudaMemcpyDeviceToHost, down_),
+               "cudaMemcpyAsync to the staging buffer"));
       HORA_RETURN_IF_ERROR(Cuda(cudaEventRecord(chunk_events_[k], down_), "cudaEventRecord"));
     }
     for (size_t k = 0; k < chunks; ++k) {
@@ -306,16 +250,12 @@ class StagedCommunicator : public Communicator {
   }
 
   std::unique_ptr<Work> Fence() override {
-    if (state_->aborted()) return std::make_unique<FailedWork>(state_->reason());
+    if (state_->aborted()) return MakeFailedWork(state_->reason());
     Status s = UseDevice(state_->device());
-    cudaEvent_t e = nullptr;
-    if (s.ok()) s = Cuda(cudaEventCreateWithFlags(&e, cudaEventDisableTiming), "cudaEventCreate");
-    if (s.ok()) s = Cuda(cudaEventRecord(e, down_), "cudaEventRecord of the staged stream");
-    if (!s.ok()) {
-      if (e != nullptr) cudaEventDestroy(e);
-      return std::make_unique<FailedWork>(s);
-    }
-    return std::make_unique<StagedWork>(state_, e);
+    if (!s.ok()) return MakeFailedWork(s);
+    return FenceStream(
+        state_, down_,
+        {"staged work on CUDA device " + std::to_string(state_->device()), "", state_->timeout()});
   }
 
   void Abort(const Status& reason) override {
@@ -328,8 +268,8 @@ class StagedCommunicator : public Communicator {
   Status Cuda(cudaError_t e, const char* what) {
     if (e == cudaSuccess) return Status::Ok();
     cudaGetLastError();
-    state_->Abort(CudaError(e, std::string(what) + " on CUDA device " +
-                                   std::to_string(state_->device())));
+    state_->Abort(
+        CudaError(e, std::string(what) + " on CUDA device " + std::to_string(state_->device())));
     return state_->reason();
   }
 
@@ -388,8 +328,8 @@ class StagedCommunicator : public Communicator {
 
 }  // namespace
 
-StatusOr<std::unique_ptr<Communicator>> CreateStagedCommunicator(
-    std::unique_ptr<Communicator> host, const StagedConfig& config) {
+StatusOr<std::unique_ptr<Communicator>> CreateStagedCommunicator(std::unique_ptr<Communicator> host,
+                                                                 const StagedConfig& config) {
   if (host == nullptr) return InvalidArgument("a staged communicator without a host one");
   HORA_RETURN_IF_ERROR(CudaRuntime()->Probe(config.device));
   HORA_RETURN_IF_ERROR(UseDevice(config.device));

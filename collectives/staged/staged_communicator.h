@@ -36,12 +36,12 @@ namespace hora {
 struct StagedConfig {
   int device = 0;  // the CUDA device of the set's tensors on this rank
   std::chrono::milliseconds timeout{30000};
-  size_t chunks = 4;                // allreduce pipelining: chunks per call, at most
+  size_t chunks = 4;                 // allreduce pipelining: chunks per call, at most
   size_t min_chunk_bytes = 1 << 20;  // and bytes per chunk, at least
 };
 
-StatusOr<std::unique_ptr<Communicator>> CreateStagedCommunicator(
-    std::unique_ptr<Communicator> host, const StagedConfig& config);
+StatusOr<std::unique_ptr<Communicator>> CreateStagedCommunicator(std::unique_ptr<Communicator> host,
+                                                                 const StagedConfig& config);
 
 }  // namespace hora
 

@@ -80,9 +80,9 @@ TEST_CASE("nccl is a built backend for CUDA tensors, and selections are checked"
 }
 
 TEST_CASE("NCCL reduces every dtype but int16 and uint16, and says so by name") {
-  for (DataType t : {DataType::kUint8, DataType::kInt8, DataType::kInt32, DataType::kInt64,
-                     DataType::kFloat16, DataType::kBfloat16, DataType::kFloat32,
-                     DataType::kFloat64, DataType::kBool}) {
+  for (DataType t :
+       {DataType::kUint8, DataType::kInt8, DataType::kInt32, DataType::kInt64, DataType::kFloat16,
+        DataType::kBfloat16, DataType::kFloat32, DataType::kFloat64, DataType::kBool}) {
     INFO(DataTypeName(t));
     CHECK(NcclCanReduce(t).ok());
   }

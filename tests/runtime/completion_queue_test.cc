@@ -37,7 +37,7 @@ TEST_CASE("completion queue: every function runs once with its Work's status") {
     CompletionQueue q;
     // Works ending at once, within 200 us (the spin), and after 2-8 ms (the sleeping polls).
     for (int i = 0; i < 60; ++i) {
-      const auto after = i < 20 ? std::chrono::microseconds(0)
+      const auto after = i < 20   ? std::chrono::microseconds(0)
                          : i < 40 ? std::chrono::microseconds(100)
                                   : std::chrono::microseconds(2000 + (59 - i) * 300);
       q.Add(std::make_unique<TimedWork>(i, after), [&, i](Status s) {

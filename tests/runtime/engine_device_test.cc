@@ -294,7 +294,8 @@ TEST_CASE("engine: CUDA tensors no backend can serve are refused on every rank; 
   }
 }
 
-TEST_CASE("engine: a dtype the device backend cannot reduce is refused at enqueue; the job goes on") {
+TEST_CASE(
+    "engine: a dtype the device backend cannot reduce is refused at enqueue; the job goes on") {
   RegisterHostDevice();
   // As NCCL with int16: refused on every rank before any bucket, where the backend would
   // otherwise fail the bucket and break the job. Moving the same tensor is accepted.

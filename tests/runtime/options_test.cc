@@ -166,7 +166,8 @@ TEST_CASE("bad values name the variable") {
   // A CUDA build stages CUDA tensors through a named CPU backend; no build runs CPU tensors on
   // a CUDA-only backend.
   if (IsBackendBuilt("nccl")) {
-    check({{"HORA_CPU_OPERATIONS", "nccl"}}, "HORA_CPU_OPERATIONS=nccl: backend 'nccl' serves cuda");
+    check({{"HORA_CPU_OPERATIONS", "nccl"}},
+          "HORA_CPU_OPERATIONS=nccl: backend 'nccl' serves cuda");
   } else {
     check({{"HORA_GPU_OPERATIONS", "gloo"}}, "HORA_GPU_OPERATIONS=gloo: backend 'gloo' serves cpu");
   }
@@ -278,9 +279,9 @@ TEST_CASE("Horovod's variables are read as Hora's; Hora's name wins; each is rep
 }
 
 TEST_CASE("an unknown HORA_ variable is named with the closest known one") {
-  auto w = UnknownHoraVariables(
-      {"HORA_FUSION_TRESHOLD", "HORA_RANK", "PATH", "HORA_LIBRARY", "HORA_XYZZY_PLUGH_QUUX",
-       "HORA_NCCL_LIBRARY" /* set by hora/_lib.py itself */});
+  auto w = UnknownHoraVariables({"HORA_FUSION_TRESHOLD", "HORA_RANK", "PATH", "HORA_LIBRARY",
+                                 "HORA_XYZZY_PLUGH_QUUX",
+                                 "HORA_NCCL_LIBRARY" /* set by hora/_lib.py itself */});
   REQUIRE(w.size() == 2);
   CHECK(w[0] ==
         "HORA_FUSION_TRESHOLD is not a Hora variable (did you mean HORA_FUSION_THRESHOLD?); "
