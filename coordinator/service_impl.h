@@ -113,6 +113,7 @@ class CoordinatorServiceImpl final : public CoordinatorService,
     std::shared_ptr<SessionStream> session;  // while its handler runs
     bool had_session = false;
     bool lost = false;
+    bool departed = false;  // said goodbye while the job goes on: it submits nothing more
     std::unordered_map<uint32_t, TensorSpec> specs;              // this rank's ids
     std::unordered_map<TensorKey, uint32_t, TensorKeyHash> ids;  // (set, name) -> this rank's id
     std::unordered_map<TensorKey, std::string, TensorKeyHash> payloads;  // pending inline data
@@ -196,12 +197,17 @@ class CoordinatorServiceImpl final : public CoordinatorService,
   void TimerTickLocked(TimePoint now) REQUIRES(mu_);
   void CheckLivenessLocked(TimePoint now) REQUIRES(mu_);
   void CheckStallsLocked(TimePoint now) REQUIRES(mu_);
+  // A pending tensor that a departed rank never submitted can never complete: aborts the job
+  // naming the rank, the tensor and hvd.join(). Called when a rank departs and after every
+  // submission once one has.
+  void CheckDepartedLocked(TimePoint now) REQUIRES(mu_);
   std::vector<StallReport> StalledLocked(TimePoint now, std::chrono::milliseconds older_than) const
       REQUIRES(mu_);
   TimePoint NextWakeLocked() const REQUIRES(mu_);
   void WakeTimerLocked(TimePoint at) REQUIRES(mu_);
   void SendHeartbeatsLocked() REQUIRES(mu_);
   void RankLostLocked(int rank, const std::string& why) REQUIRES(mu_);
+  int departed_count_ GUARDED_BY(mu_) = 0;
   // Aborts the job: every session but `except_rank` receives Abort(code, message).
   void AbortLocked(Code code, const std::string& message, int except_rank) REQUIRES(mu_);
   void ScheduleFlushLocked(const std::shared_ptr<SessionStream>& session) REQUIRES(mu_);

@@ -149,6 +149,22 @@ void CoordinatorServiceImpl::CheckStallsLocked(TimePoint now) {
   }
 }
 
+void CoordinatorServiceImpl::CheckDepartedLocked(TimePoint now) {
+  if (departed_count_ == 0 || aborted_ || shutting_down_) return;
+  for (const StallReport& r : StalledLocked(now, std::chrono::milliseconds(0))) {
+    for (int missing : r.missing_ranks) {
+      if (!ranks_[missing].departed) continue;
+      AbortLocked(Code::kAborted,
+                  DescribeRank(missing) + " has shut down, so it will never submit what the " +
+                      "others wait for: " + DescribeStalls({r}, 1) +
+                      ". A rank that runs fewer steps than the others (uneven data) must call " +
+                      "hvd.join() before it stops, which lets the others go on without it",
+                  -1);
+      return;
+    }
+  }
+}
+
 void CoordinatorServiceImpl::RankLostLocked(int rank, const std::string& why) {
   RankState& state = ranks_[rank];
   if (state.lost) return;

@@ -95,6 +95,7 @@ void CoordinatorServiceImpl::HandleMessage(int rank, const proto::WorkerMessage&
     case proto::WorkerMessage::kReady: {
       MutexLock lock(&mu_);
       if (!aborted_) HandleReadyLocked(rank, message.ready(), Clock::now(), touched);
+      CheckDepartedLocked(Clock::now());
       return;
     }
     case proto::WorkerMessage::kJoinOp: {
@@ -370,6 +371,11 @@ void CoordinatorServiceImpl::EndSession(int rank, const std::shared_ptr<SessionS
       RankLostLocked(rank, "its connection to the coordinator broke");
     }
     if (goodbye) HORA_LOG_DEBUG("coordinator: {} said goodbye", DescribeRank(rank));
+    if (goodbye && !state.departed && !aborted_ && !shutting_down_) {
+      state.departed = true;
+      ++departed_count_;
+      CheckDepartedLocked(Clock::now());
+    }
     if (state.session == session) state.session.reset();
     sessions_cv_.NotifyAll();
   }

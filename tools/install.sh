@@ -3,6 +3,7 @@
 #   PREFIX/lib/libhora.so            the C API library (//bindings/c:libhora.so), + ldconfig
 #   PREFIX/include/hora.h            its header
 #   PREFIX/lib/hora/launcher/        horarun and its modules; PREFIX/bin/horarun links there
+#   PREFIX/lib/hora/timeline/        hora-timeline and its modules; PREFIX/bin/hora-timeline
 #   SITE/hora                        the Python package (bindings/python/hora), where SITE is
 #                                    /usr/bin/python3's site directory under PREFIX
 # Usage: tools/install.sh [bazel build options]   (as root, or with sudo available)
@@ -45,6 +46,14 @@ $SUDO install -m 0755 tools/launcher/horarun "$launcher/horarun"
 $SUDO install -m 0644 tools/launcher/*.py "$launcher/"
 $SUDO ln -sfn "$launcher/horarun" "$PREFIX/bin/horarun"
 say "$PREFIX/bin/horarun -> $launcher/horarun"
+
+# 2b. hora-timeline (docs/timeline.md), the same way.
+timeline="$PREFIX/lib/hora/timeline"
+$SUDO mkdir -p "$timeline"
+$SUDO install -m 0755 tools/timeline/hora-timeline "$timeline/hora-timeline"
+$SUDO install -m 0644 tools/timeline/hora_timeline.py tools/timeline/autotune_plot.py "$timeline/"
+$SUDO ln -sfn "$timeline/hora-timeline" "$PREFIX/bin/hora-timeline"
+say "$PREFIX/bin/hora-timeline -> $timeline/hora-timeline"
 
 # 3. The Python package, into /usr/bin/python3's site directory under PREFIX.
 if [ -d bindings/python/hora ]; then

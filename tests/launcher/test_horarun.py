@@ -387,6 +387,16 @@ def test_mpi_on_this_host_sets_identity_and_rewrites_tags():
         assert "HORA_HOSTNAME" not in e  # the runtime's gethostname() decides under mpirun
 
 
+def test_mpi_lines_written_in_pieces_stay_whole():
+    mpirun_or_skip()
+    code = ("import sys,time; sys.stdout.write('part1 '); sys.stdout.flush(); time.sleep(0.2)\n"
+            "print('part2', 'and', 'more', flush=True)")
+    rc, out, err, _ = horarun("-np", "2", "--mpi", "-x", "PYTHONUNBUFFERED=1", PY, "-c", code)
+    assert rc == 0, err
+    for rank in range(2):
+        assert "[%d]<stdout>: part1 part2 and more\n" % rank in out, out
+
+
 def test_mpi_failing_rank_exit_code():
     mpirun_or_skip()
     code = ("import os,sys,time; r=os.environ['HORA_RANK']\n"

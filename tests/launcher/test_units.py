@@ -60,9 +60,25 @@ def test_local_host_detection():
 
 def test_split_tagged_output():
     line = b"[1,0]<stdout>:partial[1,12]<stdout>:hi\n"
-    assert mpi.split_tagged(line) == [(0, "stdout", b"partial\n"), (12, "stdout", b"hi\n")]
+    assert mpi.split_tagged(line) == [(0, "stdout", b"partial"), (12, "stdout", b"hi\n")]
     assert mpi.split_tagged(b"mpirun noticed something\n") == [
         (None, None, b"mpirun noticed something\n")]
+
+
+def test_tagged_pieces_join_into_each_ranks_lines():
+    j = mpi.TaggedLines()
+    # A line written in two pieces, one word per piece (print under PYTHONUNBUFFERED), and
+    # another rank's whole line between them: each rank's line comes out whole.
+    assert j.feed(b"[1,0]<stdout>:part1 [1,1]<stdout>:other\n") == [(1, "stdout", b"other\n")]
+    assert j.feed(b"[1,0]<stdout>:part2\n") == [(0, "stdout", b"part1 part2\n")]
+    assert j.feed(b"[1,3]<stdout>:a[1,3]<stdout>: [1,3]<stdout>:b[1,3]<stdout>:\n") == [
+        (3, "stdout", b"a b\n")]
+    # stdout and stderr of one rank are apart; two lines in one piece are two lines.
+    assert j.feed(b"[1,2]<stderr>:err [1,2]<stdout>:x\ny\n") == [
+        (2, "stdout", b"x\n"), (2, "stdout", b"y\n")]
+    assert j.feed(b"mpirun says\n") == [(None, None, b"mpirun says\n")]
+    assert j.flush() == [(2, "stderr", b"err \n")]
+    assert j.flush() == []
 
 
 def test_nic_address():

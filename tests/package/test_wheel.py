@@ -160,13 +160,17 @@ def test_wheel_contents(wheel):
         want = "sha256=" + base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(
             b"=").decode()
         assert digest == want and int(size) == len(data), path
-    assert "horarun = hora_launcher:main" in z.read(info + "/entry_points.txt").decode()
+    entry_points = z.read(info + "/entry_points.txt").decode()
+    assert "horarun = hora_launcher:main" in entry_points
+    assert "hora-timeline = hora_timeline_cli:main" in entry_points
     wheel_meta = z.read(info + "/WHEEL").decode()
     assert "Root-Is-Purelib: false" in wheel_meta and "Tag: py3-none-linux_x86_64" in wheel_meta
     meta = z.read(info + "/METADATA").decode()
     assert "Name: hora\n" in meta and "Version: %s\n" % version in meta
     for needed in ("hora/__init__.py", "hora/torch/__init__.py", "hora/libhora.so",
                    "hora_launcher/__init__.py", "hora_launcher/horarun_lib.py",
+                   "hora_timeline_cli/__init__.py", "hora_timeline_cli/cli.py",
+                   "hora_timeline_cli/hora_timeline.py",
                    "hora/include/hora.h", "hora/_bundle.json"):
         assert needed in names, needed
     libs = sorted(n[len("hora/_libs/"):] for n in names if n.startswith("hora/_libs/"))
@@ -218,6 +222,9 @@ def test_installed_is_the_venvs(venvs, outside, name):
         rc, hr = run([os.path.join(venv, "bin", "horarun"), "--version"], outside,
                      clean_env(venv))
         assert rc == 0 and hr.split()[-1] == got["version"], (hr, got)
+    # The command docs/timeline.md tells the user to run (standard library only: on 3.12 too).
+    rc, tl = run([os.path.join(venv, "bin", "hora-timeline"), "--help"], outside, clean_env(venv))
+    assert rc == 0 and "hora-timeline" in tl and "report" in tl, tl
     files = [os.path.join(pkg, "libhora.so")] + sorted(glob.glob(os.path.join(pkg, "_libs", "*")))
     for f in files:
         for soname, where in bundle_libs.ldd(f).items():

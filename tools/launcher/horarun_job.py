@@ -106,9 +106,9 @@ class Output:
             self.files = {}
 
 
-def pump(stream, on_line, name):
+def pump(stream, on_line, name, on_eof=None):
     """Starts a thread that reads `stream` line by line until EOF and calls on_line(line)
-    (a newline is added to a last line without one); never raises."""
+    (a newline is added to a last line without one), then on_eof(); never raises."""
     def run():
         try:
             while True:
@@ -125,6 +125,8 @@ def pump(stream, on_line, name):
                 stream.close()
             except OSError:
                 pass
+            if on_eof is not None:
+                on_eof()
     t = threading.Thread(target=run, name=name, daemon=True)
     t.start()
     return t

@@ -59,17 +59,43 @@ NOT_PASSED = re.compile(r"^(OMPI_|PMIX_|PMI_|HORA_RANK$|HORA_SIZE$|HORA_LOCAL_|H
 
 def split_tagged(line):
     """mpirun --tag-output line -> [(rank or None, stream or None, text)]; text before the
-    first tag is mpirun's own. Partial lines of several ranks may share one line."""
+    first tag is mpirun's own. mpirun tags every write of a rank, so a line a rank wrote in
+    pieces (`printf "a "; printf "b\\n"`, or print() under PYTHONUNBUFFERED) arrives as several
+    tagged pieces, and pieces of several ranks may share one line: the text of a piece keeps
+    its own ending (TaggedLines joins them)."""
     pieces = TAG.split(line)
     result = []
     if pieces[0].strip():
         result.append((None, None, pieces[0]))
     for i in range(1, len(pieces) - 2, 3):
-        text = pieces[i + 2]
-        if not text.endswith(b"\n"):
-            text += b"\n"
-        result.append((int(pieces[i]), pieces[i + 1].decode(), text))
+        result.append((int(pieces[i]), pieces[i + 1].decode(), pieces[i + 2]))
     return result
+
+
+class TaggedLines:
+    """Joins each rank's tagged pieces into whole lines: feed(line) returns the
+    (rank or None, stream or None, text) lines completed so far (text ends with a newline;
+    mpirun's own text as it came), flush() what is left of unfinished ones at the end."""
+
+    def __init__(self):
+        self.partial = {}  # (rank, stream) -> bytes without a newline yet
+
+    def feed(self, line):
+        done = []
+        for rank, stream, text in split_tagged(line):
+            if rank is None:
+                done.append((None, None, text if text.endswith(b"\n") else text + b"\n"))
+                continue
+            parts = (self.partial.pop((rank, stream), b"") + text).split(b"\n")
+            done.extend((rank, stream, p + b"\n") for p in parts[:-1])
+            if parts[-1]:
+                self.partial[(rank, stream)] = parts[-1]
+        return done
+
+    def flush(self):
+        done = [(r, s, t + b"\n") for (r, s), t in sorted(self.partial.items())]
+        self.partial.clear()
+        return done
 
 
 def reported_failure(line):
@@ -89,12 +115,14 @@ class MpiJob(PopenPart):
         PopenPart.__init__(self, proc)
         self.reported = None  # first failed rank's code, as mpirun's own messages say it
         for stream, name in ((proc.stdout, "stdout"), (proc.stderr, "stderr")):
+            joined = TaggedLines()  # one per mpirun stream: each is read by its own thread
             self.threads.append(pump(
-                stream, lambda line, n=name: self._line(output, n, line),
-                "horarun-mpirun-%s" % name))
+                stream, lambda line, n=name, j=joined: self._lines(output, n, j.feed(line)),
+                "horarun-mpirun-%s" % name,
+                on_eof=lambda n=name, j=joined: self._lines(output, n, j.flush())))
 
-    def _line(self, output, stream, line):
-        for rank, tagged_stream, text in split_tagged(line):
+    def _lines(self, output, stream, lines):
+        for rank, tagged_stream, text in lines:
             if rank is None:
                 output.plain_line(stream, text)
                 code = reported_failure(text)

@@ -60,6 +60,19 @@ def stage(args, package_dir, root):
             shutil.copyfile(src, os.path.join(launcher, os.path.basename(src)))
     if not os.path.exists(os.path.join(launcher, "__init__.py")):
         raise SystemExit("make_wheel: tools/launcher/__init__.py is not among the launcher files")
+    # hora-timeline: its script as a module (it imports its two neighbours by path), for the
+    # console script.
+    timeline = os.path.join(root, "hora_timeline_cli")
+    os.makedirs(timeline)
+    for src in args.timeline_files:
+        name = os.path.basename(src)
+        shutil.copyfile(src, os.path.join(timeline, "cli.py" if name == "hora-timeline" else name))
+    if not os.path.exists(os.path.join(timeline, "cli.py")):
+        raise SystemExit("make_wheel: tools/timeline/hora-timeline is not among the timeline files")
+    with open(os.path.join(timeline, "__init__.py"), "w") as f:
+        f.write('"""The hora-timeline command (tools/timeline), for the wheel\'s console script."""\n\n'
+                "import sys\n\n\ndef main():\n    from . import cli\n"
+                "    sys.exit(cli.main(sys.argv[1:]))\n")
     os.makedirs(os.path.join(pkg, "include"))
     shutil.copyfile(args.header, os.path.join(pkg, "include", "hora.h"))
     manifest = bundle_libs.bundle([(args.libhora, os.path.join(pkg, "libhora.so"))],
@@ -102,8 +115,9 @@ def write_wheel(root, out, version, manifest):
         "METADATA": metadata(version, manifest),
         "WHEEL": "Wheel-Version: 1.0\nGenerator: hora tools/wheel/make_wheel.py\n"
                  "Root-Is-Purelib: false\nTag: %s\n" % TAG,
-        "entry_points.txt": "[console_scripts]\nhorarun = hora_launcher:main\n",
-        "top_level.txt": "hora\nhora_launcher\n",
+        "entry_points.txt": "[console_scripts]\nhorarun = hora_launcher:main\n"
+                            "hora-timeline = hora_timeline_cli:main\n",
+        "top_level.txt": "hora\nhora_launcher\nhora_timeline_cli\n",
     }
     entries = []
     for dirpath, dirnames, filenames in os.walk(root):
@@ -135,6 +149,8 @@ def main():
     p.add_argument("--package-files", nargs="+", required=True,
                    help="bindings/python/hora/**.py")
     p.add_argument("--launcher-files", nargs="+", required=True, help="tools/launcher/*")
+    p.add_argument("--timeline-files", nargs="+", required=True,
+                   help="tools/timeline: hora-timeline and its modules")
     args = p.parse_args()
     init = [f for f in args.package_files if f.endswith(os.path.join("hora", "__init__.py"))]
     if len(init) != 1:
