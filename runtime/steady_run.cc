@@ -23,6 +23,7 @@ void SteadyPath::Run(uint32_t e, Pending* claimed, bool held, int last_member) {
     trace->start_us = TimelineNowUs();
     trace->process_set = process_set_;
     trace->seq = fast_seq_;
+    trace->steady = true;
     trace->collective = CollectiveType::kAllreduce;
     trace->backend = std::string("steady:") + comm_->name();
     trace->bytes = static_cast<int64_t>(r->spec.ByteSize());

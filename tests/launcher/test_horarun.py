@@ -300,6 +300,9 @@ def test_processes_left_behind_are_stopped_after_a_successful_job(tmp_path):
     (["-np", "1", "--grace", "-1", "true"], "at least 0"),
     (["-np", "1", "--log-level", "loud", "true"], "is not a log level"),
     (["-np", "1", "-x", "1BAD=x", "true"], "NAME"),
+    (["-np", "1", "--fusion-threshhold-mb", "3", "true"],
+     "--fusion-threshhold-mb (did you mean --fusion-threshold-mb?)"),
+    (["-np", "1", "--verbos", "true"], "--verbos (did you mean --verbose?)"),
 ])
 def test_argument_errors(args, message):
     rc, out, err, _ = horarun(*args)

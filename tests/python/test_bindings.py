@@ -24,6 +24,21 @@ def test_missing_library_message():
     assert rc != 0 and "HORA_LIBRARY=/nonexistent/libhora.so" in out, out
 
 
+def test_use_before_init_names_the_python_call():
+    rc, out = run_py("import torch, hora, hora.torch as hvd\n"
+                     "try:\n    hvd.allreduce(torch.ones(2))\n"
+                     "except hora.HoraError as e:\n    print('ERROR', e)\n"
+                     "hvd.init(); hvd.shutdown()\n"
+                     "try:\n    hvd.rank()\n"
+                     "except hora.HoraError as e:\n    print('ERROR', e)\n")
+    assert rc == 0, out
+    errors = [l for l in out.splitlines() if l.startswith("ERROR")]
+    assert len(errors) == 2, out
+    assert "call hvd.init() (hora.init()) first" in errors[0], errors[0]
+    assert "call hvd.init() (hora.init()) again" in errors[1], errors[1]
+    assert "hora_init" not in out, out
+
+
 def test_every_c_function_declared():
     import re
     header = open(os.path.join(harness.REPO, "bindings", "c", "hora.h")).read()

@@ -141,6 +141,30 @@ def test_timeline_job(tmp_path, np, late):
         assert internal and all(n.endswith(".7") for n in internal), internal
 
 
+@pytest.mark.parametrize("steady", ["on", "off"])
+def test_report_counts_every_late_step_on_either_path(tmp_path, steady):
+    """The late rank's steps are each counted once, also on the steady path (whose bucket
+    numbers restart at 0: keyed with the coordinator's, half the steps merged into others and
+    their waits were lost)."""
+    base = str(tmp_path / "late.json")
+    env = dict(os.environ, HORA_STEADY=steady)
+    p = subprocess.run(HORARUN + ["-np", "2", "--timeline-filename", base, "/usr/bin/python3",
+                                  "tests/timeline/late_rank_worker.py"],
+                       stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=300,
+                       universal_newlines=True, env=env)
+    assert p.returncode == 0, p.stdout
+    fast = [int(l.split("fast=")[1]) for l in p.stdout.splitlines() if "STEADY fast=" in l]
+    assert len(fast) == 2 and (min(fast) >= 6 if steady == "on" else max(fast) == 0), fast
+    r = subprocess.run(TOOL + ["report", base, "--json", "--no-png"], stdout=subprocess.PIPE,
+                       stderr=subprocess.PIPE, universal_newlines=True)
+    assert r.returncode == 0, r.stderr
+    summary = json.loads(r.stdout)
+    assert summary["straggler"] == 1, summary["per_rank"]
+    # 12 steps with rank 1 late by 40 ms: each counted once (rank 0 would have to be 40 ms
+    # late itself for one not to count; the steady path's first steps go the normal way).
+    assert summary["counted_tensors"] >= 11, summary
+
+
 def test_torch_start_and_stop_timeline_mid_job(tmp_path):
     base = str(tmp_path / "torch.json")
     p = subprocess.run(HORARUN + ["-np", "2", "/usr/bin/python3",

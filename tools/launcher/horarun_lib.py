@@ -8,6 +8,7 @@ launchers started. Standard library only, so the launcher runs under any python3
 """
 
 import argparse
+import difflib
 import os
 import re
 import secrets
@@ -128,8 +129,25 @@ def _format_number(value):
     return repr(float(value))
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse, and a misspelled option gets the closest real one: "unrecognized arguments:
+    --fusion-threshhold-mb (did you mean --fusion-threshold-mb?)"."""
+
+    def error(self, message):
+        prefix = "unrecognized arguments: "
+        if message.startswith(prefix):
+            known = [o for a in self._actions for o in a.option_strings if o.startswith("--")]
+            words = []
+            for word in message[len(prefix):].split(" "):
+                close = difflib.get_close_matches(word.split("=")[0], known, n=1, cutoff=0.75) \
+                    if word.startswith("--") else []
+                words.append("%s (did you mean %s?)" % (word, close[0]) if close else word)
+            message = prefix + " ".join(words)
+        argparse.ArgumentParser.error(self, message)
+
+
 def build_parser():
-    p = argparse.ArgumentParser(
+    p = _Parser(
         prog="horarun", usage=USAGE, description=DESCRIPTION, epilog=EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter, allow_abbrev=False)
     p.add_argument("-np", "--num-proc", dest="np", type=_positive_int, metavar="N",

@@ -115,7 +115,7 @@ def analyze(events, top=10):
     """The straggler report as a dict (see report_text for what each part means)."""
     names = _names(events)
     ranks = sorted({e["pid"] for e in events if "pid" in e})
-    occurrences = {}  # (set, bucket, name) -> {last_rank, lag_us, waits{rank: us}, ts}
+    occurrences = {}  # (set, steady, bucket, name) -> {last_rank, lag_us, waits{rank: us}, ts}
     tensor_time = {}  # name -> [per rank and round: total us]
     steps = {}        # rank -> {step: (ts, dur)}
     phases = {}       # (pid, tid) -> [(ts, end, phase)] of tensor tracks
@@ -132,10 +132,14 @@ def analyze(events, top=10):
         if e["name"] != "negotiate":
             continue
         name = names.get((pid, tid), "?")
-        key = (args.get("process_set", 0), args.get("bucket", -1), name)
+        # Steady buckets count apart from the coordinator's. Their lag is each rank's own wait
+        # (the coordinator's plan gives every rank the same one): the largest is the lag.
+        key = (args.get("process_set", 0), args.get("steady", 0), args.get("bucket", -1), name)
         o = occurrences.setdefault(key, {"name": name, "last_rank": args.get("last_rank", -1),
                                          "lag_us": args.get("lag_us", 0), "waits": {},
                                          "ts": e["ts"]})
+        if args.get("lag_us", 0) > o["lag_us"]:
+            o["lag_us"], o["last_rank"] = args.get("lag_us", 0), args.get("last_rank", -1)
         o["waits"][pid] = args.get("wait_us", 0)
         o["starts"] = o.get("starts", {})
         o["starts"][pid] = e["ts"]

@@ -228,6 +228,8 @@ def make_error(status, operation=None):
         _, message = async_error()
     if not message:
         message = status_string(status) or "hora status %d" % status
+    # The C library names its own functions; a Python user calls hora.init() / hvd.init().
+    message = message.replace("call hora_init ", "call hvd.init() (hora.init()) ")
     return errors.error_class(status)(status, message, operation)
 
 
