@@ -71,7 +71,7 @@ struct TimelineBucket {
     int64_t wait_us = 0;
   };
   int32_t process_set = 0;
-  uint64_t seq = 0;  // the coordinator's bucket seq; the steady path's own count when steady
+  uint64_t seq = 0;     // the coordinator's bucket seq; the steady path's own count when steady
   bool steady = false;  // ran on the steady path (no plan: its seqs are a count of their own)
   CollectiveType collective = CollectiveType::kAllreduce;
   std::string backend;  // the communicator's name; "coordinator" when inline
