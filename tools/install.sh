@@ -67,13 +67,26 @@ PY
 )"
   $SUDO mkdir -p "$site"
   $SUDO rm -rf "$site/hora.tmp"
-  $SUDO cp -r bindings/python/hora "$site/hora.tmp"
-  $SUDO find "$site/hora.tmp" -name __pycache__ -prune -exec rm -rf {} +
-  $SUDO rm -rf "$site/hora"
-  $SUDO mv "$site/hora.tmp" "$site/hora"
+  # copy_package DIR: bindings/python/hora as DIR/hora, replaced whole.
+  copy_package() {
+    $SUDO rm -rf "$1/hora.tmp"
+    $SUDO cp -r bindings/python/hora "$1/hora.tmp"
+    $SUDO find "$1/hora.tmp" -name __pycache__ -prune -exec rm -rf {} +
+    $SUDO rm -rf "$1/hora"
+    $SUDO mv "$1/hora.tmp" "$1/hora"
+  }
+  copy_package "$site"
   say "$site/hora (Python package for $PYTHON)"
   if ! "$PYTHON" -c 'import sys; sys.exit(0 if sys.argv[1] in sys.path else 1)' "$site"; then
     say "note: $site is not on $PYTHON's path; add it to PYTHONPATH"
+  fi
+  # The torch 2.x environment (tools/setup_torch2.sh) does not see the system's site: it gets
+  # its own copy, so that `horarun -np 2 /opt/hora/torch2/bin/python train.py` imports hora.
+  torch2="${HORA_TORCH2:-/opt/hora/torch2}"
+  if [ -x "$torch2/bin/python" ]; then
+    site2="$("$torch2/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')"
+    copy_package "$site2"
+    say "$site2/hora (Python package for $torch2/bin/python)"
   fi
 else
   say "bindings/python/hora does not exist: skipped the Python package"

@@ -80,3 +80,25 @@ def test_under_torchrun(tmp_path):
     passed = re.findall(r"CASE (\w+) PASS", p.stdout)
     assert p.returncode == 0, p.stdout[-4000:]
     assert sorted(passed) == sorted(some * 2), p.stdout[-4000:]
+
+
+def test_the_torch2_environment_imports_the_installed_hora():
+    """docs/c10d.md runs `horarun -np 2 /opt/hora/torch2/bin/python train.py`: after
+    tools/install.sh that environment imports hora (its own copy: it does not see the system's
+    site) and finds the installed libhora.so, with nothing of the repository on any path."""
+    import subprocess
+    if not os.path.exists("/usr/local/lib/libhora.so"):
+        pytest.skip("Hora is not installed on this machine (tools/install.sh)")
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("PYTHONPATH", "HORA_LIBRARY", "LD_LIBRARY_PATH")}
+    p = subprocess.run([harness.torch2_python(), "-c",
+                        "import hora, hora.torch, hora._lib as l; l.lib(); "
+                        "maps = [x.split()[-1] for x in open('/proc/self/maps') "
+                        "if x.rstrip().endswith('/libhora.so')]; "
+                        "print(hora.__file__, maps[0])"],
+                       cwd="/", env=env, capture_output=True, universal_newlines=True,
+                       timeout=120)
+    assert p.returncode == 0, p.stderr
+    where, lib = p.stdout.split()[-2:]
+    assert where.startswith(os.path.dirname(os.path.dirname(harness.torch2_python()))), where
+    assert os.path.realpath(lib) == os.path.realpath("/usr/local/lib/libhora.so"), lib
