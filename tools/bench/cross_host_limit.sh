@@ -1,0 +1,83 @@
+#!/usr/bin/env bash
+# The cross-host limit (issue 29's first step, docs/benchmarks-cross-host.md): on 2 network-
+# namespace hosts (../shared/tools/netns-kit), what TCP carries with 1, 2, 4 and 8 streams
+# (tools/bench/tcp_limit.py, one sender host, one receiver host), then both ways at once
+# (1 and 4 streams each way, as an allreduce's traffic flows), and what Open MPI's
+# MPI_Allreduce reaches over TCP across them at 1 rank per host (mpi_allreduce_bench,
+# 1 MiB and 64 MiB busbw). Prints one line per measurement and a markdown table.
+#   tools/bench/cross_host_limit.sh [--mib M] [--rounds R] [--no-mpi]
+# Needs root (namespaces), Open MPI, and //tools/bench:mpi_allreduce_bench built unless
+# --no-mpi. Nothing here asserts a time.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+MIB=1024
+ROUNDS=3
+MPI=1
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --mib) MIB="$2"; shift ;;
+    --rounds) ROUNDS="$2"; shift ;;
+    --no-mpi) MPI=0 ;;
+    *) echo "usage: tools/bench/cross_host_limit.sh [--mib M] [--rounds R] [--no-mpi]" >&2; exit 2 ;;
+  esac
+  shift
+done
+KIT="$(cd ../shared/tools/netns-kit 2>/dev/null && pwd)" || {
+  echo "cross_host_limit: ../shared/tools/netns-kit is missing" >&2; exit 1; }
+export NK_PREFIX=hxl NK_NET=10.200.77
+"$KIT/setup.sh" 2 >/dev/null
+trap 'NK_PREFIX=hxl NK_NET=10.200.77 "$KIT/teardown.sh" >/dev/null 2>&1 || true' EXIT
+. "/tmp/netns-kit/state/hxl/env.sh"
+read -r A B <<<"$NK_ADDRS"
+read -r HA HB <<<"$NK_HOSTS"
+echo "cross_host_limit: hosts $HA ($A) and $HB ($B); $(nproc) cores; kernel $(uname -r)"
+rows=()
+port=47100
+for streams in 1 2 4 8; do
+  port=$((port + 1))
+  "$KIT/nk-exec" "$HB" /usr/bin/python3 tools/bench/tcp_limit.py serve --port "$port" \
+    --bind "$B" >/dev/null &
+  sleep 0.5
+  line="$("$KIT/nk-exec" "$HA" /usr/bin/python3 tools/bench/tcp_limit.py send --to "$B" \
+    --port "$port" --streams "$streams" --mib "$MIB" --rounds "$ROUNDS" --stop | tail -1)"
+  wait
+  echo "$line"
+  rows+=("| TCP, $streams stream(s), $MIB MiB | $(sed -E 's/.*best_gbs=([0-9.]+) median_gbs=([0-9.]+)/\2 (best \1)/' <<<"$line") |")
+done
+# Both ways at once (an allreduce's ring sends and receives on every host): each direction's
+# rate while the other runs.
+for streams in 1 4; do
+  port=$((port + 2))
+  "$KIT/nk-exec" "$HB" /usr/bin/python3 tools/bench/tcp_limit.py serve --port "$port" \
+    --bind "$B" >/dev/null &
+  "$KIT/nk-exec" "$HA" /usr/bin/python3 tools/bench/tcp_limit.py serve --port "$((port + 1))" \
+    --bind "$A" >/dev/null &
+  sleep 0.5
+  "$KIT/nk-exec" "$HA" /usr/bin/python3 tools/bench/tcp_limit.py send --to "$B" --port "$port" \
+    --streams "$streams" --mib "$MIB" --rounds "$ROUNDS" --stop >"/tmp/hxl.ab.$$" &
+  "$KIT/nk-exec" "$HB" /usr/bin/python3 tools/bench/tcp_limit.py send --to "$A" \
+    --port "$((port + 1))" --streams "$streams" --mib "$MIB" --rounds "$ROUNDS" --stop \
+    >"/tmp/hxl.ba.$$"
+  wait
+  ab="$(tail -1 "/tmp/hxl.ab.$$")"; ba="$(tail -1 "/tmp/hxl.ba.$$")"; rm -f /tmp/hxl.*.$$
+  echo "both ways, A->B: $ab"
+  echo "both ways, B->A: $ba"
+  med() { sed -E 's/.*median_gbs=([0-9.]+)/\1/' <<<"$1"; }
+  rows+=("| TCP both ways at once, $streams stream(s) each way: A->B, B->A | $(med "$ab"), $(med "$ba") |")
+done
+if [ "$MPI" = 1 ]; then
+  bin=bazel-bin/tools/bench/mpi_allreduce_bench
+  [ -x "$bin" ] || { echo "cross_host_limit: build //tools/bench:mpi_allreduce_bench first" >&2; exit 1; }
+  eval "mpi_args=($NK_MPIRUN_ARGS)"  # quoted words (the ssh agent) inside
+  out="$("$KIT/nk-exec" "$HA" mpirun -np 2 -H "$A:1,$B:1" "${mpi_args[@]}" --mca btl self,tcp \
+    "$PWD/$bin" --csv --impl mpi-tcp --min-bytes 1048576 --max-bytes 67108864 --step-factor 64 \
+    --no-latency 2>&1)" || { echo "$out" >&2; exit 1; }
+  echo "$out" | grep -E '^bw,mpi-tcp,' || { echo "$out" >&2; exit 1; }
+  while IFS=, read -r _ _ _ bytes _ _ _ _ _ _ busbw _; do
+    rows+=("| Open MPI MPI_Allreduce over TCP, 2x1, $((bytes >> 20)) MiB (busbw) | $busbw |")
+  done < <(echo "$out" | grep -E '^bw,mpi-tcp,')
+fi
+echo
+echo "| measure | GB/s |"
+echo "|---|---|"
+printf '%s\n' "${rows[@]}"
