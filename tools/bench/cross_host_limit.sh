@@ -4,7 +4,8 @@
 # (tools/bench/tcp_limit.py, one sender host, one receiver host), then both ways at once
 # (1 and 4 streams each way, as an allreduce's traffic flows), and what Open MPI's
 # MPI_Allreduce reaches over TCP across them at 1 rank per host (mpi_allreduce_bench,
-# 1 MiB and 64 MiB busbw). Prints one line per measurement and a markdown table.
+# 1 MiB and 64 MiB busbw), and torch's gloo all_reduce the same way. Prints one line per
+# measurement and a markdown table.
 #   tools/bench/cross_host_limit.sh [--mib M] [--rounds R] [--no-mpi]
 # Needs root (namespaces), Open MPI, and //tools/bench:mpi_allreduce_bench built unless
 # --no-mpi. Nothing here asserts a time.
@@ -77,6 +78,16 @@ if [ "$MPI" = 1 ]; then
     rows+=("| Open MPI MPI_Allreduce over TCP, 2x1, $((bytes >> 20)) MiB (busbw) | $busbw |")
   done < <(echo "$out" | grep -E '^bw,mpi-tcp,')
 fi
+# torch.distributed's gloo backend across the same hosts, one rank per host, under horarun
+# (over ssh), Gloo on the hosts' eth0.
+out="$("$KIT/nk-exec" "$HA" tools/launcher/horarun -np 2 -H "$HA:1,$HB:1" \
+  --ssh-config-file "$NK_SSH_CONFIG" -x MASTER_ADDR="$A" -x GLOO_SOCKET_IFNAME=eth0 \
+  /usr/bin/python3 tools/bench/torch_gloo_allreduce_bench.py --csv --min-bytes 1M \
+  --max-bytes 64M --step-factor 64 --no-latency 2>&1)" || { echo "$out" >&2; exit 1; }
+echo "$out" | grep -E 'bw,torch-gloo,' | sed -E 's/^\[0\]<stdout>: //'
+while IFS=, read -r _ _ _ bytes _ _ _ _ _ _ busbw _; do
+  rows+=("| torch gloo all_reduce, 2x1, $((bytes >> 20)) MiB (busbw) | $busbw |")
+done < <(echo "$out" | grep -E 'bw,torch-gloo,' | sed -E 's/^\[0\]<stdout>: //')
 echo
 echo "| measure | GB/s |"
 echo "|---|---|"
