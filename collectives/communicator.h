@@ -2,9 +2,10 @@
 //
 // A Communicator knows nothing of tensor names or negotiation: the runtime hands it one fused
 // buffer at a time, in the same order on every member of its set (the coordinator's order).
-// Backends live in subfolders (gloo/, loopback/, mpi/, shm/, later nccl/) and register with
-// collectives/registry.h; a hierarchical backend is a Communicator built from two others
-// (intra-host and inter-host), which is why every method takes plain buffers and sizes.
+// Backends live in subfolders (gloo/, loopback/, mpi/, shm/, hierarchical/, nccl/) and
+// register with collectives/registry.h; a hierarchical backend is a Communicator built from
+// two others (intra-host and inter-host), and the staged one (staged/) wraps a CPU backend's
+// for CUDA tensors, which is why every method takes plain buffers and sizes.
 // Ranks here are ranks within the set: 0 .. size()-1.
 //
 // Contract for every collective method:
