@@ -15,9 +15,9 @@
 // k, and chunk k goes back while chunk k+1 is reduced. Few chunks: PCIe (about 55 GB/s each
 // way on an H200 host) is an order of magnitude faster than a CPU collective (about 5 GB/s
 // for shm at 2 ranks), so only the first download and the last upload stay exposed, while
-// every chunk costs the CPU backend a call (gloo at 2 ranks reached 0.39 of its CPU busbw
-// with 16 chunks of 4 MiB). Every member cuts the same way (the chunking depends only on the
-// count and dtype), so the host collectives match.
+// every chunk costs the CPU backend a call. (On the H200 machine 16 chunks of 4 MiB and 4 of
+// 16 MiB gave the same busbw within noise: docs/gpu.md.) Every member cuts the same way (the
+// chunking depends only on the count and dtype), so the host collectives match.
 //
 // Bounded like every communicator: each host wait on a copy ends at the timeout
 // (DEADLINE_EXCEEDED) or at Abort(), which also aborts the host communicator.
