@@ -207,7 +207,6 @@ class CoordinatorServiceImpl final : public CoordinatorService,
   void WakeTimerLocked(TimePoint at) REQUIRES(mu_);
   void SendHeartbeatsLocked() REQUIRES(mu_);
   void RankLostLocked(int rank, const std::string& why) REQUIRES(mu_);
-  int departed_count_ GUARDED_BY(mu_) = 0;
   // Aborts the job: every session but `except_rank` receives Abort(code, message).
   void AbortLocked(Code code, const std::string& message, int except_rank) REQUIRES(mu_);
   void ScheduleFlushLocked(const std::shared_ptr<SessionStream>& session) REQUIRES(mu_);
@@ -240,6 +239,7 @@ class CoordinatorServiceImpl final : public CoordinatorService,
   std::unique_ptr<Autotuner> tuner_ GUARDED_BY(mu_);  // set when config_.autotune.enabled
   std::vector<RankState> ranks_ GUARDED_BY(mu_);
   int joined_count_ GUARDED_BY(mu_) = 0;
+  int departed_count_ GUARDED_BY(mu_) = 0;  // ranks with RankState::departed
   bool topology_ready_ GUARDED_BY(mu_) = false;
   Topology topology_ GUARDED_BY(mu_);
   TimePoint topology_time_ GUARDED_BY(mu_);

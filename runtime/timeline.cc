@@ -242,11 +242,12 @@ void Timeline::WriteBucket(const TimelineBucket& b) {
       std::string(CollectiveName(b.collective)) + (b.inline_reduced ? " (inline)" : "");
   // A steady bucket's seq counts the set's steady instances, apart from the coordinator's:
   // "steady" tells the report the two apart.
-  const std::string common =
-      Kv("process_set", b.process_set) + "," + Kv("bucket", static_cast<int64_t>(b.seq)) + "," +
-      (b.steady ? Kv("steady", int64_t{1}) + "," : std::string()) + Kv("backend", b.backend) + "," +
-      Kv("bucket_bytes", b.bytes) + "," + Kv("tensors", static_cast<int64_t>(b.tensors.size())) +
-      (b.error.empty() ? "" : "," + Kv("error", b.error));
+  const std::string bucket = Kv("process_set", b.process_set) + "," +
+                             Kv("bucket", static_cast<int64_t>(b.seq)) + "," +
+                             (b.steady ? Kv("steady", int64_t{1}) + "," : std::string());
+  const std::string common = bucket + Kv("backend", b.backend) + "," + Kv("bucket_bytes", b.bytes) +
+                             "," + Kv("tensors", static_cast<int64_t>(b.tensors.size())) +
+                             (b.error.empty() ? "" : "," + Kv("error", b.error));
   const auto planned = b.steady ? planned_.end() : planned_.find({b.process_set, b.seq});
   const int64_t planned_us = planned == planned_.end() ? 0 : planned->second;
   if (planned != planned_.end()) planned_.erase(planned);
@@ -278,10 +279,8 @@ void Timeline::WriteBucket(const TimelineBucket& b) {
     const int64_t got_plan = planned_us > 0 ? planned_us : start;
     Event("negotiate", tensor.tid, tensor.at_us, got_plan,
           Kv("last_rank", t.last_rank) + "," + Kv("lag_us", t.lag_us) + "," +
-              Kv("wait_us", t.wait_us) + "," + Kv("process_set", b.process_set) + "," +
-              Kv("bucket", static_cast<int64_t>(b.seq)) + "," +
-              (b.steady ? Kv("steady", int64_t{1}) + "," : std::string()) + Kv("collective", op) +
-              "," + Kv("bytes", t.bytes));
+              Kv("wait_us", t.wait_us) + "," + bucket + Kv("collective", op) + "," +
+              Kv("bytes", t.bytes));
     if (b.inline_reduced) {
       Event(op.c_str(), tensor.tid, got_plan, done, common + "," + Kv("bytes", t.bytes));
     } else {

@@ -5,7 +5,6 @@
 
 #include "collectives/cuda/cuda_device.h"
 #include "collectives/nccl/nccl_state.h"
-#include "common/mutex.h"
 
 namespace hora {
 namespace {
