@@ -85,8 +85,22 @@ def _push(sock, nbytes, payload):
     sock.shutdown(socket.SHUT_WR)
 
 
+def _control(args, wait_s=10.0):
+    """The round's control connection; the receiver may still be starting: retried for
+    wait_s seconds while the connection is refused."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        try:
+            return socket.create_connection((args.to, args.port))
+        except ConnectionRefusedError:
+            if time.monotonic() > deadline:
+                raise SystemExit("tcp_limit: nothing listens on %s:%d (is `serve` running?)"
+                                 % (args.to, args.port))
+            time.sleep(0.05)
+
+
 def one_round(args, total):
-    ctrl = socket.create_connection((args.to, args.port))
+    ctrl = _control(args)
     ctrl.sendall(struct.pack("!I", args.streams))
     socks = []
     for _ in range(args.streams):
@@ -123,7 +137,7 @@ def send(args):
             print("round %d: %d stream(s), %d MiB: %.2f GB/s" % (r, args.streams, args.mib, gbs),
                   flush=True)
     if args.stop:
-        ctrl = socket.create_connection((args.to, args.port))
+        ctrl = _control(args)
         ctrl.sendall(struct.pack("!I", 0))
         ctrl.close()
     print("TCP_LIMIT streams=%d mib=%d rounds=%d best_gbs=%.2f median_gbs=%.2f" % (

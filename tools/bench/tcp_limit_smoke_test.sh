@@ -5,11 +5,13 @@
 set -uo pipefail
 if [ -n "${TEST_SRCDIR:-}" ]; then cd "$TEST_SRCDIR/${TEST_WORKSPACE:-hora}"; else cd "$(dirname "$0")/../.."; fi
 port=$(/usr/bin/python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
-timeout 60 /usr/bin/python3 tools/bench/tcp_limit.py serve --port "$port" --bind 127.0.0.1 &
+# Both bounded well inside the test's own timeout; the sender waits for the receiver to listen.
+timeout 40 /usr/bin/python3 tools/bench/tcp_limit.py serve --port "$port" --bind 127.0.0.1 &
 server=$!
-out="$(timeout 60 /usr/bin/python3 tools/bench/tcp_limit.py send --to 127.0.0.1 --port "$port" \
+out="$(timeout 30 /usr/bin/python3 tools/bench/tcp_limit.py send --to 127.0.0.1 --port "$port" \
   --streams 2 --mib 8 --rounds 2 --stop 2>&1)"
 rc=$?
+[ "$rc" -ne 0 ] && kill "$server" 2>/dev/null
 wait "$server"; src=$?
 echo "$out"
 if [ "$rc" -eq 0 ] && [ "$src" -eq 0 ] && grep -qE '^TCP_LIMIT streams=2 mib=8 rounds=2 best_gbs=[0-9.]+ median_gbs=[0-9.]+$' <<<"$out"; then
