@@ -69,6 +69,20 @@ def free_port(lo=None, hi=None):
     raise RuntimeError("no free port")
 
 
+def free_port_pair():
+    """A MASTER_PORT whose next port (Hora's coordinator under torchrun) is free too, below
+    the ephemeral range (32768-60999) where concurrent tests' connections cannot take it."""
+    for _ in range(200):
+        port = free_port(20000, 31998)
+        with socket.socket() as s:
+            try:
+                s.bind(("0.0.0.0", port + 1))
+                return port
+            except OSError:
+                continue
+    raise RuntimeError("no free pair of ports")
+
+
 def mpirun(np, *command_and_mpmd):
     argv = ["mpirun", "-np", str(np), "--oversubscribe", "--bind-to", "none",
             "--mca", "btl", "self,tcp", "--mca", "btl_tcp_if_include", "lo",
@@ -234,7 +248,7 @@ def test_torchrun_variables_by_hand_coordinator_beside_master_port():
 
 @pytest.mark.parametrize("nproc", [2, 3])
 def test_real_torchrun(nproc, tmp_path):
-    port = free_port()
+    port = free_port_pair()
     # --redirects/--tee 1: Debian's torch 1.13 on Python 3.11 cannot parse their default "0"
     # (Std.from_str returns None), so stdout is tee'd to the console with a [defaultN]: prefix.
     argv = [PYTHON, "-m", "torch.distributed.run", "--nnodes", "1", "--nproc_per_node", str(nproc),

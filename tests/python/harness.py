@@ -5,7 +5,9 @@ workers/cases.py); horarun prefixes each line with `[rank]<stdout>: `.
 """
 
 import os
+import random
 import re
+import socket
 import subprocess
 import sys
 
@@ -105,6 +107,25 @@ def run_job(np, script, args=(), timeout=240, extra_env=None, launcher_args=(), 
         def text(b):
             return b.decode("utf-8", "replace") if isinstance(b, bytes) else (b or "")
         return JobResult(np, None, text(e.stdout), text(e.stderr), True)
+
+
+def free_port_pair():
+    """A MASTER_PORT for torchrun whose next port (Hora's coordinator under torchrun) is free
+    too, both below the kernel's ephemeral range (32768-60999), where the outgoing
+    connections of the tests running beside this one cannot take the second a moment later."""
+    for _ in range(200):
+        port = random.randint(20000, 31998)
+        socks = [socket.socket(), socket.socket()]
+        try:
+            socks[0].bind(("0.0.0.0", port))
+            socks[1].bind(("0.0.0.0", port + 1))
+            return port
+        except OSError:
+            continue
+        finally:
+            for s in socks:
+                s.close()
+    raise RuntimeError("no free pair of ports")
 
 
 def case_names(module_name):

@@ -65,11 +65,8 @@ def test_accelerate_fsdp_example_trains(tmp_path):
 def test_under_torchrun(tmp_path):
     """init_process_group("hora") under torchrun (no horarun): Hora's coordinator takes
     MASTER_PORT + 1 beside torch's store on MASTER_PORT (docs/launching.md)."""
-    import socket
     import subprocess
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = harness.free_port_pair()
     some = ["all_reduce_every_op_and_dtype", "subgroup_collectives", "ddp_matches_ddp_on_gloo"]
     cmd = [harness.torch2_python(), "-m", "torch.distributed.run", "--nproc_per_node", "2",
            "--master_addr", "127.0.0.1", "--master_port", str(port),
