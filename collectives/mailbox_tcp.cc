@@ -1,0 +1,352 @@
+// The TCP mailbox (collectives/mailbox.h). Member i connects to every member below it and
+// accepts from every member above it; the connecting side presents the acceptor's token,
+// which only the set's KvStore holds. Messages are framed by a 4-byte length.
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <sys/eventfd.h>
+#include <sys/socket.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+#include <random>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "collectives/address.h"
+#include "collectives/mailbox.h"
+#include "common/mutex.h"
+
+namespace hora {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+struct Hello {
+  uint32_t rank;
+  uint64_t token;
+};
+
+int RemainingMs(Clock::time_point deadline) {
+  const auto left =
+      std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
+  return static_cast<int>(std::max<int64_t>(0, std::min<int64_t>(left, 1 << 30)));
+}
+
+// Waits for `events` on fd until the deadline; false when it passed.
+bool WaitFd(int fd, short events, Clock::time_point deadline) {
+  for (;;) {
+    pollfd p{fd, events, 0};
+    const int n = poll(&p, 1, RemainingMs(deadline));
+    if (n > 0) return true;
+    if (n == 0) return false;
+    if (errno != EINTR) return false;
+  }
+}
+
+// Reads or writes exactly `bytes` on a blocking-style loop over a non-blocking fd.
+bool Exchange(int fd, void* data, size_t bytes, bool write, Clock::time_point deadline) {
+  char* p = static_cast<char*>(data);
+  while (bytes > 0) {
+    const ssize_t n = write ? send(fd, p, bytes, MSG_NOSIGNAL) : recv(fd, p, bytes, 0);
+    if (n > 0) {
+      p += n;
+      bytes -= static_cast<size_t>(n);
+      continue;
+    }
+    if (n == 0 && !write) return false;
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK) return false;
+    if (!WaitFd(fd, write ? POLLOUT : POLLIN, deadline)) return false;
+  }
+  return true;
+}
+
+void Tune(int fd) {
+  const int one = 1;
+  setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+  const int flags = fcntl(fd, F_GETFL, 0);
+  fcntl(fd, F_SETFL, flags | O_NONBLOCK);
+}
+
+class TcpMailbox : public Mailbox {
+ public:
+  TcpMailbox(int rank, int size, std::chrono::milliseconds timeout)
+      : rank_(rank), size_(size), timeout_(timeout), peers_(size) {
+    abort_fd_ = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+  }
+  ~TcpMailbox() override {
+    for (Peer& p : peers_) {
+      if (p.fd >= 0) close(p.fd);
+    }
+    if (abort_fd_ >= 0) close(abort_fd_);
+  }
+
+  Status Connect(const BackendConfig& config) {
+    StatusOr<std::string> address = BindAddress(config);
+    if (!address.ok()) return address.status();
+    const Clock::time_point deadline = Clock::now() + timeout_;
+    const int listener = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (listener < 0) return Unavailable(std::string("mailbox: socket: ") + strerror(errno));
+    Status s = ConnectAll(config, address.value(), listener, deadline);
+    close(listener);
+    return s;
+  }
+
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+
+  Status Post(const void* data, size_t bytes) override {
+    if (bytes > kMaxMessage) return InvalidArgument("mailbox: message of " + std::to_string(bytes) + " bytes");
+    MutexLock lock(&send_mu_);
+    if (Status a = AbortReason(); !a.ok()) return a;
+    uint32_t length = static_cast<uint32_t>(bytes);
+    const Clock::time_point deadline = Clock::now() + timeout_;
+    for (int m = 0; m < size_; ++m) {
+      Peer& p = peers_[m];
+      if (m == rank_ || p.fd < 0 || p.closed.load(std::memory_order_acquire)) continue;
+      iovec iov[2] = {{&length, sizeof(length)}, {const_cast<void*>(data), bytes}};
+      if (!SendAll(p.fd, iov, deadline)) {
+        if (Status a = AbortReason(); !a.ok()) return a;
+        return DeadlineExceeded("mailbox: member " + std::to_string(m) +
+                                " took no message from member " + std::to_string(rank_) +
+                                " for " + std::to_string(timeout_.count()) +
+                                " ms, or its connection failed");
+      }
+    }
+    return Status::Ok();
+  }
+
+  Status Read(const std::function<void(int, const char*, size_t)>& fn) override {
+    Status status;
+    for (int m = 0; m < size_; ++m) {
+      Peer& p = peers_[m];
+      if (m == rank_ || p.fd < 0) continue;
+      if (!p.closed.load(std::memory_order_acquire)) Fill(&p);
+      // Complete frames, in order.
+      while (p.end - p.start >= sizeof(uint32_t)) {
+        uint32_t length = 0;
+        memcpy(&length, p.in.data() + p.start, sizeof(length));
+        if (p.end - p.start - sizeof(length) < length) break;
+        fn(m, p.in.data() + p.start + sizeof(length), length);
+        p.start += sizeof(length) + length;
+      }
+      if (p.start == p.end) p.start = p.end = 0;
+      if (p.closed.load(std::memory_order_acquire) && status.ok()) {
+        status = PeerFailure("mailbox: the connection to member " + std::to_string(m) +
+                             " ended (" + p.why + ")");
+      }
+    }
+    return status;
+  }
+
+  bool Await(int64_t timeout_us, int wake_fd) override {
+    std::vector<pollfd> fds;
+    fds.reserve(size_ + 1);
+    for (int m = 0; m < size_; ++m) {
+      const Peer& p = peers_[m];
+      if (m != rank_ && p.fd >= 0 && !p.closed.load(std::memory_order_acquire)) {
+        fds.push_back({p.fd, POLLIN, 0});
+      }
+    }
+    if (wake_fd >= 0) fds.push_back({wake_fd, POLLIN, 0});
+    fds.push_back({abort_fd_, POLLIN, 0});
+    timespec ts{static_cast<time_t>(timeout_us / 1000000),
+                static_cast<long>((timeout_us % 1000000) * 1000)};
+    return ppoll(fds.data(), fds.size(), &ts, nullptr) != 0;
+  }
+
+  void Abort(const Status& reason) override {
+    {
+      MutexLock lock(&abort_mu_);
+      if (!aborted_.ok()) return;
+      aborted_ = reason;
+    }
+    const uint64_t one = 1;
+    (void)!write(abort_fd_, &one, sizeof(one));
+    for (Peer& p : peers_) {
+      if (p.fd >= 0) shutdown(p.fd, SHUT_RDWR);
+    }
+  }
+
+ private:
+  struct Peer {
+    int fd = -1;
+    std::vector<char> in;  // in[start, end): received, not yet handed out
+    size_t start = 0;
+    size_t end = 0;
+    std::atomic<bool> closed{false};
+    std::string why;  // written before closed is set
+  };
+
+  Status ConnectAll(const BackendConfig& config, const std::string& address, int listener,
+                    Clock::time_point deadline) {
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    if (inet_pton(AF_INET, address.c_str(), &addr.sin_addr) != 1) {
+      return InvalidArgument("mailbox: '" + address + "' is not an IPv4 address");
+    }
+    socklen_t len = sizeof(addr);
+    if (bind(listener, reinterpret_cast<sockaddr*>(&addr), len) != 0 ||
+        listen(listener, size_) != 0 ||
+        getsockname(listener, reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
+      return Unavailable("mailbox: cannot listen on " + address + ": " + strerror(errno));
+    }
+    std::random_device random;
+    const uint64_t token = (static_cast<uint64_t>(random()) << 32) ^ random();
+    const std::string prefix = config.key_prefix + "mailbox/";
+    std::ostringstream mine;
+    mine << address << ' ' << ntohs(addr.sin_port) << ' ' << token;
+    Status s = config.store->Set(prefix + std::to_string(rank_), mine.str());
+    if (!s.ok()) return s;
+    for (int m = 0; m < rank_; ++m) {
+      auto value = config.store->Get(prefix + std::to_string(m),
+                                     std::chrono::milliseconds(RemainingMs(deadline)));
+      if (!value.ok()) return value.status();
+      s = Dial(m, value.value(), deadline);
+      if (!s.ok()) return s;
+    }
+    for (int waiting = size_ - 1 - rank_; waiting > 0;) {
+      if (!WaitFd(listener, POLLIN, deadline)) {
+        return DeadlineExceeded("mailbox: member " + std::to_string(rank_) + " waited " +
+                                std::to_string(timeout_.count()) + " ms for " +
+                                std::to_string(waiting) + " member(s) above it to connect");
+      }
+      const int fd = accept4(listener, nullptr, nullptr, SOCK_CLOEXEC);
+      if (fd < 0) continue;
+      Tune(fd);
+      Hello hello{};
+      const Clock::time_point hello_deadline = std::min(deadline, Clock::now() + std::chrono::seconds(5));
+      if (!Exchange(fd, &hello, sizeof(hello), false, hello_deadline) || hello.token != token ||
+          hello.rank <= static_cast<uint32_t>(rank_) || hello.rank >= static_cast<uint32_t>(size_) ||
+          peers_[hello.rank].fd >= 0) {
+        close(fd);  // not one of ours (or a duplicate): keep waiting for the members
+        continue;
+      }
+      peers_[hello.rank].fd = fd;
+      --waiting;
+    }
+    return Status::Ok();
+  }
+
+  Status Dial(int m, const std::string& value, Clock::time_point deadline) {
+    std::istringstream in(value);
+    std::string host;
+    int port = 0;
+    uint64_t token = 0;
+    if (!(in >> host >> port >> token)) {
+      return Internal("mailbox: member " + std::to_string(m) + " published '" + value + "'");
+    }
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_port = htons(static_cast<uint16_t>(port));
+    inet_pton(AF_INET, host.c_str(), &addr.sin_addr);
+    for (;;) {
+      const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+      if (fd < 0) return Unavailable(std::string("mailbox: socket: ") + strerror(errno));
+      if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0) {
+        Tune(fd);
+        Hello hello{static_cast<uint32_t>(rank_), token};
+        if (Exchange(fd, &hello, sizeof(hello), true, deadline)) {
+          peers_[m].fd = fd;
+          return Status::Ok();
+        }
+      }
+      const std::string why = strerror(errno);
+      close(fd);
+      if (Clock::now() >= deadline) {
+        return Unavailable("mailbox: member " + std::to_string(rank_) + " cannot connect to member " +
+                           std::to_string(m) + " at " + host + ":" + std::to_string(port) + ": " + why);
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+  }
+
+  Status AbortReason() {
+    MutexLock lock(&abort_mu_);
+    return aborted_;
+  }
+
+  bool SendAll(int fd, iovec* iov, Clock::time_point deadline) {
+    int count = 2;
+    while (count > 0) {
+      msghdr msg{};
+      msg.msg_iov = iov;
+      msg.msg_iovlen = static_cast<size_t>(count);
+      const ssize_t n = sendmsg(fd, &msg, MSG_NOSIGNAL);
+      if (n < 0) {
+        if (errno == EINTR) continue;
+        if (errno != EAGAIN && errno != EWOULDBLOCK) return false;
+        pollfd p[2] = {{fd, POLLOUT, 0}, {abort_fd_, POLLIN, 0}};
+        if (poll(p, 2, RemainingMs(deadline)) <= 0 || (p[1].revents & POLLIN) != 0) return false;
+        continue;
+      }
+      size_t sent = static_cast<size_t>(n);
+      while (count > 0 && sent >= iov[0].iov_len) {
+        sent -= iov[0].iov_len;
+        ++iov;
+        --count;
+      }
+      if (count > 0) {
+        iov[0].iov_base = static_cast<char*>(iov[0].iov_base) + sent;
+        iov[0].iov_len -= sent;
+      }
+    }
+    return true;
+  }
+
+  // Appends what the socket holds to p->in (non-blocking); marks the peer closed at EOF or
+  // an error.
+  void Fill(Peer* p) {
+    constexpr size_t kChunk = 64 * 1024;
+    for (;;) {
+      if (p->in.size() - p->end < kChunk) {  // room for a chunk: move the unread part down
+        if (p->start > 0) {
+          memmove(p->in.data(), p->in.data() + p->start, p->end - p->start);
+          p->end -= p->start;
+          p->start = 0;
+        }
+        if (p->in.size() - p->end < kChunk) p->in.resize(p->end + 2 * kChunk);
+      }
+      const ssize_t n = recv(p->fd, p->in.data() + p->end, p->in.size() - p->end, MSG_DONTWAIT);
+      if (n > 0) {
+        p->end += static_cast<size_t>(n);
+        continue;
+      }
+      if (n < 0 && errno == EINTR) continue;
+      if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return;
+      p->why = n == 0 ? "closed by the peer" : strerror(errno);
+      p->closed.store(true, std::memory_order_release);
+      return;
+    }
+  }
+
+  const int rank_;
+  const int size_;
+  const std::chrono::milliseconds timeout_;
+  std::vector<Peer> peers_;
+  int abort_fd_ = -1;
+  Mutex send_mu_;
+  Mutex abort_mu_;
+  Status aborted_ GUARDED_BY(abort_mu_);
+};
+
+}  // namespace
+
+StatusOr<std::unique_ptr<Mailbox>> CreateMailbox(const BackendConfig& config) {
+  if (config.store == nullptr) return InvalidArgument("mailbox: no store");
+  auto box = std::make_unique<TcpMailbox>(config.rank, config.size(), config.timeout);
+  Status s = box->Connect(config);
+  if (!s.ok()) return s;
+  return std::unique_ptr<Mailbox>(std::move(box));
+}
+
+}  // namespace hora
