@@ -38,7 +38,10 @@ class Mailbox {
   // Hands every complete message that has arrived to fn(member, data, bytes), without
   // blocking. A connection that ended or failed: PEER_FAILURE naming the member (later
   // calls still read the others and report it again).
-  virtual Status Read(const std::function<void(int member, const char* data, size_t bytes)>& fn) = 0;
+  virtual Status Read(
+      const std::function<void(int member, const char* data, size_t bytes)>& fn) = 0;
+  // Whether member m's connection ended (Read handed out what it had sent before).
+  virtual bool Ended(int member) const = 0;
   // Blocks until a message may have arrived, `wake_fd` (if >= 0) is readable, or timeout_us
   // passed. True unless the timeout passed.
   virtual bool Await(int64_t timeout_us, int wake_fd) = 0;

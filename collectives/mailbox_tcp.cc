@@ -105,7 +105,8 @@ class TcpMailbox : public Mailbox {
   int size() const override { return size_; }
 
   Status Post(const void* data, size_t bytes) override {
-    if (bytes > kMaxMessage) return InvalidArgument("mailbox: message of " + std::to_string(bytes) + " bytes");
+    if (bytes > kMaxMessage)
+      return InvalidArgument("mailbox: message of " + std::to_string(bytes) + " bytes");
     MutexLock lock(&send_mu_);
     if (Status a = AbortReason(); !a.ok()) return a;
     uint32_t length = static_cast<uint32_t>(bytes);
@@ -117,9 +118,8 @@ class TcpMailbox : public Mailbox {
       if (!SendAll(p.fd, iov, deadline)) {
         if (Status a = AbortReason(); !a.ok()) return a;
         return DeadlineExceeded("mailbox: member " + std::to_string(m) +
-                                " took no message from member " + std::to_string(rank_) +
-                                " for " + std::to_string(timeout_.count()) +
-                                " ms, or its connection failed");
+                                " took no message from member " + std::to_string(rank_) + " for " +
+                                std::to_string(timeout_.count()) + " ms, or its connection failed");
       }
     }
     return Status::Ok();
@@ -141,11 +141,16 @@ class TcpMailbox : public Mailbox {
       }
       if (p.start == p.end) p.start = p.end = 0;
       if (p.closed.load(std::memory_order_acquire) && status.ok()) {
-        status = PeerFailure("mailbox: the connection to member " + std::to_string(m) +
-                             " ended (" + p.why + ")");
+        status = PeerFailure("mailbox: the connection to member " + std::to_string(m) + " ended (" +
+                             p.why + ")");
       }
     }
     return status;
+  }
+
+  bool Ended(int member) const override {
+    return member != rank_ && peers_[member].closed.load(std::memory_order_acquire) &&
+           peers_[member].start == peers_[member].end;
   }
 
   bool Await(int64_t timeout_us, int wake_fd) override {
@@ -224,10 +229,11 @@ class TcpMailbox : public Mailbox {
       if (fd < 0) continue;
       Tune(fd);
       Hello hello{};
-      const Clock::time_point hello_deadline = std::min(deadline, Clock::now() + std::chrono::seconds(5));
+      const Clock::time_point hello_deadline =
+          std::min(deadline, Clock::now() + std::chrono::seconds(5));
       if (!Exchange(fd, &hello, sizeof(hello), false, hello_deadline) || hello.token != token ||
-          hello.rank <= static_cast<uint32_t>(rank_) || hello.rank >= static_cast<uint32_t>(size_) ||
-          peers_[hello.rank].fd >= 0) {
+          hello.rank <= static_cast<uint32_t>(rank_) ||
+          hello.rank >= static_cast<uint32_t>(size_) || peers_[hello.rank].fd >= 0) {
         close(fd);  // not one of ours (or a duplicate): keep waiting for the members
         continue;
       }
@@ -263,8 +269,9 @@ class TcpMailbox : public Mailbox {
       const std::string why = strerror(errno);
       close(fd);
       if (Clock::now() >= deadline) {
-        return Unavailable("mailbox: member " + std::to_string(rank_) + " cannot connect to member " +
-                           std::to_string(m) + " at " + host + ":" + std::to_string(port) + ": " + why);
+        return Unavailable("mailbox: member " + std::to_string(rank_) +
+                           " cannot connect to member " + std::to_string(m) + " at " + host + ":" +
+                           std::to_string(port) + ": " + why);
       }
       std::this_thread::sleep_for(std::chrono::milliseconds(20));
     }

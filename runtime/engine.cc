@@ -229,6 +229,12 @@ Status Engine::BucketFailed(const Status& status) {
   });
   if (!error_.ok()) return error_;
   lock.Unlock();
+  return FailJob(status);
+}
+
+Status Engine::FailJob(const Status& status) {
+  Status job = JobError();
+  if (!job.ok()) return job;
   client_->SendFailure(status.message());
   SetError(status);
   return status;

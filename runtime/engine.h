@@ -183,12 +183,11 @@ class Engine : private ProcessSetRuntime::Host {
   // Builds (members) and registers the set's runtime.
   Status InstallSet(int32_t id, std::vector<int> ranks, const std::string& cpu_operations);
   BackendConfig BackendConfigFor(int32_t id, const std::vector<int>& ranks, int set_rank) const;
-  // The set's steady communicator (runtime/steady_path.h), or null when HORA_STEADY and the
-  // set's communicator `comm` leave the steady path off.
-  StatusOr<std::unique_ptr<Communicator>> SteadyCommunicator(int32_t id,
-                                                             const std::vector<int>& ranks,
-                                                             int set_rank,
-                                                             Communicator* comm) const;
+  // The set's steady board and communicator (runtime/steady_path.h): a shared-memory board
+  // where the set's communicator `comm` offers one, else a board over a mailbox (members on
+  // any hosts); none when HORA_STEADY leaves the steady path off.
+  StatusOr<SteadyPath::Parts> SteadyParts(int32_t id, const std::vector<int>& ranks, int set_rank,
+                                          Communicator* comm) const;
 
   // ProcessSetRuntime::Host
   std::optional<Request> TakeRequest(int32_t id) override;
@@ -200,6 +199,7 @@ class Engine : private ProcessSetRuntime::Host {
     return halted_.load(std::memory_order_acquire) ? AsyncError() : Status::Ok();
   }
   Status BucketFailed(const Status& status) override;
+  Status FailJob(const Status& status) override;
   // The set's communicator for CUDA tensors, chosen by HORA_GPU_OPERATIONS.
   StatusOr<std::unique_ptr<Communicator>> CreateDeviceCommunicator(int32_t set,
                                                                    const std::vector<int>& ranks,

@@ -8,12 +8,15 @@
 // among the members, bounded by the collective timeout) and start its executor.
 #include <algorithm>
 
+#include "collectives/mailbox.h"
 #include "collectives/registry.h"
 #include "common/logging.h"
 #include "common/mutex.h"
 #include "runtime/engine.h"
 #include "runtime/engine_config.h"
 #include "runtime/sigpipe.h"
+#include "runtime/steady_net_board.h"
+#include "runtime/steady_shm_board.h"
 
 namespace hora {
 namespace {
@@ -72,34 +75,41 @@ StatusOr<std::unique_ptr<Communicator>> Engine::CreateDeviceCommunicator(
   return comm;
 }
 
-StatusOr<std::unique_ptr<Communicator>> Engine::SteadyCommunicator(int32_t id,
-                                                                   const std::vector<int>& ranks,
-                                                                   int set_rank,
-                                                                   Communicator* comm) const {
-  if (options_.steady == "off") return std::unique_ptr<Communicator>();
+StatusOr<SteadyPath::Parts> Engine::SteadyParts(int32_t id, const std::vector<int>& ranks,
+                                                int set_rank, Communicator* comm) const {
+  if (options_.steady == "off") return SteadyPath::Parts();
   // The autotuner scores what the coordinator plans; operations it never sees would leave
   // it without samples (it would never finish).
   if (options_.autotune) {
-    if (options_.steady != "on") return std::unique_ptr<Communicator>();
+    if (options_.steady != "on") return SteadyPath::Parts();
     return FailedPrecondition(std::string(kEnvSteady) +
                               "=on cannot be combined with "
                               "HORA_AUTOTUNE (the autotuner measures what the coordinator "
                               "plans); use HORA_STEADY=auto, which is off while autotuning");
   }
-  const bool board =
-      BackendOffersSharedBoard(comm->name()) && comm->size() <= SteadyBoard::kMaxMembers;
-  if (!board) {
-    if (options_.steady != "on") return std::unique_ptr<Communicator>();
-    return FailedPrecondition(std::string(kEnvSteady) + "=on: process set " + std::to_string(id) +
-                              " runs on " + comm->name() +
-                              ", which offers no shared board (the "
-                              "steady path needs one: shm, at most " +
-                              std::to_string(SteadyBoard::kMaxMembers) + " members); use auto");
+  BackendConfig config = BackendConfigFor(id, ranks, set_rank);
+  config.key_prefix = "set/" + std::to_string(id) + "/steady/";
+  SteadyPath::Parts parts;
+  if (!BackendOffersSharedBoard(comm->name()) || comm->size() > ShmSteadyBoard::kMaxMembers) {
+    // Members on several hosts (or a backend without shared memory): they agree by messages.
+    if (comm->size() > NetSteadyBoard::kMaxMembers) {
+      if (options_.steady != "on") return SteadyPath::Parts();
+      return FailedPrecondition(std::string(kEnvSteady) + "=on: process set " + std::to_string(id) +
+                                " has " + std::to_string(comm->size()) +
+                                " members; the steady path across hosts takes at most " +
+                                std::to_string(NetSteadyBoard::kMaxMembers) + "; use auto");
+    }
+    auto box = CreateMailbox(config);
+    if (!box.ok()) {
+      return Status(box.status().code(),
+                    "process set " + std::to_string(id) +
+                        ": the steady path's mailbox: " + box.status().message());
+    }
+    parts.board = std::make_unique<NetSteadyBoard>(std::move(box).value());
+    return parts;
   }
   // The same backend again, under its own key prefix: a second communicator that only the
   // steady path drives, so that the coordinator's order on the first one is untouched.
-  BackendConfig config = BackendConfigFor(id, ranks, set_rank);
-  config.key_prefix = "set/" + std::to_string(id) + "/steady/";
   // Both members of a fast instance are woken by the same append, so its collective rarely
   // waits long; a long spin there (shm's automatic one grows to 250 us) only took the core
   // from the peer on 2 loaded cores: 1 us gave a 20 us median where automatic gave 20-270 us
@@ -110,16 +120,20 @@ StatusOr<std::unique_ptr<Communicator>> Engine::SteadyCommunicator(int32_t id,
   config.yield_us = 50;
   // Only this communicator carries the board (the first one's segment stays as small as
   // it was without the steady path).
-  config.shared_board_bytes = SteadyBoard::BytesNeeded(comm->size());
+  config.shared_board_bytes = ShmSteadyBoard::BytesNeeded(comm->size());
   auto steady = CreateCommunicator(comm->name(), kEnvSteady, config);
   if (!steady.ok()) return steady.status();
   size_t bytes = 0;
-  if (steady.value()->SharedBoard(&bytes) == nullptr || bytes < config.shared_board_bytes) {
+  void* memory = steady.value()->SharedBoard(&bytes);
+  if (memory == nullptr || bytes < config.shared_board_bytes) {
     return Internal("process set " + std::to_string(id) + ": the steady communicator (" +
                     comm->name() + ") offers a board of " + std::to_string(bytes) +
                     " bytes; the steady path needs " + std::to_string(config.shared_board_bytes));
   }
-  return steady;
+  parts.board =
+      std::make_unique<ShmSteadyBoard>(memory, steady.value()->rank(), steady.value()->size());
+  parts.comm = std::move(steady).value();
+  return parts;
 }
 
 StatusOr<SteadyStats> Engine::Steady(int32_t process_set) const {
@@ -141,10 +155,15 @@ Status Engine::InstallSet(int32_t id, std::vector<int> ranks, const std::string&
                                    own ? "the process set's cpu_operations" : kEnvCpuOperations,
                                    BackendConfigFor(id, ranks, set->rank()));
     if (!comm.ok()) return comm.status();
-    auto steady = SteadyCommunicator(id, ranks, set->rank(), comm.value().get());
+    auto steady = SteadyParts(id, ranks, set->rank(), comm.value().get());
     if (!steady.ok()) return steady.status();
-    set->Start(std::move(comm).value(), std::move(steady).value(),
-               std::chrono::milliseconds(options_.steady_patience_ms));
+    SteadyPath::Limits limits;
+    limits.patience = std::chrono::milliseconds(options_.steady_patience_ms);
+    limits.stall_warning =
+        std::chrono::milliseconds(static_cast<int64_t>(options_.stall_warning_s * 1000));
+    limits.stall_timeout =
+        std::chrono::milliseconds(static_cast<int64_t>(options_.stall_timeout_s * 1000));
+    set->Start(std::move(comm).value(), std::move(steady).value(), limits);
   }
   MutexLock lock(&sets_mu_);
   sets_[id] = std::move(set);

@@ -32,13 +32,12 @@ ProcessSetRuntime::~ProcessSetRuntime() { Stop(); }
 
 std::string ProcessSetRuntime::backend() const { return cpu_ ? cpu_->name() : ""; }
 
-void ProcessSetRuntime::Start(std::unique_ptr<Communicator> cpu,
-                              std::unique_ptr<Communicator> steady,
-                              std::chrono::milliseconds patience) {
+void ProcessSetRuntime::Start(std::unique_ptr<Communicator> cpu, SteadyPath::Parts steady,
+                              SteadyPath::Limits limits) {
   HORA_CHECK(included() && !thread_.joinable());
   cpu_ = std::move(cpu);
   executor_ = std::make_unique<BucketExecutor>(cpu_.get());
-  if (steady) {
+  if (steady.board) {
     SteadyPath::Host h;
     h.take = [this](int32_t id) { return host_->TakeRequest(id); };
     h.complete = [this](int64_t handle, Status status) {
@@ -46,9 +45,10 @@ void ProcessSetRuntime::Start(std::unique_ptr<Communicator> cpu,
     };
     h.job_error = [this] { return host_->JobError(); };
     h.bucket_failed = [this](const Status& s) { return host_->BucketFailed(s); };
+    h.fail_job = [this](const Status& s) { return host_->FailJob(s); };
     h.give_back = [this](Request r, bool announce) { host_->GiveBack(std::move(r), announce); };
     h.queued = [this](const TensorSpec& spec) { return host_->Queued(spec); };
-    steady_ = std::make_unique<SteadyPath>(id_, ranks_, std::move(steady), std::move(h), patience,
+    steady_ = std::make_unique<SteadyPath>(id_, ranks_, std::move(steady), std::move(h), limits,
                                            timeline_);
   }
   thread_ = std::thread([this] { Loop(); });

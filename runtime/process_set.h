@@ -60,6 +60,9 @@ class ProcessSetRuntime {
     // A bucket failed with `status` while the job looked healthy. Returns the error its
     // handles get: the job's error once known (the coordinator usually names a dead rank).
     virtual Status BucketFailed(const Status& status) = 0;
+    // This rank found why the job cannot go on (a stall it saw itself): every rank gets
+    // `status` (through the coordinator) at once. Returns the error its handles get.
+    virtual Status FailJob(const Status& status) = 0;
     // Builds the set's communicator for `device` / `index` (collective over the members;
     // bounded by the collective timeout). set_rank: this rank within the set. ordinal: how
     // many communicators of this device kind the set made before (the same on every member,
@@ -94,11 +97,10 @@ class ProcessSetRuntime {
   // The CPU communicator's backend name, "" before Start or for non-members.
   std::string backend() const;
 
-  // Members only: takes the set's CPU communicator and starts the executor thread; with
-  // `steady` (a second communicator of the same backend offering a SharedBoard) also the
-  // steady path (runtime/steady_path.h), whose fallbacks wait at most `patience`.
-  void Start(std::unique_ptr<Communicator> cpu, std::unique_ptr<Communicator> steady = nullptr,
-             std::chrono::milliseconds patience = std::chrono::milliseconds(500));
+  // Members only: takes the set's CPU communicator and starts the executor thread; with a
+  // steady board (steady.board) also the steady path (runtime/steady_path.h).
+  void Start(std::unique_ptr<Communicator> cpu, SteadyPath::Parts steady = {},
+             SteadyPath::Limits limits = {});
   // The steady path, or null (off, or not a member). Valid until Stop.
   SteadyPath* steady() const { return steady_.get(); }
   // Queues buckets of this set, in plan order.

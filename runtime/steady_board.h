@@ -1,55 +1,35 @@
 // The readiness board of the steady path (docs/design.md "Steady state"): how the members of
-// a process set agree, through memory they all map (Communicator::SharedBoard), whether the
+// a process set agree, without a collective call and without the coordinator, whether the
 // n-th submission of a cached entry runs on the fast path, and in which order the fast
-// instances run, without a collective call and without the coordinator.
+// instances run. Two kinds:
+//   - ShmSteadyBoard (runtime/steady_shm_board.h): members that share memory; one CAS word
+//     per entry decides each instance; a member that waited past the patience withdraws.
+//   - NetSteadyBoard (runtime/steady_net_board.h): members on any hosts; each member sends
+//     its offer or refusal of each instance to every other member (collectives/mailbox.h)
+//     and every member decides from the same messages. An offer cannot be withdrawn, so only
+//     Eager instances (data in the offer: no exchange, so no common order is needed) are
+//     cached, and a stalled instance is reported instead (SteadyPath's stall check).
 //
-// Per entry e one 64-bit word: (instance: 32 bits, state: 2 bits, members offered: 30 bits).
-// A member's n-th submission of e (after e was cached) is instance n. Every change is a CAS,
-// so each instance has exactly one outcome that every member observes:
-//   - Offer: the member sets its bit in instance n (moving the word on from instance n - 1,
-//     which is decided, since this member's own n - 1 finished). The member whose bit fills
-//     the mask decides kFast and appends (e, n) to the log.
-//   - Refuse: instance n is kSlow (the member's spec differs, or it waited past the patience
-//     and withdraws): possible only while n is not kFast. A member that finds n kSlow, or
-//     the word already past n (n was decided without it, so kSlow), takes the normal path.
-//   - Once every member finished a fast n (an Eager one needs no exchange, so one member can
-//     finish it before another even read the log), the word moves on to n + 1, so a member
-//     that offered n and has not run it yet finds n's outcome in the log instead: fast if
-//     an unread slot holds e. (A slow n cannot be passed so early: the coordinator runs it
-//     only once every member announced it, which a member does once it saw n slow.)
-// Log: a ring of kLogSlots slots (entry, stamp) filled in decision order; every member runs
-// the fast instances in log order on the set's steady communicator. At most one unconsumed
-// slot per entry exists for any member (the next instance needs every member's offer, which
-// each makes only after running the previous one), so kLogSlots >= kMaxEntries never
-// overwrites a slot some member has not read.
-// Eager data: for a small instance (Eager(e, bytes)) each member writes its input into its
-// slot of (e, n mod 2) before it offers n, so once n is fast every member reduces all the
-// members' copies itself and the collective needs no second exchange. A member submits n + 2
-// (the same slot) only after n + 1 completed, which needed every member's submission of n + 1,
-// made after that member finished n: so no slot a member still has to read is overwritten.
-// Each slot is stamped with its instance (a seqlock), so a read that would see another
-// instance's data (only after a failure broke that reasoning) fails instead of mixing them.
-// Waiting: a thread sleeps on the board's bell (a process-shared futex) after a short spin,
-// as its member's driver (the set's thread) or as a helper (a thread waiting for its own
-// instance, which runs the log itself). Every event increments the bell; the futex wake-up
-// goes only to the threads that must act on it, so that a sleeper with nothing to do costs
-// the appending thread no system call and its core no scheduling:
-//   - an append wakes, on every other member, its helpers if it has any, else its driver,
-//     unless the instance is Eager and the driver sleeps lazily (a bounded sleep after which
-//     it looks at the log by itself: no peer waits for a member to run an Eager instance, and
-//     its own waiting thread usually runs it first); the appending member's own threads are
-//     the caller's business (it runs the log itself or calls WakeOwn);
-//   - a refusal, SetJoined and Wake() wake every sleeper of every member.
-// A helper leaving (LeaveHelp) while the log holds work must wake its driver (WakeOwn): an
-// append that counted it as present woke only helpers.
+// What every board guarantees:
+//   - A member's n-th submission of entry e (after e was cached) is instance n. Each instance
+//     has one outcome that every member observes: kFast when every member offered it, else
+//     kSlow (some member refused it, joined, or withdrew it where the board allows that).
+//   - Fast instances enter this member's log; the log is read from index 0 on, and the
+//     fast instances that are not Eager run in log order, which is the same on every member.
+//   - Eager(e, bytes): each member puts its input (PutEager) before it offers, and every
+//     member reduces all members' inputs (GetEager) itself.
+//   - The bell moves on every event (an offer decided, a refusal, a join, a wake); Sleep
+//     returns when it moved or the timeout passed.
 //
 // Thread safety: every method may be called from any thread of any member.
 #ifndef HORA_RUNTIME_STEADY_BOARD_H_
 #define HORA_RUNTIME_STEADY_BOARD_H_
 
-#include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <vector>
+
+#include "common/status.h"
 
 namespace hora {
 
@@ -57,97 +37,63 @@ class SteadyBoard {
  public:
   static constexpr uint32_t kMaxEntries = 1024;
   static constexpr uint32_t kLogSlots = 1024;
-  static constexpr int kMaxMembers = 30;
   enum class Outcome { kPending, kFast, kSlow };
+  enum class Role { kDriver = 0, kHelper = 1 };
 
-  static constexpr uint32_t kEagerEntries = 64;
-  // An Eager instance carries at most EagerBytes(members): kMaxEagerBytes up to 4 members,
-  // less for more (the eager slots of 4 members' 4 KiB, 2 MiB, fill the space of any count:
-  // about 2 KiB at 8 members, 496 bytes at 30).
-  static constexpr size_t kMaxEagerBytes = 4096;
-  static size_t EagerBytes(int members);
-
-  // The bytes a board of `members` needs; memory: that many zeroed bytes mapped by every member.
-  static size_t BytesNeeded(int members);
-  SteadyBoard(void* memory, int member, int members);
+  virtual ~SteadyBoard() = default;
+  // For the timeline: "shm", "tcp".
+  virtual const char* name() const = 0;
+  // Whether allreduces of `bytes` bytes may be cached at all (the same answer on every member).
+  virtual bool Runs(size_t bytes) const = 0;
   // Whether instances of entry e of `bytes` bytes carry their data on the board.
-  bool Eager(uint32_t e, size_t bytes) const {
-    return e < kEagerEntries && bytes > 0 && bytes <= eager_bytes_;
-  }
+  virtual bool Eager(uint32_t e, size_t bytes) const = 0;
+  virtual size_t MaxEagerBytes() const = 0;
 
   // This member offers instance n of entry e (eager: its instances are Eager). kFast: this
-  // offer completed it (it is in the log, the other members' threads are woken; this
-  // member's own are not: the caller runs the log or calls WakeOwn); kPending: others have
-  // not offered yet; kSlow: n was decided slow.
-  Outcome Offer(uint32_t e, uint32_t n, bool eager = false);
+  // call decided it fast (it is in the log; this member's own threads are not woken: the
+  // caller runs the log or calls WakeOwn); kPending: others have not offered yet; kSlow: n
+  // was decided slow.
+  virtual Outcome Offer(uint32_t e, uint32_t n, bool eager = false) = 0;
   // Instance n of entry e goes the normal way unless it is already fast. Returns kSlow (it is
   // slow now) or kFast (it runs on the fast path: too late to refuse).
-  Outcome Refuse(uint32_t e, uint32_t n);
-  // For an instance n this member offered, and whose log slot (if fast) it has not run yet
-  // (`unread`: the first log slot it has not run), the same without losing a decision:
-  // State, and Refuse (withdrawing it if still pending).
-  Outcome State(uint32_t e, uint32_t n, uint64_t unread) const;
-  Outcome Withdraw(uint32_t e, uint32_t n, uint64_t unread);
+  virtual Outcome Refuse(uint32_t e, uint32_t n) = 0;
+  // For an instance n this member offered and whose log slot (if fast) it has not run yet
+  // (`unread`: the first log slot it has not run): its outcome so far.
+  virtual Outcome State(uint32_t e, uint32_t n, uint64_t unread) const = 0;
+  // The same, withdrawing n if it is still pending, where the board can (withdraws()).
+  virtual Outcome Withdraw(uint32_t e, uint32_t n, uint64_t unread) = 0;
+  virtual bool withdraws() const { return true; }
+  // The members whose offer of instance n of e this member has not seen (a stall report).
+  virtual std::vector<int> Missing(uint32_t /*e*/, uint32_t /*n*/) const { return {}; }
 
   // This member's input of instance n of an Eager entry e (before it offers n).
-  void PutEager(uint32_t e, uint32_t n, const void* data, size_t bytes);
-  // Copies member m's input of instance n of e into data; false if the slot does not hold n.
-  bool GetEager(uint32_t e, uint32_t n, int m, void* data, size_t bytes) const;
+  virtual void PutEager(uint32_t e, uint32_t n, const void* data, size_t bytes) = 0;
+  // Copies member m's input of instance n of e into data; false if the board does not hold it.
+  virtual bool GetEager(uint32_t e, uint32_t n, int m, void* data, size_t bytes) const = 0;
 
   // The log slot `index` (0, 1, ...), if written: *e is its entry; *last (if not null) the
   // member whose offer completed it.
-  bool LogAt(uint64_t index, uint32_t* e, int* last = nullptr) const;
+  virtual bool LogAt(uint64_t index, uint32_t* e, int* last = nullptr) const = 0;
 
-  enum class Role { kDriver = 0, kHelper = 1 };
-  uint32_t Bell() const { return header()->bell.load(std::memory_order_acquire); }
+  virtual uint32_t Bell() const = 0;
   // Sleeps as `role` of this member while the bell still reads `seen`, at most timeout_us.
   // False when the timeout passed; true otherwise (woken, the bell had moved, or spuriously).
-  // lazy (a driver only): appends of Eager instances do not wake it (see above).
-  bool Sleep(uint32_t seen, int64_t timeout_us, Role role, bool lazy = false);
-  // Rings the bell: every sleeper (of every member) wakes.
-  void Wake();
+  // lazy (a driver only): appends of Eager instances need not wake it.
+  virtual bool Sleep(uint32_t seen, int64_t timeout_us, Role role, bool lazy = false) = 0;
+  // Rings the bell: every sleeper wakes (of every member, where the board can reach them).
+  virtual void Wake() = 0;
   // Rings the bell and wakes this member's sleepers only.
-  void WakeOwn();
+  virtual void WakeOwn() = 0;
   // A thread of this member helps (runs the log while it waits for its own instance).
-  void EnterHelp();
-  void LeaveHelp();
-  int helpers() const;            // this member's threads between EnterHelp and LeaveHelp
-  int sleeping(Role role) const;  // this member's threads in Sleep as `role`
-  // Some member joined (sticky): members refuse every instance from then on.
-  void SetJoined();
-  bool joined() const { return header()->joined.load(std::memory_order_acquire) != 0; }
-
- private:
-  struct Header {
-    alignas(64) std::atomic<uint64_t> tail;  // log slots appended, ever
-    alignas(64) std::atomic<uint32_t> bell;
-    alignas(64) std::atomic<uint32_t> joined;
-  };
-  struct alignas(64) MemberState {
-    std::atomic<uint32_t> sleepers[2];  // by Role
-    std::atomic<uint32_t> helpers;
-    std::atomic<uint32_t> lazy;  // the driver sleeps lazily
-  };
-  Header* header() const { return static_cast<Header*>(base_); }
-  MemberState* member(int m) const;
-  // Rings the bell, then wakes the sleepers of `targets` (bits TargetBit(member, role), in
-  // steady_board.cc) that sleep.
-  void Ring(uint64_t targets);
-  std::atomic<uint64_t>* word(uint32_t e) const;
-  std::atomic<uint64_t>* slot(uint64_t index) const;
-  char* eager(uint32_t e, uint32_t n, int m) const;  // the slot: an atomic stamp, then data
-  void Append(uint32_t e, bool eager);
-  // The outcome of an instance of e the word has passed: kFast if a log slot from `unread`
-  // on holds e, else kSlow.
-  Outcome Passed(uint32_t e, uint64_t unread) const;
-
-  void* const base_;
-  const int member_;
-  const int members_;
-  const uint32_t bit_;
-  const uint32_t full_;
-  const size_t eager_bytes_;  // EagerBytes(members_)
-  const size_t eager_slot_;   // the bytes of one eager slot
+  virtual void EnterHelp() = 0;
+  virtual void LeaveHelp() = 0;
+  virtual int helpers() const = 0;            // this member's threads between Enter and Leave
+  virtual int sleeping(Role role) const = 0;  // this member's threads in Sleep as `role`
+  // This member joined (sticky, seen by every member): members refuse every later instance.
+  virtual void SetJoined() = 0;
+  virtual bool joined() const = 0;
+  // The job is broken: wake every sleeper of this member and stop talking to the others.
+  virtual void Abort(const Status& /*reason*/) { WakeOwn(); }
 };
 
 }  // namespace hora

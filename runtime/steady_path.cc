@@ -3,6 +3,7 @@
 #include <sched.h>
 
 #include <algorithm>
+#include <cstdio>
 
 #include "common/logging.h"
 
@@ -54,20 +55,21 @@ constexpr auto kMaxGrace = std::chrono::milliseconds(50);
 
 }  // namespace
 
-SteadyPath::SteadyPath(int32_t process_set, std::vector<int> ranks,
-                       std::unique_ptr<Communicator> comm, Host host,
-                       std::chrono::milliseconds patience, Timeline* timeline)
+SteadyPath::SteadyPath(int32_t process_set, std::vector<int> ranks, Parts parts, Host host,
+                       Limits limits, Timeline* timeline)
     : process_set_(process_set),
       ranks_(std::move(ranks)),
-      comm_(std::move(comm)),
+      comm_(std::move(parts.comm)),
+      board_(std::move(parts.board)),
       host_(std::move(host)),
-      patience_(patience),
-      timeline_(timeline),
-      executor_(comm_.get()) {
-  size_t bytes = 0;
-  void* memory = comm_->SharedBoard(&bytes);
-  HORA_CHECK(memory != nullptr && bytes >= SteadyBoard::BytesNeeded(comm_->size()));
-  board_ = std::make_unique<SteadyBoard>(memory, comm_->rank(), comm_->size());
+      limits_(limits),
+      patience_(limits.patience),
+      timeline_(timeline) {
+  HORA_CHECK(board_ != nullptr);
+  MutexLock drive(&drive_mu_);
+  if (comm_) executor_ = std::make_unique<BucketExecutor>(comm_.get());
+  eager_peer_.resize(board_->MaxEagerBytes());
+  drive.Unlock();
   thread_ = std::thread([this] { Loop(); });
 }
 
@@ -187,9 +189,11 @@ void SteadyPath::Learn(const BucketPlan& bucket, const std::vector<const TensorS
     learning_.clear();
     return;
   }
+  // Every member decides the same from the same plan and spec (Runs depends on the size).
   const bool single = bucket.collective == CollectiveType::kAllreduce &&
                       bucket.device == Device::kCpu && bucket.participants.empty() &&
-                      bucket.entries.size() == 1 && specs.size() == 1 && specs[0] != nullptr;
+                      bucket.entries.size() == 1 && specs.size() == 1 && specs[0] != nullptr &&
+                      board_->Runs(specs[0]->ByteSize());
   if (!single) {
     for (const TensorSpec* s : specs) {
       if (s != nullptr) learning_.erase(s->name);
@@ -228,8 +232,8 @@ void SteadyPath::Joined() { board_->SetJoined(); }
 
 void SteadyPath::Abort(const Status& reason) {
   aborted_.store(true, std::memory_order_seq_cst);  // helpers leave (the job's error fails them)
-  comm_->Abort(reason);
-  board_->WakeOwn();
+  if (comm_) comm_->Abort(reason);
+  board_->Abort(reason);
   GiveBackHeld();
 }
 
@@ -242,12 +246,13 @@ void SteadyPath::Stop() {
 
 Clock::time_point SteadyPath::CheckPending() {
   std::vector<Request> back;
+  std::vector<std::pair<int64_t, Status>> stalled;  // handle, the error that fails it
   Clock::time_point next = Clock::now() + kMaxSleep;
   {
     MutexLock lock(&mu_);
     const Clock::time_point now = Clock::now();
     for (auto it = pending_.begin(); it != pending_.end();) {
-      const Pending& p = it->second;
+      Pending& p = it->second;
       const uint64_t unread = cursor_.load(std::memory_order_seq_cst);
       SteadyBoard::Outcome o = board_->State(it->first, p.instance, unread);
       if (o == SteadyBoard::Outcome::kPending && (now >= p.deadline || board_->joined())) {
@@ -260,12 +265,57 @@ Clock::time_point SteadyPath::CheckPending() {
         it = Settle(it);
         continue;
       }
-      if (o == SteadyBoard::Outcome::kPending) next = std::min(next, p.deadline);
+      if (o == SteadyBoard::Outcome::kPending && now >= p.deadline) {  // it cannot withdraw
+        Status stall = CheckStall(it->first, &p, now);
+        if (!stall.ok()) {
+          stalled.emplace_back(p.request.handle, std::move(stall));
+          entries_[it->first].fell_back = true;
+          it = Settle(it);
+          continue;
+        }
+      } else if (o == SteadyBoard::Outcome::kPending) {
+        next = std::min(next, p.deadline);
+      }
       ++it;
     }
   }
   for (Request& r : back) host_.give_back(std::move(r), true);
+  for (auto& [handle, stall] : stalled) {
+    // The first member to report it fails the job (the coordinator tells every rank why).
+    host_.complete(handle, host_.fail_job(stall));
+  }
   return next;
+}
+
+Status SteadyPath::CheckStall(uint32_t e, Pending* p, Clock::time_point now) {
+  const auto waited =
+      std::chrono::duration_cast<std::chrono::milliseconds>(now - (p->deadline - patience_));
+  const bool warn = !p->warned && waited >= limits_.stall_warning;
+  const bool fail = limits_.stall_timeout.count() > 0 && waited >= limits_.stall_timeout;
+  if (!warn && !fail) return Status::Ok();
+  // Worded as the coordinator's stall report (coordinator/service_liveness.cc).
+  std::vector<int> missing, ready;
+  const std::vector<int> absent = board_->Missing(e, p->instance);
+  for (int m = 0; m < static_cast<int>(ranks_.size()); ++m) {
+    const bool gone = std::find(absent.begin(), absent.end(), m) != absent.end();
+    (gone ? missing : ready).push_back(ranks_[static_cast<size_t>(m)]);
+  }
+  auto ranks = [](const std::vector<int>& list) {
+    std::string out = list.size() == 1 ? "rank " : "ranks ";
+    for (size_t i = 0; i < list.size(); ++i) out += (i > 0 ? "," : "") + std::to_string(list[i]);
+    return out;
+  };
+  char seconds[32];
+  snprintf(seconds, sizeof(seconds), "%.1f s", static_cast<double>(waited.count()) / 1000.0);
+  const std::string what = "stall on the steady path: tensor '" + p->request.spec.name +
+                           "' submitted by " + ranks(ready) + " but not by " + ranks(missing) +
+                           " for " + seconds;
+  if (warn) {
+    p->warned = true;
+    HORA_LOG_WARN("{} (HORA_STALL_WARNING_SECONDS; every rank must submit it)", what);
+  }
+  if (!fail) return Status::Ok();
+  return Aborted(what + " (HORA_STALL_TIMEOUT_SECONDS)");
 }
 
 void SteadyPath::GiveBackHeld() {

@@ -12,11 +12,15 @@
 // held).
 //
 // Submission (Begin, on the enqueuing thread): for a cached name, instance n (the n-th
-// submission since it was cached) is offered on the board (runtime/steady_board.h) when the
+// submission since it was cached) is offered on the board (runtime/steady_board.h: shared
+// memory within a host, messages across hosts) when the
 // spec equals the entry's, else refused (the request was queued and is announced as usual).
 // An offered request is held here, not in the engine's queue, and not announced to the
 // coordinator unless its instance turns out slow: refused by some member, or not offered by
-// every member within the patience (the member that waited withdraws it). A slow instance is
+// every member within the patience (the member that waited withdraws it, where the board
+// can; else the instance waits on, and one that waits past the stall timeout fails the job
+// naming the members that did not submit it, as the coordinator's stall check would). A slow
+// instance is
 // handed back to the engine (Host::give_back: queued and announced) and runs the normal way
 // on every member, so the coordinator sees every member's submission and reports a mismatch
 // or a stall exactly as without the steady path. What is held at Abort or Stop is handed
@@ -74,6 +78,7 @@ class SteadyPath {
     std::function<void(int64_t handle, Status status)> complete;
     std::function<Status()> job_error;
     std::function<Status(const Status&)> bucket_failed;
+    std::function<Status(const Status&)> fail_job;  // Host::FailJob (runtime/process_set.h)
     // A request held here goes back to the engine's queue: announced to the coordinator (it
     // fell back), or not (Abort, Stop: the engine fails what its queue holds).
     std::function<void(Request request, bool announce)> give_back;
@@ -81,12 +86,26 @@ class SteadyPath {
     std::function<bool(const TensorSpec& spec)> queued;
   };
 
-  // comm: the set's steady communicator (its SharedBoard holds the board); ranks: the
-  // members' global ranks. timeline (may be null; not owned) records each fast instance as
-  // a bucket of backend "steady:<name>" whose last_rank is the member whose offer completed
-  // it and whose wait_us (and lag_us, a lower bound) is how long this rank's offer waited.
-  SteadyPath(int32_t process_set, std::vector<int> ranks, std::unique_ptr<Communicator> comm,
-             Host host, std::chrono::milliseconds patience, Timeline* timeline = nullptr);
+  // How the members agree and exchange: the board, and the set's steady communicator for
+  // instances that are not Eager (null when the board makes every instance Eager). The board
+  // may live in the communicator's memory: it is destroyed first.
+  struct Parts {
+    std::unique_ptr<SteadyBoard> board;
+    std::unique_ptr<Communicator> comm;
+  };
+  struct Limits {
+    std::chrono::milliseconds patience{500};  // HORA_STEADY_PATIENCE_MS
+    // On a board that cannot withdraw an offer: how long an instance waits before a warning
+    // and before it fails the job (0: never), naming who did not submit it.
+    std::chrono::milliseconds stall_warning{60000};
+    std::chrono::milliseconds stall_timeout{0};
+  };
+  // ranks: the members' global ranks. timeline (may be null; not owned) records each fast
+  // instance as a bucket of backend "steady:<board>" whose last_rank is the member whose
+  // offer completed it and whose wait_us (and lag_us, a lower bound) is how long this rank's
+  // offer waited.
+  SteadyPath(int32_t process_set, std::vector<int> ranks, Parts parts, Host host, Limits limits,
+             Timeline* timeline = nullptr);
   ~SteadyPath();  // Stop()
   SteadyPath(const SteadyPath&) = delete;
   SteadyPath& operator=(const SteadyPath&) = delete;
@@ -159,7 +178,8 @@ class SteadyPath {
     uint32_t instance = 0;
     int32_t id = -1;
     std::chrono::steady_clock::time_point deadline;
-    Request request;  // held until it runs or falls back
+    Request request;      // held until it runs or falls back
+    bool warned = false;  // a stall warning was logged (a board that cannot withdraw)
   };
   using PendingMap = std::map<uint32_t, Pending>;  // by entry
   void Loop();
@@ -181,16 +201,21 @@ class SteadyPath {
   // Hands back (announced) what fell back: refused by a peer, or past the patience. Returns
   // when the earliest deadline of what is still pending comes.
   std::chrono::steady_clock::time_point CheckPending();
+  // An instance past its patience on a board that cannot withdraw it: warns once past the
+  // stall warning; past the stall timeout returns the error that fails it (else OK).
+  Status CheckStall(uint32_t e, Pending* p, std::chrono::steady_clock::time_point now)
+      REQUIRES(mu_);
   // Abort, Stop: hands back, unannounced, every request still held.
   void GiveBackHeld();
 
   const int32_t process_set_;
   const std::vector<int> ranks_;
-  const std::unique_ptr<Communicator> comm_;
+  const std::unique_ptr<Communicator> comm_;  // null: every instance is Eager
+  const std::unique_ptr<SteadyBoard> board_;
   const Host host_;
+  const Limits limits_;
   const std::chrono::milliseconds patience_;
   Timeline* const timeline_;
-  std::unique_ptr<SteadyBoard> board_;
 
   mutable Mutex mu_;
   std::unordered_map<std::string, uint32_t> by_name_ GUARDED_BY(mu_);
@@ -212,7 +237,8 @@ class SteadyPath {
   // thread whose offer completed an instance (Begin).
   Mutex drive_mu_;
   uint64_t fast_seq_ GUARDED_BY(drive_mu_) = 0;  // the timeline's sequence of fast instances
-  BucketExecutor executor_ GUARDED_BY(drive_mu_);
+  std::unique_ptr<BucketExecutor> executor_ GUARDED_BY(drive_mu_);  // on comm_, if any
+  std::vector<unsigned char> eager_peer_ GUARDED_BY(drive_mu_);     // RunEager's scratch
   std::atomic<uint64_t> cursor_{0};  // written under drive_mu_: the next log slot to run
 
   std::atomic<bool> stop_{false};

@@ -25,7 +25,7 @@ void SteadyPath::Run(uint32_t e, Pending* claimed, bool held, int last_member) {
     trace->seq = fast_seq_;
     trace->steady = true;
     trace->collective = CollectiveType::kAllreduce;
-    trace->backend = std::string("steady:") + comm_->name();
+    trace->backend = std::string("steady:") + board_->name();
     trace->bytes = static_cast<int64_t>(r->spec.ByteSize());
     const int64_t waited = std::max<int64_t>(
         0, std::chrono::duration_cast<std::chrono::microseconds>(Clock::now() - offered).count());
@@ -40,6 +40,9 @@ void SteadyPath::Run(uint32_t e, Pending* claimed, bool held, int last_member) {
   if (status.ok() && board_->Eager(e, r->spec.ByteSize())) {
     if (trace) trace->collective_us = TimelineNowUs();
     status = RunEager(e, instance, *r);
+  } else if (status.ok() && !executor_) {
+    status = Internal("steady path: an instance of '" + r->spec.name + "' is not Eager on the " +
+                      board_->name() + " board, which runs only Eager ones");
   } else if (status.ok()) {
     BucketPlan plan;
     plan.process_set = process_set_;
@@ -55,8 +58,8 @@ void SteadyPath::Run(uint32_t e, Pending* claimed, bool held, int last_member) {
     plan.entries.push_back(pe);
     std::vector<const Request*> requests{r};
     std::vector<OpResult> results;
-    status =
-        executor_.Start(plan, requests, &results, &finish, trace ? &trace->collective_us : nullptr);
+    status = executor_->Start(plan, requests, &results, &finish,
+                              trace ? &trace->collective_us : nullptr);
   }
   if (trace) trace->collective_done_us = TimelineNowUs();
   if (status.ok() && finish) status = finish();
@@ -81,9 +84,10 @@ Status SteadyPath::RunEager(uint32_t e, uint32_t n, const Request& r) {
   const size_t bytes = r.spec.ByteSize();
   const DataType dtype = r.spec.dtype;
   const ReduceOp op = ReductionOp(r.spec.op);
-  alignas(64) unsigned char peer[SteadyBoard::kMaxEagerBytes];
+  void* peer = eager_peer_.data();
+  const int members = static_cast<int>(ranks_.size());
   // Every member reduces in member order, so every member's result is the same bit for bit.
-  for (int m = 0; m < comm_->size(); ++m) {
+  for (int m = 0; m < members; ++m) {
     void* dst = m == 0 ? r.output : peer;
     if (!board_->GetEager(e, n, m, dst, bytes)) {
       return Internal("steady path: member " + std::to_string(m) + "'s input of instance " +
@@ -93,7 +97,7 @@ Status SteadyPath::RunEager(uint32_t e, uint32_t n, const Request& r) {
     if (r.spec.prescale != 1.0) ScaleInPlace(dst, count, dtype, r.spec.prescale);
     if (m > 0) ReduceInto(r.output, peer, count, dtype, op);
   }
-  const Postscale post = FinalPostscale(r.spec.op, r.spec.postscale, comm_->size());
+  const Postscale post = FinalPostscale(r.spec.op, r.spec.postscale, members);
   if (!post.identity()) ScaleInPlace(r.output, count, dtype, post);
   return Status::Ok();
 }

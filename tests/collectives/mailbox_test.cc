@@ -81,7 +81,8 @@ TEST_CASE("every message reaches every other member in its sender's order") {
     senders.emplace_back([&, r] {
       for (int i = 0; i < kMessages; ++i) {
         // Sizes from empty to 70 KiB: frames cross reads.
-        std::string text = std::to_string(i) + std::string(static_cast<size_t>((i * 7919) % 70000), 'x');
+        std::string text =
+            std::to_string(i) + std::string(static_cast<size_t>((i * 7919) % 70000), 'x');
         if (i % 50 == 0) text = std::to_string(i);
         Status s = boxes[r]->Post(text.data(), text.size());
         if (!s.ok() && posted[r].ok()) posted[r] = s;
@@ -92,7 +93,8 @@ TEST_CASE("every message reaches every other member in its sender's order") {
   std::vector<Status> status(kSize);
   std::vector<std::thread> readers;
   for (int r = 0; r < kSize; ++r) {
-    readers.emplace_back([&, r] { got[r] = Collect(boxes[r].get(), (kSize - 1) * kMessages, &status[r]); });
+    readers.emplace_back(
+        [&, r] { got[r] = Collect(boxes[r].get(), (kSize - 1) * kMessages, &status[r]); });
   }
   for (auto& t : senders) t.join();
   for (auto& t : readers) t.join();
@@ -124,7 +126,9 @@ TEST_CASE("a member whose mailbox closed is named by the others") {
   Status status;
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
   while (status.ok() && std::chrono::steady_clock::now() < deadline) {
-    status = boxes[0]->Read([&](int m, const char* d, size_t n) { got.push_back(std::to_string(m) + std::string(d, n)); });
+    status = boxes[0]->Read([&](int m, const char* d, size_t n) {
+      got.push_back(std::to_string(m) + std::string(d, n));
+    });
     boxes[0]->Await(100000, -1);
   }
   REQUIRE(got == std::vector<std::string>{"2last"});  // what it sent before closing still arrives

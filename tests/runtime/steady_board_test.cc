@@ -1,10 +1,8 @@
-// The steady path's readiness board (runtime/steady_board.h), its members as threads over one
+// The steady path's readiness board (runtime/steady_shm_board.h), its members as threads over one
 // zeroed buffer: each instance has one outcome every member sees, the log holds the fast
 // instances in decision order, and a wake-up goes only to the threads that must act on it
 // (an append wakes the other members' helpers, or their driver when they have none; never a
 // sleeper with nothing to do).
-#include "runtime/steady_board.h"
-
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -20,6 +18,8 @@
 #include <thread>
 #include <vector>
 
+#include "runtime/steady_shm_board.h"
+
 namespace hora {
 namespace {
 
@@ -30,8 +30,8 @@ struct Memory {
   Memory() : bytes(MostBytes() / sizeof(uint64_t) + 1, 0) {}
   static size_t MostBytes() {
     size_t most = 0;
-    for (int m = 1; m <= SteadyBoard::kMaxMembers; ++m) {
-      most = std::max(most, SteadyBoard::BytesNeeded(m));
+    for (int m = 1; m <= ShmSteadyBoard::kMaxMembers; ++m) {
+      most = std::max(most, ShmSteadyBoard::BytesNeeded(m));
     }
     return most;
   }
@@ -51,7 +51,7 @@ char ThreadState(pid_t tid) {
 // A thread of one member sleeping on the board as `role` (up to 60 s) until woken.
 class Sleeper {
  public:
-  Sleeper(SteadyBoard* board, Role role, bool lazy = false) : board_(board), role_(role) {
+  Sleeper(ShmSteadyBoard* board, Role role, bool lazy = false) : board_(board), role_(role) {
     const uint32_t seen = board->Bell();
     thread_ = std::thread([this, seen, lazy] {
       tid_.store(static_cast<pid_t>(syscall(SYS_gettid)));
@@ -75,7 +75,7 @@ class Sleeper {
   }
 
  private:
-  SteadyBoard* const board_;
+  ShmSteadyBoard* const board_;
   const Role role_;
   std::atomic<pid_t> tid_{0};
   std::atomic<int> woken_{0};
@@ -87,7 +87,7 @@ void Settle() { std::this_thread::sleep_for(std::chrono::milliseconds(200)); }
 
 TEST_CASE("steady board: every member sees one outcome per instance", "[steady]") {
   Memory memory;
-  SteadyBoard a(memory.data(), 0, 2), b(memory.data(), 1, 2);
+  ShmSteadyBoard a(memory.data(), 0, 2), b(memory.data(), 1, 2);
   uint32_t e = 9;
   int last = -1;
 
@@ -125,7 +125,7 @@ TEST_CASE("steady board: every member sees one outcome per instance", "[steady]"
 
 TEST_CASE("steady board: a fast instance passed by a quicker member is still fast", "[steady]") {
   Memory memory;
-  SteadyBoard a(memory.data(), 0, 2), b(memory.data(), 1, 2);
+  ShmSteadyBoard a(memory.data(), 0, 2), b(memory.data(), 1, 2);
   REQUIRE(a.Offer(7, 1) == Outcome::kPending);
   REQUIRE(b.Offer(7, 1) == Outcome::kFast);
   // b runs instance 1 (an Eager one needs nothing from a) and offers instance 2 before a has
@@ -148,10 +148,10 @@ TEST_CASE("steady board: a fast instance passed by a quicker member is still fas
 
 TEST_CASE("steady board: eager data is read back only for its own instance", "[steady]") {
   Memory memory;
-  SteadyBoard a(memory.data(), 0, 3), c(memory.data(), 2, 3);
-  REQUIRE(a.Eager(0, SteadyBoard::kMaxEagerBytes));
-  REQUIRE_FALSE(a.Eager(0, SteadyBoard::kMaxEagerBytes + 1));
-  REQUIRE_FALSE(a.Eager(SteadyBoard::kEagerEntries, 4));
+  ShmSteadyBoard a(memory.data(), 0, 3), c(memory.data(), 2, 3);
+  REQUIRE(a.Eager(0, ShmSteadyBoard::kMaxEagerBytes));
+  REQUIRE_FALSE(a.Eager(0, ShmSteadyBoard::kMaxEagerBytes + 1));
+  REQUIRE_FALSE(a.Eager(ShmSteadyBoard::kEagerEntries, 4));
   REQUIRE_FALSE(a.Eager(0, 0));
   const float one[3] = {1.5f, -2.0f, 3.25f};
   const float three[3] = {7.0f, 8.0f, 9.0f};
@@ -172,23 +172,23 @@ TEST_CASE("steady board: eager data is read back only for its own instance", "[s
 
 TEST_CASE("steady board: eager slots hold 4 KiB up to 4 members, the board stays near 2 MiB",
           "[steady]") {
-  for (int m = 1; m <= SteadyBoard::kMaxMembers; ++m) {
+  for (int m = 1; m <= ShmSteadyBoard::kMaxMembers; ++m) {
     INFO("members " << m);
-    CHECK(SteadyBoard::BytesNeeded(m) <= (size_t{2176} << 10));
-    CHECK(SteadyBoard::EagerBytes(m) >= 240);
-    if (m <= 4) CHECK(SteadyBoard::EagerBytes(m) == SteadyBoard::kMaxEagerBytes);
-    if (m == 8) CHECK(SteadyBoard::EagerBytes(m) >= 2000);
+    CHECK(ShmSteadyBoard::BytesNeeded(m) <= (size_t{2176} << 10));
+    CHECK(ShmSteadyBoard::EagerBytes(m) >= 240);
+    if (m <= 4) CHECK(ShmSteadyBoard::EagerBytes(m) == ShmSteadyBoard::kMaxEagerBytes);
+    if (m == 8) CHECK(ShmSteadyBoard::EagerBytes(m) >= 2000);
   }
-  CHECK(SteadyBoard::EagerBytes(SteadyBoard::kMaxMembers) < SteadyBoard::kMaxEagerBytes);
+  CHECK(ShmSteadyBoard::EagerBytes(ShmSteadyBoard::kMaxMembers) < ShmSteadyBoard::kMaxEagerBytes);
 }
 
 TEST_CASE("steady board: every member's eager slots of every entry are disjoint", "[steady]") {
-  for (int members : {2, 8, 9, SteadyBoard::kMaxMembers}) {
+  for (int members : {2, 8, 9, ShmSteadyBoard::kMaxMembers}) {
     INFO("members " << members);
     Memory memory;
-    std::vector<std::unique_ptr<SteadyBoard>> boards;
+    std::vector<std::unique_ptr<ShmSteadyBoard>> boards;
     for (int m = 0; m < members; ++m) {
-      boards.push_back(std::make_unique<SteadyBoard>(memory.data(), m, members));
+      boards.push_back(std::make_unique<ShmSteadyBoard>(memory.data(), m, members));
     }
     const size_t bytes = boards[0]->EagerBytes(members);
     std::vector<uint8_t> data(bytes), got(bytes);
@@ -197,7 +197,7 @@ TEST_CASE("steady board: every member's eager slots of every entry are disjoint"
     auto value = [](uint32_t e, int m, uint32_t n) {
       return static_cast<uint8_t>(e * 7 + m * 3 + n);
     };
-    for (uint32_t e = 0; e < SteadyBoard::kEagerEntries; ++e) {
+    for (uint32_t e = 0; e < ShmSteadyBoard::kEagerEntries; ++e) {
       for (int m = 0; m < members; ++m) {
         for (uint32_t n = 1; n <= 2; ++n) {
           std::fill(data.begin(), data.end(), value(e, m, n));
@@ -206,7 +206,7 @@ TEST_CASE("steady board: every member's eager slots of every entry are disjoint"
       }
     }
     int wrong = 0;
-    for (uint32_t e = 0; e < SteadyBoard::kEagerEntries; ++e) {
+    for (uint32_t e = 0; e < ShmSteadyBoard::kEagerEntries; ++e) {
       for (int m = 0; m < members; ++m) {
         for (uint32_t n = 1; n <= 2; ++n) {
           const bool read = boards[(m + 1) % members]->GetEager(e, n, m, got.data(), bytes);
@@ -223,7 +223,7 @@ TEST_CASE("steady board: every member's eager slots of every entry are disjoint"
 
 TEST_CASE("steady board: an append wakes the other members' drivers, not its own", "[steady]") {
   Memory memory;
-  SteadyBoard a(memory.data(), 0, 2), b(memory.data(), 1, 2);
+  ShmSteadyBoard a(memory.data(), 0, 2), b(memory.data(), 1, 2);
   Sleeper a_driver(&a, Role::kDriver);
   Sleeper b_driver(&b, Role::kDriver);
   REQUIRE(a.Offer(0, 1) == Outcome::kPending);  // a's offer rings the bell for nobody
@@ -241,7 +241,7 @@ TEST_CASE("steady board: an append wakes the other members' drivers, not its own
 TEST_CASE("steady board: an eager append leaves a lazy driver asleep, any other wakes it",
           "[steady]") {
   Memory memory;
-  SteadyBoard a(memory.data(), 0, 2), b(memory.data(), 1, 2);
+  ShmSteadyBoard a(memory.data(), 0, 2), b(memory.data(), 1, 2);
   {
     Sleeper lazy(&a, Role::kDriver, /*lazy=*/true);
     REQUIRE(a.Offer(0, 1, /*eager=*/true) == Outcome::kPending);
@@ -276,7 +276,7 @@ TEST_CASE("steady board: an eager append leaves a lazy driver asleep, any other 
 TEST_CASE("steady board: a member with a helper gets the helper woken, not its driver",
           "[steady]") {
   Memory memory;
-  SteadyBoard a(memory.data(), 0, 2), b(memory.data(), 1, 2);
+  ShmSteadyBoard a(memory.data(), 0, 2), b(memory.data(), 1, 2);
   a.EnterHelp();
   REQUIRE(a.helpers() == 1);
   Sleeper driver(&a, Role::kDriver);
@@ -295,10 +295,10 @@ TEST_CASE("steady board: a member with a helper gets the helper woken, not its d
 
 TEST_CASE("steady board: a refusal wakes every sleeper; a sleep ends at its timeout", "[steady]") {
   Memory memory;
-  SteadyBoard a(memory.data(), 0, 3), b(memory.data(), 1, 3), c(memory.data(), 2, 3);
+  ShmSteadyBoard a(memory.data(), 0, 3), b(memory.data(), 1, 3), c(memory.data(), 2, 3);
   b.EnterHelp();
   std::vector<std::unique_ptr<Sleeper>> sleepers;
-  for (SteadyBoard* board : {&a, &b, &c}) {
+  for (ShmSteadyBoard* board : {&a, &b, &c}) {
     for (Role role : {Role::kDriver, Role::kHelper}) {
       sleepers.push_back(std::make_unique<Sleeper>(board, role));
     }

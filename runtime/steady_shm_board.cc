@@ -1,4 +1,4 @@
-#include "runtime/steady_board.h"
+#include "runtime/steady_shm_board.h"
 
 #include <linux/futex.h>
 #include <sys/syscall.h>
@@ -18,17 +18,17 @@ namespace {
 
 constexpr uint64_t kStatePending = 0, kStateFast = 1, kStateSlow = 2;
 constexpr size_t kMembersOffset = 256;
-constexpr size_t kWordsOffset = kMembersOffset + SteadyBoard::kMaxMembers * 64;
+constexpr size_t kWordsOffset = kMembersOffset + ShmSteadyBoard::kMaxMembers * 64;
 constexpr size_t kSlotsOffset = kWordsOffset + SteadyBoard::kMaxEntries * sizeof(uint64_t);
 constexpr size_t kEagerOffset = kSlotsOffset + SteadyBoard::kLogSlots * sizeof(uint64_t);
 // An eager slot: its stamp (8 bytes), 8 spare, then the data; 64-byte multiples, at least
 // kMinEagerSlot, at most kMaxEagerSlot, all of them together at most kEagerSpace.
 constexpr size_t kEagerData = 16;
 constexpr size_t kMinEagerSlot = 256;
-constexpr size_t kMaxEagerSlot = kEagerData + SteadyBoard::kMaxEagerBytes + 48;
-constexpr size_t kEagerSpace = size_t{SteadyBoard::kEagerEntries} * 2 * 4 * kMaxEagerSlot;
+constexpr size_t kMaxEagerSlot = kEagerData + ShmSteadyBoard::kMaxEagerBytes + 48;
+constexpr size_t kEagerSpace = size_t{ShmSteadyBoard::kEagerEntries} * 2 * 4 * kMaxEagerSlot;
 size_t EagerSlot(int members) {
-  const size_t fit = kEagerSpace / (size_t{SteadyBoard::kEagerEntries} * 2 * members) / 64 * 64;
+  const size_t fit = kEagerSpace / (size_t{ShmSteadyBoard::kEagerEntries} * 2 * members) / 64 * 64;
   return std::max(kMinEagerSlot, std::min(kMaxEagerSlot, fit));
 }
 // A slot's stamp for instance n: never 0 (a slot never written, or being written).
@@ -60,15 +60,15 @@ SteadyBoard::Outcome OutcomeOf(uint64_t state) {
 
 }  // namespace
 
-size_t SteadyBoard::EagerBytes(int members) {
+size_t ShmSteadyBoard::EagerBytes(int members) {
   return std::min(kMaxEagerBytes, EagerSlot(members) - kEagerData);
 }
 
-size_t SteadyBoard::BytesNeeded(int members) {
+size_t ShmSteadyBoard::BytesNeeded(int members) {
   return kEagerOffset + static_cast<size_t>(kEagerEntries) * members * 2 * EagerSlot(members);
 }
 
-SteadyBoard::SteadyBoard(void* memory, int member, int members)
+ShmSteadyBoard::ShmSteadyBoard(void* memory, int member, int members)
     : base_(memory),
       member_(member),
       members_(members),
@@ -82,27 +82,27 @@ SteadyBoard::SteadyBoard(void* memory, int member, int members)
   static_assert(kMaxEntries <= (1u << 16), "log slots hold the entry in 16 bits");
 }
 
-SteadyBoard::MemberState* SteadyBoard::member(int m) const {
+ShmSteadyBoard::MemberState* ShmSteadyBoard::member(int m) const {
   return reinterpret_cast<MemberState*>(static_cast<char*>(base_) + kMembersOffset) + m;
 }
 
-std::atomic<uint64_t>* SteadyBoard::word(uint32_t e) const {
+std::atomic<uint64_t>* ShmSteadyBoard::word(uint32_t e) const {
   HORA_CHECK(e < kMaxEntries);
   return reinterpret_cast<std::atomic<uint64_t>*>(static_cast<char*>(base_) + kWordsOffset) + e;
 }
 
-std::atomic<uint64_t>* SteadyBoard::slot(uint64_t index) const {
+std::atomic<uint64_t>* ShmSteadyBoard::slot(uint64_t index) const {
   return reinterpret_cast<std::atomic<uint64_t>*>(static_cast<char*>(base_) + kSlotsOffset) +
          index % kLogSlots;
 }
 
-char* SteadyBoard::eager(uint32_t e, uint32_t n, int m) const {
+char* ShmSteadyBoard::eager(uint32_t e, uint32_t n, int m) const {
   HORA_CHECK(e < kEagerEntries && m >= 0 && m < members_);
   const size_t index = (static_cast<size_t>(e) * members_ + m) * 2 + (n & 1);
   return static_cast<char*>(base_) + kEagerOffset + index * eager_slot_;
 }
 
-void SteadyBoard::PutEager(uint32_t e, uint32_t n, const void* data, size_t bytes) {
+void ShmSteadyBoard::PutEager(uint32_t e, uint32_t n, const void* data, size_t bytes) {
   HORA_CHECK(Eager(e, bytes));
   char* s = eager(e, n, member_);
   auto* stamp = reinterpret_cast<std::atomic<uint64_t>*>(s);
@@ -112,7 +112,7 @@ void SteadyBoard::PutEager(uint32_t e, uint32_t n, const void* data, size_t byte
   stamp->store(EagerStamp(n), std::memory_order_release);
 }
 
-bool SteadyBoard::GetEager(uint32_t e, uint32_t n, int m, void* data, size_t bytes) const {
+bool ShmSteadyBoard::GetEager(uint32_t e, uint32_t n, int m, void* data, size_t bytes) const {
   HORA_CHECK(Eager(e, bytes));
   const char* s = eager(e, n, m);
   const auto* stamp = reinterpret_cast<const std::atomic<uint64_t>*>(s);
@@ -122,7 +122,7 @@ bool SteadyBoard::GetEager(uint32_t e, uint32_t n, int m, void* data, size_t byt
   return stamp->load(std::memory_order_relaxed) == EagerStamp(n);
 }
 
-SteadyBoard::Outcome SteadyBoard::Offer(uint32_t e, uint32_t n, bool eager) {
+SteadyBoard::Outcome ShmSteadyBoard::Offer(uint32_t e, uint32_t n, bool eager) {
   std::atomic<uint64_t>* w = word(e);
   uint64_t old = w->load(std::memory_order_acquire);
   for (;;) {
@@ -144,7 +144,7 @@ SteadyBoard::Outcome SteadyBoard::Offer(uint32_t e, uint32_t n, bool eager) {
   }
 }
 
-SteadyBoard::Outcome SteadyBoard::Refuse(uint32_t e, uint32_t n) {
+SteadyBoard::Outcome ShmSteadyBoard::Refuse(uint32_t e, uint32_t n) {
   std::atomic<uint64_t>* w = word(e);
   uint64_t old = w->load(std::memory_order_acquire);
   for (;;) {
@@ -159,7 +159,7 @@ SteadyBoard::Outcome SteadyBoard::Refuse(uint32_t e, uint32_t n) {
   }
 }
 
-SteadyBoard::Outcome SteadyBoard::State(uint32_t e, uint32_t n, uint64_t unread) const {
+SteadyBoard::Outcome ShmSteadyBoard::State(uint32_t e, uint32_t n, uint64_t unread) const {
   const uint64_t w = word(e)->load(std::memory_order_acquire);
   const int32_t c = Compare(w, n);
   if (c > 0) return Passed(e, unread);
@@ -167,7 +167,7 @@ SteadyBoard::Outcome SteadyBoard::State(uint32_t e, uint32_t n, uint64_t unread)
   return OutcomeOf(StateOf(w));
 }
 
-SteadyBoard::Outcome SteadyBoard::Withdraw(uint32_t e, uint32_t n, uint64_t unread) {
+SteadyBoard::Outcome ShmSteadyBoard::Withdraw(uint32_t e, uint32_t n, uint64_t unread) {
   const Outcome o = Refuse(e, n);
   if (o == Outcome::kSlow && Compare(word(e)->load(std::memory_order_acquire), n) > 0) {
     return Passed(e, unread);  // decided before the refusal
@@ -175,7 +175,7 @@ SteadyBoard::Outcome SteadyBoard::Withdraw(uint32_t e, uint32_t n, uint64_t unre
   return o;
 }
 
-SteadyBoard::Outcome SteadyBoard::Passed(uint32_t e, uint64_t unread) const {
+SteadyBoard::Outcome ShmSteadyBoard::Passed(uint32_t e, uint64_t unread) const {
   const uint64_t tail = header()->tail.load(std::memory_order_acquire);
   for (uint64_t i = unread; i < tail; ++i) {
     uint32_t logged = 0;
@@ -184,7 +184,7 @@ SteadyBoard::Outcome SteadyBoard::Passed(uint32_t e, uint64_t unread) const {
   return Outcome::kSlow;
 }
 
-void SteadyBoard::Append(uint32_t e, bool eager) {
+void ShmSteadyBoard::Append(uint32_t e, bool eager) {
   const uint64_t index = header()->tail.fetch_add(1, std::memory_order_acq_rel);
   const uint64_t value =
       ((index + 1) & 0xffffffffull) << 32 | static_cast<uint64_t>(member_) << 16 | e;  // e < 2^16
@@ -206,7 +206,7 @@ void SteadyBoard::Append(uint32_t e, bool eager) {
   Ring(targets);
 }
 
-bool SteadyBoard::LogAt(uint64_t index, uint32_t* e, int* last) const {
+bool ShmSteadyBoard::LogAt(uint64_t index, uint32_t* e, int* last) const {
   const uint64_t v = slot(index)->load(std::memory_order_acquire);
   if ((v >> 32) != ((index + 1) & 0xffffffffull)) return false;
   *e = static_cast<uint32_t>(v & 0xffff);
@@ -214,7 +214,7 @@ bool SteadyBoard::LogAt(uint64_t index, uint32_t* e, int* last) const {
   return true;
 }
 
-bool SteadyBoard::Sleep(uint32_t seen, int64_t timeout_us, Role role, bool lazy) {
+bool ShmSteadyBoard::Sleep(uint32_t seen, int64_t timeout_us, Role role, bool lazy) {
   Header* h = header();
   std::atomic<uint32_t>& sleepers = member(member_)->sleepers[static_cast<int>(role)];
   lazy = lazy && role == Role::kDriver;
@@ -237,34 +237,36 @@ bool SteadyBoard::Sleep(uint32_t seen, int64_t timeout_us, Role role, bool lazy)
   return woken;
 }
 
-void SteadyBoard::SetJoined() {
+void ShmSteadyBoard::SetJoined() {
   header()->joined.store(1, std::memory_order_release);
   Wake();
 }
 
-void SteadyBoard::Wake() { Ring(~0ull); }
+void ShmSteadyBoard::Wake() { Ring(~0ull); }
 
-void SteadyBoard::WakeOwn() {
+void ShmSteadyBoard::WakeOwn() {
   Ring(TargetBit(member_, Role::kDriver) | TargetBit(member_, Role::kHelper));
 }
 
-void SteadyBoard::EnterHelp() { member(member_)->helpers.fetch_add(1, std::memory_order_seq_cst); }
+void ShmSteadyBoard::EnterHelp() {
+  member(member_)->helpers.fetch_add(1, std::memory_order_seq_cst);
+}
 
-void SteadyBoard::LeaveHelp() {
+void ShmSteadyBoard::LeaveHelp() {
   member(member_)->helpers.fetch_sub(1, std::memory_order_seq_cst);
   std::atomic_thread_fence(std::memory_order_seq_cst);  // the caller's look at the log is after
 }
 
-int SteadyBoard::helpers() const {
+int ShmSteadyBoard::helpers() const {
   return static_cast<int>(member(member_)->helpers.load(std::memory_order_seq_cst));
 }
 
-int SteadyBoard::sleeping(Role role) const {
+int ShmSteadyBoard::sleeping(Role role) const {
   return static_cast<int>(
       member(member_)->sleepers[static_cast<int>(role)].load(std::memory_order_seq_cst));
 }
 
-void SteadyBoard::Ring(uint64_t targets) {
+void ShmSteadyBoard::Ring(uint64_t targets) {
   header()->bell.fetch_add(1, std::memory_order_seq_cst);
   uint32_t bitset = 0;
   for (int m = 0; m < members_; ++m) {

@@ -1,0 +1,301 @@
+#include "runtime/steady_net_board.h"
+
+#include <poll.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstring>
+
+#include "common/logging.h"
+
+namespace hora {
+namespace {
+
+struct Header {
+  uint8_t kind;
+  uint8_t pad[3];
+  uint32_t entry;
+  uint32_t instance;
+};
+
+}  // namespace
+
+NetSteadyBoard::NetSteadyBoard(std::unique_ptr<Mailbox> box)
+    : box_(std::move(box)),
+      member_(box_->rank()),
+      members_(box_->size()),
+      log_(new std::atomic<uint64_t>[kLogSlots]) {
+  MutexLock lock(&mu_);
+  entries_.resize(kMaxEntries);
+  gone_.assign(static_cast<size_t>(members_), false);
+}
+
+NetSteadyBoard::~NetSteadyBoard() {
+  MutexLock lock(&sleep_mu_);
+  for (int fd : spare_fds_) close(fd);
+}
+
+NetSteadyBoard::EntryState& NetSteadyBoard::At(uint32_t e) {
+  std::unique_ptr<EntryState>& s = entries_[e];
+  if (!s) {
+    s = std::make_unique<EntryState>();
+    for (auto& slots : s->slots) slots.resize(static_cast<size_t>(members_));
+  }
+  return *s;
+}
+
+void NetSteadyBoard::Post(Kind kind, uint32_t e, uint32_t n, const void* data, size_t bytes) {
+  thread_local std::vector<char> message;
+  message.resize(sizeof(Header) + bytes);
+  Header h{static_cast<uint8_t>(kind), {0, 0, 0}, e, n};
+  memcpy(message.data(), &h, sizeof(h));
+  if (bytes > 0) memcpy(message.data() + sizeof(h), data, bytes);
+  // A failed post (the job is aborting, or a member is gone) shows on the reading side: the
+  // member's connection ends and what waits on it is decided slow.
+  Status s = box_->Post(message.data(), message.size());
+  if (!s.ok()) HORA_LOG_DEBUG("steady path: {}", s.message());
+}
+
+NetSteadyBoard::Outcome NetSteadyBoard::Record(int m, Kind kind, uint32_t e, uint32_t n,
+                                               const char* data, size_t bytes) {
+  Slot& slot = At(e).slots[n % 2][static_cast<size_t>(m)];
+  slot.instance = n;
+  slot.kind = kind;
+  slot.data.assign(data, data + bytes);
+  return Decide(e, n, m);
+}
+
+NetSteadyBoard::Outcome NetSteadyBoard::Decide(uint32_t e, uint32_t n, int last) {
+  EntryState& s = At(e);
+  Decision& d = s.decided[n % 2];
+  if (d.instance == n && d.outcome != Outcome::kPending) return Outcome::kPending;
+  bool all = true;
+  bool slow = false;
+  for (int m = 0; m < members_; ++m) {
+    const Slot& slot = s.slots[n % 2][static_cast<size_t>(m)];
+    if (slot.instance == n && slot.kind != Kind::kNone) {
+      if (slot.kind == Kind::kRefuse) slow = true;
+    } else {
+      all = false;
+      if (gone_[static_cast<size_t>(m)]) slow = true;
+    }
+  }
+  if (slow) {
+    d = Decision{n, Outcome::kSlow};
+    return Outcome::kSlow;
+  }
+  if (!all) return Outcome::kPending;
+  d = Decision{n, Outcome::kFast};
+  const uint64_t index = tail_.load(std::memory_order_relaxed);
+  log_[index % kLogSlots].store(uint64_t{e} | (static_cast<uint64_t>(last + 1) << 32),
+                                std::memory_order_relaxed);
+  tail_.store(index + 1, std::memory_order_release);
+  return Outcome::kFast;
+}
+
+void NetSteadyBoard::Gone(int m) {
+  gone_[static_cast<size_t>(m)] = true;
+  for (uint32_t e = 0; e < kMaxEntries; ++e) {
+    if (!entries_[e]) continue;
+    for (int p = 0; p < 2; ++p) {
+      uint32_t n = 0;  // the latest instance some member sent of this parity
+      for (const Slot& slot : entries_[e]->slots[p]) n = std::max(n, slot.instance);
+      if (n != 0) (void)Decide(e, n, -1);
+    }
+  }
+}
+
+bool NetSteadyBoard::Drain() const {
+  // Reading changes the board's state (messages recorded, instances decided): const only in
+  // that Bell and State, which callers see as reads, may call it.
+  auto* self = const_cast<NetSteadyBoard*>(this);
+  if (!read_mu_.TryLock()) return false;
+  bool decided = false;
+  Status s = box_->Read([&](int m, const char* data, size_t bytes) {
+    if (bytes < sizeof(Header)) return;  // not a board message (never sent)
+    Header h;
+    memcpy(&h, data, sizeof(h));
+    const Kind kind = static_cast<Kind>(h.kind);
+    MutexLock lock(&self->mu_);
+    if (kind == Kind::kJoined) {
+      self->joined_.store(true, std::memory_order_release);
+      self->Gone(m);
+      decided = true;
+      return;
+    }
+    if (h.entry >= kMaxEntries) return;
+    decided |= self->Record(m, kind, h.entry, h.instance, data + sizeof(h), bytes - sizeof(h)) !=
+               Outcome::kPending;
+  });
+  if (!s.ok()) {
+    MutexLock lock(&self->mu_);
+    for (int m = 0; m < members_; ++m) {
+      if (m != member_ && !gone_[static_cast<size_t>(m)] && box_->Ended(m)) {
+        HORA_LOG_DEBUG("steady path: {}", s.message());
+        self->Gone(m);
+        decided = true;
+      }
+    }
+  }
+  read_mu_.Unlock();
+  if (decided) self->Ring();
+  return decided;
+}
+
+void NetSteadyBoard::PutEager(uint32_t e, uint32_t n, const void* data, size_t bytes) {
+  MutexLock lock(&mu_);
+  Slot& slot = At(e).slots[n % 2][static_cast<size_t>(member_)];
+  slot.kind = Kind::kNone;  // not offered yet
+  slot.instance = n;
+  const char* p = static_cast<const char*>(data);
+  slot.data.assign(p, p + bytes);
+}
+
+NetSteadyBoard::Outcome NetSteadyBoard::Offer(uint32_t e, uint32_t n, bool /*eager*/) {
+  thread_local std::vector<char> input;
+  {
+    MutexLock lock(&mu_);
+    Slot& slot = At(e).slots[n % 2][static_cast<size_t>(member_)];
+    if (slot.instance != n) slot.data.clear();  // no PutEager: an empty input
+    slot.instance = n;
+    input = slot.data;
+  }
+  Post(Kind::kOffer, e, n, input.data(), input.size());
+  Outcome o;
+  {
+    MutexLock lock(&mu_);
+    At(e).slots[n % 2][static_cast<size_t>(member_)].kind = Kind::kOffer;
+    o = Decide(e, n, member_);
+  }
+  if (o == Outcome::kSlow) Ring();
+  if (o == Outcome::kPending) (void)Drain();
+  MutexLock lock(&mu_);
+  const Decision& d = At(e).decided[n % 2];
+  return d.instance == n ? d.outcome : Outcome::kPending;
+}
+
+NetSteadyBoard::Outcome NetSteadyBoard::Refuse(uint32_t e, uint32_t n) {
+  Post(Kind::kRefuse, e, n, nullptr, 0);
+  Outcome o;
+  {
+    MutexLock lock(&mu_);
+    (void)Record(member_, Kind::kRefuse, e, n, nullptr, 0);
+    const Decision& d = At(e).decided[n % 2];
+    o = d.instance == n ? d.outcome : Outcome::kPending;
+  }
+  Ring();
+  return o;
+}
+
+NetSteadyBoard::Outcome NetSteadyBoard::State(uint32_t e, uint32_t n, uint64_t) const {
+  (void)Drain();
+  MutexLock lock(&mu_);
+  const std::unique_ptr<EntryState>& s = entries_[e];
+  if (!s) return Outcome::kPending;
+  const Decision& d = s->decided[n % 2];
+  return d.instance == n ? d.outcome : Outcome::kPending;
+}
+
+NetSteadyBoard::Outcome NetSteadyBoard::Withdraw(uint32_t e, uint32_t n, uint64_t unread) {
+  return State(e, n, unread);  // an offer stands (see the header)
+}
+
+std::vector<int> NetSteadyBoard::Missing(uint32_t e, uint32_t n) const {
+  MutexLock lock(&mu_);
+  std::vector<int> missing;
+  const std::unique_ptr<EntryState>& s = entries_[e];
+  for (int m = 0; m < members_; ++m) {
+    const bool heard = s && s->slots[n % 2][static_cast<size_t>(m)].instance == n &&
+                       s->slots[n % 2][static_cast<size_t>(m)].kind != Kind::kNone;
+    if (!heard) missing.push_back(m);
+  }
+  return missing;
+}
+
+bool NetSteadyBoard::GetEager(uint32_t e, uint32_t n, int m, void* data, size_t bytes) const {
+  MutexLock lock(&mu_);
+  const std::unique_ptr<EntryState>& s = entries_[e];
+  if (!s) return false;
+  const Slot& slot = s->slots[n % 2][static_cast<size_t>(m)];
+  if (slot.instance != n || slot.kind != Kind::kOffer || slot.data.size() != bytes) return false;
+  if (bytes > 0) memcpy(data, slot.data.data(), bytes);
+  return true;
+}
+
+bool NetSteadyBoard::LogAt(uint64_t index, uint32_t* e, int* last) const {
+  if (index >= tail_.load(std::memory_order_acquire)) return false;
+  const uint64_t v = log_[index % kLogSlots].load(std::memory_order_relaxed);
+  *e = static_cast<uint32_t>(v & 0xffffffffu);
+  if (last != nullptr) *last = static_cast<int>(v >> 32) - 1;
+  return true;
+}
+
+uint32_t NetSteadyBoard::Bell() const {
+  (void)Drain();
+  return bell_.load(std::memory_order_acquire);
+}
+
+bool NetSteadyBoard::Sleep(uint32_t seen, int64_t timeout_us, Role role, bool lazy) {
+  if (Bell() != seen) return true;
+  int fd = -1;
+  {
+    MutexLock lock(&sleep_mu_);
+    if (!spare_fds_.empty()) {
+      fd = spare_fds_.back();
+      spare_fds_.pop_back();
+    } else {
+      fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+    }
+    sleeping_fds_.push_back(fd);
+    ++sleepers_[static_cast<int>(role)];
+  }
+  bool woken = true;
+  // Registered first, then the bell: a ring after this read writes to fd.
+  if (bell_.load(std::memory_order_acquire) == seen) {
+    if (lazy && helpers() > 0) {  // the helpers read the messages
+      pollfd p{fd, POLLIN, 0};
+      woken = poll(&p, 1, static_cast<int>(std::max<int64_t>(1, timeout_us / 1000))) != 0;
+    } else {
+      woken = box_->Await(timeout_us, fd);
+    }
+  }
+  MutexLock lock(&sleep_mu_);
+  sleeping_fds_.erase(std::find(sleeping_fds_.begin(), sleeping_fds_.end(), fd));
+  --sleepers_[static_cast<int>(role)];
+  uint64_t count = 0;
+  (void)!read(fd, &count, sizeof(count));  // reset (non-blocking)
+  spare_fds_.push_back(fd);
+  return woken;
+}
+
+void NetSteadyBoard::Ring() { WakeOwn(); }
+
+void NetSteadyBoard::WakeOwn() {
+  bell_.fetch_add(1, std::memory_order_acq_rel);
+  MutexLock lock(&sleep_mu_);
+  const uint64_t one = 1;
+  for (int fd : sleeping_fds_) (void)!write(fd, &one, sizeof(one));
+}
+
+int NetSteadyBoard::sleeping(Role role) const {
+  MutexLock lock(&sleep_mu_);
+  return sleepers_[static_cast<int>(role)];
+}
+
+void NetSteadyBoard::SetJoined() {
+  joined_.store(true, std::memory_order_release);
+  Post(Kind::kJoined, 0, 0, nullptr, 0);
+  {
+    MutexLock lock(&mu_);
+    Gone(member_);
+  }
+  Ring();
+}
+
+void NetSteadyBoard::Abort(const Status& reason) {
+  box_->Abort(reason);
+  WakeOwn();
+}
+
+}  // namespace hora

@@ -1,0 +1,132 @@
+// The steady path's board for members on any hosts (runtime/steady_board.h): they agree by
+// messages (collectives/mailbox.h) instead of shared memory, with no trip to rank 0.
+//
+// Each member sends every other member one message per instance of an entry it submits:
+// OFFER(e, n, its input) or REFUSE(e, n), and JOINED once it joins. A member's messages reach
+// every member in the order it sent them, so every member sees the same sequence from each
+// sender, and decides instance n of e from them alone:
+//   - kFast once every member's message for n is an OFFER (this member's own included);
+//   - kSlow once some member's message for n is a REFUSE, or a member joined (or its
+//     connection ended) before it sent one for n.
+// A member whose decision is still pending has not heard from somebody; whatever it later
+// hears, its decision is the one every other member takes. An offer cannot be taken back
+// (another member may already have decided kFast on it), so withdraws() is false: an instance
+// whose offer waits long is reported as a stall (Missing names who did not offer), never
+// withdrawn.
+//
+// Every instance is Eager (its data rides in the offer, so no member waits inside a
+// collective and the members need no common order): only allreduces of at most
+// kEagerBytes are cached (Runs). Each member keeps, per entry and instance parity, every
+// member's last message, as the shared board keeps its eager slots: a member offers n + 2
+// only after n + 1 completed everywhere it matters (see steady_shm_board.h), so a slot is
+// never overwritten before this member read it.
+//
+// Waiting: a sleeping thread polls the members' connections and its own eventfd; whoever
+// reads a message that decides an instance rings the bell and wakes this member's other
+// sleepers (the appending thread's own wake-ups are the caller's business, as on shm). A
+// lazy driver with helpers present polls only its eventfd (the helpers read the messages).
+#ifndef HORA_RUNTIME_STEADY_NET_BOARD_H_
+#define HORA_RUNTIME_STEADY_NET_BOARD_H_
+
+#include <atomic>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "collectives/mailbox.h"
+#include "common/mutex.h"
+#include "runtime/steady_board.h"
+
+namespace hora {
+
+class NetSteadyBoard final : public SteadyBoard {
+ public:
+  // The largest allreduce it caches: the coordinator's inline reduction carries as much.
+  static constexpr size_t kEagerBytes = 16 << 10;
+  // Every member sends each of its offers to every other member: beyond this many members a
+  // hierarchical agreement (within hosts, then among them) is needed, which is not built.
+  static constexpr int kMaxMembers = 64;
+
+  explicit NetSteadyBoard(std::unique_ptr<Mailbox> box);
+  ~NetSteadyBoard() override;
+
+  const char* name() const override { return "tcp"; }
+  bool Runs(size_t bytes) const override { return bytes > 0 && bytes <= kEagerBytes; }
+  bool Eager(uint32_t, size_t bytes) const override { return Runs(bytes); }
+  size_t MaxEagerBytes() const override { return kEagerBytes; }
+  Outcome Offer(uint32_t e, uint32_t n, bool eager = false) override;
+  Outcome Refuse(uint32_t e, uint32_t n) override;
+  Outcome State(uint32_t e, uint32_t n, uint64_t unread) const override;
+  Outcome Withdraw(uint32_t e, uint32_t n, uint64_t unread) override;
+  bool withdraws() const override { return false; }
+  std::vector<int> Missing(uint32_t e, uint32_t n) const override;
+  void PutEager(uint32_t e, uint32_t n, const void* data, size_t bytes) override;
+  bool GetEager(uint32_t e, uint32_t n, int m, void* data, size_t bytes) const override;
+  bool LogAt(uint64_t index, uint32_t* e, int* last = nullptr) const override;
+  uint32_t Bell() const override;  // reads what has arrived first (if nobody else is)
+  bool Sleep(uint32_t seen, int64_t timeout_us, Role role, bool lazy = false) override;
+  void Wake() override { WakeOwn(); }  // the others wake on this member's messages
+  void WakeOwn() override;
+  void EnterHelp() override { helpers_.fetch_add(1, std::memory_order_seq_cst); }
+  void LeaveHelp() override { helpers_.fetch_sub(1, std::memory_order_seq_cst); }
+  int helpers() const override { return helpers_.load(std::memory_order_seq_cst); }
+  int sleeping(Role role) const override;
+  void SetJoined() override;
+  bool joined() const override { return joined_.load(std::memory_order_acquire); }
+  void Abort(const Status& reason) override;
+
+ private:
+  enum class Kind : uint8_t { kNone = 0, kOffer = 1, kRefuse = 2, kJoined = 3 };
+  struct Slot {  // one member's message for instance `instance` (of its parity)
+    uint32_t instance = 0;
+    Kind kind = Kind::kNone;
+    std::vector<char> data;
+  };
+  struct Decision {
+    uint32_t instance = 0;
+    Outcome outcome = Outcome::kPending;
+  };
+  struct EntryState {
+    std::vector<Slot> slots[2];  // by instance parity, then member
+    Decision decided[2];
+  };
+
+  // Records member m's message (kind, e, n, data) and decides n if it can; returns the
+  // decision it took now (kPending if none).
+  Outcome Record(int m, Kind kind, uint32_t e, uint32_t n, const char* data, size_t bytes)
+      REQUIRES(mu_);
+  Outcome Decide(uint32_t e, uint32_t n, int last) REQUIRES(mu_);
+  EntryState& At(uint32_t e) REQUIRES(mu_);
+  // Reads what arrived (if no other thread is reading); true if it decided anything.
+  bool Drain() const;
+  void Post(Kind kind, uint32_t e, uint32_t n, const void* data, size_t bytes);
+  // Member m is gone (joined, or its connection ended): what waits on it is slow.
+  void Gone(int m) REQUIRES(mu_);
+  // Rings the bell and wakes this member's sleepers.
+  void Ring();
+
+  const std::unique_ptr<Mailbox> box_;
+  const int member_;
+  const int members_;
+
+  mutable Mutex read_mu_;  // one reader of box_ at a time (Drain)
+  mutable Mutex mu_;
+  std::vector<std::unique_ptr<EntryState>> entries_ GUARDED_BY(mu_);
+  std::vector<bool> gone_ GUARDED_BY(mu_);
+  // The log: (entry, last member) per slot; written under mu_, read without it.
+  std::unique_ptr<std::atomic<uint64_t>[]> log_;
+  std::atomic<uint64_t> tail_{0};
+  std::atomic<uint32_t> bell_{0};
+  std::atomic<bool> joined_{false};
+  std::atomic<int> helpers_{0};
+  std::atomic<bool> decided_{false};  // Drain's handler decided something (under read_mu_)
+
+  mutable Mutex sleep_mu_;
+  std::vector<int> sleeping_fds_ GUARDED_BY(sleep_mu_);  // an eventfd per sleeping thread
+  std::vector<int> spare_fds_ GUARDED_BY(sleep_mu_);
+  int sleepers_[2] GUARDED_BY(sleep_mu_) = {0, 0};
+};
+
+}  // namespace hora
+
+#endif  // HORA_RUNTIME_STEADY_NET_BOARD_H_
