@@ -141,6 +141,11 @@ bool BackendOffersSharedBoard(const std::string& name) {
   return b != nullptr && b->shared_board;
 }
 
+bool BackendRunsConcurrently(const std::string& name, const BackendConfig& config) {
+  const BackendInfo* b = Find(name);
+  return b != nullptr && b->concurrent && b->concurrent(config);
+}
+
 int BackendLibraryVersion(const std::string& name,
                           const std::function<const char*(const char*)>& env, std::string* detail) {
   const BackendInfo* b = Find(name);

@@ -80,6 +80,10 @@ struct BackendInfo {
   Device device = Device::kCpu;
   int auto_priority = 0;      // higher wins for "auto"; 0 = only when named
   bool shared_board = false;  // honours BackendConfig::shared_board_bytes
+  // Whether a second communicator of the same set (its own key prefix) may run collectives
+  // on another thread while the first runs its own (the steady path drives one:
+  // runtime/steady_path.h). Null: no.
+  std::function<bool(const BackendConfig&)> concurrent;
   // OK when the backend can serve this set (e.g. every member on one host); else why not.
   std::function<Status(const BackendConfig&)> can_serve;
   // OK when the backend reduces `dtype` (allreduce, reducescatter); else why not, naming the
@@ -116,6 +120,9 @@ std::vector<std::string> BuiltBackends();
 bool IsBackendBuilt(const std::string& name);
 // Whether the built backend `name` offers a shared board (BackendInfo::shared_board).
 bool BackendOffersSharedBoard(const std::string& name);
+// Whether the built backend `name` runs a second communicator of the set concurrently
+// (BackendInfo::concurrent).
+bool BackendRunsConcurrently(const std::string& name, const BackendConfig& config);
 // "gloo, loopback".
 std::string BuiltBackendsString();
 

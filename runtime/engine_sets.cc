@@ -105,7 +105,14 @@ StatusOr<SteadyPath::Parts> Engine::SteadyParts(int32_t id, const std::vector<in
                     "process set " + std::to_string(id) +
                         ": the steady path's mailbox: " + box.status().message());
     }
-    parts.board = std::make_unique<NetSteadyBoard>(std::move(box).value());
+    // Instances larger than the board's Eager size exchange their data on a second
+    // communicator of the set's backend, where the backend can run two at once.
+    if (BackendRunsConcurrently(comm->name(), config)) {
+      auto steady = CreateCommunicator(comm->name(), kEnvSteady, config);
+      if (!steady.ok()) return steady.status();
+      parts.comm = std::move(steady).value();
+    }
+    parts.board = std::make_unique<NetSteadyBoard>(std::move(box).value(), parts.comm != nullptr);
     return parts;
   }
   // The same backend again, under its own key prefix: a second communicator that only the

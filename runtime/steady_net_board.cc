@@ -14,17 +14,20 @@ namespace {
 
 struct Header {
   uint8_t kind;
-  uint8_t pad[3];
+  uint8_t eager;  // an offer: its data follows
+  uint8_t last;   // an ORDER: the member whose offer completed the instance, + 1 (0: unknown)
+  uint8_t pad;
   uint32_t entry;
   uint32_t instance;
 };
 
 }  // namespace
 
-NetSteadyBoard::NetSteadyBoard(std::unique_ptr<Mailbox> box)
+NetSteadyBoard::NetSteadyBoard(std::unique_ptr<Mailbox> box, bool ordered)
     : box_(std::move(box)),
       member_(box_->rank()),
       members_(box_->size()),
+      ordered_(ordered),
       log_(new std::atomic<uint64_t>[kLogSlots]) {
   MutexLock lock(&mu_);
   entries_.resize(kMaxEntries);
@@ -45,10 +48,16 @@ NetSteadyBoard::EntryState& NetSteadyBoard::At(uint32_t e) {
   return *s;
 }
 
-void NetSteadyBoard::Post(Kind kind, uint32_t e, uint32_t n, const void* data, size_t bytes) {
+void NetSteadyBoard::Post(Kind kind, uint32_t e, uint32_t n, const void* data, size_t bytes,
+                          bool eager, int last) {
   thread_local std::vector<char> message;
   message.resize(sizeof(Header) + bytes);
-  Header h{static_cast<uint8_t>(kind), {0, 0, 0}, e, n};
+  Header h{static_cast<uint8_t>(kind),
+           static_cast<uint8_t>(eager ? 1 : 0),
+           static_cast<uint8_t>(last + 1),
+           0,
+           e,
+           n};
   memcpy(message.data(), &h, sizeof(h));
   if (bytes > 0) memcpy(message.data() + sizeof(h), data, bytes);
   // A failed post (the job is aborting, or a member is gone) shows on the reading side: the
@@ -57,13 +66,32 @@ void NetSteadyBoard::Post(Kind kind, uint32_t e, uint32_t n, const void* data, s
   if (!s.ok()) HORA_LOG_DEBUG("steady path: {}", s.message());
 }
 
-NetSteadyBoard::Outcome NetSteadyBoard::Record(int m, Kind kind, uint32_t e, uint32_t n,
+NetSteadyBoard::Outcome NetSteadyBoard::Record(int m, Kind kind, bool eager, uint32_t e, uint32_t n,
                                                const char* data, size_t bytes) {
   Slot& slot = At(e).slots[n % 2][static_cast<size_t>(m)];
   slot.instance = n;
   slot.kind = kind;
+  slot.eager = eager;
   slot.data.assign(data, data + bytes);
   return Decide(e, n, m);
+}
+
+void NetSteadyBoard::Append(uint32_t e, int last) {
+  const uint64_t index = tail_.load(std::memory_order_relaxed);
+  log_[index % kLogSlots].store(uint64_t{e} | (static_cast<uint64_t>(last + 1) << 32),
+                                std::memory_order_relaxed);
+  tail_.store(index + 1, std::memory_order_release);
+}
+
+void NetSteadyBoard::SendOrders() {
+  if (member_ != 0) return;
+  MutexLock order(&order_mu_);
+  std::vector<Order> orders;
+  {
+    MutexLock lock(&mu_);
+    orders.swap(orders_);
+  }
+  for (const Order& o : orders) Post(Kind::kOrder, o.entry, o.instance, nullptr, 0, false, o.last);
 }
 
 NetSteadyBoard::Outcome NetSteadyBoard::Decide(uint32_t e, uint32_t n, int last) {
@@ -87,10 +115,13 @@ NetSteadyBoard::Outcome NetSteadyBoard::Decide(uint32_t e, uint32_t n, int last)
   }
   if (!all) return Outcome::kPending;
   d = Decision{n, Outcome::kFast};
-  const uint64_t index = tail_.load(std::memory_order_relaxed);
-  log_[index % kLogSlots].store(uint64_t{e} | (static_cast<uint64_t>(last + 1) << 32),
-                                std::memory_order_relaxed);
-  tail_.store(index + 1, std::memory_order_release);
+  // Every member's offer of n is here; they agree on its size, so on whether it is Eager.
+  if (s.slots[n % 2][static_cast<size_t>(member_)].eager) {
+    Append(e, last);
+  } else if (member_ == 0) {  // the order of the instances that run on the communicator
+    Append(e, last);
+    orders_.push_back(Order{e, n, last});
+  }  // else: appended when member 0's ORDER comes
   return Outcome::kFast;
 }
 
@@ -125,13 +156,20 @@ bool NetSteadyBoard::Drain() const {
       return;
     }
     if (h.entry >= kMaxEntries) return;
-    decided |= self->Record(m, kind, h.entry, h.instance, data + sizeof(h), bytes - sizeof(h)) !=
-               Outcome::kPending;
+    if (kind == Kind::kOrder) {  // from member 0: fast, and its place in the common order
+      Decision& d = self->At(h.entry).decided[h.instance % 2];
+      d = Decision{h.instance, Outcome::kFast};
+      self->Append(h.entry, static_cast<int>(h.last) - 1);
+      decided = true;
+      return;
+    }
+    decided |= self->Record(m, kind, h.eager != 0, h.entry, h.instance, data + sizeof(h),
+                            bytes - sizeof(h)) != Outcome::kPending;
   });
   if (!s.ok()) {
     MutexLock lock(&self->mu_);
     for (int m = 0; m < members_; ++m) {
-      if (m != member_ && !gone_[static_cast<size_t>(m)] && box_->Ended(m)) {
+      if (m != member_ && !self->gone_[static_cast<size_t>(m)] && box_->Ended(m)) {
         HORA_LOG_DEBUG("steady path: {}", s.message());
         self->Gone(m);
         decided = true;
@@ -139,7 +177,10 @@ bool NetSteadyBoard::Drain() const {
     }
   }
   read_mu_.Unlock();
-  if (decided) self->Ring();
+  if (decided) {
+    self->SendOrders();
+    self->Ring();
+  }
   return decided;
 }
 
@@ -152,22 +193,25 @@ void NetSteadyBoard::PutEager(uint32_t e, uint32_t n, const void* data, size_t b
   slot.data.assign(p, p + bytes);
 }
 
-NetSteadyBoard::Outcome NetSteadyBoard::Offer(uint32_t e, uint32_t n, bool /*eager*/) {
+NetSteadyBoard::Outcome NetSteadyBoard::Offer(uint32_t e, uint32_t n, bool eager) {
   thread_local std::vector<char> input;
   {
     MutexLock lock(&mu_);
     Slot& slot = At(e).slots[n % 2][static_cast<size_t>(member_)];
-    if (slot.instance != n) slot.data.clear();  // no PutEager: an empty input
+    if (slot.instance != n || !eager) slot.data.clear();  // not Eager: no data rides along
     slot.instance = n;
     input = slot.data;
   }
-  Post(Kind::kOffer, e, n, input.data(), input.size());
+  Post(Kind::kOffer, e, n, input.data(), input.size(), eager);
   Outcome o;
   {
     MutexLock lock(&mu_);
-    At(e).slots[n % 2][static_cast<size_t>(member_)].kind = Kind::kOffer;
+    Slot& slot = At(e).slots[n % 2][static_cast<size_t>(member_)];
+    slot.kind = Kind::kOffer;
+    slot.eager = eager;
     o = Decide(e, n, member_);
   }
+  if (o == Outcome::kFast) SendOrders();
   if (o == Outcome::kSlow) Ring();
   if (o == Outcome::kPending) (void)Drain();
   MutexLock lock(&mu_);
@@ -180,7 +224,7 @@ NetSteadyBoard::Outcome NetSteadyBoard::Refuse(uint32_t e, uint32_t n) {
   Outcome o;
   {
     MutexLock lock(&mu_);
-    (void)Record(member_, Kind::kRefuse, e, n, nullptr, 0);
+    (void)Record(member_, Kind::kRefuse, false, e, n, nullptr, 0);
     const Decision& d = At(e).decided[n % 2];
     o = d.instance == n ? d.outcome : Outcome::kPending;
   }
@@ -290,6 +334,7 @@ void NetSteadyBoard::SetJoined() {
     MutexLock lock(&mu_);
     Gone(member_);
   }
+  SendOrders();
   Ring();
 }
 

@@ -14,12 +14,19 @@
 // whose offer waits long is reported as a stall (Missing names who did not offer), never
 // withdrawn.
 //
-// Every instance is Eager (its data rides in the offer, so no member waits inside a
-// collective and the members need no common order): only allreduces of at most
-// kEagerBytes are cached (Runs). Each member keeps, per entry and instance parity, every
-// member's last message, as the shared board keeps its eager slots: a member offers n + 2
-// only after n + 1 completed everywhere it matters (see steady_shm_board.h), so a slot is
-// never overwritten before this member read it.
+// Instances of at most kEagerBytes are Eager: the data rides in the offer, so every member
+// reduces all inputs itself once the last offer is in, waits inside no collective and needs
+// no common order. Larger instances (only with a steady communicator: `ordered`) exchange
+// their data in a collective on it, so every member must run them in one order: the order in
+// which the set's lowest member (member 0) decided them. Member 0 appends a fast instance
+// that is not Eager to its log and sends ORDER(e, n) to every member; the others append it
+// when that ORDER arrives (member 0 decided it fast, so it is fast for everyone: the offers
+// that made it so need not have reached them yet). That costs the others one more one-way
+// message, not a trip to the coordinator. Without a steady communicator only allreduces of
+// at most kEagerBytes are cached (Runs). Each member keeps, per entry and instance parity,
+// every member's last message, as the shared board keeps its eager slots: a member offers
+// n + 2 only after n + 1 completed everywhere it matters (see steady_shm_board.h), so a slot
+// is never overwritten before this member read it.
 //
 // Waiting: a sleeping thread polls the members' connections and its own eventfd; whoever
 // reads a message that decides an instance rings the bell and wakes this member's other
@@ -47,12 +54,13 @@ class NetSteadyBoard final : public SteadyBoard {
   // hierarchical agreement (within hosts, then among them) is needed, which is not built.
   static constexpr int kMaxMembers = 64;
 
-  explicit NetSteadyBoard(std::unique_ptr<Mailbox> box);
+  // ordered: the set has a steady communicator (instances larger than kEagerBytes run on it).
+  NetSteadyBoard(std::unique_ptr<Mailbox> box, bool ordered);
   ~NetSteadyBoard() override;
 
   const char* name() const override { return "tcp"; }
-  bool Runs(size_t bytes) const override { return bytes > 0 && bytes <= kEagerBytes; }
-  bool Eager(uint32_t, size_t bytes) const override { return Runs(bytes); }
+  bool Runs(size_t bytes) const override { return bytes > 0 && (ordered_ || bytes <= kEagerBytes); }
+  bool Eager(uint32_t, size_t bytes) const override { return bytes > 0 && bytes <= kEagerBytes; }
   size_t MaxEagerBytes() const override { return kEagerBytes; }
   Outcome Offer(uint32_t e, uint32_t n, bool eager = false) override;
   Outcome Refuse(uint32_t e, uint32_t n) override;
@@ -76,11 +84,16 @@ class NetSteadyBoard final : public SteadyBoard {
   void Abort(const Status& reason) override;
 
  private:
-  enum class Kind : uint8_t { kNone = 0, kOffer = 1, kRefuse = 2, kJoined = 3 };
+  enum class Kind : uint8_t { kNone = 0, kOffer = 1, kRefuse = 2, kJoined = 3, kOrder = 4 };
   struct Slot {  // one member's message for instance `instance` (of its parity)
     uint32_t instance = 0;
     Kind kind = Kind::kNone;
+    bool eager = false;  // an offer of an Eager instance (its data here)
     std::vector<char> data;
+  };
+  struct Order {  // member 0's ORDER of a fast instance that is not Eager
+    uint32_t entry, instance;
+    int last;
   };
   struct Decision {
     uint32_t instance = 0;
@@ -93,13 +106,17 @@ class NetSteadyBoard final : public SteadyBoard {
 
   // Records member m's message (kind, e, n, data) and decides n if it can; returns the
   // decision it took now (kPending if none).
-  Outcome Record(int m, Kind kind, uint32_t e, uint32_t n, const char* data, size_t bytes)
-      REQUIRES(mu_);
+  Outcome Record(int m, Kind kind, bool eager, uint32_t e, uint32_t n, const char* data,
+                 size_t bytes) REQUIRES(mu_);
   Outcome Decide(uint32_t e, uint32_t n, int last) REQUIRES(mu_);
+  void Append(uint32_t e, int last) REQUIRES(mu_);
+  // Member 0: sends the ORDERs Decide queued, in the order it queued them.
+  void SendOrders();
   EntryState& At(uint32_t e) REQUIRES(mu_);
   // Reads what arrived (if no other thread is reading); true if it decided anything.
   bool Drain() const;
-  void Post(Kind kind, uint32_t e, uint32_t n, const void* data, size_t bytes);
+  void Post(Kind kind, uint32_t e, uint32_t n, const void* data, size_t bytes, bool eager = false,
+            int last = -1);
   // Member m is gone (joined, or its connection ended): what waits on it is slow.
   void Gone(int m) REQUIRES(mu_);
   // Rings the bell and wakes this member's sleepers.
@@ -108,11 +125,14 @@ class NetSteadyBoard final : public SteadyBoard {
   const std::unique_ptr<Mailbox> box_;
   const int member_;
   const int members_;
+  const bool ordered_;
 
   mutable Mutex read_mu_;  // one reader of box_ at a time (Drain)
   mutable Mutex mu_;
   std::vector<std::unique_ptr<EntryState>> entries_ GUARDED_BY(mu_);
   std::vector<bool> gone_ GUARDED_BY(mu_);
+  std::vector<Order> orders_ GUARDED_BY(mu_);  // member 0: ORDERs not sent yet
+  Mutex order_mu_;                             // member 0: one sender of ORDERs at a time
   // The log: (entry, last member) per slot; written under mu_, read without it.
   std::unique_ptr<std::atomic<uint64_t>[]> log_;
   std::atomic<uint64_t> tail_{0};

@@ -26,6 +26,7 @@ BackendInfo GlooInfo() {
   info.device = Device::kCpu;
   info.auto_priority = 10;
   info.create = CreateForSet;
+  info.concurrent = [](const BackendConfig&) { return true; };  // a context per communicator
   return info;
 }
 

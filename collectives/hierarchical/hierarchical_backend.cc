@@ -37,6 +37,9 @@ BackendInfo HierarchicalInfo() {
   info.auto_priority = 18;
   info.can_serve = CanServeHierarchical;
   info.create = CreateHierarchicalCommunicator;
+  // Its parts are shm and, across hosts, gloo or mpi; two MPI communicators driven from two
+  // threads need MPI_THREAD_MULTIPLE, which the mpi backend does not ask for.
+  info.concurrent = [](const BackendConfig& c) { return !CheckCanServe("mpi", "", c).ok(); };
   return info;
 }
 

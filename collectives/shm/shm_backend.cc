@@ -24,6 +24,7 @@ BackendInfo ShmInfo() {
   info.device = Device::kCpu;
   info.auto_priority = 20;
   info.shared_board = true;
+  info.concurrent = [](const BackendConfig&) { return true; };  // a segment per communicator
   info.can_serve = CanServe;
   info.create = [](const BackendConfig& c) {
     ShmConfig sc;

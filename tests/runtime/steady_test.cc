@@ -249,6 +249,10 @@ TEST_CASE("steady path: a changed shape falls back, a mismatch still names the r
 TEST_CASE("steady path: ranks submitting in different orders agree on one order", "[steady]") {
   const std::string board = GENERATE(as<std::string>{}, "shm", "net");
   INFO("board " << board);
+  // Small (Eager: no common order needed) and large (one order for the collectives: the
+  // log on shm, member 0's ORDERs on the board over messages).
+  const int base = GENERATE(3, 5000);
+  INFO("elements " << base);
   constexpr int kRanks = 3;
   constexpr int kNames = 7;  // prime: k * (r + 1) + i is a permutation for every rank
   auto errors = RunRanks(
@@ -261,7 +265,7 @@ TEST_CASE("steady path: ranks submitting in different orders agree on one order"
             // Each rank its own order, changing every iteration; with async submission some
             // ranks run a step ahead of others.
             const int name = (k * (r + 1) + i) % kNames;
-            bufs[name].assign(3 + name, static_cast<float>(r + name));
+            bufs[name].assign(static_cast<size_t>(base + name), static_cast<float>(r + name));
             auto h = testing::Allreduce(e, "n" + std::to_string(name), &bufs[name], ReduceOp::kSum);
             if (!h.ok()) return h.status().ToString();
             handles[name] = h.value();

@@ -1,0 +1,45 @@
+"""A rank for tests/multihost/test_steady_hosts.py: small allreduces across hosts on the
+steady path (the board over messages, docs/design.md "Steady state").
+
+    steady_prog.py loop N            N named and N unnamed 4-byte hvd.allreduce calls, every
+                                     result checked; prints "STEADY fast=F slow=S entries=E"
+    steady_prog.py kill N VICTIM     as loop, but rank VICTIM SIGKILLs itself at call N // 2;
+                                     the others print "ERROR <message>" and exit 1
+"""
+
+import os
+import signal
+import sys
+
+import torch
+
+import hora
+import hora.torch as hvd
+
+
+def main():
+    mode, n = sys.argv[1], int(sys.argv[2])
+    victim = int(sys.argv[3]) if mode == "kill" else -1
+    hvd.init()
+    rank, size = hvd.rank(), hvd.size()
+    want = float(size * (size + 1) // 2)
+    try:
+        for i in range(n):
+            if i == n // 2 and rank == victim:
+                os.kill(os.getpid(), signal.SIGKILL)
+            named = hvd.allreduce(torch.tensor([rank + 1.0]), name="small", op=hvd.Sum)
+            unnamed = hvd.allreduce(torch.tensor([rank + 1.0, 2.0 * (rank + 1)]), op=hvd.Sum)
+            if named.item() != want or unnamed.tolist() != [want, 2 * want]:
+                print("WRONG at %d: %s %s" % (i, named.tolist(), unnamed.tolist()), flush=True)
+                return 2
+    except Exception as e:  # noqa: BLE001 - the test reads the message
+        print("ERROR " + str(e).replace("\n", " "), flush=True)
+        return 1
+    s = hora.steady_stats()
+    print("STEADY fast=%d slow=%d entries=%d" % (s["fast"], s["slow"], s["entries"]), flush=True)
+    hvd.shutdown()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

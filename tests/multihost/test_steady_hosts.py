@@ -1,0 +1,60 @@
+"""The steady path across hosts (docs/design.md "Steady state", the board over messages), on
+the network-namespace kit (see kit.py): cached small allreduces run without rank 0 on 2 hosts
+at 1 and 2 ranks per host (counted by hora.steady_stats on every rank, every result checked),
+and a rank SIGKILLed in the middle of them is named by every survivor within the failure
+bounds. Without the kit or root every test is skipped and says why."""
+
+import os
+import re
+import time
+
+import pytest
+
+from kit import HERE, ROOT, PY, find
+from test_multihost import check_clean, horarun, hostlist, kit, rank_lines, ssh_args  # noqa: F401
+
+PROG = os.path.join(HERE, "steady_prog.py")
+CALLS = 300
+
+
+def env():
+    return {"HORA_LIBRARY": find("bindings/c/libhora.so"),
+            "PYTHONPATH": os.path.join(ROOT, "bindings", "python")}
+
+
+@pytest.mark.parametrize("per_host", [1, 2])
+def test_small_allreduces_run_without_rank_0_across_hosts(kit, per_host):
+    np = 2 * per_host
+    rc, out, err = horarun(kit, ["-np", str(np), "-H", hostlist(kit, 2, per_host)] +
+                           ssh_args(kit) + ["-x", "HORA_LIBRARY", "-x", "PYTHONPATH", PY, PROG,
+                                            "loop", str(CALLS)], env=env())
+    assert rc == 0, out[-3000:] + err[-3000:]
+    lines = rank_lines(out)
+    for r in range(np):
+        stats = [re.match(r"STEADY fast=(\d+) slow=(\d+) entries=(\d+)", l) for l in lines.get(r, [])]
+        stats = [m for m in stats if m]
+        assert stats, "rank %d printed no counters: %s" % (r, out[-3000:])
+        fast, slow, entries = (int(x) for x in stats[0].groups())
+        # Both names are cached after 3 plans each; nearly every later call runs fast.
+        assert entries == 2, stats[0].group(0)
+        assert fast >= 2 * (CALLS - 10), stats[0].group(0)
+    check_clean(kit)
+
+
+def test_a_rank_killed_during_steady_calls_is_named_by_every_survivor(kit):
+    victim = 3  # on the second host
+    start = time.monotonic()
+    rc, out, err = horarun(kit, ["-np", "4", "-H", hostlist(kit, 2, 2)] + ssh_args(kit) +
+                           ["-x", "HORA_LIBRARY", "-x", "PYTHONPATH", PY, PROG, "kill",
+                            str(CALLS), str(victim)], env=env())
+    took = time.monotonic() - start
+    assert rc != 0, out[-3000:]
+    lines = rank_lines(out)
+    for r in range(3):
+        errors = [l for l in lines.get(r, []) if l.startswith("ERROR ")]
+        assert errors, "rank %d did not fail: %s" % (r, out[-3000:] + err[-3000:])
+        assert re.search(r"rank 3\b", errors[0]), errors[0]
+    # docs/failure-model.md: a dead rank is named within the heartbeat timeout (30 s) plus
+    # the job's start and stop; a hang guard only, not a measurement.
+    assert took < 120, took
+    check_clean(kit)
