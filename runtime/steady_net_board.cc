@@ -76,6 +76,16 @@ NetSteadyBoard::Outcome NetSteadyBoard::Record(int m, Kind kind, bool eager, uin
   return Decide(e, n, m);
 }
 
+void NetSteadyBoard::Settle(EntryState* s, uint32_t n, Outcome outcome) {
+  Decision& d = s->decided[n % 2];
+  if (d.instance == n && d.outcome != Outcome::kPending) return;
+  d = Decision{n, outcome};
+  const Slot& own = s->slots[n % 2][static_cast<size_t>(member_)];
+  if (own.instance == n && own.kind == Kind::kOffer) {
+    open_offers_.fetch_sub(1, std::memory_order_acq_rel);
+  }
+}
+
 void NetSteadyBoard::Append(uint32_t e, int last) {
   const uint64_t index = tail_.load(std::memory_order_relaxed);
   log_[index % kLogSlots].store(uint64_t{e} | (static_cast<uint64_t>(last + 1) << 32),
@@ -110,11 +120,11 @@ NetSteadyBoard::Outcome NetSteadyBoard::Decide(uint32_t e, uint32_t n, int last)
     }
   }
   if (slow) {
-    d = Decision{n, Outcome::kSlow};
+    Settle(&s, n, Outcome::kSlow);
     return Outcome::kSlow;
   }
   if (!all) return Outcome::kPending;
-  d = Decision{n, Outcome::kFast};
+  Settle(&s, n, Outcome::kFast);
   // Every member's offer of n is here; they agree on its size, so on whether it is Eager.
   if (s.slots[n % 2][static_cast<size_t>(member_)].eager) {
     Append(e, last);
@@ -143,6 +153,7 @@ bool NetSteadyBoard::Drain() const {
   auto* self = const_cast<NetSteadyBoard*>(this);
   if (!read_mu_.TryLock()) return false;
   bool decided = false;
+  bool slow = false;  // refusals, joins and lost members wake every sleeper
   Status s = box_->Read([&](int m, const char* data, size_t bytes) {
     if (bytes < sizeof(Header)) return;  // not a board message (never sent)
     Header h;
@@ -152,19 +163,20 @@ bool NetSteadyBoard::Drain() const {
     if (kind == Kind::kJoined) {
       self->joined_.store(true, std::memory_order_release);
       self->Gone(m);
-      decided = true;
+      decided = slow = true;
       return;
     }
     if (h.entry >= kMaxEntries) return;
     if (kind == Kind::kOrder) {  // from member 0: fast, and its place in the common order
-      Decision& d = self->At(h.entry).decided[h.instance % 2];
-      d = Decision{h.instance, Outcome::kFast};
+      self->Settle(&self->At(h.entry), h.instance, Outcome::kFast);
       self->Append(h.entry, static_cast<int>(h.last) - 1);
       decided = true;
       return;
     }
-    decided |= self->Record(m, kind, h.eager != 0, h.entry, h.instance, data + sizeof(h),
-                            bytes - sizeof(h)) != Outcome::kPending;
+    const Outcome o = self->Record(m, kind, h.eager != 0, h.entry, h.instance, data + sizeof(h),
+                                   bytes - sizeof(h));
+    decided |= o != Outcome::kPending;
+    slow |= o == Outcome::kSlow;
   });
   if (!s.ok()) {
     MutexLock lock(&self->mu_);
@@ -172,14 +184,14 @@ bool NetSteadyBoard::Drain() const {
       if (m != member_ && !self->gone_[static_cast<size_t>(m)] && box_->Ended(m)) {
         HORA_LOG_DEBUG("steady path: {}", s.message());
         self->Gone(m);
-        decided = true;
+        decided = slow = true;
       }
     }
   }
   read_mu_.Unlock();
   if (decided) {
     self->SendOrders();
-    self->Ring();
+    self->Wake(slow);
   }
   return decided;
 }
@@ -209,10 +221,11 @@ NetSteadyBoard::Outcome NetSteadyBoard::Offer(uint32_t e, uint32_t n, bool eager
     Slot& slot = At(e).slots[n % 2][static_cast<size_t>(member_)];
     slot.kind = Kind::kOffer;
     slot.eager = eager;
+    open_offers_.fetch_add(1, std::memory_order_acq_rel);  // until Settle
     o = Decide(e, n, member_);
   }
   if (o == Outcome::kFast) SendOrders();
-  if (o == Outcome::kSlow) Ring();
+  if (o == Outcome::kSlow) Wake(true);
   if (o == Outcome::kPending) (void)Drain();
   MutexLock lock(&mu_);
   const Decision& d = At(e).decided[n % 2];
@@ -228,7 +241,7 @@ NetSteadyBoard::Outcome NetSteadyBoard::Refuse(uint32_t e, uint32_t n) {
     const Decision& d = At(e).decided[n % 2];
     o = d.instance == n ? d.outcome : Outcome::kPending;
   }
-  Ring();
+  Wake(true);
   return o;
 }
 
@@ -291,13 +304,15 @@ bool NetSteadyBoard::Sleep(uint32_t seen, int64_t timeout_us, Role role, bool la
     } else {
       fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
     }
-    sleeping_fds_.push_back(fd);
-    ++sleepers_[static_cast<int>(role)];
+    sleeping_fds_[static_cast<int>(role)].push_back(fd);
   }
   bool woken = true;
   // Registered first, then the bell: a ring after this read writes to fd.
   if (bell_.load(std::memory_order_acquire) == seen) {
-    if (lazy && helpers() > 0) {  // the helpers read the messages
+    // A lazy driver reads the connections only while an offer of this member waits and no
+    // helper does: otherwise a message can decide nothing it must act on (its helpers read
+    // them; the others' offers are read when this member offers), and each one would wake it.
+    if (lazy && (helpers() > 0 || open_offers_.load(std::memory_order_acquire) == 0)) {
       pollfd p{fd, POLLIN, 0};
       woken = poll(&p, 1, static_cast<int>(std::max<int64_t>(1, timeout_us / 1000))) != 0;
     } else {
@@ -305,26 +320,36 @@ bool NetSteadyBoard::Sleep(uint32_t seen, int64_t timeout_us, Role role, bool la
     }
   }
   MutexLock lock(&sleep_mu_);
-  sleeping_fds_.erase(std::find(sleeping_fds_.begin(), sleeping_fds_.end(), fd));
-  --sleepers_[static_cast<int>(role)];
+  std::vector<int>& fds = sleeping_fds_[static_cast<int>(role)];
+  fds.erase(std::find(fds.begin(), fds.end(), fd));
   uint64_t count = 0;
   (void)!read(fd, &count, sizeof(count));  // reset (non-blocking)
   spare_fds_.push_back(fd);
   return woken;
 }
 
-void NetSteadyBoard::Ring() { WakeOwn(); }
-
-void NetSteadyBoard::WakeOwn() {
+void NetSteadyBoard::Wake(bool everyone) {
   bell_.fetch_add(1, std::memory_order_acq_rel);
   MutexLock lock(&sleep_mu_);
   const uint64_t one = 1;
-  for (int fd : sleeping_fds_) (void)!write(fd, &one, sizeof(one));
+  const std::vector<int>& helpers = sleeping_fds_[static_cast<int>(Role::kHelper)];
+  for (int fd : helpers) (void)!write(fd, &one, sizeof(one));
+  if (everyone || helpers_.load(std::memory_order_seq_cst) == 0) {
+    for (int fd : sleeping_fds_[static_cast<int>(Role::kDriver)]) {
+      (void)!write(fd, &one, sizeof(one));
+    }
+  }
+}
+
+void NetSteadyBoard::LeaveHelp() {
+  helpers_.fetch_sub(1, std::memory_order_seq_cst);
+  // A lazy driver left the connections to the helpers (Sleep): it reads them again.
+  if (helpers() == 0 && open_offers_.load(std::memory_order_acquire) > 0) Wake(true);
 }
 
 int NetSteadyBoard::sleeping(Role role) const {
   MutexLock lock(&sleep_mu_);
-  return sleepers_[static_cast<int>(role)];
+  return static_cast<int>(sleeping_fds_[static_cast<int>(role)].size());
 }
 
 void NetSteadyBoard::SetJoined() {
@@ -335,7 +360,7 @@ void NetSteadyBoard::SetJoined() {
     Gone(member_);
   }
   SendOrders();
-  Ring();
+  Wake(true);
 }
 
 void NetSteadyBoard::Abort(const Status& reason) {

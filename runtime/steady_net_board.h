@@ -73,10 +73,10 @@ class NetSteadyBoard final : public SteadyBoard {
   bool LogAt(uint64_t index, uint32_t* e, int* last = nullptr) const override;
   uint32_t Bell() const override;  // reads what has arrived first (if nobody else is)
   bool Sleep(uint32_t seen, int64_t timeout_us, Role role, bool lazy = false) override;
-  void Wake() override { WakeOwn(); }  // the others wake on this member's messages
-  void WakeOwn() override;
+  void Wake() override { Wake(true); }  // the others wake on this member's messages
+  void WakeOwn() override { Wake(true); }
   void EnterHelp() override { helpers_.fetch_add(1, std::memory_order_seq_cst); }
-  void LeaveHelp() override { helpers_.fetch_sub(1, std::memory_order_seq_cst); }
+  void LeaveHelp() override;
   int helpers() const override { return helpers_.load(std::memory_order_seq_cst); }
   int sleeping(Role role) const override;
   void SetJoined() override;
@@ -119,8 +119,11 @@ class NetSteadyBoard final : public SteadyBoard {
             int last = -1);
   // Member m is gone (joined, or its connection ended): what waits on it is slow.
   void Gone(int m) REQUIRES(mu_);
-  // Rings the bell and wakes this member's sleepers.
-  void Ring();
+  // Rings the bell and wakes this member's sleeping helpers, or (everyone, or no helper
+  // sleeps) every sleeper.
+  void Wake(bool everyone);
+  // Decides instance n (once), counting this member's offer as no longer open.
+  void Settle(EntryState* s, uint32_t n, Outcome outcome) REQUIRES(mu_);
 
   const std::unique_ptr<Mailbox> box_;
   const int member_;
@@ -142,9 +145,9 @@ class NetSteadyBoard final : public SteadyBoard {
   std::atomic<bool> decided_{false};  // Drain's handler decided something (under read_mu_)
 
   mutable Mutex sleep_mu_;
-  std::vector<int> sleeping_fds_ GUARDED_BY(sleep_mu_);  // an eventfd per sleeping thread
+  std::vector<int> sleeping_fds_[2] GUARDED_BY(sleep_mu_);  // by Role: an eventfd per thread
   std::vector<int> spare_fds_ GUARDED_BY(sleep_mu_);
-  int sleepers_[2] GUARDED_BY(sleep_mu_) = {0, 0};
+  std::atomic<int> open_offers_{0};  // this member's offers not decided yet
 };
 
 }  // namespace hora

@@ -54,6 +54,7 @@ def test_a_rank_killed_during_steady_calls_is_named_by_every_survivor(kit):
         errors = [l for l in lines.get(r, []) if l.startswith("ERROR ")]
         assert errors, "rank %d did not fail: %s" % (r, out[-3000:] + err[-3000:])
         assert re.search(r"rank 3\b", errors[0]), errors[0]
+        print("rank %d: %s" % (r, errors[0][:300]))
     # docs/failure-model.md: a dead rank is named within the heartbeat timeout (30 s) plus
     # the job's start and stop; a hang guard only, not a measurement.
     assert took < 120, took
