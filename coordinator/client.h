@@ -48,6 +48,14 @@ struct ClientConfig {
   LocalSessionHost* local_host = nullptr;
 };
 
+// What this rank has said to the coordinator since the session began (Heartbeats and Goodbye
+// aside): every Ready, JoinOp, ProcessSetOp and Failure message, and the tensors announced in
+// the Ready messages. A steady step adds nothing to either (docs/design.md "Steady state").
+struct ControlCounters {
+  int64_t messages = 0;
+  int64_t notices = 0;
+};
+
 struct SessionCallbacks {
   std::function<void(PlanMessage)> on_plan;
   std::function<void(int32_t process_set, int last_joined_rank)> on_join_done;
@@ -75,6 +83,7 @@ class CoordinatorClient : public KvStore {
   virtual void SendProcessSetOp(const ProcessSetOp& op) = 0;
   // Tell the coordinator this rank hit an unrecoverable error (it aborts the job with it).
   virtual void SendFailure(const std::string& message) = 0;
+  virtual ControlCounters sent() const = 0;
   // Goodbye, then stop and join the threads. Idempotent.
   virtual void Close() = 0;
   // The coordinator's steady clock minus this process's, in microseconds, for aligning the

@@ -40,6 +40,7 @@ class ClientImpl final : public CoordinatorClient {
   void SendJoin(int32_t process_set) override;
   void SendProcessSetOp(const ProcessSetOp& op) override;
   void SendFailure(const std::string& message) override;
+  ControlCounters sent() const override;
   void Close() override;
   StatusOr<int64_t> ClockOffsetUs() override;  // client_clock.cc
 
@@ -49,6 +50,8 @@ class ClientImpl final : public CoordinatorClient {
   void AddToken(grpc::ClientContext* ctx) const;
   // Writes one message under write_mu_; false when the stream is over.
   bool Write(const proto::WorkerMessage& message) EXCLUDES(write_mu_);
+  // Write, counted in sent(): the messages of the Send* calls.
+  void Send(const proto::WorkerMessage& message) EXCLUDES(write_mu_);
   void ReaderLoop() EXCLUDES(mu_, write_mu_);
   void HeartbeatLoop() EXCLUDES(mu_, write_mu_);
   void Dispatch(const proto::CoordinatorMessage& message);
@@ -78,6 +81,8 @@ class ClientImpl final : public CoordinatorClient {
   bool writes_done_ GUARDED_BY(write_mu_) = false;  // WritesDone or Finish happened
 
   std::atomic<Clock::rep> last_recv_{0};
+  std::atomic<int64_t> sent_messages_{0};  // ControlCounters
+  std::atomic<int64_t> sent_notices_{0};
   std::atomic<bool> abort_fired_{false};
 
   Mutex mu_ ACQUIRED_AFTER(write_mu_);

@@ -131,30 +131,43 @@ bool ClientImpl::Write(const proto::WorkerMessage& message) {
   return stream_->Write(message);
 }
 
+void ClientImpl::Send(const proto::WorkerMessage& message) {
+  sent_messages_.fetch_add(1, std::memory_order_relaxed);
+  Write(message);
+}
+
+ControlCounters ClientImpl::sent() const {
+  ControlCounters c;
+  c.messages = sent_messages_.load(std::memory_order_relaxed);
+  c.notices = sent_notices_.load(std::memory_order_relaxed);
+  return c;
+}
+
 void ClientImpl::SendReady(std::vector<ReadyNotice> notices) {
   proto::WorkerMessage message;
   auto* ready = message.mutable_ready();
   ready->mutable_tensors()->Reserve(static_cast<int>(notices.size()));
   for (const ReadyNotice& n : notices) ToProto(n, ready->add_tensors());
-  Write(message);
+  sent_notices_.fetch_add(static_cast<int64_t>(notices.size()), std::memory_order_relaxed);
+  Send(message);
 }
 
 void ClientImpl::SendJoin(int32_t process_set) {
   proto::WorkerMessage message;
   message.mutable_join_op()->set_process_set(process_set);
-  Write(message);
+  Send(message);
 }
 
 void ClientImpl::SendProcessSetOp(const ProcessSetOp& op) {
   proto::WorkerMessage message;
   ToProto(op, message.mutable_process_set_op());
-  Write(message);
+  Send(message);
 }
 
 void ClientImpl::SendFailure(const std::string& text) {
   proto::WorkerMessage message;
   message.mutable_failure()->set_message(text);
-  Write(message);
+  Send(message);
 }
 
 void ClientImpl::ReaderLoop() {

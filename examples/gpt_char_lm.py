@@ -231,7 +231,10 @@ def main():
     model.train()
     t_window, n_window = time.time(), 0
     t_start = time.time()
+    sent_at_half = None
     for step in range(args.steps):
+        if step == args.steps // 2:
+            sent_at_half = control_sent()
         for group in optimizer.param_groups:
             group["lr"] = lr_at(step, args)
         optimizer.zero_grad()
@@ -252,6 +255,13 @@ def main():
                 n_window * global_batch * args.block_size / dt))
             t_window, n_window = time.time(), 0
     train_time = time.time() - t_start
+    if sent_at_half is not None:
+        # Once every plan repeats, a step asks rank 0 nothing (Hora's steady path); summed
+        # over the ranks, so rank 0 prints the whole job's count.
+        quiet = torch.tensor([float(control_sent() - sent_at_half)])
+        total = hvd.allreduce(quiet, name="control.sent", op=hvd.Sum).item()
+        log0("steps %d-%d: %d messages to rank 0's coordinator from all ranks" % (
+            args.steps // 2 + 1, args.steps, total))
 
     vloss_after = eval_loss(model, val, args, len(chars))
     learned = vloss_after < vloss_before
@@ -278,6 +288,15 @@ def main():
 def hora_version():
     import hora
     return hora.version()
+
+
+def control_sent():
+    """The messages this rank has sent to the coordinator (None under Horovod)."""
+    try:
+        import hora
+        return hora.control_stats()["messages"]
+    except (ImportError, AttributeError):
+        return None
 
 
 MODEL = None

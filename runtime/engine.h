@@ -128,6 +128,8 @@ class Engine : private ProcessSetRuntime::Host {
   // The steady path's counters of a process set this rank is a member of (all zero when the
   // set has no steady path); NOT_FOUND for an unknown set.
   StatusOr<SteadyStats> Steady(int32_t process_set) const;
+  // What this rank has told the coordinator (CoordinatorClient::sent).
+  ControlCounters ControlSent() const { return client_->sent(); }
 
   // The fusion threshold and cycle time the coordinator plans with, as it last announced them
   // (HORA_AUTOTUNE changes them during the first steps, the same on every rank); before any

@@ -240,6 +240,11 @@ HORA_API hora_status_t hora_process_set_ids(int32_t* ids, int32_t max, int32_t* 
  * NULL. */
 HORA_API hora_status_t hora_steady_stats(int32_t id, int64_t* fast, int64_t* slow,
                                          int64_t* entries);
+/* What this rank has sent to the coordinator (rank 0) since hora_init, heartbeats aside:
+ * *messages receives the messages (announcements of ready tensors, joins, process-set
+ * operations, failures), *notices the tensors announced in them. Operations on the steady
+ * path add to neither. Any pointer may be NULL. */
+HORA_API hora_status_t hora_control_stats(int64_t* messages, int64_t* notices);
 
 /* ---- Handles ---- */
 

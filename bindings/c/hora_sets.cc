@@ -92,6 +92,16 @@ hora_status_t hora_steady_stats(int32_t id, int64_t* fast, int64_t* slow, int64_
   return HORA_OK;
 }
 
+hora_status_t hora_control_stats(int64_t* messages, int64_t* notices) {
+  hora_status_t st = HORA_OK;
+  auto e = Running(&st);
+  if (!e) return st;
+  const hora::ControlCounters sent = e->ControlSent();
+  if (messages != nullptr) *messages = sent.messages;
+  if (notices != nullptr) *notices = sent.notices;
+  return HORA_OK;
+}
+
 hora_status_t hora_process_set_rank(int32_t id, int32_t* rank) {
   if (rank == nullptr) return Fail(Code::kInvalidArgument, "rank pointer is NULL");
   return WithSet(id, [&](const hora::ProcessSetInfo& s) {

@@ -54,8 +54,8 @@ class Kit:
         self.state = "/tmp/netns-kit/state/" + PREFIX
         self.env = dict(os.environ, NK_PREFIX=PREFIX, NK_NET=NET, NK_PORT=PORT,
                         NK_STATE=self.state)
-        self.hosts = ["%sh%d" % (PREFIX, i) for i in (1, 2, 3)]
-        self.addrs = ["%s.%d" % (NET, i + 1) for i in (1, 2, 3)]
+        self.hosts = ["%sh%d" % (PREFIX, i) for i in (1, 2, 3, 4)]
+        self.addrs = ["%s.%d" % (NET, i + 1) for i in (1, 2, 3, 4)]
         self.ssh_config = os.path.join(self.state, "ssh_config")
         self.key = os.path.join(self.state, "id_ed25519")
 
@@ -65,7 +65,7 @@ class Kit:
 
     def setup(self):
         self.teardown()
-        p = self.sh(os.path.join(self.dir, "setup.sh"), "3")
+        p = self.sh(os.path.join(self.dir, "setup.sh"), str(len(self.hosts)))
         if p.returncode != 0:
             raise RuntimeError("netns kit setup failed: " + p.stderr.decode()[-800:])
 

@@ -1,8 +1,8 @@
 """The steady path across hosts (docs/design.md "Steady state", the board over messages), on
 the network-namespace kit (see kit.py): cached small allreduces run without rank 0 on 2 hosts
 at 1 and 2 ranks per host (counted by hora.steady_stats on every rank, every result checked),
-and a rank SIGKILLed in the middle of them is named by every survivor within the failure
-bounds. Without the kit or root every test is skipped and says why."""
+a training job on 4 hosts x 2 ranks whose second half sends nothing to rank 0, and a rank
+SIGKILLed in the middle of steady calls is named by every survivor within the failure bounds. Without the kit or root every test is skipped and says why."""
 
 import os
 import re
@@ -38,6 +38,31 @@ def test_small_allreduces_run_without_rank_0_across_hosts(kit, per_host):
         # Both names are cached after 3 plans each; nearly every later call runs fast.
         assert entries == 2, stats[0].group(0)
         assert fast >= 2 * (CALLS - 10), stats[0].group(0)
+    check_clean(kit)
+
+
+@pytest.mark.parametrize("steady", ["auto", "off"])
+def test_steady_training_steps_send_nothing_to_rank_0(kit, steady):
+    # examples/gpt_char_lm.py counts the messages every rank sent to the coordinator during the
+    # second half of its steps (hora.control_stats, summed over the ranks). With the steady
+    # path none; without it (the check that the count sees them) at least one per step.
+    steps = 40
+    rc, out, err = horarun(kit, ["-np", "8", "-H", hostlist(kit, 4, 2)] + ssh_args(kit) +
+                           ["-x", "HORA_LIBRARY", "-x", "PYTHONPATH", "-x", "HORA_STEADY", PY,
+                            os.path.join(ROOT, "examples", "gpt_char_lm.py"),
+                            "--steps", str(steps), "--log-every", "5", "--n-layer", "1",
+                            "--n-embd", "32", "--batch-size", "4", "--sample-chars", "10",
+                            "--threads", "1"], env=dict(env(), HORA_STEADY=steady))
+    assert rc == 0, out[-3000:] + err[-3000:]
+    assert "PASS: every rank holds identical parameters" in out, out[-3000:]
+    m = re.search(r"steps (\d+)-(\d+): (\d+) messages to rank 0's coordinator", out)
+    assert m, out[-3000:]
+    print(m.group(0))
+    sent = int(m.group(3))
+    if steady == "auto":
+        assert sent == 0, m.group(0)
+    else:
+        assert sent >= 8 * (steps // 2), m.group(0)
     check_clean(kit)
 
 

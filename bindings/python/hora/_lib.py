@@ -83,6 +83,7 @@ _PROTOTYPES = {
     "hora_process_set_ranks": (c_status, [ctypes.c_int32, c_int32_p, ctypes.c_int32, c_int32_p]),
     "hora_process_set_ids": (c_status, [c_int32_p, ctypes.c_int32, c_int32_p]),
     "hora_steady_stats": (c_status, [ctypes.c_int32, c_int64_p, c_int64_p, c_int64_p]),
+    "hora_control_stats": (c_status, [c_int64_p, c_int64_p]),
     "hora_poll": (c_status, [c_handle, c_int_p]),
     "hora_wait": (c_status, [c_handle, ctypes.c_double]),
     "hora_release": (c_status, [c_handle]),

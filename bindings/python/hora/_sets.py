@@ -62,5 +62,15 @@ def steady_stats(process_set_id=0):
     return {"fast": fast.value, "slow": slow.value, "entries": entries.value}
 
 
+def control_stats():
+    """What this rank has sent to the coordinator on rank 0 since init (hora_control_stats),
+    heartbeats aside: {"messages": ..., "notices": tensors announced}. Steady operations add
+    nothing."""
+    messages, notices = ctypes.c_int64(), ctypes.c_int64()
+    _lib.check(_lib.lib().hora_control_stats(ctypes.byref(messages), ctypes.byref(notices)),
+               "control_stats")
+    return {"messages": messages.value, "notices": notices.value}
+
+
 def process_set_ids():
     return _int32_list(_lib.lib().hora_process_set_ids, (), "process_set_ids")

@@ -464,4 +464,5 @@ def recv_async(tensor, peer, tag=0, keep=None, process_set=0):
 # ---- process sets (in _sets.py; the names stay here for the modules that use core.*) ----
 
 from ._sets import (process_set_add, process_set_remove, process_set_rank,  # noqa: E402,F401
-                    process_set_size, process_set_ranks, process_set_ids, steady_stats)
+                    process_set_size, process_set_ranks, process_set_ids, steady_stats,
+                    control_stats)
