@@ -5,6 +5,9 @@ steady path (the board over messages, docs/design.md "Steady state").
                                      result checked; prints "STEADY fast=F slow=S entries=E"
     steady_prog.py kill N VICTIM     as loop, but rank VICTIM SIGKILLs itself at call N // 2;
                                      the others print "ERROR <message>" and exit 1
+    steady_prog.py shape N VICTIM    as loop, but from call N // 2 on rank VICTIM's named
+                                     tensor has 2 elements (a mismatch after the plan was
+                                     cached); every rank prints "ERROR <message>", exits 1
 """
 
 import os
@@ -19,15 +22,16 @@ import hora.torch as hvd
 
 def main():
     mode, n = sys.argv[1], int(sys.argv[2])
-    victim = int(sys.argv[3]) if mode == "kill" else -1
+    victim = int(sys.argv[3]) if mode in ("kill", "shape") else -1
     hvd.init()
     rank, size = hvd.rank(), hvd.size()
     want = float(size * (size + 1) // 2)
     try:
         for i in range(n):
-            if i == n // 2 and rank == victim:
+            if mode == "kill" and i == n // 2 and rank == victim:
                 os.kill(os.getpid(), signal.SIGKILL)
-            named = hvd.allreduce(torch.tensor([rank + 1.0]), name="small", op=hvd.Sum)
+            mine = [rank + 1.0] * (2 if mode == "shape" and rank == victim and i >= n // 2 else 1)
+            named = hvd.allreduce(torch.tensor(mine), name="small", op=hvd.Sum)
             unnamed = hvd.allreduce(torch.tensor([rank + 1.0, 2.0 * (rank + 1)]), op=hvd.Sum)
             if named.item() != want or unnamed.tolist() != [want, 2 * want]:
                 print("WRONG at %d: %s %s" % (i, named.tolist(), unnamed.tolist()), flush=True)

@@ -1,8 +1,10 @@
 """The steady path across hosts (docs/design.md "Steady state", the board over messages), on
 the network-namespace kit (see kit.py): cached small allreduces run without rank 0 on 2 hosts
 at 1 and 2 ranks per host (counted by hora.steady_stats on every rank, every result checked),
-a training job on 4 hosts x 2 ranks whose second half sends nothing to rank 0, and a rank
-SIGKILLed in the middle of steady calls is named by every survivor within the failure bounds. Without the kit or root every test is skipped and says why."""
+a training job on 4 hosts x 2 ranks whose second half sends nothing to rank 0, a rank
+SIGKILLed in the middle of steady calls named by every survivor within the failure bounds,
+and a shape that changes after the plan was cached reported on every rank naming the ranks.
+Without the kit or root every test is skipped and says why."""
 
 import os
 import re
@@ -83,4 +85,20 @@ def test_a_rank_killed_during_steady_calls_is_named_by_every_survivor(kit):
     # docs/failure-model.md: a dead rank is named within the heartbeat timeout (30 s) plus
     # the job's start and stop; a hang guard only, not a measurement.
     assert took < 120, took
+    check_clean(kit)
+
+
+def test_a_shape_change_after_the_plan_was_cached_is_named_on_every_rank(kit):
+    # From call 150 on, rank 3 (second host) submits 'small' with 2 elements instead of 1:
+    # the cached plan no longer fits, and the coordinator names the field and the ranks.
+    rc, out, err = horarun(kit, ["-np", "4", "-H", hostlist(kit, 2, 2)] + ssh_args(kit) +
+                           ["-x", "HORA_LIBRARY", "-x", "PYTHONPATH", PY, PROG, "shape",
+                            str(CALLS), "3"], env=env())
+    assert rc != 0, out[-3000:]
+    lines = rank_lines(out)
+    for r in range(4):
+        errors = [l for l in lines.get(r, []) if l.startswith("ERROR ")]
+        assert errors, "rank %d did not fail: %s" % (r, out[-3000:] + err[-3000:])
+        assert re.search(r"'allreduce.small': shape differs across ranks: \[1\] on ranks 0,1,2; "
+                         r"\[2\] on rank 3", errors[0]), errors[0]
     check_clean(kit)
