@@ -126,11 +126,27 @@ class TcpMailbox : public Mailbox {
   }
 
   Status Read(const std::function<void(int, const char*, size_t)>& fn) override {
+    // One poll says which connections hold bytes: a waiting thread reads often (on every
+    // look at the board while it yields), and a recv per member would be n - 1 system calls
+    // each time, most of them finding nothing.
+    readable_.clear();
+    for (int m = 0; m < size_; ++m) {
+      const Peer& p = peers_[m];
+      if (m != rank_ && p.fd >= 0 && !p.closed.load(std::memory_order_acquire)) {
+        readable_.push_back({p.fd, POLLIN, 0});
+      }
+    }
+    if (!readable_.empty() && poll(readable_.data(), readable_.size(), 0) > 0) {
+      size_t i = 0;
+      for (int m = 0; m < size_ && i < readable_.size(); ++m) {
+        if (peers_[m].fd != readable_[i].fd) continue;
+        if (readable_[i++].revents != 0) Fill(&peers_[m]);
+      }
+    }
     Status status;
     for (int m = 0; m < size_; ++m) {
       Peer& p = peers_[m];
       if (m == rank_ || p.fd < 0) continue;
-      if (!p.closed.load(std::memory_order_acquire)) Fill(&p);
       // Complete frames, in order.
       while (p.end - p.start >= sizeof(uint32_t)) {
         uint32_t length = 0;
@@ -310,8 +326,8 @@ class TcpMailbox : public Mailbox {
     return true;
   }
 
-  // Appends what the socket holds to p->in (non-blocking); marks the peer closed at EOF or
-  // an error.
+  // Appends what the socket holds to p->in (non-blocking; one recv when it holds less than
+  // the room); marks the peer closed at EOF or an error.
   void Fill(Peer* p) {
     constexpr size_t kChunk = 64 * 1024;
     for (;;) {
@@ -323,9 +339,11 @@ class TcpMailbox : public Mailbox {
         }
         if (p->in.size() - p->end < kChunk) p->in.resize(p->end + 2 * kChunk);
       }
-      const ssize_t n = recv(p->fd, p->in.data() + p->end, p->in.size() - p->end, MSG_DONTWAIT);
+      const size_t room = p->in.size() - p->end;
+      const ssize_t n = recv(p->fd, p->in.data() + p->end, room, MSG_DONTWAIT);
       if (n > 0) {
         p->end += static_cast<size_t>(n);
+        if (static_cast<size_t>(n) < room) return;  // drained: the next Read polls again
         continue;
       }
       if (n < 0 && errno == EINTR) continue;
@@ -340,6 +358,7 @@ class TcpMailbox : public Mailbox {
   const int size_;
   const std::chrono::milliseconds timeout_;
   std::vector<Peer> peers_;
+  std::vector<pollfd> readable_;  // Read's scratch (one reader at a time)
   int abort_fd_ = -1;
   Mutex send_mu_;
   Mutex abort_mu_;
