@@ -5,6 +5,7 @@
 #include <chrono>
 
 #include "collectives/registry.h"
+#include "common/fd_limit.h"
 #include "common/logging.h"
 #include "common/mutex.h"
 #include "runtime/engine_config.h"
@@ -36,6 +37,8 @@ Status Engine::Init() {
   HORA_LOG_INFO("starting: {}; backends built: {}", options_.Describe(), BuiltBackendsString());
   for (const std::string& note : options_.env_notes) HORA_LOG_INFO("{}", note);
   for (const std::string& warning : options_.env_warnings) HORA_LOG_WARN("{}", warning);
+  const std::string files = RaiseOpenFileLimit(OpenFilesWanted(options_.size));
+  if (!files.empty()) HORA_LOG_WARN("{}", files);
   auto address_or = StartCoordinator();
   if (!address_or.ok()) return address_or.status();
   const std::string address = std::move(address_or).value();

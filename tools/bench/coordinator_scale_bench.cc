@@ -10,6 +10,7 @@
 // missed deadline), never hangs. --serve is the grpc mode's child (internal).
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -17,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include "common/fd_limit.h"
 #include "common/logging.h"
 #include "tools/bench/coordinator_scale.h"
 
@@ -124,6 +126,12 @@ int Main(int argc, char** argv) {
   if (!ParseArgs(argc, argv, &args)) return 2;
   const ScaleOptions& base = args.base;
   SetLogLevel(spdlog::level::warn);  // the service's start and stop lines would fill the table
+  // The parent holds a client connection per simulated rank, the service a connection each:
+  // as a job's ranks do (runtime/engine.cc), raise the soft open-file limit for the largest.
+  int most = 1;
+  for (const std::string& n : Split(args.ranks)) most = std::max(most, std::atoi(n.c_str()));
+  const std::string files = RaiseOpenFileLimit(OpenFilesWanted(most));
+  if (!files.empty()) std::fprintf(stderr, "coordinator_scale_bench: %s\n", files.c_str());
   if (args.serve) {
     return ServeMain(std::atoi(args.ranks.c_str()), std::chrono::milliseconds(args.timeout_ms));
   }
