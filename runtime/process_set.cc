@@ -40,8 +40,8 @@ void ProcessSetRuntime::Start(std::unique_ptr<Communicator> cpu, SteadyPath::Par
   if (steady.board) {
     SteadyPath::Host h;
     h.take = [this](int32_t id) { return host_->TakeRequest(id); };
-    h.complete = [this](int64_t handle, Status status) {
-      host_->Complete(handle, std::move(status));
+    h.complete = [this](int64_t handle, Status status, OpResult result) {
+      host_->Complete(handle, std::move(status), std::move(result));
     };
     h.job_error = [this] { return host_->JobError(); };
     h.bucket_failed = [this](const Status& s) { return host_->BucketFailed(s); };

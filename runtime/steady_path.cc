@@ -189,18 +189,15 @@ void SteadyPath::Learn(const BucketPlan& bucket, const std::vector<const TensorS
     learning_.clear();
     return;
   }
-  // Every member decides the same from the same plan and spec (Runs depends on the size).
-  const bool single = bucket.collective == CollectiveType::kAllreduce &&
-                      bucket.device == Device::kCpu && bucket.participants.empty() &&
-                      bucket.entries.size() == 1 && specs.size() == 1 && specs[0] != nullptr &&
-                      board_->Runs(specs[0]->ByteSize());
-  if (!single) {
+  // Every member decides the same from the same plan and spec.
+  const TensorSpec* only = specs.size() == 1 ? specs[0] : nullptr;
+  if (only == nullptr || !Cacheable(bucket, *only)) {
     for (const TensorSpec* s : specs) {
       if (s != nullptr) learning_.erase(s->name);
     }
     return;
   }
-  const TensorSpec& spec = *specs[0];
+  const TensorSpec& spec = *only;
   Learning& l = learning_[spec.name];
   if (l.count > 0 && l.spec == spec) {
     ++l.count;
@@ -217,6 +214,30 @@ void SteadyPath::Learn(const BucketPlan& bucket, const std::vector<const TensorS
     stats_.entries = static_cast<int64_t>(entries_.size());
   } else if (entries_[it->second].spec != spec) {
     entries_[it->second].spec = spec;  // the instance count goes on
+  }
+}
+
+bool SteadyPath::Cacheable(const BucketPlan& bucket, const TensorSpec& spec) const {
+  if (bucket.device != Device::kCpu || !bucket.participants.empty() ||
+      bucket.entries.size() != 1 || spec.collective != bucket.collective) {
+    return false;
+  }
+  const size_t bytes = spec.ByteSize();
+  switch (bucket.collective) {
+    case CollectiveType::kAllreduce:
+    case CollectiveType::kBroadcast:
+      return board_->Runs(bytes);
+    case CollectiveType::kAllgather: {
+      // Every member's rows alike: each member's input is as large as this one's.
+      const std::vector<int64_t>& dims = bucket.entries[0].first_dims;
+      if (spec.shape.empty() || dims.size() != ranks_.size()) return false;
+      for (int64_t d : dims) {
+        if (d != spec.shape[0]) return false;
+      }
+      return board_->Runs(bytes);
+    }
+    default:
+      return false;
   }
 }
 
@@ -282,7 +303,7 @@ Clock::time_point SteadyPath::CheckPending() {
   for (Request& r : back) host_.give_back(std::move(r), true);
   for (auto& [handle, stall] : stalled) {
     // The first member to report it fails the job (the coordinator tells every rank why).
-    host_.complete(handle, host_.fail_job(stall));
+    host_.complete(handle, host_.fail_job(stall), OpResult());
   }
   return next;
 }

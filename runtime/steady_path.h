@@ -1,9 +1,11 @@
-// The steady path of one process set (docs/design.md "Steady state"): allreduces whose plan
-// the coordinator has sent unchanged a few times run without asking it again.
+// The steady path of one process set (docs/design.md "Steady state"): allreduces, and small
+// allgathers and broadcasts, whose plan the coordinator has sent unchanged a few times run
+// without asking it again.
 //
 // Learning (Learn, on the thread that delivers plans, before the bucket's requests can
-// finish): a CPU allreduce bucket of one tensor, every member taking part, nobody joined,
-// counts for its name; kWarmup such buckets in a row with the same spec make the name an
+// finish): a CPU bucket of one tensor, every member taking part, nobody joined, counts for
+// its name when it is an allreduce, a broadcast or an allgather (every member's first
+// dimension the same) of a size the board runs; kWarmup such buckets in a row with the same spec make the name an
 // entry of the cache (id: the next free one) or update its spec. Every member receives the
 // same buckets in the same order, so every member builds the same cache, and a name's cache
 // changes only while one of its instances is in flight on every member, so all members
@@ -75,7 +77,7 @@ class SteadyPath {
   // What the steady path needs from the engine (the set's host).
   struct Host {
     std::function<std::optional<Request>(int32_t id)> take;  // by this rank's tensor id
-    std::function<void(int64_t handle, Status status)> complete;
+    std::function<void(int64_t handle, Status status, OpResult result)> complete;
     std::function<Status()> job_error;
     std::function<Status(const Status&)> bucket_failed;
     std::function<Status(const Status&)> fail_job;  // Host::FailJob (runtime/process_set.h)
@@ -191,9 +193,12 @@ class SteadyPath {
   // Runs instance `claimed` of entry e (taken from pending_ by DriveLog; its request, or,
   // when held is false, the queue's).
   void Run(uint32_t e, Pending* claimed, bool held, int last_member) REQUIRES(drive_mu_);
-  // Instance n of an Eager entry e: reduces every member's input from the board into
-  // r.output (no exchange on comm_).
-  Status RunEager(uint32_t e, uint32_t n, const Request& r) REQUIRES(drive_mu_);
+  // Instance n of an Eager entry e, from every member's input on the board (no exchange on
+  // comm_): an allreduce reduces them into r.output, an allgather concatenates them in member
+  // order into *result, a broadcast copies the root's into r.output.
+  Status RunEager(uint32_t e, uint32_t n, const Request& r, OpResult* result) REQUIRES(drive_mu_);
+  // Whether the set's plan `bucket` of `spec` can be cached (the same answer on every member).
+  bool Cacheable(const BucketPlan& bucket, const TensorSpec& spec) const;
   // Takes *it out of pending_ (the instance ran, or fell back): Settled says so from then on.
   PendingMap::iterator Settle(PendingMap::iterator it) REQUIRES(mu_);
   // Whether the ticket's instance left pending_ (read without mu_).

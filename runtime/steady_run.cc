@@ -24,7 +24,7 @@ void SteadyPath::Run(uint32_t e, Pending* claimed, bool held, int last_member) {
     trace->process_set = process_set_;
     trace->seq = fast_seq_;
     trace->steady = true;
-    trace->collective = CollectiveType::kAllreduce;
+    trace->collective = r->spec.collective;
     trace->backend = std::string("steady:") + board_->name();
     trace->bytes = static_cast<int64_t>(r->spec.ByteSize());
     const int64_t waited = std::max<int64_t>(
@@ -36,34 +36,41 @@ void SteadyPath::Run(uint32_t e, Pending* claimed, bool held, int last_member) {
   }
   ++fast_seq_;
   BucketExecutor::Finish finish;
+  std::vector<OpResult> results;  // the executor's (one entry)
+  OpResult result;
   Status status = host_.job_error();
   if (status.ok() && board_->Eager(e, r->spec.ByteSize())) {
     if (trace) trace->collective_us = TimelineNowUs();
-    status = RunEager(e, instance, *r);
+    status = RunEager(e, instance, *r, &result);
   } else if (status.ok() && !executor_) {
     status = Internal("steady path: an instance of '" + r->spec.name + "' is not Eager on the " +
                       board_->name() + " board, which runs only Eager ones");
   } else if (status.ok()) {
+    // The plan the coordinator would send for it (Learn cached it from such plans).
     BucketPlan plan;
     plan.process_set = process_set_;
-    plan.collective = CollectiveType::kAllreduce;
+    plan.collective = r->spec.collective;
     plan.dtype = r->spec.dtype;  // the spec it offered, which equalled the entry's
     plan.op = r->spec.op;
     plan.device = Device::kCpu;
     plan.prescale = r->spec.prescale;
     plan.postscale = r->spec.postscale;
+    plan.root = r->spec.root;
     BucketPlan::Entry pe;
     pe.id = claimed->id;
     pe.num_elements = r->spec.NumElements();
+    if (r->spec.collective == CollectiveType::kAllgather) {
+      pe.first_dims.assign(ranks_.size(), r->spec.shape[0]);  // alike on every member
+    }
     plan.entries.push_back(pe);
     std::vector<const Request*> requests{r};
-    std::vector<OpResult> results;
     status = executor_->Start(plan, requests, &results, &finish,
                               trace ? &trace->collective_us : nullptr);
   }
   if (trace) trace->collective_done_us = TimelineNowUs();
   if (status.ok() && finish) status = finish();
   finish = nullptr;
+  if (!results.empty()) result = std::move(results[0]);
   if (trace) trace->unpacked_us = TimelineNowUs();
   if (!status.ok()) {
     Status job = host_.job_error();
@@ -76,24 +83,39 @@ void SteadyPath::Run(uint32_t e, Pending* claimed, bool held, int last_member) {
     if (!status.ok()) trace->error = status.message();
     timeline_->BucketDone(std::move(*trace));
   }
-  host_.complete(r->handle, status);
+  host_.complete(r->handle, status, std::move(result));
 }
 
-Status SteadyPath::RunEager(uint32_t e, uint32_t n, const Request& r) {
+Status SteadyPath::RunEager(uint32_t e, uint32_t n, const Request& r, OpResult* result) {
   const size_t count = static_cast<size_t>(r.spec.NumElements());
   const size_t bytes = r.spec.ByteSize();
   const DataType dtype = r.spec.dtype;
+  const int members = static_cast<int>(ranks_.size());
+  auto get = [&](int m, void* dst) {
+    if (board_->GetEager(e, n, m, dst, bytes)) return Status::Ok();
+    return Internal("steady path: member " + std::to_string(m) + "'s input of instance " +
+                    std::to_string(n) + " of '" + r.spec.name +
+                    "' was overwritten before this rank read it (a rank went on past a failure)");
+  };
+  switch (r.spec.collective) {
+    case CollectiveType::kAllgather: {
+      result->data.resize(bytes * static_cast<size_t>(members));
+      for (int m = 0; m < members; ++m) HORA_RETURN_IF_ERROR(get(m, &result->data[m * bytes]));
+      result->shape = r.spec.shape;
+      result->shape[0] *= members;
+      return Status::Ok();
+    }
+    case CollectiveType::kBroadcast:  // the root's own copy is its input again
+      return get(r.spec.root, r.output);
+    default:
+      break;
+  }
   const ReduceOp op = ReductionOp(r.spec.op);
   void* peer = eager_peer_.data();
-  const int members = static_cast<int>(ranks_.size());
   // Every member reduces in member order, so every member's result is the same bit for bit.
   for (int m = 0; m < members; ++m) {
     void* dst = m == 0 ? r.output : peer;
-    if (!board_->GetEager(e, n, m, dst, bytes)) {
-      return Internal("steady path: member " + std::to_string(m) + "'s input of instance " +
-                      std::to_string(n) + " of '" + r.spec.name +
-                      "' was overwritten before this rank read it (a rank went on past a failure)");
-    }
+    HORA_RETURN_IF_ERROR(get(m, dst));
     if (r.spec.prescale != 1.0) ScaleInPlace(dst, count, dtype, r.spec.prescale);
     if (m > 0) ReduceInto(r.output, peer, count, dtype, op);
   }

@@ -1,6 +1,7 @@
 """The steady path (docs/design.md "Steady state") through hora.torch, every rank of one host
-(shm): a name allreduced the same way a few times runs without the coordinator (counted by
-hora.steady_stats), with the same bits as its first, coordinator-planned runs; a changed
+(shm): a name allreduced (or, small, allgathered or broadcast) the same way a few times runs
+without the coordinator (counted by hora.steady_stats), with the same bits as its first,
+coordinator-planned runs; a changed
 shape falls back; a mismatch after the steady state still names the ranks."""
 
 import ctypes
@@ -82,6 +83,22 @@ def process_set():
             check(o == outs[0], "process set results differ")
         check(fast >= RUNS - WARM - 1, "process set: %d fast runs" % fast)
     hvd.remove_process_set(ps)
+
+
+@case
+def named_small_allgathers_and_broadcasts_run_fast():
+    before = hora.steady_stats(0)["fast"]
+    for i in range(RUNS):
+        rows = torch.arange(6, dtype=torch.float32).reshape(2, 3) + 10 * hvd.rank() + i
+        got = hvd.allgather(rows, name="gather.rows")
+        want = torch.cat([torch.arange(6, dtype=torch.float32).reshape(2, 3) + 10 * r + i
+                          for r in range(hvd.size())])
+        check(torch.equal(got, want), "allgather %d: %s" % (i, got.tolist()))
+        b = hvd.broadcast(torch.full((4,), float(hvd.rank() + i)), root_rank=1,
+                          name="bcast.from1")
+        check(b.tolist() == [1.0 + i] * 4, "broadcast %d: %s" % (i, b.tolist()))
+    fast = hora.steady_stats(0)["fast"] - before
+    check(fast >= 2 * (RUNS - WARM - 1), "%d fast runs of allgather and broadcast" % fast)
 
 
 @case
