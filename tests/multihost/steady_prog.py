@@ -1,8 +1,9 @@
 """A rank for tests/multihost/test_steady_hosts.py: small allreduces across hosts on the
 steady path (the board over messages, docs/design.md "Steady state").
 
-    steady_prog.py loop N            N named and N unnamed 4-byte hvd.allreduce calls, every
-                                     result checked; prints "STEADY fast=F slow=S entries=E"
+    steady_prog.py loop N            N named and N unnamed 4-byte hvd.allreduce calls, N named
+                                     allgathers and N named broadcasts, every result checked;
+                                     prints "STEADY fast=F slow=S entries=E"
     steady_prog.py kill N VICTIM     as loop, but rank VICTIM SIGKILLs itself at call N // 2;
                                      the others print "ERROR <message>" and exit 1
     steady_prog.py shape N VICTIM    as loop, but from call N // 2 on rank VICTIM's named
@@ -36,6 +37,14 @@ def main():
             if named.item() != want or unnamed.tolist() != [want, 2 * want]:
                 print("WRONG at %d: %s %s" % (i, named.tolist(), unnamed.tolist()), flush=True)
                 return 2
+            if mode == "loop":  # the other kinds the steady path runs
+                rows = hvd.allgather(torch.tensor([[rank, i]]), name="rows")
+                root = hvd.broadcast(torch.tensor([rank * 10 + i]), root_rank=size - 1,
+                                     name="from_last")
+                if (rows.tolist() != [[r, i] for r in range(size)] or
+                        root.item() != (size - 1) * 10 + i):
+                    print("WRONG at %d: %s %s" % (i, rows.tolist(), root.tolist()), flush=True)
+                    return 2
     except Exception as e:  # noqa: BLE001 - the test reads the message
         print("ERROR " + str(e).replace("\n", " "), flush=True)
         return 1
