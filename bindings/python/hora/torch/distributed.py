@@ -3,9 +3,14 @@
 built on torch.distributed over Hora's negotiation, fusion, data planes and failure detection.
 
 Every group is a Hora process set (the default group is the global set). torch's calls carry
-no names, so each gets one from its group and a per-group sequence number,
-"c10d.<group>.<n>.<kind>": every rank issues a group's calls in the same order (torch requires
-it), so the names match, and a call made by some ranks only is named by Hora's stall report.
+no names, so each gets one from its group; every rank issues a group's calls in the same order
+(torch requires it), so the names match, and a call made by some ranks only is named by
+Hora's stall report. all_reduce, broadcast and all_gather_into_tensor are named by what they
+carry and how often it came, "c10d.<group>.<kind>.<dtype>.<shape>[.<op or root>].<n mod 8>",
+so that a training loop repeats its names and Hora's steady path learns them (no coordinator
+round trip once learned, docs/design.md "Steady state"); a name is reused only after its
+previous call finished on this rank. The other calls take a per-group sequence number,
+"c10d.<group>.<n>.<kind>".
 Ranks inside a group's calls are group ranks, as torch passes them; Hora's are global.
 """
 
@@ -19,6 +24,9 @@ from . import process_sets
 from .c10d_work import DistBackendError, Work, done  # noqa: F401 - DistBackendError re-exported
 
 BACKEND = "hora"
+# How many calls of one signature a group names apart (and may have in flight) before it
+# reuses the first name.
+_WINDOW = 8
 
 _OPS = {}
 for _name, _hora in (("SUM", mpi_ops.Sum), ("AVG", mpi_ops.Average),
@@ -50,6 +58,8 @@ class HoraProcessGroup(dist.ProcessGroup):
         self._name = str(group_name)
         self._set = process_set
         self._seq = 0
+        self._uses = {}   # signature -> calls so far (_repeatable)
+        self._last = {}   # repeatable name -> the Work that used it last
 
     # -- what torch asks of a backend --
     def getBackendName(self):
@@ -75,6 +85,25 @@ class HoraProcessGroup(dist.ProcessGroup):
         self._seq += 1
         return "c10d.%s.%d.%s" % (self._name, self._seq, kind)
 
+    def _repeatable(self, kind, t, extra=""):
+        """A name for the n-th call of this signature in this group: the same on every rank
+        (torch's order), and repeated every _WINDOW calls, once the previous call of that
+        name has finished here."""
+        sig = "%s.%s.%s%s" % (kind, str(t.dtype).replace("torch.", ""),
+                              "x".join(str(d) for d in t.shape) or "scalar", extra)
+        n = self._uses.get(sig, 0)
+        self._uses[sig] = n + 1
+        name = "c10d.%s.%s.%d" % (self._name, sig, n % _WINDOW)
+        prev = self._last.pop(name, None)
+        if prev is not None:
+            prev._complete()  # never raises: its error stays with its own wait()
+        return name
+
+    def _remember(self, names, work):
+        for n in names:
+            self._last[n] = work
+        return work
+
     def _global(self, group_rank, what):
         if not 0 <= group_rank < len(self._members):
             raise ValueError("%s: rank %d is not in this group of %d ranks"
@@ -87,11 +116,11 @@ class HoraProcessGroup(dist.ProcessGroup):
     # -- collectives --
     def allreduce(self, tensors, opts=None):
         op = _hora_op(opts.reduceOp if opts is not None else dist.ReduceOp.SUM)
-        name = self._next("allreduce")
-        handles = [mpi_ops.allreduce_async_(t, name="%s.%d" % (name, i), op=op,
-                                            process_set=self._set)
-                   for i, t in enumerate(tensors)]
-        return self._work(name, handles, lambda _: tensors)
+        names = [self._repeatable("allreduce", t, ".op%d" % op) for t in tensors]
+        handles = [mpi_ops.allreduce_async_(t, name=n, op=op, process_set=self._set)
+                   for n, t in zip(names, tensors)]
+        return self._remember(names, self._work(names[0] if names else "allreduce", handles,
+                                                lambda _: tensors))
 
     def allreduce_coalesced(self, tensors, opts=None):
         op = _hora_op(opts.reduceOp if opts is not None else dist.ReduceOp.SUM)
@@ -103,11 +132,11 @@ class HoraProcessGroup(dist.ProcessGroup):
 
     def broadcast(self, tensors, opts=None):
         root = self._global(opts.rootRank if opts is not None else 0, "broadcast")
-        name = self._next("broadcast")
-        handles = [mpi_ops.broadcast_async_(t, root, name="%s.%d" % (name, i),
-                                            process_set=self._set)
-                   for i, t in enumerate(tensors)]
-        return self._work(name, handles, lambda _: tensors)
+        names = [self._repeatable("broadcast", t, ".root%d" % root) for t in tensors]
+        handles = [mpi_ops.broadcast_async_(t, root, name=n, process_set=self._set)
+                   for n, t in zip(names, tensors)]
+        return self._remember(names, self._work(names[0] if names else "broadcast", handles,
+                                                lambda _: tensors))
 
     def _gather_rows(self, name, input_tensor):
         """Every member's input flattened, as the rows of one [size, numel] tensor."""
@@ -131,16 +160,16 @@ class HoraProcessGroup(dist.ProcessGroup):
         return self._work(name, handles, finish)
 
     def _allgather_base(self, output, input_tensor, opts=None):
-        name = self._next("allgather_into_tensor")
         if output.numel() != input_tensor.numel() * self.size():
             raise ValueError("all_gather_into_tensor: the output has %d elements, needs %d x %d"
                              % (output.numel(), self.size(), input_tensor.numel()))
         if output.dtype != input_tensor.dtype:
             raise ValueError("all_gather_into_tensor: output %s, input %s"
                              % (output.dtype, input_tensor.dtype))
+        name = self._repeatable("allgather_into_tensor", input_tensor)
         if output.is_contiguous() and output.dtype in mpi_ops._TORCH_DTYPES:
-            return self._work(name, [self._gather_into(name, input_tensor, output)],
-                              lambda _: [output])
+            return self._remember([name], self._work(
+                name, [self._gather_into(name, input_tensor, output)], lambda _: [output]))
         h = self._gather_rows(name, input_tensor)
 
         def finish(results):
@@ -148,7 +177,7 @@ class HoraProcessGroup(dist.ProcessGroup):
                 output.copy_(results[0].view(output.shape))
             return [output]
 
-        return self._work(name, [h], finish)
+        return self._remember([name], self._work(name, [h], finish))
 
     def _gather_into(self, name, input_tensor, output):
         """An allgather whose result the runtime copies straight into `output` (contiguous,
