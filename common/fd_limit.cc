@@ -23,8 +23,7 @@ std::string RaiseOpenFileLimit(int64_t wanted) {
   }
   if (lim.rlim_cur == RLIM_INFINITY || lim.rlim_cur >= want) return "";
   return "the open-file limit is " + std::to_string(lim.rlim_cur) + " (hard limit " +
-         (lim.rlim_max == RLIM_INFINITY ? std::string("unlimited")
-                                        : std::to_string(lim.rlim_max)) +
+         (lim.rlim_max == RLIM_INFINITY ? std::string("unlimited") : std::to_string(lim.rlim_max)) +
          ") and a job of this size may need " + std::to_string(wanted) +
          ": connections may fail with 'Too many open files'; raise it (ulimit -n) before the job";
 }

@@ -218,8 +218,8 @@ void SteadyPath::Learn(const BucketPlan& bucket, const std::vector<const TensorS
 }
 
 bool SteadyPath::Cacheable(const BucketPlan& bucket, const TensorSpec& spec) const {
-  if (bucket.device != Device::kCpu || !bucket.participants.empty() ||
-      bucket.entries.size() != 1 || spec.collective != bucket.collective) {
+  if (bucket.device != Device::kCpu || !bucket.participants.empty() || bucket.entries.size() != 1 ||
+      spec.collective != bucket.collective) {
     return false;
   }
   const size_t bytes = spec.ByteSize();

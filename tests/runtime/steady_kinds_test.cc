@@ -1,8 +1,8 @@
 // The steady path beyond allreduce (runtime/steady_path.h): allgathers and broadcasts, small
 // (their data on the board) and large (on the steady communicator), engines as threads on one
-// host (the shared-memory board) and on two "hosts" (the board over messages). Their results equal the coordinator path's bit for bit, the path really runs
-// them (its counters), and a rank whose allgather rows change falls back to the coordinator,
-// which gathers the uneven rows as before.
+// host (the shared-memory board) and on two "hosts" (the board over messages). Their results equal
+// the coordinator path's bit for bit, the path really runs them (its counters), and a rank whose
+// allgather rows change falls back to the coordinator, which gathers the uneven rows as before.
 #include <catch2/catch.hpp>
 #include <cstring>
 #include <string>
@@ -78,8 +78,8 @@ std::string RunKinds(const std::string& steady, const std::string& board, int64_
           s = e.Wait(h.value(), WaitBound());
           (void)e.Release(h.value());
           if (!s.ok()) return "broadcast " + std::to_string(i) + ": " + s.ToString();
-          if (b[0] != 1000 + i * 10) return "broadcast " + std::to_string(i) + ": got " +
-                                             std::to_string(b[0]);
+          if (b[0] != 1000 + i * 10)
+            return "broadcast " + std::to_string(i) + ": got " + std::to_string(b[0]);
           keep(b.data(), b.size() * sizeof(int32_t));
         }
         out->stats[r] = e.Steady(kGlobalProcessSet).value();
