@@ -346,7 +346,7 @@ def test_sigint_mid_job_leaves_no_process_on_any_host(kit, tmp_path, mode):
         assert wait_files(str(tmp_path), ["pid.%d" % r for r in range(np)], 120), \
             p.stderr.read1(10000) if p.poll() is not None else "ranks did not start"
         pids = read_pids(str(tmp_path), np)
-        assert {h for h, _ in pids.values()} == set(kit.hosts)
+        assert {h for h, _ in pids.values()} == set(kit.hosts[:3])
         assert kit.strays(), "the scan must see the running job"
         p.send_signal(signal.SIGINT)
         out, err = p.communicate(timeout=TIMEOUT)
