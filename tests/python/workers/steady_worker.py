@@ -102,6 +102,22 @@ def named_small_allgathers_and_broadcasts_run_fast():
 
 
 @case
+def unnamed_blocking_allgathers_and_broadcasts_take_the_steady_path():
+    before = hora.steady_stats(0)["fast"]
+    for i in range(RUNS):
+        got = hvd.allgather(torch.tensor([[hvd.rank(), i]]))
+        check(got.tolist() == [[r, i] for r in range(hvd.size())], "allgather %d" % i)
+        b = hvd.broadcast(torch.tensor([hvd.rank() + i]), root_rank=0)
+        check(b.item() == i, "broadcast %d" % i)
+    for i in range(RUNS):  # the in-place one shares the name: another loop
+        t = torch.tensor([float(hvd.rank() + i)] * 3)
+        hvd.broadcast_(t, root_rank=hvd.size() - 1)
+        check(t.tolist() == [float(hvd.size() - 1 + i)] * 3, "broadcast_ %d" % i)
+    fast = hora.steady_stats(0)["fast"] - before
+    check(fast >= 3 * (RUNS - WARM - 1), "%d fast runs" % fast)
+
+
+@case
 def changed_shape_falls_back_and_mismatch_names_ranks():
     for _ in range(RUNS):
         y = hvd.allreduce(torch.ones(4), name="w", op=hvd.Sum)

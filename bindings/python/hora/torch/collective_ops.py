@@ -9,7 +9,7 @@ from .process_sets import _set_rank
 from .refusal import refusing
 from .mpi_ops import (Average, BadOp, Sum, _check_devices, _check_input, _contig, _describe,
                       _gathered, _invalid, _register, _resolve_op, _set_id, _set_root,
-                      _set_size, global_process_set, synchronize, allreduce,
+                      _set_size, _sync_unnamed, global_process_set, synchronize, allreduce,
                       grouped_allreduce, raise_if_bad)
 
 
@@ -84,6 +84,9 @@ class HoraAllgather(torch.autograd.Function):
 
 def allgather(tensor, name=None, process_set=global_process_set):
     """Concatenation of every rank's `tensor` along dimension 0. Autograd-aware."""
+    if name is None:  # one name for a loop of them (mpi_ops._sync_unnamed)
+        return _sync_unnamed(process_set, lambda n: allgather(tensor, n, process_set),
+                             "allgather")
     set_id = _set_id(process_set)
     with refusing("allgather", name, set_id):
         _nonscalar([tensor], "allgather")
@@ -157,6 +160,9 @@ def broadcast_async_(tensor, root_rank, name=None, process_set=global_process_se
 
 
 def broadcast_(tensor, root_rank, name=None, process_set=global_process_set):
+    if name is None:  # one name for a loop of them (mpi_ops._sync_unnamed)
+        return _sync_unnamed(process_set, lambda n: broadcast_(tensor, root_rank, n,
+                                                               process_set), "broadcast")
     return synchronize(broadcast_async_(tensor, root_rank, name, process_set))
 
 
@@ -178,6 +184,9 @@ class HoraBroadcast(torch.autograd.Function):
 
 def broadcast(tensor, root_rank, name=None, process_set=global_process_set):
     """Root's `tensor` on every rank, as a new tensor. Autograd-aware."""
+    if name is None:  # one name for a loop of them (mpi_ops._sync_unnamed)
+        return _sync_unnamed(process_set, lambda n: broadcast(tensor, root_rank, n,
+                                                              process_set), "broadcast")
     return HoraBroadcast.apply(tensor, root_rank, name, _set_id(process_set))
 
 

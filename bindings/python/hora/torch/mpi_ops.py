@@ -326,8 +326,9 @@ def allreduce_async_(tensor, average=None, name=None, op=None, prescale_factor=1
                                  inplace=True, group=False, set_id=set_id)
 
 
-# A blocking allreduce without a name runs under one name per process set, "allreduce.
-# noname.sync" (core.sync_name), instead of the next number of the unnamed calls: a numbered
+# A blocking allreduce (allgather, broadcast) without a name runs under one name per process
+# set, "allreduce.noname.sync" (core.sync_name), instead of the next number of the unnamed
+# calls: a numbered
 # name never repeats, so the steady path (which learns by name) would never take a loop of
 # them, and each would cost a coordinator round trip. Ranks agree on it as they agree on the
 # numbers, by making the same calls in the same order (a blocking call takes no number on
@@ -341,16 +342,16 @@ _sync_locks_lock = threading.Lock()
 _sync_locks = {}
 
 
-def _sync_unnamed(process_set, call):
-    """call(name) under the set's name for blocking unnamed allreduces (see above)."""
+def _sync_unnamed(process_set, call, op="allreduce"):
+    """call(name) under the set's name for blocking unnamed calls of op (see above)."""
     set_id = _set_id(process_set)
     with _sync_locks_lock:
-        lock = _sync_locks.setdefault(set_id, threading.RLock())
+        lock = _sync_locks.setdefault((op, set_id), threading.RLock())
     with lock:
         try:
-            return call(core.sync_name("allreduce", set_id))
+            return call(core.sync_name(op, set_id))
         except Exception:
-            core.sync_failed("allreduce", set_id)
+            core.sync_failed(op, set_id)
             raise
 
 
