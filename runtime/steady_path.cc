@@ -94,6 +94,7 @@ Status SteadyPath::Begin(const Lookup& found, Request* request, Ticket* ticket) 
   const uint32_t e = found.entry;
   const size_t bytes = request->spec.ByteSize();
   const void* input = request->input;
+  const bool eager = Eager(e, request->spec);  // before the request moves into pending_
   uint32_t n = 0;
   bool offer = true;
   bool stopping = false;
@@ -133,7 +134,6 @@ Status SteadyPath::Begin(const Lookup& found, Request* request, Ticket* ticket) 
   ticket->bell = board_->Bell();
   ticket->large = bytes > kInlineBytes;
   ticket->offered = true;
-  const bool eager = board_->Eager(e, bytes);
   if (eager) board_->PutEager(e, n, input, bytes);
   const SteadyBoard::Outcome o = board_->Offer(e, n, eager);
   if (o == SteadyBoard::Outcome::kFast) {
@@ -227,6 +227,8 @@ bool SteadyPath::Cacheable(const BucketPlan& bucket, const TensorSpec& spec) con
     case CollectiveType::kAllreduce:
     case CollectiveType::kBroadcast:
       return board_->Runs(bytes);
+    case CollectiveType::kReducescatter:
+      return executor_ != nullptr && bytes > 0;  // never Eager (SteadyPath::Eager)
     case CollectiveType::kAllgather: {
       // Every member's rows alike: each member's input is as large as this one's.
       const std::vector<int64_t>& dims = bucket.entries[0].first_dims;
@@ -239,6 +241,10 @@ bool SteadyPath::Cacheable(const BucketPlan& bucket, const TensorSpec& spec) con
     default:
       return false;
   }
+}
+
+bool SteadyPath::Eager(uint32_t e, const TensorSpec& spec) const {
+  return spec.collective != CollectiveType::kReducescatter && board_->Eager(e, spec.ByteSize());
 }
 
 SteadyStats SteadyPath::Stats() const {

@@ -5,7 +5,8 @@
 // Learning (Learn, on the thread that delivers plans, before the bucket's requests can
 // finish): a CPU bucket of one tensor, every member taking part, nobody joined, counts for
 // its name when it is an allreduce, a broadcast or an allgather (every member's first
-// dimension the same) of a size the board runs; kWarmup such buckets in a row with the same spec
+// dimension the same) of a size the board runs, or a reducescatter (with a steady
+// communicator); kWarmup such buckets in a row with the same spec
 // make the name an entry of the cache (id: the next free one) or update its spec. Every member
 // receives the same buckets in the same order, so every member builds the same cache, and a name's
 // cache changes only while one of its instances is in flight on every member, so all members judge
@@ -196,6 +197,10 @@ class SteadyPath {
   // comm_): an allreduce reduces them into r.output, an allgather concatenates them in member
   // order into *result, a broadcast copies the root's into r.output.
   Status RunEager(uint32_t e, uint32_t n, const Request& r, OpResult* result) REQUIRES(drive_mu_);
+  // Whether instances of entry e (of `spec`) carry their data on the board: the board's
+  // answer, except for reducescatters, which always run on comm_ (so their reduction order,
+  // hence their bits, are the backend's, as on the coordinator's path).
+  bool Eager(uint32_t e, const TensorSpec& spec) const;
   // Whether the set's plan `bucket` of `spec` can be cached (the same answer on every member).
   bool Cacheable(const BucketPlan& bucket, const TensorSpec& spec) const;
   // Takes *it out of pending_ (the instance ran, or fell back): Settled says so from then on.

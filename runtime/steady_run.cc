@@ -39,7 +39,7 @@ void SteadyPath::Run(uint32_t e, Pending* claimed, bool held, int last_member) {
   std::vector<OpResult> results;  // the executor's (one entry)
   OpResult result;
   Status status = host_.job_error();
-  if (status.ok() && board_->Eager(e, r->spec.ByteSize())) {
+  if (status.ok() && Eager(e, r->spec)) {
     if (trace) trace->collective_us = TimelineNowUs();
     status = RunEager(e, instance, *r, &result);
   } else if (status.ok() && !executor_) {

@@ -1,4 +1,5 @@
-// The steady path beyond allreduce (runtime/steady_path.h): allgathers and broadcasts, small
+// The steady path beyond allreduce (runtime/steady_path.h): allgathers, broadcasts and
+// reducescatters (an Average with a prescale, 4 rows over 3 ranks: uneven parts), small
 // (their data on the board) and large (on the steady communicator), engines as threads on one
 // host (the shared-memory board) and on two "hosts" (the board over messages). Their results equal
 // the coordinator path's bit for bit, the path really runs them (its counters), and a rank whose
@@ -81,6 +82,25 @@ std::string RunKinds(const std::string& steady, const std::string& board, int64_
           if (b[0] != 1000 + i * 10)
             return "broadcast " + std::to_string(i) + ": got " + std::to_string(b[0]);
           keep(b.data(), b.size() * sizeof(int32_t));
+
+          std::vector<float> parts = Rows(r, i + 100, static_cast<int>(2 * rows));
+          TensorSpec rs;
+          rs.name = "parts";
+          rs.collective = CollectiveType::kReducescatter;
+          rs.op = ReduceOp::kAverage;
+          rs.prescale = 0.5;
+          rs.shape = {2 * rows, 3};
+          h = e.Enqueue(rs, parts.data(), nullptr);
+          if (!h.ok()) return "reducescatter: " + h.status().ToString();
+          s = e.Wait(h.value(), WaitBound());
+          if (!s.ok()) return "reducescatter " + std::to_string(i) + ": " + s.ToString();
+          s = e.handles().WithResult(h.value(), [&](const OpResult& res) {
+            keep(res.shape.data(), res.shape.size() * sizeof(int64_t));
+            keep(res.data.data(), res.data.size());
+            return Status::Ok();
+          });
+          (void)e.Release(h.value());
+          if (!s.ok()) return "result: " + s.ToString();
         }
         out->stats[r] = e.Steady(kGlobalProcessSet).value();
         return "";
@@ -92,7 +112,8 @@ std::string RunKinds(const std::string& steady, const std::string& board, int64_
   return "";
 }
 
-TEST_CASE("steady path: allgathers and broadcasts run on it, bit for bit", "[steady]") {
+TEST_CASE("steady path: allgathers, broadcasts, reducescatters run on it, bit for bit",
+          "[steady]") {
   const std::string board = GENERATE(as<std::string>{}, "shm", "net");
   // 2 rows: 24 bytes (Eager); 2000 rows: 24,000 bytes (above either board's Eager size).
   const int64_t rows = GENERATE(int64_t{2}, int64_t{2000});
@@ -105,10 +126,10 @@ TEST_CASE("steady path: allgathers and broadcasts run on it, bit for bit", "[ste
     REQUIRE(off.bytes[r].size() == on.bytes[r].size());
     CHECK(std::memcmp(off.bytes[r].data(), on.bytes[r].data(), off.bytes[r].size()) == 0);
     CHECK(off.stats[r].fast == 0);
-    CHECK(on.stats[r].entries == 2);
-    // Both cached after kWarmup plans; the uneven iteration falls back (the allgather, whose
-    // rows changed on rank 2, and nothing else), then both run fast again.
-    const int64_t fast_runs = 2 * (kIterations - SteadyPath::kWarmup) - 1;
+    CHECK(on.stats[r].entries == 3);
+    // All cached after kWarmup plans; the uneven iteration falls back (the allgather, whose
+    // rows changed on rank 2, and nothing else), then all run fast again.
+    const int64_t fast_runs = 3 * (kIterations - SteadyPath::kWarmup) - 1;
     CHECK(on.stats[r].fast >= fast_runs - 1);
     CHECK(on.stats[r].slow >= 1);
   }

@@ -351,6 +351,10 @@ class HoraReducescatter(torch.autograd.Function):
 def reducescatter(tensor, name=None, compression=Compression.none, op=Average,
                   process_set=global_process_set, prescale_factor=1.0, postscale_factor=1.0):
     """Reduces `tensor` over ranks; rank r keeps its part of dimension 0. Autograd-aware."""
+    if name is None:  # one name for a loop of them (mpi_ops._sync_unnamed)
+        return _sync_unnamed(process_set, lambda n: reducescatter(
+            tensor, n, compression, op, process_set, prescale_factor, postscale_factor),
+            "reducescatter")
     set_id = _set_id(process_set)
     op = _reducescatter_op(op)
     with refusing("reducescatter", name, set_id):

@@ -5,8 +5,8 @@ built on torch.distributed over Hora's negotiation, fusion, data planes and fail
 Every group is a Hora process set (the default group is the global set). torch's calls carry
 no names, so each gets one from its group; every rank issues a group's calls in the same order
 (torch requires it), so the names match, and a call made by some ranks only is named by
-Hora's stall report. all_reduce, broadcast and all_gather_into_tensor are named by what they
-carry and how often it came, "c10d.<group>.<kind>.<dtype>.<shape>[.<op or root>].<n mod 8>",
+Hora's stall report. all_reduce, broadcast, all_gather_into_tensor and reduce_scatter_tensor
+are named by what they carry and how often it came, "c10d.<group>.<kind>.<dtype>.<shape>[.<op or root>].<n mod 8>",
 so that a training loop repeats its names and Hora's steady path learns them (no coordinator
 round trip once learned, docs/design.md "Steady state"); a name is reused only after its
 previous call finished on this rank. The other calls take a per-group sequence number,
@@ -247,7 +247,8 @@ class HoraProcessGroup(dist.ProcessGroup):
             raise ValueError("reduce_scatter_tensor: the input has %d elements, needs %d x %d"
                              % (input_tensor.numel(), self.size(), output.numel()))
         stacked = input_tensor.reshape(self.size(), -1).contiguous()
-        return self._reduce_rows(self._next("reduce_scatter_tensor"), stacked, op, output)
+        name = self._repeatable("reduce_scatter_tensor", input_tensor, ".op%d" % op)
+        return self._remember([name], self._reduce_rows(name, stacked, op, output))
 
     reduce_scatter_single = _reduce_scatter_base
 
