@@ -1,17 +1,18 @@
-// The steady path of one process set (docs/design.md "Steady state"): allreduces, and small
-// allgathers and broadcasts, whose plan the coordinator has sent unchanged a few times run
+// The steady path of one process set (docs/design.md "Steady state"): allreduces, allgathers,
+// broadcasts and reducescatters whose plan the coordinator has sent unchanged a few times run
 // without asking it again.
 //
 // Learning (Learn, on the thread that delivers plans, before the bucket's requests can
 // finish): a CPU bucket of one tensor, every member taking part, nobody joined, counts for
 // its name when it is an allreduce, a broadcast or an allgather (every member's first
 // dimension the same) of a size the board runs, or a reducescatter (with a steady
-// communicator); kWarmup such buckets in a row with the same spec
-// make the name an entry of the cache (id: the next free one) or update its spec. Every member
-// receives the same buckets in the same order, so every member builds the same cache, and a name's
-// cache changes only while one of its instances is in flight on every member, so all members judge
-// their next submission of it against the same entry. A bucket in which some member joined ends
-// learning for the set for good (the joined member cannot tell which names it held).
+// communicator); kWarmup such buckets in a row with the same spec make the name an entry of
+// the cache (id: the next free one) or update its spec. Every member receives the same
+// buckets in the same order, so every member builds the same cache, and a name's cache
+// changes only while one of its instances is in flight on every member, so all members
+// judge their next submission of it against the same entry. A bucket in which some member
+// joined ends learning for the set for good (the joined member cannot tell which names it
+// held).
 //
 // Submission (Begin, on the enqueuing thread): for a cached name, instance n (the n-th
 // submission since it was cached) is offered on the board (runtime/steady_board.h: shared
