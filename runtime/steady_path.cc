@@ -228,7 +228,7 @@ bool SteadyPath::Cacheable(const BucketPlan& bucket, const TensorSpec& spec) con
     case CollectiveType::kBroadcast:
       return board_->Runs(bytes);
     case CollectiveType::kReducescatter:
-      return executor_ != nullptr && bytes > 0;  // never Eager (SteadyPath::Eager)
+      return comm_ != nullptr && bytes > 0;  // never Eager (SteadyPath::Eager)
     case CollectiveType::kAllgather: {
       // Every member's rows alike: each member's input is as large as this one's.
       const std::vector<int64_t>& dims = bucket.entries[0].first_dims;
