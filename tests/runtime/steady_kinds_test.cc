@@ -47,6 +47,22 @@ std::string RunKinds(const std::string& steady, const std::string& board, int64_
           const char* c = static_cast<const char*>(p);
           out->bytes[r].insert(out->bytes[r].end(), c, c + n);
         };
+        // Runs one operation to its end; its result (shape and bytes) kept when it has one.
+        auto run = [&](const TensorSpec& spec, void* in, void* output, int i) -> std::string {
+          const std::string what = spec.name + " " + std::to_string(i) + ": ";
+          auto h = e.Enqueue(spec, in, output);
+          if (!h.ok()) return what + h.status().ToString();
+          Status s = e.Wait(h.value(), WaitBound());
+          if (s.ok() && output == nullptr) {
+            s = e.handles().WithResult(h.value(), [&](const OpResult& res) {
+              keep(res.shape.data(), res.shape.size() * sizeof(int64_t));
+              keep(res.data.data(), res.data.size());
+              return Status::Ok();
+            });
+          }
+          (void)e.Release(h.value());
+          return s.ok() ? "" : what + s.ToString();
+        };
         for (int i = 0; i < kIterations; ++i) {
           const int64_t n = (r == 2 && i == kUneven) ? rows - 1 : rows;
           std::vector<float> mine = Rows(r, i, static_cast<int>(n));
@@ -54,17 +70,8 @@ std::string RunKinds(const std::string& steady, const std::string& board, int64_
           ag.name = "rows";
           ag.collective = CollectiveType::kAllgather;
           ag.shape = {n, 3};
-          auto h = e.Enqueue(ag, mine.data(), nullptr);
-          if (!h.ok()) return "allgather: " + h.status().ToString();
-          Status s = e.Wait(h.value(), WaitBound());
-          if (!s.ok()) return "allgather " + std::to_string(i) + ": " + s.ToString();
-          s = e.handles().WithResult(h.value(), [&](const OpResult& res) {
-            keep(res.shape.data(), res.shape.size() * sizeof(int64_t));
-            keep(res.data.data(), res.data.size());
-            return Status::Ok();
-          });
-          (void)e.Release(h.value());
-          if (!s.ok()) return "result: " + s.ToString();
+          std::string failed = run(ag, mine.data(), nullptr, i);
+          if (!failed.empty()) return failed;
 
           std::vector<int32_t> b(static_cast<size_t>(2 * rows));
           for (size_t j = 0; j < b.size(); ++j) b[j] = r * 1000 + i * 10 + static_cast<int>(j);
@@ -74,11 +81,8 @@ std::string RunKinds(const std::string& steady, const std::string& board, int64_
           bc.dtype = DataType::kInt32;
           bc.shape = {2 * rows};
           bc.root = 1;
-          h = e.Enqueue(bc, b.data(), b.data());
-          if (!h.ok()) return "broadcast: " + h.status().ToString();
-          s = e.Wait(h.value(), WaitBound());
-          (void)e.Release(h.value());
-          if (!s.ok()) return "broadcast " + std::to_string(i) + ": " + s.ToString();
+          failed = run(bc, b.data(), b.data(), i);
+          if (!failed.empty()) return failed;
           if (b[0] != 1000 + i * 10)
             return "broadcast " + std::to_string(i) + ": got " + std::to_string(b[0]);
           keep(b.data(), b.size() * sizeof(int32_t));
@@ -90,17 +94,8 @@ std::string RunKinds(const std::string& steady, const std::string& board, int64_
           rs.op = ReduceOp::kAverage;
           rs.prescale = 0.5;
           rs.shape = {2 * rows, 3};
-          h = e.Enqueue(rs, parts.data(), nullptr);
-          if (!h.ok()) return "reducescatter: " + h.status().ToString();
-          s = e.Wait(h.value(), WaitBound());
-          if (!s.ok()) return "reducescatter " + std::to_string(i) + ": " + s.ToString();
-          s = e.handles().WithResult(h.value(), [&](const OpResult& res) {
-            keep(res.shape.data(), res.shape.size() * sizeof(int64_t));
-            keep(res.data.data(), res.data.size());
-            return Status::Ok();
-          });
-          (void)e.Release(h.value());
-          if (!s.ok()) return "result: " + s.ToString();
+          failed = run(rs, parts.data(), nullptr, i);
+          if (!failed.empty()) return failed;
         }
         out->stats[r] = e.Steady(kGlobalProcessSet).value();
         return "";
