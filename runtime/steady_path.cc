@@ -229,6 +229,22 @@ bool SteadyPath::Cacheable(const BucketPlan& bucket, const TensorSpec& spec) con
       return board_->Runs(bytes);
     case CollectiveType::kReducescatter:
       return comm_ != nullptr && bytes > 0;  // never Eager (SteadyPath::Eager)
+    case CollectiveType::kAlltoall: {
+      // Even splits on every member (so every member receives rows / n from each), never
+      // Eager: on comm_.
+      const std::vector<int64_t>& recv = bucket.entries[0].recv_splits;
+      const int64_t n = static_cast<int64_t>(ranks_.size());
+      if (comm_ == nullptr || bytes == 0 || spec.shape.empty() || spec.shape[0] % n != 0 ||
+          static_cast<int64_t>(recv.size()) != n ||
+          (!spec.splits.empty() && static_cast<int64_t>(spec.splits.size()) != n)) {
+        return false;
+      }
+      for (int64_t i = 0; i < n; ++i) {
+        const int64_t even = spec.shape[0] / n;
+        if (recv[i] != even || (!spec.splits.empty() && spec.splits[i] != even)) return false;
+      }
+      return true;
+    }
     case CollectiveType::kAllgather: {
       // Every member's rows alike: each member's input is as large as this one's.
       const std::vector<int64_t>& dims = bucket.entries[0].first_dims;
@@ -244,7 +260,8 @@ bool SteadyPath::Cacheable(const BucketPlan& bucket, const TensorSpec& spec) con
 }
 
 bool SteadyPath::Eager(uint32_t e, const TensorSpec& spec) const {
-  return spec.collective != CollectiveType::kReducescatter && board_->Eager(e, spec.ByteSize());
+  return spec.collective != CollectiveType::kReducescatter &&
+         spec.collective != CollectiveType::kAlltoall && board_->Eager(e, spec.ByteSize());
 }
 
 SteadyStats SteadyPath::Stats() const {

@@ -1,18 +1,18 @@
 // The steady path of one process set (docs/design.md "Steady state"): allreduces, allgathers,
-// broadcasts and reducescatters whose plan the coordinator has sent unchanged a few times run
-// without asking it again.
+// broadcasts, reducescatters and alltoalls whose plan the coordinator has sent unchanged a few
+// times run without asking it again.
 //
 // Learning (Learn, on the thread that delivers plans, before the bucket's requests can
 // finish): a CPU bucket of one tensor, every member taking part, nobody joined, counts for
 // its name when it is an allreduce, a broadcast or an allgather (every member's first
-// dimension the same) of a size the board runs, or a reducescatter (with a steady
-// communicator); kWarmup such buckets in a row with the same spec make the name an entry of
-// the cache (id: the next free one) or update its spec. Every member receives the same
-// buckets in the same order, so every member builds the same cache, and a name's cache
-// changes only while one of its instances is in flight on every member, so all members
-// judge their next submission of it against the same entry. A bucket in which some member
-// joined ends learning for the set for good (the joined member cannot tell which names it
-// held).
+// dimension the same) of a size the board runs, or a reducescatter or an alltoall (even
+// splits on every member), with a steady communicator; kWarmup such buckets in a row with
+// the same spec make the name an entry of the cache (id: the next free one) or update its
+// spec. Every member receives the same buckets in the same order, so every member builds the
+// same cache, and a name's cache changes only while one of its instances is in flight on
+// every member, so all members judge their next submission of it against the same entry. A
+// bucket in which some member joined ends learning for the set for good (the joined member
+// cannot tell which names it held).
 //
 // Submission (Begin, on the enqueuing thread): for a cached name, instance n (the n-th
 // submission since it was cached) is offered on the board (runtime/steady_board.h: shared
@@ -199,8 +199,8 @@ class SteadyPath {
   // order into *result, a broadcast copies the root's into r.output.
   Status RunEager(uint32_t e, uint32_t n, const Request& r, OpResult* result) REQUIRES(drive_mu_);
   // Whether instances of entry e (of `spec`) carry their data on the board: the board's
-  // answer, except for reducescatters, which always run on comm_ (so their reduction order,
-  // hence their bits, are the backend's, as on the coordinator's path).
+  // answer, except for reducescatters (their reduction order, hence their bits, stay the
+  // backend's, as on the coordinator's path) and alltoalls, which always run on comm_.
   bool Eager(uint32_t e, const TensorSpec& spec) const;
   // Whether the set's plan `bucket` of `spec` can be cached (the same answer on every member).
   bool Cacheable(const BucketPlan& bucket, const TensorSpec& spec) const;

@@ -60,7 +60,9 @@ void SteadyPath::Run(uint32_t e, Pending* claimed, bool held, int last_member) {
     pe.id = claimed->id;
     pe.num_elements = r->spec.NumElements();
     if (r->spec.collective == CollectiveType::kAllgather) {
-      pe.first_dims.assign(ranks_.size(), r->spec.shape[0]);  // alike on every member
+      pe.first_dims.assign(ranks_.size(), r->spec.shape[0]);       // alike on every member
+    } else if (r->spec.collective == CollectiveType::kAlltoall) {  // even splits everywhere
+      pe.recv_splits.assign(ranks_.size(), r->spec.shape[0] / static_cast<int64_t>(ranks_.size()));
     }
     plan.entries.push_back(pe);
     std::vector<const Request*> requests{r};

@@ -1,9 +1,10 @@
-// The steady path beyond allreduce (runtime/steady_path.h): allgathers, broadcasts and
-// reducescatters (an Average with a prescale, 4 rows over 3 ranks: uneven parts), small
-// (their data on the board) and large (on the steady communicator), engines as threads on one
-// host (the shared-memory board) and on two "hosts" (the board over messages). Their results equal
-// the coordinator path's bit for bit, the path really runs them (its counters), and a rank whose
-// allgather rows change falls back to the coordinator, which gathers the uneven rows as before.
+// The steady path beyond allreduce (runtime/steady_path.h): allgathers, broadcasts,
+// reducescatters (an Average with a prescale, 4 rows over 3 ranks: uneven parts) and alltoalls
+// (even splits), small (their data on the board) and large (on the steady communicator),
+// engines as threads on one host (the shared-memory board) and on two "hosts" (the board over
+// messages). Their results equal the coordinator path's bit for bit, the path really runs
+// them (its counters), and a rank whose allgather rows change falls back to the coordinator,
+// which gathers the uneven rows as before.
 #include <catch2/catch.hpp>
 #include <cstring>
 #include <string>
@@ -96,6 +97,14 @@ std::string RunKinds(const std::string& steady, const std::string& board, int64_
           rs.shape = {2 * rows, 3};
           failed = run(rs, parts.data(), nullptr, i);
           if (!failed.empty()) return failed;
+
+          std::vector<float> send = Rows(r, i + 200, static_cast<int>(kRanks * rows));
+          TensorSpec aa;
+          aa.name = "exchange";
+          aa.collective = CollectiveType::kAlltoall;  // even splits: rows to each rank
+          aa.shape = {kRanks * rows, 3};
+          failed = run(aa, send.data(), nullptr, i);
+          if (!failed.empty()) return failed;
         }
         out->stats[r] = e.Steady(kGlobalProcessSet).value();
         return "";
@@ -107,7 +116,7 @@ std::string RunKinds(const std::string& steady, const std::string& board, int64_
   return "";
 }
 
-TEST_CASE("steady path: allgathers, broadcasts, reducescatters run on it, bit for bit",
+TEST_CASE("steady path: allgathers, broadcasts, reducescatters, alltoalls run on it, bit for bit",
           "[steady]") {
   const std::string board = GENERATE(as<std::string>{}, "shm", "net");
   // 2 rows: 24 bytes (Eager); 2000 rows: 24,000 bytes (above either board's Eager size).
@@ -121,10 +130,10 @@ TEST_CASE("steady path: allgathers, broadcasts, reducescatters run on it, bit fo
     REQUIRE(off.bytes[r].size() == on.bytes[r].size());
     CHECK(std::memcmp(off.bytes[r].data(), on.bytes[r].data(), off.bytes[r].size()) == 0);
     CHECK(off.stats[r].fast == 0);
-    CHECK(on.stats[r].entries == 3);
+    CHECK(on.stats[r].entries == 4);
     // All cached after kWarmup plans; the uneven iteration falls back (the allgather, whose
     // rows changed on rank 2, and nothing else), then all run fast again.
-    const int64_t fast_runs = 3 * (kIterations - SteadyPath::kWarmup) - 1;
+    const int64_t fast_runs = 4 * (kIterations - SteadyPath::kWarmup) - 1;
     CHECK(on.stats[r].fast >= fast_runs - 1);
     CHECK(on.stats[r].slow >= 1);
   }

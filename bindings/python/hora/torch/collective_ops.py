@@ -266,6 +266,9 @@ class HoraAlltoall(torch.autograd.Function):
 def alltoall(tensor, splits=None, name=None, process_set=global_process_set):
     """Scatters rows of `tensor` to every rank and gathers what they send (rank order).
     Returns the output, or (output, received_splits) when `splits` is given, as Horovod."""
+    if name is None:  # one name for a loop of them (mpi_ops._sync_unnamed)
+        return _sync_unnamed(process_set, lambda n: alltoall(tensor, splits, n, process_set),
+                             "alltoall")
     set_id = _set_id(process_set)
     with refusing("alltoall", name, set_id):
         _nonscalar([tensor], "alltoall")

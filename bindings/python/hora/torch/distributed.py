@@ -5,8 +5,8 @@ built on torch.distributed over Hora's negotiation, fusion, data planes and fail
 Every group is a Hora process set (the default group is the global set). torch's calls carry
 no names, so each gets one from its group; every rank issues a group's calls in the same order
 (torch requires it), so the names match, and a call made by some ranks only is named by
-Hora's stall report. all_reduce, broadcast, all_gather_into_tensor and reduce_scatter_tensor
-are named by what they carry and how often it came, "c10d.<group>.<kind>.<dtype>.<shape>[.<op or root>].<n mod 8>",
+Hora's stall report. all_reduce, broadcast, all_gather_into_tensor, reduce_scatter_tensor and
+all_to_all_single are named by what they carry and how often it came, "c10d.<group>.<kind>.<dtype>.<shape>[.<op or root>].<n mod 8>",
 so that a training loop repeats its names and Hora's steady path learns them (no coordinator
 round trip once learned, docs/design.md "Steady state"); a name is reused only after its
 previous call finished on this rank. The other calls take a per-group sequence number,
@@ -85,12 +85,14 @@ class HoraProcessGroup(dist.ProcessGroup):
         self._seq += 1
         return "c10d.%s.%d.%s" % (self._name, self._seq, kind)
 
-    def _repeatable(self, kind, t, extra=""):
+    def _repeatable(self, kind, t, extra="", rows_alike=True):
         """A name for the n-th call of this signature in this group: the same on every rank
         (torch's order), and repeated every _WINDOW calls, once the previous call of that
-        name has finished here."""
+        name has finished here. rows_alike=False: the first dimension may differ across
+        ranks (all_to_all_single), so it is not part of the signature."""
+        shape = tuple(t.shape) if rows_alike else ("rows",) + tuple(t.shape[1:])
         sig = "%s.%s.%s%s" % (kind, str(t.dtype).replace("torch.", ""),
-                              "x".join(str(d) for d in t.shape) or "scalar", extra)
+                              "x".join(str(d) for d in shape) or "scalar", extra)
         n = self._uses.get(sig, 0)
         self._uses[sig] = n + 1
         name = "c10d.%s.%s.%d" % (self._name, sig, n % _WINDOW)
@@ -258,7 +260,7 @@ class HoraProcessGroup(dist.ProcessGroup):
                           lambda _: [w.wait() and o for w, o in zip(works, outputs)])
 
     def alltoall_base(self, output, input_tensor, output_splits, input_splits, opts=None):
-        name = self._next("alltoall")
+        name = self._repeatable("all_to_all_single", input_tensor, rows_alike=False)
         n = self.size()
         if not input_splits:
             if input_tensor.shape[0] % n:
@@ -277,7 +279,7 @@ class HoraProcessGroup(dist.ProcessGroup):
                 output.copy_(received.view(output.shape))
             return [output]
 
-        return self._work(name, [h], finish)
+        return self._remember([name], self._work(name, [h], finish))
 
     all_to_all_single = alltoall_base
 
