@@ -1,0 +1,90 @@
+// The steady path's learning (runtime/steady_path.h "Learning"): which of the coordinator's
+// plans make a name a cache entry, and which entries carry their data on the board.
+#include "runtime/steady_path.h"
+
+namespace hora {
+
+void SteadyPath::Learn(const BucketPlan& bucket, const std::vector<const TensorSpec*>& specs) {
+  MutexLock lock(&mu_);
+  if (learning_over_) return;
+  if (bucket.joined_ranks > 0) {
+    learning_over_ = true;
+    learning_.clear();
+    return;
+  }
+  // Every member decides the same from the same plan and spec.
+  const TensorSpec* only = specs.size() == 1 ? specs[0] : nullptr;
+  if (only == nullptr || !Cacheable(bucket, *only)) {
+    for (const TensorSpec* s : specs) {
+      if (s != nullptr) learning_.erase(s->name);
+    }
+    return;
+  }
+  const TensorSpec& spec = *only;
+  Learning& l = learning_[spec.name];
+  if (l.count > 0 && l.spec == spec) {
+    ++l.count;
+  } else {
+    l.spec = spec;
+    l.count = 1;
+  }
+  if (l.count < kWarmup) return;
+  auto it = by_name_.find(spec.name);
+  if (it == by_name_.end()) {
+    if (entries_.size() >= SteadyBoard::kMaxEntries) return;
+    by_name_.emplace(spec.name, static_cast<uint32_t>(entries_.size()));
+    entries_.push_back(Entry{spec, bucket.entries[0].id, 0});
+    stats_.entries = static_cast<int64_t>(entries_.size());
+  } else if (entries_[it->second].spec != spec) {
+    entries_[it->second].spec = spec;  // the instance count goes on
+  }
+}
+
+bool SteadyPath::Cacheable(const BucketPlan& bucket, const TensorSpec& spec) const {
+  if (bucket.device != Device::kCpu || !bucket.participants.empty() || bucket.entries.size() != 1 ||
+      spec.collective != bucket.collective) {
+    return false;
+  }
+  const size_t bytes = spec.ByteSize();
+  switch (bucket.collective) {
+    case CollectiveType::kAllreduce:
+    case CollectiveType::kBroadcast:
+      return board_->Runs(bytes);
+    case CollectiveType::kReducescatter:
+      return comm_ != nullptr && bytes > 0;  // never Eager (SteadyPath::Eager)
+    case CollectiveType::kAlltoall: {
+      // Even splits on every member (so every member receives rows / n from each), never
+      // Eager: on comm_.
+      const std::vector<int64_t>& recv = bucket.entries[0].recv_splits;
+      const int64_t n = static_cast<int64_t>(ranks_.size());
+      if (comm_ == nullptr || bytes == 0 || spec.shape.empty() || spec.shape[0] % n != 0 ||
+          static_cast<int64_t>(recv.size()) != n ||
+          (!spec.splits.empty() && static_cast<int64_t>(spec.splits.size()) != n)) {
+        return false;
+      }
+      for (int64_t i = 0; i < n; ++i) {
+        const int64_t even = spec.shape[0] / n;
+        if (recv[i] != even || (!spec.splits.empty() && spec.splits[i] != even)) return false;
+      }
+      return true;
+    }
+    case CollectiveType::kAllgather: {
+      // Every member's rows alike: each member's input is as large as this one's.
+      const std::vector<int64_t>& dims = bucket.entries[0].first_dims;
+      if (spec.shape.empty() || dims.size() != ranks_.size()) return false;
+      for (int64_t d : dims) {
+        if (d != spec.shape[0]) return false;
+      }
+      return board_->Runs(bytes);
+    }
+    default:
+      return false;
+  }
+}
+
+bool SteadyPath::Eager(uint32_t e, const TensorSpec& spec) const {
+  return spec.collective != CollectiveType::kReducescatter &&
+         spec.collective != CollectiveType::kAlltoall && board_->Eager(e, spec.ByteSize());
+}
+
+}  // namespace hora
