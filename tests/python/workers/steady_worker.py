@@ -151,7 +151,7 @@ def changed_shape_falls_back_and_mismatch_names_ranks():
 
 @case
 def unnamed_blocking_calls_take_the_steady_path():
-    # Blocking calls without a name share one name (mpi_ops._sync_unnamed), so a loop of them is
+    # Blocking calls without a name share one name (hora/torch/unnamed.py), so a loop of them is
     # learned like a named one; async ones keep their numbered names and mix in freely.
     size = hvd.size()
     before = hora.steady_stats(0)["fast"]

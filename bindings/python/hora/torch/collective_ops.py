@@ -7,9 +7,11 @@ from . import profiling as _profiling
 from .compression import Compression
 from .process_sets import _set_rank
 from .refusal import refusing
+from .unnamed import blocking
+from .p2p import isend, irecv, send, recv  # noqa: F401 (re-exported)
 from .mpi_ops import (Average, BadOp, Sum, _check_devices, _check_input, _contig, _describe,
                       _gathered, _invalid, _register, _resolve_op, _set_id, _set_root,
-                      _set_size, _sync_unnamed, global_process_set, synchronize, allreduce,
+                      _set_size, global_process_set, synchronize, allreduce,
                       grouped_allreduce, raise_if_bad)
 
 
@@ -82,11 +84,9 @@ class HoraAllgather(torch.autograd.Function):
         return _rows_of_this_rank(grad, ctx.dim, ctx.set_id), None, None
 
 
+@blocking("allgather")
 def allgather(tensor, name=None, process_set=global_process_set):
     """Concatenation of every rank's `tensor` along dimension 0. Autograd-aware."""
-    if name is None:  # one name for a loop of them (mpi_ops._sync_unnamed)
-        return _sync_unnamed(process_set, lambda n: allgather(tensor, n, process_set),
-                             "allgather")
     set_id = _set_id(process_set)
     with refusing("allgather", name, set_id):
         _nonscalar([tensor], "allgather")
@@ -159,10 +159,8 @@ def broadcast_async_(tensor, root_rank, name=None, process_set=global_process_se
     return _broadcast_async(tensor, True, root_rank, name, _set_id(process_set))
 
 
+@blocking("broadcast")
 def broadcast_(tensor, root_rank, name=None, process_set=global_process_set):
-    if name is None:  # one name for a loop of them (mpi_ops._sync_unnamed)
-        return _sync_unnamed(process_set, lambda n: broadcast_(tensor, root_rank, n,
-                                                               process_set), "broadcast")
     return synchronize(broadcast_async_(tensor, root_rank, name, process_set))
 
 
@@ -182,11 +180,9 @@ class HoraBroadcast(torch.autograd.Function):
         return grad, None, None, None
 
 
+@blocking("broadcast")
 def broadcast(tensor, root_rank, name=None, process_set=global_process_set):
     """Root's `tensor` on every rank, as a new tensor. Autograd-aware."""
-    if name is None:  # one name for a loop of them (mpi_ops._sync_unnamed)
-        return _sync_unnamed(process_set, lambda n: broadcast(tensor, root_rank, n,
-                                                              process_set), "broadcast")
     return HoraBroadcast.apply(tensor, root_rank, name, _set_id(process_set))
 
 
@@ -263,12 +259,10 @@ class HoraAlltoall(torch.autograd.Function):
         return grad, None, None, None
 
 
+@blocking("alltoall")
 def alltoall(tensor, splits=None, name=None, process_set=global_process_set):
     """Scatters rows of `tensor` to every rank and gathers what they send (rank order).
     Returns the output, or (output, received_splits) when `splits` is given, as Horovod."""
-    if name is None:  # one name for a loop of them (mpi_ops._sync_unnamed)
-        return _sync_unnamed(process_set, lambda n: alltoall(tensor, splits, n, process_set),
-                             "alltoall")
     set_id = _set_id(process_set)
     with refusing("alltoall", name, set_id):
         _nonscalar([tensor], "alltoall")
@@ -351,13 +345,10 @@ class HoraReducescatter(torch.autograd.Function):
         return grad, None, None, None, None, None
 
 
+@blocking("reducescatter")
 def reducescatter(tensor, name=None, compression=Compression.none, op=Average,
                   process_set=global_process_set, prescale_factor=1.0, postscale_factor=1.0):
     """Reduces `tensor` over ranks; rank r keeps its part of dimension 0. Autograd-aware."""
-    if name is None:  # one name for a loop of them (mpi_ops._sync_unnamed)
-        return _sync_unnamed(process_set, lambda n: reducescatter(
-            tensor, n, compression, op, process_set, prescale_factor, postscale_factor),
-            "reducescatter")
     set_id = _set_id(process_set)
     op = _reducescatter_op(op)
     with refusing("reducescatter", name, set_id):
@@ -457,59 +448,9 @@ def join(device=-1, process_set=global_process_set):
     return synchronize(_register([core.join_async(set_id)], finish))
 
 
-# ---- point-to-point (names as in torch.distributed) ----
-
-def _p2p_check(tensor, peer, tag, set_id, what):
-    if not isinstance(tensor, torch.Tensor):
-        raise TypeError("%s: expected a torch.Tensor, got %s" % (what, type(tensor).__name__))
-    if not isinstance(peer, int) or isinstance(peer, bool):
-        raise TypeError("%s: the peer must be an int rank" % what)
-    _check_input(tensor)
-    return _set_root(set_id, peer)
-
-
-def isend(tensor, dst, tag=0, process_set=global_process_set):
-    """Starts sending `tensor` to global rank `dst` (a member of the set); returns a handle
-    for poll()/synchronize(). The n-th send to dst with a tag matches dst's n-th recv from
-    this rank with that tag."""
-    set_id = _set_id(process_set)
-    peer = _p2p_check(tensor, dst, tag, set_id, "isend")
-    c = _contig(tensor)
-    h = core.send_async(_describe(c), peer, tag, keep=c, process_set=set_id)
-    return _register([h], lambda hs: None, keep=c)
-
-
-def irecv(tensor, src, tag=0, process_set=global_process_set):
-    """Starts receiving into `tensor` from global rank `src`; synchronize() returns it.
-    dtype and element count must match the send."""
-    set_id = _set_id(process_set)
-    peer = _p2p_check(tensor, src, tag, set_id, "irecv")
-    c = _contig(tensor)
-    h = core.recv_async(_describe(c), peer, tag, keep=c, process_set=set_id)
-
-    def finish(_):
-        if c is not tensor:
-            with torch.no_grad():
-                tensor.copy_(c)
-        return tensor
-
-    return _register([h], finish, keep=(c, tensor))
-
-
-def send(tensor, dst, tag=0, process_set=global_process_set):
-    """Sends `tensor` to global rank `dst`; returns when the transfer is done."""
-    synchronize(isend(tensor, dst, tag, process_set))
-
-
-def recv(tensor, src, tag=0, process_set=global_process_set):
-    """Receives into `tensor` from global rank `src`; returns `tensor`."""
-    return synchronize(irecv(tensor, src, tag, process_set))
-
-
 # torch.profiler ranges (profiling.py).
 _profiling.wrap(globals(), [
     "allgather", "allgather_async", "grouped_allgather", "grouped_allgather_async", "broadcast",
     "broadcast_", "broadcast_async", "broadcast_async_", "alltoall", "alltoall_async",
     "reducescatter", "reducescatter_async", "grouped_reducescatter",
-    "grouped_reducescatter_async", "sparse_allreduce_async", "barrier", "join", "send", "recv",
-    "isend", "irecv"])
+    "grouped_reducescatter_async", "sparse_allreduce_async", "barrier", "join"])

@@ -53,6 +53,7 @@ class UnsupportedDtypeError(errors.HoraInvalidArgumentError, TypeError):
 
 from .process_sets import (ProcessSet, global_process_set, _init_process_sets,  # noqa: E402,F401
                            add_process_set, remove_process_set, _set_id, _set_root, _set_size)
+from . import unnamed  # noqa: E402 (blocking calls without a name)
 
 
 class BadOp:
@@ -326,40 +327,11 @@ def allreduce_async_(tensor, average=None, name=None, op=None, prescale_factor=1
                                  inplace=True, group=False, set_id=set_id)
 
 
-# A blocking allreduce (allgather, broadcast) without a name runs under one name per process
-# set, "allreduce.noname.sync" (core.sync_name), instead of the next number of the unnamed
-# calls: a numbered
-# name never repeats, so the steady path (which learns by name) would never take a loop of
-# them, and each would cost a coordinator round trip. Ranks agree on it as they agree on the
-# numbers, by making the same calls in the same order (a blocking call takes no number on
-# any rank); a lock per set keeps two threads of one rank from having it in flight at once
-# (reentrant: a nested call in the same thread fails with "submitted twice", never hangs).
-# A call that failed moves the set on to a fresh name (core.sync_failed): a rank that
-# refused the call (bad input) raises at once while its refusal waits at the coordinator for
-# the other ranks, so its next call must not reuse the name; every rank sees the failure,
-# so all move on together (and hvd.init and the end of a join reset it, as the numbers).
-_sync_locks_lock = threading.Lock()
-_sync_locks = {}
-
-
-def _sync_unnamed(process_set, call, op="allreduce"):
-    """call(name) under the set's name for blocking unnamed calls of op (see above)."""
-    set_id = _set_id(process_set)
-    with _sync_locks_lock:
-        lock = _sync_locks.setdefault((op, set_id), threading.RLock())
-    with lock:
-        try:
-            return call(core.sync_name(op, set_id))
-        except Exception:
-            core.sync_failed(op, set_id)
-            raise
-
-
 def allreduce_(tensor, average=None, name=None, op=None, prescale_factor=1.0,
                postscale_factor=1.0, process_set=global_process_set):
     if name is None:
-        return _sync_unnamed(process_set, lambda n: allreduce_(
-            tensor, average, n, op, prescale_factor, postscale_factor, process_set))
+        return unnamed.sync_unnamed(process_set, lambda n: allreduce_(
+            tensor, average, n, op, prescale_factor, postscale_factor, process_set), "allreduce")
     return synchronize(allreduce_async_(tensor, average, name, op, prescale_factor,
                                         postscale_factor, process_set))
 
@@ -386,8 +358,9 @@ def allreduce(tensor, average=None, name=None, compression=Compression.none, op=
     """Reduces `tensor` over all ranks (Average by default); the input is not modified.
     Autograd-aware: the gradient is allreduced with the same op."""
     if name is None:
-        return _sync_unnamed(process_set, lambda n: allreduce(
-            tensor, average, n, compression, op, prescale_factor, postscale_factor, process_set))
+        return unnamed.sync_unnamed(process_set, lambda n: allreduce(
+            tensor, average, n, compression, op, prescale_factor, postscale_factor, process_set),
+            "allreduce")
     if _fast_eligible(average, compression, prescale_factor, postscale_factor, process_set,
                       op):
         fast = _fast_submit(tensor, name, _FAST_OPS[op])
