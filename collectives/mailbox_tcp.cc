@@ -130,17 +130,17 @@ class TcpMailbox : public Mailbox {
     // look at the board while it yields), and a recv per member would be n - 1 system calls
     // each time, most of them finding nothing.
     readable_.clear();
+    polled_.clear();
     for (int m = 0; m < size_; ++m) {
       const Peer& p = peers_[m];
       if (m != rank_ && p.fd >= 0 && !p.closed.load(std::memory_order_acquire)) {
         readable_.push_back({p.fd, POLLIN, 0});
+        polled_.push_back(m);
       }
     }
     if (!readable_.empty() && poll(readable_.data(), readable_.size(), 0) > 0) {
-      size_t i = 0;
-      for (int m = 0; m < size_ && i < readable_.size(); ++m) {
-        if (peers_[m].fd != readable_[i].fd) continue;
-        if (readable_[i++].revents != 0) Fill(&peers_[m]);
+      for (size_t i = 0; i < readable_.size(); ++i) {
+        if (readable_[i].revents != 0) Fill(&peers_[polled_[i]]);
       }
     }
     Status status;
@@ -358,7 +358,8 @@ class TcpMailbox : public Mailbox {
   const int size_;
   const std::chrono::milliseconds timeout_;
   std::vector<Peer> peers_;
-  std::vector<pollfd> readable_;  // Read's scratch (one reader at a time)
+  std::vector<pollfd> readable_;  // Read's scratch (one reader at a time): the open
+  std::vector<int> polled_;       // connections and their members
   int abort_fd_ = -1;
   Mutex send_mu_;
   Mutex abort_mu_;

@@ -119,8 +119,8 @@ class NetSteadyBoard final : public SteadyBoard {
             int last = -1);
   // Member m is gone (joined, or its connection ended): what waits on it is slow.
   void Gone(int m) REQUIRES(mu_);
-  // Rings the bell and wakes this member's sleeping helpers, or (everyone, or no helper
-  // sleeps) every sleeper.
+  // Rings the bell and wakes this member's sleeping helpers; its sleeping drivers too when
+  // `everyone` or when it has no helper (EnterHelp .. LeaveHelp) to read the connections.
   void Wake(bool everyone);
   // Decides instance n (once), counting this member's offer as no longer open.
   void Settle(EntryState* s, uint32_t n, Outcome outcome) REQUIRES(mu_);
@@ -142,7 +142,6 @@ class NetSteadyBoard final : public SteadyBoard {
   std::atomic<uint32_t> bell_{0};
   std::atomic<bool> joined_{false};
   std::atomic<int> helpers_{0};
-  std::atomic<bool> decided_{false};  // Drain's handler decided something (under read_mu_)
 
   mutable Mutex sleep_mu_;
   std::vector<int> sleeping_fds_[2] GUARDED_BY(sleep_mu_);  // by Role: an eventfd per thread

@@ -327,11 +327,9 @@ def allreduce_async_(tensor, average=None, name=None, op=None, prescale_factor=1
                                  inplace=True, group=False, set_id=set_id)
 
 
+@unnamed.blocking("allreduce")
 def allreduce_(tensor, average=None, name=None, op=None, prescale_factor=1.0,
                postscale_factor=1.0, process_set=global_process_set):
-    if name is None:
-        return unnamed.sync_unnamed(process_set, lambda n: allreduce_(
-            tensor, average, n, op, prescale_factor, postscale_factor, process_set), "allreduce")
     return synchronize(allreduce_async_(tensor, average, name, op, prescale_factor,
                                         postscale_factor, process_set))
 
@@ -353,14 +351,11 @@ class HoraAllreduce(torch.autograd.Function):
         return grad, None, None, None, None, None
 
 
+@unnamed.blocking("allreduce")
 def allreduce(tensor, average=None, name=None, compression=Compression.none, op=None,
               prescale_factor=1.0, postscale_factor=1.0, process_set=global_process_set):
     """Reduces `tensor` over all ranks (Average by default); the input is not modified.
     Autograd-aware: the gradient is allreduced with the same op."""
-    if name is None:
-        return unnamed.sync_unnamed(process_set, lambda n: allreduce(
-            tensor, average, n, compression, op, prescale_factor, postscale_factor, process_set),
-            "allreduce")
     if _fast_eligible(average, compression, prescale_factor, postscale_factor, process_set,
                       op):
         fast = _fast_submit(tensor, name, _FAST_OPS[op])
