@@ -164,13 +164,13 @@ Status Engine::InstallSet(int32_t id, std::vector<int> ranks, const std::string&
     if (!comm.ok()) return comm.status();
     auto steady = SteadyParts(id, ranks, set->rank(), comm.value().get());
     if (!steady.ok()) return steady.status();
-    SteadyPath::Limits limits;
-    limits.patience = std::chrono::milliseconds(options_.steady_patience_ms);
-    limits.stall_warning =
+    SteadyOptions steady_options;
+    steady_options.patience = std::chrono::milliseconds(options_.steady_patience_ms);
+    steady_options.stall_warning =
         std::chrono::milliseconds(static_cast<int64_t>(options_.stall_warning_s * 1000));
-    limits.stall_timeout =
+    steady_options.stall_timeout =
         std::chrono::milliseconds(static_cast<int64_t>(options_.stall_timeout_s * 1000));
-    set->Start(std::move(comm).value(), std::move(steady).value(), limits);
+    set->Start(std::move(comm).value(), std::move(steady).value(), steady_options);
   }
   MutexLock lock(&sets_mu_);
   sets_[id] = std::move(set);

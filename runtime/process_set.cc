@@ -33,7 +33,7 @@ ProcessSetRuntime::~ProcessSetRuntime() { Stop(); }
 std::string ProcessSetRuntime::backend() const { return cpu_ ? cpu_->name() : ""; }
 
 void ProcessSetRuntime::Start(std::unique_ptr<Communicator> cpu, SteadyPath::Parts steady,
-                              SteadyPath::Limits limits) {
+                              SteadyOptions steady_options) {
   HORA_CHECK(included() && !thread_.joinable());
   cpu_ = std::move(cpu);
   executor_ = std::make_unique<BucketExecutor>(cpu_.get());
@@ -48,8 +48,8 @@ void ProcessSetRuntime::Start(std::unique_ptr<Communicator> cpu, SteadyPath::Par
     h.fail_job = [this](const Status& s) { return host_->FailJob(s); };
     h.give_back = [this](Request r, bool announce) { host_->GiveBack(std::move(r), announce); };
     h.queued = [this](const TensorSpec& spec) { return host_->Queued(spec); };
-    steady_ = std::make_unique<SteadyPath>(id_, ranks_, std::move(steady), std::move(h), limits,
-                                           timeline_);
+    steady_ = std::make_unique<SteadyPath>(id_, ranks_, std::move(steady), std::move(h),
+                                           steady_options, timeline_);
   }
   thread_ = std::thread([this] { Loop(); });
 }

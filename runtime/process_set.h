@@ -100,7 +100,7 @@ class ProcessSetRuntime {
   // Members only: takes the set's CPU communicator and starts the executor thread; with a
   // steady board (steady.board) also the steady path (runtime/steady_path.h).
   void Start(std::unique_ptr<Communicator> cpu, SteadyPath::Parts steady = {},
-             SteadyPath::Limits limits = {});
+             SteadyOptions steady_options = {});
   // The steady path, or null (off, or not a member). Valid until Stop.
   SteadyPath* steady() const { return steady_.get(); }
   // Queues buckets of this set, in plan order.

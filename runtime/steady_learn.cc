@@ -28,7 +28,7 @@ void SteadyPath::Learn(const BucketPlan& bucket, const std::vector<const TensorS
     l.spec = spec;
     l.count = 1;
   }
-  if (l.count < kWarmup) return;
+  if (l.count < options_.warmup) return;
   auto it = by_name_.find(spec.name);
   if (it == by_name_.end()) {
     if (entries_.size() >= SteadyBoard::kMaxEntries) return;

@@ -11,16 +11,6 @@ namespace hora {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-// Before it sleeps on the board's futex, a waiting thread (the set's thread, and a helper:
-// a thread in hora_wait waiting for its own result) yields its core (sched_yield) for up to
-// kYield each time the bell moves: the peer's offer, or the instance to run, usually
-// comes within that, and a futex wake-up costs 25-60 us on a VM. Spinning instead (50 us,
-// 1 ms after each fast instance) took the core from the peer's threads and made the median
-// worse on 2 loaded cores; yielding gives the core to any thread that wants it
-// (docs/benchmarks-steady.md).
-constexpr auto kYield = std::chrono::microseconds(50);
-// The longest sleep (stop and abort also wake it).
-constexpr auto kMaxSleep = std::chrono::milliseconds(200);
 // Once per bell value (*yielded remembers the last): yields the core until the bell moves or
 // `until` passes. True when it moved: look at the board again instead of sleeping.
 bool YieldForBell(const SteadyBoard& board, uint32_t bell, uint32_t* yielded,
@@ -34,36 +24,17 @@ bool YieldForBell(const SteadyBoard& board, uint32_t bell, uint32_t* yielded,
   }
   return board.Bell() != bell;
 }
-// The largest fast instance the enqueuing thread runs itself (Begin), unless its caller is
-// prompt: a caller that waited for the entry's last instance within kPromptWait of the
-// enqueue's return (a blocking call, hora_allreduce or hvd.allreduce, is enqueue then wait) has
-// every instance run by the enqueuing thread, whatever its size, because handing it to the set's
-// thread costs two wake-ups (the set's thread, then the waiting caller, blocked on drive_mu_
-// meanwhile): 25-60 us each on a VM, 10-15 % of a 1 MiB allreduce (docs/benchmarks-steady-lean.md).
-// A caller that overlaps (DistributedOptimizer's hooks wait at synchronize) is not prompt.
-constexpr size_t kInlineBytes = 64 << 10;
-constexpr auto kPromptWait = std::chrono::microseconds(500);
-// The set's thread sleeps lazily (SteadyBoard::Sleep): an append of an Eager instance does
-// not wake it, since no peer waits for this member to run one and this member's thread
-// waiting for it (Help) or polling (Progress) usually runs it first. Its sleep ends after
-// the grace: kMinGrace, doubled while its ends find nothing to run, up to kMaxGrace (how late
-// an Eager instance that nobody on this member waits for can finish). Those wake-ups were
-// 5000 a second in 4-rank 4-byte allreduces on 2 cores, 8 % of the CPU time in futex calls
-// on the offering thread, plus each woken thread's context switch (docs/benchmarks-steady.md).
-constexpr auto kMinGrace = std::chrono::milliseconds(1);
-constexpr auto kMaxGrace = std::chrono::milliseconds(50);
 
 }  // namespace
 
 SteadyPath::SteadyPath(int32_t process_set, std::vector<int> ranks, Parts parts, Host host,
-                       Limits limits, Timeline* timeline)
+                       SteadyOptions options, Timeline* timeline)
     : process_set_(process_set),
       ranks_(std::move(ranks)),
       comm_(std::move(parts.comm)),
       board_(std::move(parts.board)),
       host_(std::move(host)),
-      limits_(limits),
-      patience_(limits.patience),
+      options_(options),
       timeline_(timeline) {
   HORA_CHECK(board_ != nullptr);
   MutexLock drive(&drive_mu_);
@@ -116,7 +87,7 @@ Status SteadyPath::Begin(const Lookup& found, Request* request, Ticket* ticket) 
       entry.fell_back = true;
       offer = false;
     } else {
-      ticket->deadline = Clock::now() + patience_;
+      ticket->deadline = Clock::now() + options_.patience;
       spare_.Insert(&pending_, e, Pending{n, found.id, ticket->deadline, std::move(*request)});
       held_.store(static_cast<int>(pending_.size()), std::memory_order_relaxed);
     }
@@ -132,7 +103,7 @@ Status SteadyPath::Begin(const Lookup& found, Request* request, Ticket* ticket) 
   ticket->entry = e;
   ticket->instance = n;
   ticket->bell = board_->Bell();
-  ticket->large = bytes > kInlineBytes;
+  ticket->large = bytes > options_.inline_bytes;
   ticket->offered = true;
   if (eager) board_->PutEager(e, n, input, bytes);
   const SteadyBoard::Outcome o = board_->Offer(e, n, eager);
@@ -176,7 +147,7 @@ bool SteadyPath::Unread() const {
 
 bool SteadyPath::Progress() {
   if (!Unread() || !drive_mu_.TryLock()) return false;
-  const bool ran = DriveLog(kInlineBytes);
+  const bool ran = DriveLog(options_.inline_bytes);
   drive_mu_.Unlock();
   return ran;
 }
@@ -208,7 +179,7 @@ void SteadyPath::Stop() {
 Clock::time_point SteadyPath::CheckPending() {
   std::vector<Request> back;
   std::vector<std::pair<int64_t, Status>> stalled;  // handle, the error that fails it
-  Clock::time_point next = Clock::now() + kMaxSleep;
+  Clock::time_point next = Clock::now() + options_.max_sleep;
   {
     MutexLock lock(&mu_);
     const Clock::time_point now = Clock::now();
@@ -249,10 +220,10 @@ Clock::time_point SteadyPath::CheckPending() {
 }
 
 Status SteadyPath::CheckStall(uint32_t e, Pending* p, Clock::time_point now) {
-  const auto waited =
-      std::chrono::duration_cast<std::chrono::milliseconds>(now - (p->deadline - patience_));
-  const bool warn = !p->warned && waited >= limits_.stall_warning;
-  const bool fail = limits_.stall_timeout.count() > 0 && waited >= limits_.stall_timeout;
+  const auto waited = std::chrono::duration_cast<std::chrono::milliseconds>(
+      now - (p->deadline - options_.patience));
+  const bool warn = !p->warned && waited >= options_.stall_warning;
+  const bool fail = options_.stall_timeout.count() > 0 && waited >= options_.stall_timeout;
   if (!warn && !fail) return Status::Ok();
   // Worded as the coordinator's stall report (coordinator/service_liveness.cc).
   std::vector<int> missing, ready;
@@ -306,12 +277,14 @@ bool SteadyPath::Settled(const Ticket& ticket) const {
 }
 
 void SteadyPath::Help(const Ticket& ticket, Clock::time_point deadline) {
-  // Whether the caller waits for this entry promptly (see kPromptWait) after Begin returned;
+  // Whether the caller waits for this entry promptly (SteadyOptions::prompt_wait) after Begin
+  // returned;
   // only large instances ask (small ones run inline anyway): no clock read per small wait.
   if (ticket.large) {
-    const Clock::time_point returned =
-        ticket.returned != Clock::time_point() ? ticket.returned : ticket.deadline - patience_;
-    const bool prompt = Clock::now() - returned <= kPromptWait;
+    const Clock::time_point returned = ticket.returned != Clock::time_point()
+                                           ? ticket.returned
+                                           : ticket.deadline - options_.patience;
+    const bool prompt = Clock::now() - returned <= options_.prompt_wait;
     if ((prompt_[ticket.entry].load(std::memory_order_relaxed) != 0) != prompt) {
       prompt_[ticket.entry].store(prompt ? 1 : 0, std::memory_order_relaxed);
     }
@@ -342,9 +315,10 @@ void SteadyPath::Help(const Ticket& ticket, Clock::time_point deadline) {
       next_check = CheckPending();
       continue;
     }
-    if (YieldForBell(*board_, bell, &yielded_bell, std::min(now + kYield, deadline))) continue;
+    if (YieldForBell(*board_, bell, &yielded_bell, std::min(now + options_.yield, deadline)))
+      continue;
     const auto wait = std::chrono::duration_cast<std::chrono::microseconds>(
-        std::min({next_check, deadline, now + kMaxSleep}) - now);
+        std::min({next_check, deadline, now + options_.max_sleep}) - now);
     board_->Sleep(bell, std::max<int64_t>(1, wait.count()), SteadyBoard::Role::kHelper);
   }
   board_->LeaveHelp();
@@ -374,7 +348,7 @@ bool SteadyPath::DriveLog(size_t max_bytes) {
       } else {
         claimed.instance = entry.instance;
         claimed.id = entry.id;
-        claimed.deadline = Clock::now() + patience_;
+        claimed.deadline = Clock::now() + options_.patience;
       }
       ++cursor_;
     }
@@ -390,18 +364,18 @@ void SteadyPath::Loop() {
   uint32_t checked_bell = board_->Bell() - 1;  // check once at the start
   uint32_t yielded_bell = checked_bell;
   Clock::time_point next_check = Clock::now();
-  std::chrono::microseconds grace = kMinGrace;
+  std::chrono::microseconds grace = options_.min_grace;
   bool grace_ended = false;  // the last sleep ended at the grace
   while (!stop_.load(std::memory_order_relaxed)) {
     const uint32_t bell = board_->Bell();
     if (Unread() && board_->helpers() == 0) {
-      if (grace_ended) grace = kMinGrace;  // it found work nobody ran
+      if (grace_ended) grace = options_.min_grace;  // it found work nobody ran
       grace_ended = false;
       MutexLock drive(&drive_mu_);
       DriveLog(SIZE_MAX);
       continue;
     }
-    if (grace_ended) grace = std::min<std::chrono::microseconds>(2 * grace, kMaxGrace);
+    if (grace_ended) grace = std::min<std::chrono::microseconds>(2 * grace, options_.max_grace);
     grace_ended = false;
     Clock::time_point now = Clock::now();
     if (bell != checked_bell || now >= next_check) {
@@ -415,11 +389,11 @@ void SteadyPath::Loop() {
     // nothing offered by this member: the log holds only what every member offered (a job
     // that never waits, one rank, kept this thread yielding on every operation's bell).
     if (board_->helpers() == 0 && held_.load(std::memory_order_relaxed) > 0 &&
-        YieldForBell(*board_, bell, &yielded_bell, now + kYield)) {
+        YieldForBell(*board_, bell, &yielded_bell, now + options_.yield)) {
       continue;
     }
     const auto wait = std::chrono::duration_cast<std::chrono::microseconds>(
-        std::min({next_check, now + kMaxSleep, now + grace}) - now);
+        std::min({next_check, now + options_.max_sleep, now + grace}) - now);
     const bool woken =
         board_->Sleep(bell, std::max<int64_t>(1, wait.count()), SteadyBoard::Role::kDriver, true);
     grace_ended = !woken && wait >= grace;

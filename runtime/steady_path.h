@@ -6,8 +6,8 @@
 // finish): a CPU bucket of one tensor, every member taking part, nobody joined, counts for
 // its name when it is an allreduce, a broadcast or an allgather (every member's first
 // dimension the same) of a size the board runs, or a reducescatter or an alltoall (even
-// splits on every member), with a steady communicator; kWarmup such buckets in a row with
-// the same spec make the name an entry of the cache (id: the next free one) or update its
+// splits on every member), with a steady communicator; SteadyOptions::warmup such buckets in a row
+// with the same spec make the name an entry of the cache (id: the next free one) or update its
 // spec. Every member receives the same buckets in the same order, so every member builds the
 // same cache, and a name's cache changes only while one of its instances is in flight on
 // every member, so all members judge their next submission of it against the same entry. A
@@ -57,6 +57,7 @@
 #include "coordinator/messages.h"
 #include "runtime/bucket_executor.h"
 #include "runtime/steady_board.h"
+#include "runtime/steady_options.h"
 #include "runtime/tensor_queue.h"
 #include "runtime/timeline.h"
 
@@ -67,14 +68,12 @@ struct SteadyStats {
   int64_t slow = 0;     // submissions of cached names that went the normal way
   int64_t entries = 0;  // names in the cache
   // Fast instances above the inline size that the enqueuing thread ran (its caller waits
-  // promptly: runtime/steady_path.cc kPromptWait).
+  // promptly: SteadyOptions::prompt_wait).
   int64_t run_by_enqueue = 0;
 };
 
 class SteadyPath {
  public:
-  static constexpr int kWarmup = 3;
-
   // What the steady path needs from the engine (the set's host).
   struct Host {
     std::function<std::optional<Request>(int32_t id)> take;  // by this rank's tensor id
@@ -96,19 +95,12 @@ class SteadyPath {
     std::unique_ptr<SteadyBoard> board;
     std::unique_ptr<Communicator> comm;
   };
-  struct Limits {
-    std::chrono::milliseconds patience{500};  // HORA_STEADY_PATIENCE_MS
-    // On a board that cannot withdraw an offer: how long an instance waits before a warning
-    // and before it fails the job (0: never), naming who did not submit it.
-    std::chrono::milliseconds stall_warning{60000};
-    std::chrono::milliseconds stall_timeout{0};
-  };
   // ranks: the members' global ranks. timeline (may be null; not owned) records each fast
   // instance as a bucket of backend "steady:<board>" whose last_rank is the member whose
   // offer completed it and whose wait_us (and lag_us, a lower bound) is how long this rank's
   // offer waited.
-  SteadyPath(int32_t process_set, std::vector<int> ranks, Parts parts, Host host, Limits limits,
-             Timeline* timeline = nullptr);
+  SteadyPath(int32_t process_set, std::vector<int> ranks, Parts parts, Host host,
+             SteadyOptions options, Timeline* timeline = nullptr);
   ~SteadyPath();  // Stop()
   SteadyPath(const SteadyPath&) = delete;
   SteadyPath& operator=(const SteadyPath&) = delete;
@@ -223,8 +215,7 @@ class SteadyPath {
   const std::unique_ptr<Communicator> comm_;  // null: every instance is Eager
   const std::unique_ptr<SteadyBoard> board_;
   const Host host_;
-  const Limits limits_;
-  const std::chrono::milliseconds patience_;
+  const SteadyOptions options_;
   Timeline* const timeline_;
 
   mutable Mutex mu_;

@@ -9,7 +9,7 @@ using Clock = std::chrono::steady_clock;
 }  // namespace
 
 void SteadyPath::Run(uint32_t e, Pending* claimed, bool held, int last_member) {
-  const Clock::time_point offered = claimed->deadline - patience_;
+  const Clock::time_point offered = claimed->deadline - options_.patience;
   const uint32_t instance = claimed->instance;
   std::optional<Request> taken;
   if (!held) {

@@ -21,7 +21,7 @@ using testing::OneHost;
 using testing::RunRanks;
 using testing::WaitBound;
 
-constexpr int kWarm = SteadyPath::kWarmup + 4;
+constexpr int kWarm = SteadyOptions{}.warmup + 4;
 
 // One blocking allreduce of 4 floats of value r + 1.
 std::string Step(Engine& e, int r, const std::string& name) {

@@ -21,8 +21,8 @@ using testing::RunRanks;
 using testing::WaitBound;
 
 constexpr int kRanks = 3;
-constexpr int kIterations = SteadyPath::kWarmup + 5;
-constexpr int kUneven = SteadyPath::kWarmup + 2;  // rank 2 gathers a row less there
+constexpr int kIterations = SteadyOptions{}.warmup + 5;
+constexpr int kUneven = SteadyOptions{}.warmup + 2;  // rank 2 gathers a row less there
 
 // Rank r's allgather rows (rows x 3 floats) at iteration i.
 std::vector<float> Rows(int r, int i, int rows) {
@@ -131,9 +131,9 @@ TEST_CASE("steady path: allgathers, broadcasts, reducescatters, alltoalls run on
     CHECK(std::memcmp(off.bytes[r].data(), on.bytes[r].data(), off.bytes[r].size()) == 0);
     CHECK(off.stats[r].fast == 0);
     CHECK(on.stats[r].entries == 4);
-    // All cached after kWarmup plans; the uneven iteration falls back (the allgather, whose
-    // rows changed on rank 2, and nothing else), then all run fast again.
-    const int64_t fast_runs = 4 * (kIterations - SteadyPath::kWarmup) - 1;
+    // All cached after SteadyOptions::warmup plans; the uneven iteration falls back (the allgather,
+    // whose rows changed on rank 2, and nothing else), then all run fast again.
+    const int64_t fast_runs = 4 * (kIterations - SteadyOptions{}.warmup) - 1;
     CHECK(on.stats[r].fast >= fast_runs - 1);
     CHECK(on.stats[r].slow >= 1);
   }

@@ -1,6 +1,6 @@
-// The steady path's prompt callers (runtime/steady_path.cc kPromptWait): the enqueue of a
-// caller that waits at once runs the large instance its offer completes; an overlapping
-// caller's enqueue returns at once. Engines as threads on one host (shm).
+// The steady path's prompt callers (SteadyOptions::prompt_wait, runtime/steady_options.h): the
+// enqueue of a caller that waits at once runs the large instance its offer completes; an
+// overlapping caller's enqueue returns at once. Engines as threads on one host (shm).
 #include <unistd.h>
 
 #include <catch2/catch.hpp>
@@ -49,7 +49,7 @@ TEST_CASE("steady path: a prompt caller's offer that completes a large instance 
           }
           by_enqueue[phase] += e.Steady(0).value().run_by_enqueue;
         }
-        if (e.Steady(0).value().fast < 2 * kSteps - 2 * SteadyPath::kWarmup) {
+        if (e.Steady(0).value().fast < 2 * kSteps - 2 * SteadyOptions{}.warmup) {
           return "the fast path was not taken";
         }
         if (r == 0) return "";

@@ -89,7 +89,7 @@ std::string CaseName(const Case& c) {
          std::to_string(c.prescale != 1.0) + "." + std::to_string(c.set);
 }
 
-constexpr int kIterations = SteadyPath::kWarmup + 4;
+constexpr int kIterations = SteadyOptions{}.warmup + 4;
 
 // Every case, kIterations times each, one at a time. Returns per rank the concatenated
 // outputs (and status codes) of every operation, and the steady counters of both sets.
@@ -178,10 +178,10 @@ TEST_CASE("steady path: results equal the coordinator path bit for bit", "[stead
     CHECK(off.global[r].entries == 0);
     // Every valid case became an entry and ran its last iterations on the fast path.
     CHECK(on.global[r].entries > 50);
-    CHECK(on.global[r].fast >= on.global[r].entries * (kIterations - SteadyPath::kWarmup - 1));
+    CHECK(on.global[r].fast >= on.global[r].entries * (kIterations - SteadyOptions{}.warmup - 1));
     if (r != 1) {
       CHECK(on.subset[r].entries == 2);
-      CHECK(on.subset[r].fast >= 2 * (kIterations - SteadyPath::kWarmup - 1));
+      CHECK(on.subset[r].fast >= 2 * (kIterations - SteadyOptions{}.warmup - 1));
     }
   }
 }
@@ -214,7 +214,7 @@ TEST_CASE("steady path: a changed shape falls back, a mismatch still names the r
           if (!s.ok() || out != std::vector<float>(4, 6.0f)) return "warm: " + s.ToString();
         }
         const SteadyStats warm = e.Steady(0).value();
-        if (warm.fast < kIterations - SteadyPath::kWarmup - 1) {
+        if (warm.fast < kIterations - SteadyOptions{}.warmup - 1) {
           return "the fast path was not taken: fast=" + std::to_string(warm.fast);
         }
         // Every rank changes the shape: the normal way, correct, counted as slow.
@@ -455,8 +455,9 @@ TEST_CASE("steady path: HORA_STEADY=on runs a gloo set on the board over message
           if (!s.ok() || out != std::vector<float>(2, 3.0f)) return "step: " + s.ToString();
         }
         const SteadyStats st = e.Steady(0).value();
-        return st.fast >= kIterations - SteadyPath::kWarmup - 1 ? ""
-                                                                : "fast " + std::to_string(st.fast);
+        return st.fast >= kIterations - SteadyOptions{}.warmup - 1
+                   ? ""
+                   : "fast " + std::to_string(st.fast);
       },
       [&](Options* o) {
         testing::OneHost(o, "on");

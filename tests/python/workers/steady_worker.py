@@ -15,7 +15,7 @@ import hora.torch as hvd
 import cases
 from cases import case, check, raises
 
-WARM = 3   # SteadyPath::kWarmup
+WARM = 3   # SteadyOptions::warmup (runtime/steady_options.h)
 RUNS = WARM + 4
 
 DTYPES = [torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.int32,
