@@ -6,7 +6,7 @@ code (docs/testing.md, "Docs that are tested"; the markers: doc_blocks.py).
   horarun and hora-timeline on the PATH, the built libhora.so and bindings/python; python
   blocks run as `horarun -np 2 PYTHON block.py` there. 120 s each at most. An `output` block
   after a run block is checked against what it printed: each line in order, any number for
-  a number, `...` for anything.
+  a number, `...` for anything (per rank for lines of horarun's "[r]<stdout>: ").
 - every block but output: each repository path it names exists, each Bazel label it names is
   defined, each horarun option it gives is one horarun knows.
 The counts by kind and reason end the output (conftest.py)."""
@@ -244,18 +244,23 @@ def line_pattern(line):
 
 
 def check_shown_output(shown, got, where):
+    """In order, but per rank where the lines carry horarun's "[r]<stream>: " (the ranks'
+    lines interleave as they come)."""
     got_lines = got.splitlines()
-    at = 0
+    at = {}
     for line in shown.text.splitlines():
         if not line.strip():
             continue
+        rank = re.match(r"^\[(\d+)\]<", line)
+        rank = rank.group(1) if rank else None
         pat = line_pattern(line)
-        while at < len(got_lines) and not pat.search(got_lines[at]):
-            at += 1
-        assert at < len(got_lines), (
+        i = at.get(rank, 0)
+        while i < len(got_lines) and not pat.search(got_lines[i]):
+            i += 1
+        assert i < len(got_lines), (
             "%s shows %r, which %s does not have (in order):\n%s"
             % (shown.id, line, where, got[-4000:]))
-        at += 1
+        at[rank] = i + 1
     for (text,) in shown.clause("exact"):
         assert text in got, "%s: %r is not in %s" % (shown.id, text, where)
 
