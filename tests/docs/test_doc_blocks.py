@@ -165,7 +165,11 @@ def work_folder(tmp):
 
 
 def block_env(block, tmp):
-    env = dict(os.environ)
+    # A user's shell, not a Bazel test's: a script the block runs (tests/python/run_pytest.sh)
+    # would write this test's JUnit file or go to its runfiles.
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("XML_OUTPUT_FILE", "TEST_SRCDIR", "TEST_WORKSPACE", "RUNFILES_DIR",
+                        "RUNFILES_MANIFEST_FILE", "JAVA_RUNFILES", "PYTHON_RUNFILES")}
     env.update({
         "PATH": os.path.join(tmp, ".bin") + os.pathsep + env.get("PATH", "/usr/bin:/bin"),
         "HORA_LIBRARY": library(),
