@@ -354,6 +354,10 @@ def test_commands_the_docs_run_are_installed():
         if b.kind not in (RUN, SKIP) or b.lang == "python":
             continue
         for name in command_names(b) - SYSTEM_COMMANDS:
+            venv = re.match(r"^ENV/bin/(.+)$", name)  # README's venv with the wheel
+            if venv and venv.group(1) not in wheel | {"python", "python3", "pip"}:
+                missing.append("%s runs %s: the wheel has no such console script"
+                               % (b.id, name))
             if "/" not in name and name not in install & wheel:
                 missing.append("%s runs %s: tools/install.sh %s it, the wheel %s it" % (
                     b.id, name, "installs" if name in install else "does not install",
