@@ -1,9 +1,9 @@
 // Small ordered messages among the members of a process set, on any number of hosts: how the
 // members agree without the coordinator and without waiting inside a collective when they
 // share no memory (runtime/steady_net_board.h). A message a member posts reaches every other
-// member, and every member receives one member's messages in the order it posted them (so
-// all members see the same sequence from each sender). Nothing is reduced or ordered across
-// senders here.
+// member (or the members it names), and every member receives one member's messages in the
+// order it posted them (so all members see the same sequence from each sender). Nothing is reduced
+// or ordered across senders here.
 //
 // Built over TCP: one connection per pair of members, Nagle off, bootstrapped through the
 // set's KvStore (each member publishes an address and a token the connecting side must
@@ -17,6 +17,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <vector>
 
 #include "collectives/registry.h"
 #include "common/status.h"
@@ -35,6 +36,8 @@ class Mailbox {
   // Sends `bytes` bytes to every other member, bounded by the mailbox's timeout (a member
   // that reads nothing for that long fails it with DEADLINE_EXCEEDED naming it).
   virtual Status Post(const void* data, size_t bytes) = 0;
+  // The same, to the listed members only (each another member), in list order.
+  virtual Status PostTo(const std::vector<int>& members, const void* data, size_t bytes) = 0;
   // Hands every complete message that has arrived to fn(member, data, bytes), without
   // blocking. A connection that ended or failed: PEER_FAILURE naming the member (later
   // calls still read the others and report it again).

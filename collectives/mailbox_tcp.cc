@@ -104,25 +104,17 @@ class TcpMailbox : public Mailbox {
   int rank() const override { return rank_; }
   int size() const override { return size_; }
 
-  Status Post(const void* data, size_t bytes) override {
-    if (bytes > kMaxMessage)
-      return InvalidArgument("mailbox: message of " + std::to_string(bytes) + " bytes");
-    MutexLock lock(&send_mu_);
-    if (Status a = AbortReason(); !a.ok()) return a;
-    uint32_t length = static_cast<uint32_t>(bytes);
-    const Clock::time_point deadline = Clock::now() + timeout_;
-    for (int m = 0; m < size_; ++m) {
-      Peer& p = peers_[m];
-      if (m == rank_ || p.fd < 0 || p.closed.load(std::memory_order_acquire)) continue;
-      iovec iov[2] = {{&length, sizeof(length)}, {const_cast<void*>(data), bytes}};
-      if (!SendAll(p.fd, iov, deadline)) {
-        if (Status a = AbortReason(); !a.ok()) return a;
-        return DeadlineExceeded("mailbox: member " + std::to_string(m) +
-                                " took no message from member " + std::to_string(rank_) + " for " +
-                                std::to_string(timeout_.count()) + " ms, or its connection failed");
+  Status Post(const void* data, size_t bytes) override { return Send(nullptr, data, bytes); }
+
+  Status PostTo(const std::vector<int>& members, const void* data, size_t bytes) override {
+    for (int m : members) {
+      if (m < 0 || m >= size_ || m == rank_) {
+        return InvalidArgument("mailbox: member " + std::to_string(rank_) + " cannot post to " +
+                               std::to_string(m) + " (members 0.." + std::to_string(size_ - 1) +
+                               ")");
       }
     }
-    return Status::Ok();
+    return Send(&members, data, bytes);
   }
 
   Status Read(const std::function<void(int, const char*, size_t)>& fn) override {
@@ -291,6 +283,30 @@ class TcpMailbox : public Mailbox {
       }
       std::this_thread::sleep_for(std::chrono::milliseconds(20));
     }
+  }
+
+  // To `members` (null: every other member).
+  Status Send(const std::vector<int>* members, const void* data, size_t bytes) {
+    if (bytes > kMaxMessage)
+      return InvalidArgument("mailbox: message of " + std::to_string(bytes) + " bytes");
+    MutexLock lock(&send_mu_);
+    if (Status a = AbortReason(); !a.ok()) return a;
+    uint32_t length = static_cast<uint32_t>(bytes);
+    const Clock::time_point deadline = Clock::now() + timeout_;
+    const size_t count = members != nullptr ? members->size() : static_cast<size_t>(size_);
+    for (size_t i = 0; i < count; ++i) {
+      const int m = members != nullptr ? (*members)[i] : static_cast<int>(i);
+      Peer& p = peers_[m];
+      if (m == rank_ || p.fd < 0 || p.closed.load(std::memory_order_acquire)) continue;
+      iovec iov[2] = {{&length, sizeof(length)}, {const_cast<void*>(data), bytes}};
+      if (!SendAll(p.fd, iov, deadline)) {
+        if (Status a = AbortReason(); !a.ok()) return a;
+        return DeadlineExceeded("mailbox: member " + std::to_string(m) +
+                                " took no message from member " + std::to_string(rank_) + " for " +
+                                std::to_string(timeout_.count()) + " ms, or its connection failed");
+      }
+    }
+    return Status::Ok();
   }
 
   Status AbortReason() {

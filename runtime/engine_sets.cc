@@ -92,12 +92,11 @@ StatusOr<SteadyPath::Parts> Engine::SteadyParts(int32_t id, const std::vector<in
   SteadyPath::Parts parts;
   if (!BackendOffersSharedBoard(comm->name()) || comm->size() > ShmSteadyBoard::kMaxMembers) {
     // Members on several hosts (or a backend without shared memory): they agree by messages.
-    if (comm->size() > NetSteadyBoard::kMaxMembers) {
+    const std::string refusal = NetSteadyBoard::Refusal(comm->size(), config.hostnames);
+    if (!refusal.empty()) {
       if (options_.steady != "on") return SteadyPath::Parts();
       return FailedPrecondition(std::string(kEnvSteady) + "=on: process set " + std::to_string(id) +
-                                " has " + std::to_string(comm->size()) +
-                                " members; the steady path across hosts takes at most " +
-                                std::to_string(NetSteadyBoard::kMaxMembers) + "; use auto");
+                                ": the steady path across hosts takes " + refusal + "; use auto");
     }
     auto box = CreateMailbox(config);
     if (!box.ok()) {
@@ -112,7 +111,8 @@ StatusOr<SteadyPath::Parts> Engine::SteadyParts(int32_t id, const std::vector<in
       if (!steady.ok()) return steady.status();
       parts.comm = std::move(steady).value();
     }
-    parts.board = std::make_unique<NetSteadyBoard>(std::move(box).value(), parts.comm != nullptr);
+    parts.board = std::make_unique<NetSteadyBoard>(std::move(box).value(), parts.comm != nullptr,
+                                                   config.hostnames);
     return parts;
   }
   // The same backend again, under its own key prefix: a second communicator that only the

@@ -94,6 +94,9 @@ class SteadyBoard {
   virtual bool joined() const = 0;
   // The job is broken: wake every sleeper of this member and stop talking to the others.
   virtual void Abort(const Status& /*reason*/) { WakeOwn(); }
+  // The set's thread calls this each time it wakes (at least every SteadyOptions::max_sleep):
+  // the board's periodic work, if it has any.
+  virtual void Tick() {}
 };
 
 }  // namespace hora

@@ -12,22 +12,39 @@
 namespace hora {
 namespace {
 
-struct Header {
-  uint8_t kind;
-  uint8_t eager;  // an offer: its data follows
-  uint8_t last;   // an ORDER: the member whose offer completed the instance, + 1 (0: unknown)
-  uint8_t pad;
-  uint32_t entry;
-  uint32_t instance;
-};
+int64_t NowUs() {
+  return std::chrono::duration_cast<std::chrono::microseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
 
 }  // namespace
 
-NetSteadyBoard::NetSteadyBoard(std::unique_ptr<Mailbox> box, bool ordered)
+std::string NetSteadyBoard::Refusal(int members, const std::vector<std::string>& hostnames) {
+  const SteadyRoutes routes(0, hostnames, members);
+  if (!routes.two_level() && members > kMaxFlatMembers) {
+    return std::to_string(members) + " members on " + std::to_string(routes.hosts()) +
+           " host(s) agree flat, at most " + std::to_string(kMaxFlatMembers);
+  }
+  if (members > kMaxMembers) {
+    return std::to_string(members) + " members, at most " + std::to_string(kMaxMembers);
+  }
+  if (routes.hosts() > kMaxHosts) {
+    return std::to_string(routes.hosts()) + " hosts, at most " + std::to_string(kMaxHosts);
+  }
+  return "";
+}
+
+NetSteadyBoard::NetSteadyBoard(std::unique_ptr<Mailbox> box, bool ordered,
+                               const std::vector<std::string>& hostnames)
     : box_(std::move(box)),
       member_(box_->rank()),
       members_(box_->size()),
       ordered_(ordered),
+      routes_(member_, hostnames, members_),
+      eager_bytes_(routes_.two_level()
+                       ? std::min(kEagerBytes, kRelayBytes / static_cast<size_t>(members_))
+                       : kEagerBytes),
       log_(new std::atomic<uint64_t>[kLogSlots]) {
   MutexLock lock(&mu_);
   entries_.resize(kMaxEntries);
@@ -48,27 +65,115 @@ NetSteadyBoard::EntryState& NetSteadyBoard::At(uint32_t e) {
   return *s;
 }
 
-void NetSteadyBoard::Post(Kind kind, uint32_t e, uint32_t n, const void* data, size_t bytes,
-                          bool eager, int last) {
-  thread_local std::vector<char> message;
-  message.resize(sizeof(Header) + bytes);
-  Header h{static_cast<uint8_t>(kind),
-           static_cast<uint8_t>(eager ? 1 : 0),
-           static_cast<uint8_t>(last + 1),
-           0,
-           e,
-           n};
-  memcpy(message.data(), &h, sizeof(h));
-  if (bytes > 0) memcpy(message.data() + sizeof(h), data, bytes);
+void NetSteadyBoard::QueueOwn(Kind kind, uint32_t e, uint32_t n, bool eager,
+                              const std::vector<char>& data) {
+  const std::vector<int>& to = routes_.own_targets();
+  if (to.empty()) return;  // a leader: RelayInstance sends its messages with its host's
+  Outgoing out{routes_.two_level() ? &to : nullptr, {}};
+  steady_wire::Put(&out.message, kind, eager, member_, e, n, -1, data.data(), data.size());
+  outbox_.push_back(std::move(out));
+}
+
+bool NetSteadyBoard::QueueHeld(const std::vector<int>* to, uint32_t e, uint32_t n,
+                               const std::vector<int>* of) {
+  if (to->empty()) return false;
+  const std::vector<Slot>& slots = At(e).slots[n % 2];
+  Outgoing out{to, {}};
+  const size_t count = of != nullptr ? of->size() : static_cast<size_t>(members_);
+  for (size_t i = 0; i < count; ++i) {
+    const int m = of != nullptr ? (*of)[i] : static_cast<int>(i);
+    const Slot& slot = slots[static_cast<size_t>(m)];
+    if (slot.instance != n || slot.kind == Kind::kNone) continue;
+    const size_t bytes = slot.eager ? slot.data.size() : 0;
+    steady_wire::Put(&out.message, slot.kind, slot.eager, m, e, n, -1, slot.data.data(), bytes);
+  }
+  if (out.message.empty()) return false;
+  outbox_.push_back(std::move(out));
+  return true;
+}
+
+void NetSteadyBoard::Flush() {
+  MutexLock flush(&flush_mu_);
+  std::vector<Outgoing> out;
+  {
+    MutexLock lock(&mu_);
+    if (outbox_.empty()) return;
+    out.swap(outbox_);
+  }
   // A failed post (the job is aborting, or a member is gone) shows on the reading side: the
   // member's connection ends and what waits on it is decided slow.
-  Status s = box_->Post(message.data(), message.size());
-  if (!s.ok()) HORA_LOG_DEBUG("steady path: {}", s.message());
+  for (const Outgoing& o : out) {
+    Status s = o.to != nullptr ? box_->PostTo(*o.to, o.message.data(), o.message.size())
+                               : box_->Post(o.message.data(), o.message.size());
+    if (!s.ok()) HORA_LOG_DEBUG("steady path: {}", s.message());
+  }
+}
+
+void NetSteadyBoard::RelayInstance(uint32_t e, uint32_t n) {
+  if (!routes_.two_level() || !routes_.leader()) return;
+  EntryState& s = At(e);
+  Relay& r = s.relay[n % 2];
+  if (r.instance != n || r.first_us == 0) r = Relay{n, false, false, NowUs(), 0};
+  if (!r.host_sent) {
+    bool all = true;
+    bool refused = false;
+    for (int m : routes_.host_members()) {
+      const Slot& slot = s.slots[n % 2][static_cast<size_t>(m)];
+      if (slot.instance == n && slot.kind != Kind::kNone) {
+        refused |= slot.kind == Kind::kRefuse;
+      } else {
+        all = false;
+      }
+    }
+    if (all || refused) {
+      r.host_sent = true;
+      (void)QueueHeld(&routes_.leaders(), e, n, &routes_.host_members());
+    }
+  }
+  const Decision& d = s.decided[n % 2];
+  if (!r.forwarded && d.instance == n && d.outcome != Outcome::kPending) {
+    r.forwarded = true;
+    (void)QueueHeld(&routes_.locals(), e, n, nullptr);
+  }
+}
+
+void NetSteadyBoard::Tick() {
+  if (!routes_.two_level() || !routes_.leader()) return;
+  const int64_t now = NowUs();
+  if (now < next_tick_us_.load(std::memory_order_relaxed)) return;
+  next_tick_us_.store(now + kPartialAfterUs / 4, std::memory_order_relaxed);
+  {
+    MutexLock lock(&mu_);
+    for (uint32_t e = 0; e < kMaxEntries; ++e) {
+      EntryState* s = entries_[e].get();
+      if (s == nullptr) continue;
+      for (Relay& r : s->relay) {
+        const Decision& d = s->decided[r.instance % 2];
+        if (r.first_us == 0 || now - r.first_us < kPartialAfterUs ||
+            (d.instance == r.instance && d.outcome != Outcome::kPending)) {
+          continue;
+        }
+        int heard = 0;
+        for (const Slot& slot : s->slots[r.instance % 2]) {
+          heard += slot.instance == r.instance && slot.kind != Kind::kNone ? 1 : 0;
+        }
+        if (heard == r.partial_heard) continue;
+        r.partial_heard = heard;
+        (void)QueueHeld(&routes_.leaders(), e, r.instance, nullptr);
+        (void)QueueHeld(&routes_.locals(), e, r.instance, nullptr);
+      }
+    }
+  }
+  Flush();
 }
 
 NetSteadyBoard::Outcome NetSteadyBoard::Record(int m, Kind kind, bool eager, uint32_t e, uint32_t n,
                                                const char* data, size_t bytes) {
   Slot& slot = At(e).slots[n % 2][static_cast<size_t>(m)];
+  // A partial relay may carry an instance this member has passed (never overwrite a newer one).
+  if (slot.kind != Kind::kNone && static_cast<int32_t>(slot.instance - n) > 0) {
+    return Outcome::kPending;
+  }
   slot.instance = n;
   slot.kind = kind;
   slot.eager = eager;
@@ -91,17 +196,6 @@ void NetSteadyBoard::Append(uint32_t e, int last) {
   log_[index % kLogSlots].store(uint64_t{e} | (static_cast<uint64_t>(last + 1) << 32),
                                 std::memory_order_relaxed);
   tail_.store(index + 1, std::memory_order_release);
-}
-
-void NetSteadyBoard::SendOrders() {
-  if (member_ != 0) return;
-  MutexLock order(&order_mu_);
-  std::vector<Order> orders;
-  {
-    MutexLock lock(&mu_);
-    orders.swap(orders_);
-  }
-  for (const Order& o : orders) Post(Kind::kOrder, o.entry, o.instance, nullptr, 0, false, o.last);
 }
 
 NetSteadyBoard::Outcome NetSteadyBoard::Decide(uint32_t e, uint32_t n, int last) {
@@ -130,7 +224,12 @@ NetSteadyBoard::Outcome NetSteadyBoard::Decide(uint32_t e, uint32_t n, int last)
     Append(e, last);
   } else if (member_ == 0) {  // the order of the instances that run on the communicator
     Append(e, last);
-    orders_.push_back(Order{e, n, last});
+    Outgoing order{routes_.two_level() ? &routes_.leaders() : nullptr, {}};
+    steady_wire::Put(&order.message, Kind::kOrder, false, 0, e, n, last, nullptr, 0);
+    if (routes_.two_level()) {
+      if (!routes_.locals().empty()) outbox_.push_back(Outgoing{&routes_.locals(), order.message});
+    }
+    outbox_.push_back(std::move(order));
   }  // else: appended when member 0's ORDER comes
   return Outcome::kFast;
 }
@@ -154,29 +253,40 @@ bool NetSteadyBoard::Drain() const {
   if (!read_mu_.TryLock()) return false;
   bool decided = false;
   bool slow = false;  // refusals, joins and lost members wake every sleeper
-  Status s = box_->Read([&](int m, const char* data, size_t bytes) {
-    if (bytes < sizeof(Header)) return;  // not a board message (never sent)
-    Header h;
-    memcpy(&h, data, sizeof(h));
-    const Kind kind = static_cast<Kind>(h.kind);
+  Status s = box_->Read([&](int, const char* data, size_t bytes) {
     MutexLock lock(&self->mu_);
-    if (kind == Kind::kJoined) {
-      self->joined_.store(true, std::memory_order_release);
-      self->Gone(m);
-      decided = slow = true;
-      return;
-    }
-    if (h.entry >= kMaxEntries) return;
-    if (kind == Kind::kOrder) {  // from member 0: fast, and its place in the common order
-      self->Settle(&self->At(h.entry), h.instance, Outcome::kFast);
-      self->Append(h.entry, static_cast<int>(h.last) - 1);
-      decided = true;
-      return;
-    }
-    const Outcome o = self->Record(m, kind, h.eager != 0, h.entry, h.instance, data + sizeof(h),
-                                   bytes - sizeof(h));
-    decided |= o != Outcome::kPending;
-    slow |= o == Outcome::kSlow;
+    const bool whole =
+        steady_wire::ForEach(data, bytes, [&](const steady_wire::Header& h, const char* body) {
+          self->mu_.AssertHeld();  // called back synchronously, under the lock
+          const Kind kind = static_cast<Kind>(h.kind);
+          const int origin = static_cast<int>(h.origin);
+          if (origin < 0 || origin >= members_ || h.entry >= kMaxEntries) return;
+          if (kind == Kind::kJoined) {
+            self->joined_.store(true, std::memory_order_release);
+            self->Gone(origin);
+            decided = slow = true;
+            return;
+          }
+          if (kind == Kind::kOrder) {  // from member 0: fast, and its place in the common order
+            self->Settle(&self->At(h.entry), h.instance, Outcome::kFast);
+            self->Append(h.entry, h.last);
+            if (routes_.two_level() && routes_.leader()) {  // for this host's members
+              Outgoing out{&routes_.locals(), {}};
+              steady_wire::Put(&out.message, Kind::kOrder, false, 0, h.entry, h.instance, h.last,
+                               nullptr, 0);
+              if (!routes_.locals().empty()) self->outbox_.push_back(std::move(out));
+            }
+            decided = true;
+            return;
+          }
+          if (origin == member_ || (kind != Kind::kOffer && kind != Kind::kRefuse)) return;
+          const Outcome o =
+              self->Record(origin, kind, h.eager != 0, h.entry, h.instance, body, h.bytes);
+          decided |= o != Outcome::kPending;
+          slow |= o == Outcome::kSlow;
+          self->RelayInstance(h.entry, h.instance);
+        });
+    if (!whole) HORA_LOG_DEBUG("steady path: a message cut short ({} bytes)", bytes);
   });
   if (!s.ok()) {
     MutexLock lock(&self->mu_);
@@ -189,10 +299,8 @@ bool NetSteadyBoard::Drain() const {
     }
   }
   read_mu_.Unlock();
-  if (decided) {
-    self->SendOrders();
-    self->Wake(slow);
-  }
+  self->Flush();
+  if (decided) self->Wake(slow);
   return decided;
 }
 
@@ -206,25 +314,20 @@ void NetSteadyBoard::PutEager(uint32_t e, uint32_t n, const void* data, size_t b
 }
 
 NetSteadyBoard::Outcome NetSteadyBoard::Offer(uint32_t e, uint32_t n, bool eager) {
-  thread_local std::vector<char> input;
+  Outcome o;
   {
     MutexLock lock(&mu_);
     Slot& slot = At(e).slots[n % 2][static_cast<size_t>(member_)];
     if (slot.instance != n || !eager) slot.data.clear();  // not Eager: no data rides along
     slot.instance = n;
-    input = slot.data;
-  }
-  Post(Kind::kOffer, e, n, input.data(), input.size(), eager);
-  Outcome o;
-  {
-    MutexLock lock(&mu_);
-    Slot& slot = At(e).slots[n % 2][static_cast<size_t>(member_)];
     slot.kind = Kind::kOffer;
     slot.eager = eager;
     open_offers_.fetch_add(1, std::memory_order_acq_rel);  // until Settle
+    QueueOwn(Kind::kOffer, e, n, eager, slot.data);
     o = Decide(e, n, member_);
+    RelayInstance(e, n);
   }
-  if (o == Outcome::kFast) SendOrders();
+  Flush();
   if (o == Outcome::kSlow) Wake(true);
   if (o == Outcome::kPending) (void)Drain();
   MutexLock lock(&mu_);
@@ -233,14 +336,16 @@ NetSteadyBoard::Outcome NetSteadyBoard::Offer(uint32_t e, uint32_t n, bool eager
 }
 
 NetSteadyBoard::Outcome NetSteadyBoard::Refuse(uint32_t e, uint32_t n) {
-  Post(Kind::kRefuse, e, n, nullptr, 0);
   Outcome o;
   {
     MutexLock lock(&mu_);
+    QueueOwn(Kind::kRefuse, e, n, false, {});
     (void)Record(member_, Kind::kRefuse, false, e, n, nullptr, 0);
+    RelayInstance(e, n);
     const Decision& d = At(e).decided[n % 2];
     o = d.instance == n ? d.outcome : Outcome::kPending;
   }
+  Flush();
   Wake(true);
   return o;
 }
@@ -309,10 +414,13 @@ bool NetSteadyBoard::Sleep(uint32_t seen, int64_t timeout_us, Role role, bool la
   bool woken = true;
   // Registered first, then the bell: a ring after this read writes to fd.
   if (bell_.load(std::memory_order_acquire) == seen) {
-    // A lazy driver reads the connections only while an offer of this member waits and no
-    // helper does: otherwise a message can decide nothing it must act on (its helpers read
-    // them; the others' offers are read when this member offers), and each one would wake it.
-    if (lazy && (helpers() > 0 || open_offers_.load(std::memory_order_acquire) == 0)) {
+    // A lazy driver reads the connections only while no helper does and an offer of this
+    // member waits or it relays for its host: otherwise a message can decide nothing it must
+    // act on (its helpers read them; the others' offers are read when this member offers),
+    // and each one would wake it. (A leader's relays wait at most one sleep when its last
+    // helper left: what it must relay at once, it relays while it still waits itself.)
+    const bool relays = routes_.two_level() && routes_.leader();
+    if (lazy && (helpers() > 0 || (!relays && open_offers_.load(std::memory_order_acquire) == 0))) {
       pollfd p{fd, POLLIN, 0};
       woken = poll(&p, 1, static_cast<int>(std::max<int64_t>(1, timeout_us / 1000))) != 0;
     } else {
@@ -354,12 +462,15 @@ int NetSteadyBoard::sleeping(Role role) const {
 
 void NetSteadyBoard::SetJoined() {
   joined_.store(true, std::memory_order_release);
-  Post(Kind::kJoined, 0, 0, nullptr, 0);
   {
     MutexLock lock(&mu_);
+    // To every member directly, on either route: rare, and every member must act on it.
+    Outgoing out{nullptr, {}};
+    steady_wire::Put(&out.message, Kind::kJoined, false, member_, 0, 0, -1, nullptr, 0);
+    outbox_.push_back(std::move(out));
     Gone(member_);
   }
-  SendOrders();
+  Flush();
   Wake(true);
 }
 

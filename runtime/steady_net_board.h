@@ -28,10 +28,20 @@
 // n + 2 only after n + 1 completed everywhere it matters (see steady_shm_board.h), so a slot
 // is never overwritten before this member read it.
 //
+// Routes (runtime/steady_net_routes.h): on several hosts with several members on some host,
+// messages go through each host's leader (two levels). Every member still ends up holding
+// every member's message for an instance it decides (relayed ones name their origin), so it
+// decides as above; a leader relays what it has once its host's messages for the instance are
+// all in (to the other leaders) and once it decided it (to its host's members), and member
+// 0's ORDERs go to the leaders, which pass them on. An instance a leader has heard of but not
+// decided for kPartialAfter is a stall in the making: the leader then sends what it has to
+// the other leaders and its members (Tick), so that every member can name who is missing.
+//
 // Waiting: a sleeping thread polls the members' connections and its own eventfd; whoever
 // reads a message that decides an instance rings the bell and wakes this member's other
 // sleepers (the appending thread's own wake-ups are the caller's business, as on shm). A
-// lazy driver with helpers present polls only its eventfd (the helpers read the messages).
+// lazy driver with helpers present polls only its eventfd (the helpers read the messages),
+// unless it is a leader (it relays for its host).
 #ifndef HORA_RUNTIME_STEADY_NET_BOARD_H_
 #define HORA_RUNTIME_STEADY_NET_BOARD_H_
 
@@ -43,6 +53,8 @@
 #include "collectives/mailbox.h"
 #include "common/mutex.h"
 #include "runtime/steady_board.h"
+#include "runtime/steady_net_routes.h"
+#include "runtime/steady_net_wire.h"
 
 namespace hora {
 
@@ -50,18 +62,30 @@ class NetSteadyBoard final : public SteadyBoard {
  public:
   // The largest allreduce it caches: the coordinator's inline reduction carries as much.
   static constexpr size_t kEagerBytes = 16 << 10;
-  // Every member sends each of its offers to every other member: beyond this many members a
-  // hierarchical agreement (within hosts, then among them) is needed, which is not built.
-  static constexpr int kMaxMembers = 64;
+  // Two levels: a leader's relay carries every member's data, so Eager instances are smaller
+  // on large sets (kRelayBytes / members; 16 KiB up to 32 members).
+  static constexpr size_t kRelayBytes = 512 << 10;
+  // Flat, every member sends each of its offers to every other member; on two levels the
+  // leaders do, one per host.
+  static constexpr int kMaxFlatMembers = 64;
+  static constexpr int kMaxHosts = 64;
+  static constexpr int kMaxMembers = 1024;
+  static constexpr int64_t kPartialAfterUs = 250 * 1000;
 
-  // ordered: the set has a steady communicator (instances larger than kEagerBytes run on it).
-  NetSteadyBoard(std::unique_ptr<Mailbox> box, bool ordered);
+  // ordered: the set has a steady communicator (instances larger than the Eager size run on
+  // it). hostnames: per member (empty: flat).
+  NetSteadyBoard(std::unique_ptr<Mailbox> box, bool ordered,
+                 const std::vector<std::string>& hostnames = {});
+  // Why a set of these members cannot use the board (empty: it can).
+  static std::string Refusal(int members, const std::vector<std::string>& hostnames);
   ~NetSteadyBoard() override;
 
   const char* name() const override { return "tcp"; }
-  bool Runs(size_t bytes) const override { return bytes > 0 && (ordered_ || bytes <= kEagerBytes); }
-  bool Eager(uint32_t, size_t bytes) const override { return bytes > 0 && bytes <= kEagerBytes; }
-  size_t MaxEagerBytes() const override { return kEagerBytes; }
+  bool Runs(size_t bytes) const override {
+    return bytes > 0 && (ordered_ || bytes <= eager_bytes_);
+  }
+  bool Eager(uint32_t, size_t bytes) const override { return bytes > 0 && bytes <= eager_bytes_; }
+  size_t MaxEagerBytes() const override { return eager_bytes_; }
   Outcome Offer(uint32_t e, uint32_t n, bool eager = false) override;
   Outcome Refuse(uint32_t e, uint32_t n) override;
   Outcome State(uint32_t e, uint32_t n, uint64_t unread) const override;
@@ -82,18 +106,27 @@ class NetSteadyBoard final : public SteadyBoard {
   void SetJoined() override;
   bool joined() const override { return joined_.load(std::memory_order_acquire); }
   void Abort(const Status& reason) override;
+  void Tick() override;
+  bool two_level() const { return routes_.two_level(); }
 
  private:
-  enum class Kind : uint8_t { kNone = 0, kOffer = 1, kRefuse = 2, kJoined = 3, kOrder = 4 };
+  using Kind = steady_wire::Kind;
   struct Slot {  // one member's message for instance `instance` (of its parity)
     uint32_t instance = 0;
     Kind kind = Kind::kNone;
     bool eager = false;  // an offer of an Eager instance (its data here)
     std::vector<char> data;
   };
-  struct Order {  // member 0's ORDER of a fast instance that is not Eager
-    uint32_t entry, instance;
-    int last;
+  struct Outgoing {              // a message to send once mu_ is released, in queue order
+    const std::vector<int>* to;  // null: every other member
+    std::vector<char> message;
+  };
+  struct Relay {  // a leader's relaying of one instance (two levels)
+    uint32_t instance = 0;
+    bool host_sent = false;  // its host's messages went to the other leaders
+    bool forwarded = false;  // what it had at the decision went to its host's members
+    int64_t first_us = 0;    // when it first heard of the instance (0: not yet)
+    int partial_heard = 0;   // how many members' messages its last partial carried
   };
   struct Decision {
     uint32_t instance = 0;
@@ -102,6 +135,7 @@ class NetSteadyBoard final : public SteadyBoard {
   struct EntryState {
     std::vector<Slot> slots[2];  // by instance parity, then member
     Decision decided[2];
+    Relay relay[2];
   };
 
   // Records member m's message (kind, e, n, data) and decides n if it can; returns the
@@ -110,13 +144,20 @@ class NetSteadyBoard final : public SteadyBoard {
                  size_t bytes) REQUIRES(mu_);
   Outcome Decide(uint32_t e, uint32_t n, int last) REQUIRES(mu_);
   void Append(uint32_t e, int last) REQUIRES(mu_);
-  // Member 0: sends the ORDERs Decide queued, in the order it queued them.
-  void SendOrders();
+  // Queues one record of this member's own to where its own messages go.
+  void QueueOwn(Kind kind, uint32_t e, uint32_t n, bool eager, const std::vector<char>& data)
+      REQUIRES(mu_);
+  // Queues, to `to`, the messages for instance n of e of the listed members (null: all) that
+  // this member holds; false if it holds none.
+  bool QueueHeld(const std::vector<int>* to, uint32_t e, uint32_t n, const std::vector<int>* of)
+      REQUIRES(mu_);
+  // Two levels, a leader: relays what instance n of e now calls for (see the header).
+  void RelayInstance(uint32_t e, uint32_t n) REQUIRES(mu_);
+  // Sends what was queued, in queue order (one sender at a time).
+  void Flush();
   EntryState& At(uint32_t e) REQUIRES(mu_);
   // Reads what arrived (if no other thread is reading); true if it decided anything.
   bool Drain() const;
-  void Post(Kind kind, uint32_t e, uint32_t n, const void* data, size_t bytes, bool eager = false,
-            int last = -1);
   // Member m is gone (joined, or its connection ended): what waits on it is slow.
   void Gone(int m) REQUIRES(mu_);
   // Rings the bell and wakes this member's sleeping helpers; its sleeping drivers too when
@@ -129,13 +170,16 @@ class NetSteadyBoard final : public SteadyBoard {
   const int member_;
   const int members_;
   const bool ordered_;
+  const SteadyRoutes routes_;
+  const size_t eager_bytes_;
 
   mutable Mutex read_mu_;  // one reader of box_ at a time (Drain)
   mutable Mutex mu_;
   std::vector<std::unique_ptr<EntryState>> entries_ GUARDED_BY(mu_);
   std::vector<bool> gone_ GUARDED_BY(mu_);
-  std::vector<Order> orders_ GUARDED_BY(mu_);  // member 0: ORDERs not sent yet
-  Mutex order_mu_;                             // member 0: one sender of ORDERs at a time
+  std::vector<Outgoing> outbox_ GUARDED_BY(mu_);
+  Mutex flush_mu_;  // one sender of the outbox at a time
+  std::atomic<int64_t> next_tick_us_{0};
   // The log: (entry, last member) per slot; written under mu_, read without it.
   std::unique_ptr<std::atomic<uint64_t>[]> log_;
   std::atomic<uint64_t> tail_{0};

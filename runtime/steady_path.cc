@@ -392,6 +392,7 @@ void SteadyPath::Loop() {
         YieldForBell(*board_, bell, &yielded_bell, now + options_.yield)) {
       continue;
     }
+    board_->Tick();
     const auto wait = std::chrono::duration_cast<std::chrono::microseconds>(
         std::min({next_check, now + options_.max_sleep, now + grace}) - now);
     const bool woken =

@@ -117,6 +117,25 @@ TEST_CASE("every message reaches every other member in its sender's order") {
   }
 }
 
+TEST_CASE("a message posted to some members reaches only them; a bad member is refused") {
+  MemoryStore store;
+  auto boxes = Open(4, &store);
+  REQUIRE(boxes[1]->PostTo({3, 0}, "to 3 and 0", 10).ok());
+  REQUIRE(boxes[1]->Post("to all", 6).ok());
+  for (int r : {0, 3}) {
+    Status status;
+    const std::vector<std::string> got = Collect(boxes[r].get(), 2, &status);
+    REQUIRE(status.ok());
+    CHECK(got == std::vector<std::string>{"1:to 3 and 0", "1:to all"});
+  }
+  Status status;
+  CHECK(Collect(boxes[2].get(), 1, &status) == std::vector<std::string>{"1:to all"});
+  const Status self = boxes[1]->PostTo({1}, "x", 1);
+  CHECK(self.code() == Code::kInvalidArgument);
+  CHECK(self.message() == "mailbox: member 1 cannot post to 1 (members 0..3)");
+  CHECK(boxes[1]->PostTo({4}, "x", 1).code() == Code::kInvalidArgument);
+}
+
 TEST_CASE("a member whose mailbox closed is named by the others") {
   MemoryStore store;
   auto boxes = Open(3, &store);

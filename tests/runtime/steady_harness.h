@@ -33,12 +33,14 @@ inline void OneHost(Options* o, const std::string& steady) {
   o->steady = steady;
 }
 
-// The board a test runs on: "shm" (every rank on one host: runtime/steady_shm_board.h) or
-// "net" (ranks on two hosts, host0 and host1 as MakeOptions names them: the board over
-// messages, runtime/steady_net_board.h).
+// The board a test runs on: "shm" (every rank on one host: runtime/steady_shm_board.h),
+// "net" (ranks on two hosts, host0 and host1 by rank parity: the board over messages,
+// runtime/steady_net_board.h, on two levels once some host holds two ranks) or "flat" (a
+// host per rank: the board over messages, every member messaging every other).
 inline void Layout(Options* o, const std::string& steady, const std::string& board) {
   OneHost(o, steady);
   if (board == "net") o->hostname = "host" + std::to_string(o->rank % 2);
+  if (board == "flat") o->hostname = "host" + std::to_string(o->rank);
 }
 
 }  // namespace testing

@@ -118,7 +118,7 @@ std::string RunKinds(const std::string& steady, const std::string& board, int64_
 
 TEST_CASE("steady path: allgathers, broadcasts, reducescatters, alltoalls run on it, bit for bit",
           "[steady]") {
-  const std::string board = GENERATE(as<std::string>{}, "shm", "net");
+  const std::string board = GENERATE(as<std::string>{}, "shm", "net", "flat");
   // 2 rows: 24 bytes (Eager); 2000 rows: 24,000 bytes (above either board's Eager size).
   const int64_t rows = GENERATE(int64_t{2}, int64_t{2000});
   INFO("board " << board << ", " << rows << " rows");
