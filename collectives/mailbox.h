@@ -5,7 +5,7 @@
 // order it posted them (so all members see the same sequence from each sender). Nothing is reduced
 // or ordered across senders here.
 //
-// Built over TCP: one connection per pair of members, Nagle off, bootstrapped through the
+// Built over TCP: one connection per pair of peers, Nagle off, bootstrapped through the
 // set's KvStore (each member publishes an address and a token the connecting side must
 // present). A peer whose connection ends (it died, or closed its mailbox) is reported by Read.
 //
@@ -53,8 +53,11 @@ class Mailbox {
 };
 
 // Collective over the set's members (config as for CreateCommunicator; key_prefix unique to
-// this mailbox), bounded by config.timeout.
-StatusOr<std::unique_ptr<Mailbox>> CreateMailbox(const BackendConfig& config);
+// this mailbox), bounded by config.timeout. peers: the members this one is connected to
+// (empty: every other member); the relation must be symmetric (m lists n when n lists m).
+// Post reaches the peers; PostTo takes peers only.
+StatusOr<std::unique_ptr<Mailbox>> CreateMailbox(const BackendConfig& config,
+                                                 const std::vector<int>& peers = {});
 
 }  // namespace hora
 

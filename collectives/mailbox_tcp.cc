@@ -79,8 +79,8 @@ void Tune(int fd) {
 
 class TcpMailbox : public Mailbox {
  public:
-  TcpMailbox(int rank, int size, std::chrono::milliseconds timeout)
-      : rank_(rank), size_(size), timeout_(timeout), peers_(size) {
+  TcpMailbox(int rank, int size, std::chrono::milliseconds timeout, std::vector<bool> linked)
+      : rank_(rank), size_(size), timeout_(timeout), peers_(size), linked_(std::move(linked)) {
     abort_fd_ = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
   }
   ~TcpMailbox() override {
@@ -108,10 +108,10 @@ class TcpMailbox : public Mailbox {
 
   Status PostTo(const std::vector<int>& members, const void* data, size_t bytes) override {
     for (int m : members) {
-      if (m < 0 || m >= size_ || m == rank_) {
+      if (m < 0 || m >= size_ || m == rank_ || !linked_[static_cast<size_t>(m)]) {
         return InvalidArgument("mailbox: member " + std::to_string(rank_) + " cannot post to " +
-                               std::to_string(m) + " (members 0.." + std::to_string(size_ - 1) +
-                               ")");
+                               std::to_string(m) + " (not one of its peers among members 0.." +
+                               std::to_string(size_ - 1) + ")");
       }
     }
     return Send(&members, data, bytes);
@@ -221,13 +221,16 @@ class TcpMailbox : public Mailbox {
     Status s = config.store->Set(prefix + std::to_string(rank_), mine.str());
     if (!s.ok()) return s;
     for (int m = 0; m < rank_; ++m) {
+      if (!linked_[static_cast<size_t>(m)]) continue;
       auto value = config.store->Get(prefix + std::to_string(m),
                                      std::chrono::milliseconds(RemainingMs(deadline)));
       if (!value.ok()) return value.status();
       s = Dial(m, value.value(), deadline);
       if (!s.ok()) return s;
     }
-    for (int waiting = size_ - 1 - rank_; waiting > 0;) {
+    int waiting = 0;
+    for (int m = rank_ + 1; m < size_; ++m) waiting += linked_[static_cast<size_t>(m)] ? 1 : 0;
+    while (waiting > 0) {
       if (!WaitFd(listener, POLLIN, deadline)) {
         return DeadlineExceeded("mailbox: member " + std::to_string(rank_) + " waited " +
                                 std::to_string(timeout_.count()) + " ms for " +
@@ -241,7 +244,8 @@ class TcpMailbox : public Mailbox {
           std::min(deadline, Clock::now() + std::chrono::seconds(5));
       if (!Exchange(fd, &hello, sizeof(hello), false, hello_deadline) || hello.token != token ||
           hello.rank <= static_cast<uint32_t>(rank_) ||
-          hello.rank >= static_cast<uint32_t>(size_) || peers_[hello.rank].fd >= 0) {
+          hello.rank >= static_cast<uint32_t>(size_) || !linked_[hello.rank] ||
+          peers_[hello.rank].fd >= 0) {
         close(fd);  // not one of ours (or a duplicate): keep waiting for the members
         continue;
       }
@@ -374,8 +378,9 @@ class TcpMailbox : public Mailbox {
   const int size_;
   const std::chrono::milliseconds timeout_;
   std::vector<Peer> peers_;
-  std::vector<pollfd> readable_;  // Read's scratch (one reader at a time): the open
-  std::vector<int> polled_;       // connections and their members
+  const std::vector<bool> linked_;  // by member: a peer (connected)
+  std::vector<pollfd> readable_;    // Read's scratch (one reader at a time): the open
+  std::vector<int> polled_;         // connections and their members
   int abort_fd_ = -1;
   Mutex send_mu_;
   Mutex abort_mu_;
@@ -384,9 +389,20 @@ class TcpMailbox : public Mailbox {
 
 }  // namespace
 
-StatusOr<std::unique_ptr<Mailbox>> CreateMailbox(const BackendConfig& config) {
+StatusOr<std::unique_ptr<Mailbox>> CreateMailbox(const BackendConfig& config,
+                                                 const std::vector<int>& peers) {
   if (config.store == nullptr) return InvalidArgument("mailbox: no store");
-  auto box = std::make_unique<TcpMailbox>(config.rank, config.size(), config.timeout);
+  std::vector<bool> linked(static_cast<size_t>(config.size()), peers.empty());
+  for (int m : peers) {
+    if (m < 0 || m >= config.size() || m == config.rank) {
+      return InvalidArgument("mailbox: member " + std::to_string(config.rank) +
+                             " cannot take member " + std::to_string(m) + " for a peer");
+    }
+    linked[static_cast<size_t>(m)] = true;
+  }
+  linked[static_cast<size_t>(config.rank)] = false;
+  auto box =
+      std::make_unique<TcpMailbox>(config.rank, config.size(), config.timeout, std::move(linked));
   Status s = box->Connect(config);
   if (!s.ok()) return s;
   return std::unique_ptr<Mailbox>(std::move(box));

@@ -98,7 +98,8 @@ StatusOr<SteadyPath::Parts> Engine::SteadyParts(int32_t id, const std::vector<in
       return FailedPrecondition(std::string(kEnvSteady) + "=on: process set " + std::to_string(id) +
                                 ": the steady path across hosts takes " + refusal + "; use auto");
     }
-    auto box = CreateMailbox(config);
+    auto box =
+        CreateMailbox(config, SteadyRoutes(set_rank, config.hostnames, comm->size()).peers());
     if (!box.ok()) {
       return Status(box.status().code(),
                     "process set " + std::to_string(id) +

@@ -10,15 +10,6 @@
 #include "common/logging.h"
 
 namespace hora {
-namespace {
-
-int64_t NowUs() {
-  return std::chrono::duration_cast<std::chrono::microseconds>(
-             std::chrono::steady_clock::now().time_since_epoch())
-      .count();
-}
-
-}  // namespace
 
 std::string NetSteadyBoard::Refusal(int members, const std::vector<std::string>& hostnames) {
   const SteadyRoutes routes(0, hostnames, members);
@@ -63,108 +54,6 @@ NetSteadyBoard::EntryState& NetSteadyBoard::At(uint32_t e) {
     for (auto& slots : s->slots) slots.resize(static_cast<size_t>(members_));
   }
   return *s;
-}
-
-void NetSteadyBoard::QueueOwn(Kind kind, uint32_t e, uint32_t n, bool eager,
-                              const std::vector<char>& data) {
-  const std::vector<int>& to = routes_.own_targets();
-  if (to.empty()) return;  // a leader: RelayInstance sends its messages with its host's
-  Outgoing out{routes_.two_level() ? &to : nullptr, {}};
-  steady_wire::Put(&out.message, kind, eager, member_, e, n, -1, data.data(), data.size());
-  outbox_.push_back(std::move(out));
-}
-
-bool NetSteadyBoard::QueueHeld(const std::vector<int>* to, uint32_t e, uint32_t n,
-                               const std::vector<int>* of) {
-  if (to->empty()) return false;
-  const std::vector<Slot>& slots = At(e).slots[n % 2];
-  Outgoing out{to, {}};
-  const size_t count = of != nullptr ? of->size() : static_cast<size_t>(members_);
-  for (size_t i = 0; i < count; ++i) {
-    const int m = of != nullptr ? (*of)[i] : static_cast<int>(i);
-    const Slot& slot = slots[static_cast<size_t>(m)];
-    if (slot.instance != n || slot.kind == Kind::kNone) continue;
-    const size_t bytes = slot.eager ? slot.data.size() : 0;
-    steady_wire::Put(&out.message, slot.kind, slot.eager, m, e, n, -1, slot.data.data(), bytes);
-  }
-  if (out.message.empty()) return false;
-  outbox_.push_back(std::move(out));
-  return true;
-}
-
-void NetSteadyBoard::Flush() {
-  MutexLock flush(&flush_mu_);
-  std::vector<Outgoing> out;
-  {
-    MutexLock lock(&mu_);
-    if (outbox_.empty()) return;
-    out.swap(outbox_);
-  }
-  // A failed post (the job is aborting, or a member is gone) shows on the reading side: the
-  // member's connection ends and what waits on it is decided slow.
-  for (const Outgoing& o : out) {
-    Status s = o.to != nullptr ? box_->PostTo(*o.to, o.message.data(), o.message.size())
-                               : box_->Post(o.message.data(), o.message.size());
-    if (!s.ok()) HORA_LOG_DEBUG("steady path: {}", s.message());
-  }
-}
-
-void NetSteadyBoard::RelayInstance(uint32_t e, uint32_t n) {
-  if (!routes_.two_level() || !routes_.leader()) return;
-  EntryState& s = At(e);
-  Relay& r = s.relay[n % 2];
-  if (r.instance != n || r.first_us == 0) r = Relay{n, false, false, NowUs(), 0};
-  if (!r.host_sent) {
-    bool all = true;
-    bool refused = false;
-    for (int m : routes_.host_members()) {
-      const Slot& slot = s.slots[n % 2][static_cast<size_t>(m)];
-      if (slot.instance == n && slot.kind != Kind::kNone) {
-        refused |= slot.kind == Kind::kRefuse;
-      } else {
-        all = false;
-      }
-    }
-    if (all || refused) {
-      r.host_sent = true;
-      (void)QueueHeld(&routes_.leaders(), e, n, &routes_.host_members());
-    }
-  }
-  const Decision& d = s.decided[n % 2];
-  if (!r.forwarded && d.instance == n && d.outcome != Outcome::kPending) {
-    r.forwarded = true;
-    (void)QueueHeld(&routes_.locals(), e, n, nullptr);
-  }
-}
-
-void NetSteadyBoard::Tick() {
-  if (!routes_.two_level() || !routes_.leader()) return;
-  const int64_t now = NowUs();
-  if (now < next_tick_us_.load(std::memory_order_relaxed)) return;
-  next_tick_us_.store(now + kPartialAfterUs / 4, std::memory_order_relaxed);
-  {
-    MutexLock lock(&mu_);
-    for (uint32_t e = 0; e < kMaxEntries; ++e) {
-      EntryState* s = entries_[e].get();
-      if (s == nullptr) continue;
-      for (Relay& r : s->relay) {
-        const Decision& d = s->decided[r.instance % 2];
-        if (r.first_us == 0 || now - r.first_us < kPartialAfterUs ||
-            (d.instance == r.instance && d.outcome != Outcome::kPending)) {
-          continue;
-        }
-        int heard = 0;
-        for (const Slot& slot : s->slots[r.instance % 2]) {
-          heard += slot.instance == r.instance && slot.kind != Kind::kNone ? 1 : 0;
-        }
-        if (heard == r.partial_heard) continue;
-        r.partial_heard = heard;
-        (void)QueueHeld(&routes_.leaders(), e, r.instance, nullptr);
-        (void)QueueHeld(&routes_.locals(), e, r.instance, nullptr);
-      }
-    }
-  }
-  Flush();
 }
 
 NetSteadyBoard::Outcome NetSteadyBoard::Record(int m, Kind kind, bool eager, uint32_t e, uint32_t n,
@@ -253,7 +142,7 @@ bool NetSteadyBoard::Drain() const {
   if (!read_mu_.TryLock()) return false;
   bool decided = false;
   bool slow = false;  // refusals, joins and lost members wake every sleeper
-  Status s = box_->Read([&](int, const char* data, size_t bytes) {
+  Status s = box_->Read([&](int sender, const char* data, size_t bytes) {
     MutexLock lock(&self->mu_);
     const bool whole =
         steady_wire::ForEach(data, bytes, [&](const steady_wire::Header& h, const char* body) {
@@ -261,9 +150,11 @@ bool NetSteadyBoard::Drain() const {
           const Kind kind = static_cast<Kind>(h.kind);
           const int origin = static_cast<int>(h.origin);
           if (origin < 0 || origin >= members_ || h.entry >= kMaxEntries) return;
-          if (kind == Kind::kJoined) {
-            self->joined_.store(true, std::memory_order_release);
+          if (origin == member_ && kind != Kind::kOrder) return;  // relayed back: known here
+          if (kind == Kind::kJoined || kind == Kind::kGone) {
+            if (kind == Kind::kJoined) self->joined_.store(true, std::memory_order_release);
             self->Gone(origin);
+            self->QueueNews(kind, origin, sender);
             decided = slow = true;
             return;
           }
@@ -279,7 +170,7 @@ bool NetSteadyBoard::Drain() const {
             decided = true;
             return;
           }
-          if (origin == member_ || (kind != Kind::kOffer && kind != Kind::kRefuse)) return;
+          if (kind != Kind::kOffer && kind != Kind::kRefuse) return;
           const Outcome o =
               self->Record(origin, kind, h.eager != 0, h.entry, h.instance, body, h.bytes);
           decided |= o != Outcome::kPending;
@@ -293,7 +184,7 @@ bool NetSteadyBoard::Drain() const {
     for (int m = 0; m < members_; ++m) {
       if (m != member_ && !self->gone_[static_cast<size_t>(m)] && box_->Ended(m)) {
         HORA_LOG_DEBUG("steady path: {}", s.message());
-        self->Gone(m);
+        self->Lost(m);
         decided = slow = true;
       }
     }
@@ -464,10 +355,7 @@ void NetSteadyBoard::SetJoined() {
   joined_.store(true, std::memory_order_release);
   {
     MutexLock lock(&mu_);
-    // To every member directly, on either route: rare, and every member must act on it.
-    Outgoing out{nullptr, {}};
-    steady_wire::Put(&out.message, Kind::kJoined, false, member_, 0, 0, -1, nullptr, 0);
-    outbox_.push_back(std::move(out));
+    QueueNews(Kind::kJoined, member_, -1);
     Gone(member_);
   }
   Flush();

@@ -66,9 +66,9 @@ class NetSteadyBoard final : public SteadyBoard {
   // on large sets (kRelayBytes / members; 16 KiB up to 32 members).
   static constexpr size_t kRelayBytes = 512 << 10;
   // Flat, every member sends each of its offers to every other member; on two levels the
-  // leaders do, one per host.
+  // leaders do, one per host (128 hosts: 1,024 ranks at 8 per host).
   static constexpr int kMaxFlatMembers = 64;
-  static constexpr int kMaxHosts = 64;
+  static constexpr int kMaxHosts = 128;
   static constexpr int kMaxMembers = 1024;
   static constexpr int64_t kPartialAfterUs = 250 * 1000;
 
@@ -151,6 +151,11 @@ class NetSteadyBoard final : public SteadyBoard {
   // this member holds; false if it holds none.
   bool QueueHeld(const std::vector<int>* to, uint32_t e, uint32_t n, const std::vector<int>* of)
       REQUIRES(mu_);
+  // Queues a JOINED or GONE of `origin` to whom has not heard it, from where it came (`from`:
+  // the member that sent it; -1: this member).
+  void QueueNews(Kind kind, int origin, int from) REQUIRES(mu_);
+  // The connection to member m ended: what this member can no longer hear from is gone.
+  void Lost(int m) REQUIRES(mu_);
   // Two levels, a leader: relays what instance n of e now calls for (see the header).
   void RelayInstance(uint32_t e, uint32_t n) REQUIRES(mu_);
   // Sends what was queued, in queue order (one sender at a time).

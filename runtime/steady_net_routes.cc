@@ -1,5 +1,6 @@
 #include "runtime/steady_net_routes.h"
 
+#include <algorithm>
 #include <map>
 
 namespace hora {
@@ -32,11 +33,13 @@ SteadyRoutes::SteadyRoutes(int member, const std::vector<std::string>& hostnames
     for (int m = 0; m < members; ++m) {
       if (m != member_) own_targets_.push_back(m);
     }
+    peers_ = own_targets_;
     return;
   }
   leader_ = first[static_cast<size_t>(host_of_[static_cast<size_t>(member_)])];
   if (!leader()) {
     own_targets_.push_back(leader_);
+    peers_ = own_targets_;
     return;
   }
   for (int m : host_members_) {
@@ -45,6 +48,9 @@ SteadyRoutes::SteadyRoutes(int member, const std::vector<std::string>& hostnames
   for (int l : first) {
     if (l != member_) leaders_.push_back(l);
   }
+  peers_ = locals_;
+  peers_.insert(peers_.end(), leaders_.begin(), leaders_.end());
+  std::sort(peers_.begin(), peers_.end());
 }
 
 }  // namespace hora

@@ -1,4 +1,5 @@
-// Who a member of the board over messages (runtime/steady_net_board.h) talks to.
+// Who a member of the board over messages (runtime/steady_net_board.h) talks to, and is
+// connected to.
 //   - Flat: every member sends its messages to every other member (n - 1 sends each).
 //   - Two levels, for a set on several hosts with several members on some host: each host's
 //     lowest member is its *leader*. A member sends its messages to its leader only; a leader
@@ -23,7 +24,10 @@ class SteadyRoutes {
   bool leader() const { return leader_ == member_; }
   int my_leader() const { return leader_; }
   int hosts() const { return hosts_; }
-  bool local(int m) const { return host_of_[static_cast<size_t>(m)] == host_of_[member_]; }
+  bool local(int m) const { return same_host(m, member_); }
+  bool same_host(int a, int b) const {
+    return host_of_[static_cast<size_t>(a)] == host_of_[static_cast<size_t>(b)];
+  }
   // A leader's members other than itself; the leaders other than this member's leader.
   const std::vector<int>& locals() const { return locals_; }
   const std::vector<int>& leaders() const { return leaders_; }
@@ -32,6 +36,10 @@ class SteadyRoutes {
   // Where this member's own messages go (two levels: its leader, or for a leader nobody: it
   // relays them itself; flat: every other member).
   const std::vector<int>& own_targets() const { return own_targets_; }
+  // The members this one needs a connection to (collectives/mailbox.h; symmetric): flat,
+  // every other member; on two levels a member's leader, a leader's members and the other
+  // leaders. O(members per host + hosts) connections, not O(members).
+  const std::vector<int>& peers() const { return peers_; }
 
  private:
   const int member_;
@@ -43,6 +51,7 @@ class SteadyRoutes {
   std::vector<int> leaders_;
   std::vector<int> host_members_;
   std::vector<int> own_targets_;
+  std::vector<int> peers_;
 };
 
 }  // namespace hora

@@ -11,7 +11,15 @@
 namespace hora {
 namespace steady_wire {
 
-enum class Kind : uint8_t { kNone = 0, kOffer = 1, kRefuse = 2, kJoined = 3, kOrder = 4 };
+// kGone: a leader passes on that it lost its connection to `origin` (two levels).
+enum class Kind : uint8_t {
+  kNone = 0,
+  kOffer = 1,
+  kRefuse = 2,
+  kJoined = 3,
+  kOrder = 4,
+  kGone = 5
+};
 
 struct Header {
   uint8_t kind;

@@ -132,8 +132,35 @@ TEST_CASE("a message posted to some members reaches only them; a bad member is r
   CHECK(Collect(boxes[2].get(), 1, &status) == std::vector<std::string>{"1:to all"});
   const Status self = boxes[1]->PostTo({1}, "x", 1);
   CHECK(self.code() == Code::kInvalidArgument);
-  CHECK(self.message() == "mailbox: member 1 cannot post to 1 (members 0..3)");
+  CHECK(self.message() ==
+        "mailbox: member 1 cannot post to 1 (not one of its peers among members 0..3)");
   CHECK(boxes[1]->PostTo({4}, "x", 1).code() == Code::kInvalidArgument);
+}
+
+TEST_CASE("members connected to their peers only: a star of 4 around member 1") {
+  MemoryStore store;
+  const std::vector<std::vector<int>> peers = {{1}, {0, 2, 3}, {1}, {1}};
+  std::vector<std::unique_ptr<Mailbox>> boxes(4);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < 4; ++r) {
+    threads.emplace_back([&, r] {
+      auto box = CreateMailbox(ConfigFor(r, 4, &store), peers[static_cast<size_t>(r)]);
+      if (box.ok()) boxes[static_cast<size_t>(r)] = std::move(box).value();
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (const auto& box : boxes) REQUIRE(box != nullptr);
+  REQUIRE(boxes[1]->Post("hub", 3).ok());
+  REQUIRE(boxes[3]->Post("leaf", 4).ok());
+  Status status;
+  for (int r : {0, 2, 3}) {
+    CHECK(Collect(boxes[static_cast<size_t>(r)].get(), 1, &status) ==
+          std::vector<std::string>{"1:hub"});
+  }
+  CHECK(Collect(boxes[1].get(), 1, &status) == std::vector<std::string>{"3:leaf"});
+  CHECK(boxes[0]->PostTo({2}, "x", 1).code() == Code::kInvalidArgument);  // not a peer
+  MemoryStore other;
+  CHECK(CreateMailbox(ConfigFor(0, 2, &other), {0}).status().code() == Code::kInvalidArgument);
 }
 
 TEST_CASE("a member whose mailbox closed is named by the others") {
