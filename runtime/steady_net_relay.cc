@@ -98,6 +98,7 @@ void NetSteadyBoard::RelayInstance(uint32_t e, uint32_t n) {
   if (!routes_.two_level() || !routes_.leader()) return;
   EntryState& s = At(e);
   Relay& r = s.relay[n % 2];
+  if (r.first_us != 0 && static_cast<int32_t>(r.instance - n) > 0) return;  // passed (a partial)
   if (r.instance != n || r.first_us == 0) r = Relay{n, false, false, NowUs(), 0};
   if (!r.host_sent) {
     bool all = true;

@@ -23,7 +23,6 @@ Kinds: `run`, `skip (REASON)`, `not a command (REASON)`, `output`. Without a mar
     exact TEXT        (output) TEXT must appear as written (numbers included)
 """
 
-import fnmatch
 import glob
 import os
 import re
@@ -33,15 +32,6 @@ RUN, SKIP, NOT_COMMAND, OUTPUT = "run", "skip", "not a command", "output"
 SHELL_LANGS = {"sh", "bash", "shell", "console"}
 MARKER = re.compile(r"^\s*<!--\s*doc-test:\s*(.*?)\s*-->\s*$")
 FENCE = re.compile(r"^(\s*)(`{3,}|~{3,})\s*([\w+-]*)")
-# Blocks of files another change owns (they cannot carry markers yet): the kind and reason
-# every unmarked block there gets. A marker in the file wins.
-FILE_DEFAULTS = {
-    "docs/design.md": (NOT_COMMAND, "a diagram"),
-    "docs/coordinator-scale.md": (SKIP, "a benchmark's measurement run at full size: "
-                                        "minutes, the record of how the figures were taken"),
-    "docs/benchmarks-*.md": (SKIP, "a benchmark's measurement run at full size: minutes, "
-                                   "the record of how the figures were taken"),
-}
 
 
 class MarkerError(ValueError):
@@ -119,11 +109,6 @@ def _split_clauses(rest):
     return [p.strip() for p in parts if p.strip()]
 
 
-def file_default(path):
-    for pattern, value in FILE_DEFAULTS.items():
-        if fnmatch.fnmatch(path, pattern):
-            return value
-    return None
 
 
 def read_blocks(repo, path):
@@ -155,8 +140,6 @@ def classify(block):
             block.kind, block.reason, block.clauses = parse_marker(block.marker)
         elif block.lang in SHELL_LANGS or block.lang == "python":
             block.kind = RUN
-        elif file_default(block.path):
-            block.kind, block.reason = file_default(block.path)
         else:
             block.error = ("%s: a ```%s block without a doc-test marker: mark it run, skip "
                            "(REASON), not a command (REASON) or output (docs/testing.md)"
