@@ -31,6 +31,7 @@
 #include <memory>
 #include <vector>
 
+#include "common/reduce.h"
 #include "common/status.h"
 #include "common/types.h"
 
@@ -57,6 +58,19 @@ class Communicator {
   // In place: buf holds count elements of dtype; afterwards every rank holds op over all ranks.
   // op is kSum, kMin, kMax or kProduct.
   virtual Status Allreduce(void* buf, size_t count, DataType dtype, ReduceOp op) = 0;
+
+  // Allreduce, then buf = buf * post.factor / post.divisor (common/reduce.h), bit for bit what
+  // ScaleInPlace after Allreduce gives. A backend that folds the scale into its reduction
+  // (folds_postscale(): each result element is scaled once, while it is in cache, by the rank
+  // that reduced it) makes Average's division nearly free; for the others this is the two
+  // steps, and a caller may rather scale later, off the data plane's thread.
+  virtual bool folds_postscale() const { return false; }
+  virtual Status AllreduceScaled(void* buf, size_t count, DataType dtype, ReduceOp op,
+                                 const Postscale& post) {
+    HORA_RETURN_IF_ERROR(Allreduce(buf, count, dtype, op));
+    ScaleInPlace(buf, count, dtype, post);
+    return Status::Ok();
+  }
 
   // In place: root's bytes are copied into buf on every rank.
   virtual Status Broadcast(void* buf, size_t bytes, int root) = 0;

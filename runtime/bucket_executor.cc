@@ -89,6 +89,7 @@ Status BucketExecutor::StartAllreduce(const BucketPlan& plan,
     const size_t n = static_cast<size_t>(plan.entries[0].num_elements);
     ScaleCopy(r.output, r.input, n, dtype, plan.prescale);
     MarkCollective();
+    if (comm_->folds_postscale()) return comm_->AllreduceScaled(r.output, n, dtype, op, post);
     HORA_RETURN_IF_ERROR(comm_->Allreduce(r.output, n, dtype, op));
     void* out = r.output;
     if (!post.identity()) {
@@ -118,8 +119,14 @@ Status BucketExecutor::StartAllreduce(const BucketPlan& plan,
     off += n;
   }
   MarkCollective();
-  HORA_RETURN_IF_ERROR(comm_->Allreduce(buf, total, dtype, op));
-  *finish = [lease, outs = std::move(outs), esize, dtype, post] {
+  Postscale copy_out = post;  // what the copy-out applies
+  if (comm_->folds_postscale()) {
+    HORA_RETURN_IF_ERROR(comm_->AllreduceScaled(buf, total, dtype, op, post));
+    copy_out = Postscale();  // done: the copy-out only copies
+  } else {
+    HORA_RETURN_IF_ERROR(comm_->Allreduce(buf, total, dtype, op));
+  }
+  *finish = [lease, outs = std::move(outs), esize, dtype, post = copy_out] {
     size_t off = 0;
     for (const auto& [out, n] : outs) {
       if (out != nullptr) ScaleCopy(out, lease->data() + off * esize, n, dtype, post);

@@ -60,15 +60,17 @@ void Slice(size_t count, size_t esize, int n, int r, size_t* lo, size_t* hi) {
   *hi = std::min(count, *lo + per);
 }
 
-// dst op= srcs[0], srcs[1], ... over count elements, block by block; copies each finished
-// block to copy_to as well when it is not null.
+// dst op= srcs[0], srcs[1], ... over count elements, block by block; scales each finished
+// block by *post when it is not null (while it is in cache) and copies it to copy_to as well
+// when that is not null.
 void ReduceBlocks(uint8_t* dst, const std::vector<const uint8_t*>& srcs, size_t count,
-                  DataType dtype, ReduceOp op, uint8_t* copy_to) {
+                  DataType dtype, ReduceOp op, uint8_t* copy_to, const Postscale* post = nullptr) {
   const size_t esize = DataTypeSize(dtype);
   const size_t block = kReduceBlockBytes / esize;
   for (size_t i = 0; i < count; i += block) {
     const size_t m = std::min(block, count - i);
     for (const uint8_t* s : srcs) ReduceInto(dst + i * esize, s + i * esize, m, dtype, op);
+    if (post != nullptr) ScaleInPlace(dst + i * esize, m, dtype, *post);
     if (copy_to != nullptr) CopyBytes(copy_to + i * esize, dst + i * esize, m * esize);
   }
 }
@@ -118,6 +120,18 @@ Status ShmCommunicator::Allreduce(void* buf, size_t count, DataType dtype, Reduc
   return AllreduceLarge(p, count, dtype, op);
 }
 
+Status ShmCommunicator::AllreduceScaled(void* buf, size_t count, DataType dtype, ReduceOp op,
+                                        const Postscale& post) {
+  HORA_RETURN_IF_ERROR(CheckOp(dtype, op, "allreduce"));
+  auto* p = static_cast<uint8_t*>(buf);
+  if (count > 0 && n_ > 1 && count * DataTypeSize(dtype) > tuning_.small_bytes) {
+    return AllreduceLarge(p, count, dtype, op, post.identity() ? nullptr : &post);
+  }
+  HORA_RETURN_IF_ERROR(Allreduce(buf, count, dtype, op));  // small: every member reduces all
+  ScaleInPlace(buf, count, dtype, post);
+  return Status::Ok();
+}
+
 Status ShmCommunicator::AllreduceSmall(uint8_t* buf, size_t count, DataType dtype, ReduceOp op) {
   const size_t bytes = count * DataTypeSize(dtype);
   const uint64_t s = ++step_;
@@ -130,7 +144,8 @@ Status ShmCommunicator::AllreduceSmall(uint8_t* buf, size_t count, DataType dtyp
   return Status::Ok();
 }
 
-Status ShmCommunicator::AllreduceLarge(uint8_t* buf, size_t count, DataType dtype, ReduceOp op) {
+Status ShmCommunicator::AllreduceLarge(uint8_t* buf, size_t count, DataType dtype, ReduceOp op,
+                                       const Postscale* post) {
   const size_t esize = DataTypeSize(dtype);
   const size_t chunk = tuning_.half_bytes / 2 / esize;  // a quarter (see Quarter)
   const size_t chunks = (count + chunk - 1) / chunk;
@@ -160,7 +175,8 @@ Status ShmCommunicator::AllreduceLarge(uint8_t* buf, size_t count, DataType dtyp
     // previous collective, which each finished before it published a.
     HORA_RETURN_IF_ERROR(WaitAll(a, "allreduce"));
     for (int i = 1; i < n_; ++i) srcs[i - 1] = Quarter((me_ + i) % n_, a) + lo * esize;
-    ReduceBlocks(data(k) + lo * esize, srcs, hi - lo, dtype, op, Quarter(me_, b) + lo * esize);
+    ReduceBlocks(data(k) + lo * esize, srcs, hi - lo, dtype, op, Quarter(me_, b) + lo * esize,
+                 post);
     step_ = b;
     Publish(b);
     // The next chunk's A before this chunk's copy-out, so that the peers' B is done by the

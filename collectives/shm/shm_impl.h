@@ -49,6 +49,9 @@ class ShmCommunicator : public Communicator {
   const char* name() const override { return "shm"; }
 
   Status Allreduce(void* buf, size_t count, DataType dtype, ReduceOp op) override;
+  bool folds_postscale() const override { return true; }
+  Status AllreduceScaled(void* buf, size_t count, DataType dtype, ReduceOp op,
+                         const Postscale& post) override;
   Status Broadcast(void* buf, size_t bytes, int root) override;
   Status Allgatherv(const void* in, void* out, const std::vector<size_t>& bytes_per_rank) override;
   Status Alltoallv(const void* in, const std::vector<size_t>& send_bytes, void* out,
@@ -112,7 +115,9 @@ class ShmCommunicator : public Communicator {
 
   // --- Reduction helpers (shm_collectives.cc) ---
   Status AllreduceSmall(uint8_t* buf, size_t count, DataType dtype, ReduceOp op);
-  Status AllreduceLarge(uint8_t* buf, size_t count, DataType dtype, ReduceOp op);
+  // post (may be null): scales each reduced block of this member's slices (AllreduceScaled).
+  Status AllreduceLarge(uint8_t* buf, size_t count, DataType dtype, ReduceOp op,
+                        const Postscale* post = nullptr);
   StatusOr<size_t> AlltoallvSizes(const std::vector<size_t>& send_bytes,
                                   const std::vector<size_t>& recv_bytes);
   Status ReducescatterSteps(const uint8_t* in, uint8_t* out, const std::vector<size_t>& counts,

@@ -67,6 +67,44 @@ TEST_CASE("shm allreduce: every dtype and op, exact results", "[shm]") {
   REQUIRE(Check(run) == "");
 }
 
+TEST_CASE("shm allreduce with the postscale folded in: bit for bit Allreduce then the scale",
+          "[shm]") {
+  const int size = GENERATE(1, 2, 3, 4);
+  const int tweak = GENERATE(0, 1);
+  CAPTURE(size, tweak);
+  auto run = RunShmRanks(
+      size,
+      [&](Communicator& comm) -> std::string {
+        RANK_EXPECT(comm.folds_postscale() ? "" : "shm folds the postscale");
+        const std::vector<Postscale> posts = {Postscale{1.0, comm.size()}, Postscale{0.37, 1},
+                                              Postscale{}};
+        for (size_t count : {size_t{0}, size_t{1}, size_t{1001}, size_t{70001}}) {
+          for (DataType t : {DataType::kFloat16, DataType::kBfloat16, DataType::kFloat32,
+                             DataType::kFloat64, DataType::kInt32}) {
+            for (const Postscale& post : posts) {
+              const size_t bytes = count * DataTypeSize(t);
+              // Values whose sums round (not small integers): the order matters, and both
+              // runs must take the same one.
+              std::vector<uint8_t> in(bytes);
+              for (size_t i = 0; i < count; ++i) {
+                Put(t, in.data(), i, 0.1 * static_cast<double>((i * 7 + comm.rank() * 13) % 97));
+              }
+              std::vector<uint8_t> want = in, got = in;
+              RANK_OK(comm.Allreduce(count ? want.data() : nullptr, count, t, ReduceOp::kSum));
+              ScaleInPlace(want.data(), count, t, post);
+              RANK_OK(comm.AllreduceScaled(count ? got.data() : nullptr, count, t, ReduceOp::kSum,
+                                           post));
+              RANK_EXPECT(CompareBytes(got.data(), want.data(), bytes,
+                                       Label("allreduce scaled", t, ReduceOp::kSum, count)));
+            }
+          }
+        }
+        return "";
+      },
+      Tweak(tweak));
+  REQUIRE(Check(run) == "");
+}
+
 TEST_CASE("shm allreduce: 4M floats and doubles, sum, several chunks", "[shm]") {
   const int size = GENERATE(2, 3, 4, 7);
   CAPTURE(size);
