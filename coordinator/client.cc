@@ -10,6 +10,7 @@
 #include "coordinator/auth.h"
 #include "coordinator/client_impl.h"
 #include "coordinator/convert.h"
+#include "coordinator/grpc_process.h"
 
 namespace hora {
 namespace {
@@ -63,6 +64,7 @@ std::string Seconds(milliseconds d) {
 StatusOr<std::unique_ptr<CoordinatorClient>> CoordinatorClient::Connect(
     const ClientConfig& config) {
   HORA_RETURN_IF_ERROR(ValidateConfig(config));
+  PrepareGrpcProcess();
   StatusOr<std::shared_ptr<grpc::ChannelCredentials>> creds = MakeCredentials(config.tls);
   if (!creds.ok()) return creds.status();
   grpc::ChannelArguments args;

@@ -67,6 +67,7 @@ struct NameState {
   std::vector<int> required;  // send/recv: {sender, receiver}; empty = every rank
   TimePoint first_submit;
   std::vector<TimePoint> submit_time;  // per rank, meaningful where submitted
+  std::vector<int32_t> tags;           // per rank (Submit's tag), meaningful where submitted
   int last_rank = -1;                  // the rank whose submission came last so far
   BucketKey fusion_key;                // of the first submission (joined = 0)
   bool counted = false;                // counted in partial[fusion_key]
@@ -178,8 +179,10 @@ void Planner::State::Complete(std::unordered_map<std::string, NameState>::iterat
   Ready r{now, static_cast<int64_t>(ref.ByteSize()), planner_internal::MakeEntry(c)};
   r.entry.last_rank = s.last_rank;
   r.entry.arrival_us.assign(config.size, -1);
+  r.entry.tags.assign(config.size, -1);
   for (int rank = 0; rank < config.size; ++rank) {
     if (!s.submitted[rank]) continue;
+    r.entry.tags[rank] = s.tags[rank];
     r.entry.arrival_us[rank] =
         std::chrono::duration_cast<std::chrono::microseconds>(s.submit_time[rank] - s.first_submit)
             .count();
@@ -288,7 +291,7 @@ Planner::Planner(const PlannerConfig& config) : state_(std::make_unique<State>(c
 
 Planner::~Planner() = default;
 
-void Planner::Submit(int rank, const TensorSpec& spec, TimePoint now) {
+void Planner::Submit(int rank, const TensorSpec& spec, TimePoint now, int32_t tag) {
   State& st = *state_;
   HORA_CHECK(rank >= 0 && rank < st.config.size);
   auto fail_rank = [&](Status status) {
@@ -310,6 +313,7 @@ void Planner::Submit(int rank, const TensorSpec& spec, TimePoint now) {
     s.spec_of.resize(st.config.size);
     s.submitted.assign(st.config.size, false);
     s.submit_time.resize(st.config.size);
+    s.tags.resize(st.config.size, -1);
     s.first_submit = now;
     if (p2p) {
       const bool send = spec.collective == CollectiveType::kSend;
@@ -337,6 +341,7 @@ void Planner::Submit(int rank, const TensorSpec& spec, TimePoint now) {
   s.submitted[rank] = true;
   ++s.submitted_count;
   s.submit_time[rank] = now;
+  s.tags[rank] = tag;
   s.last_rank = rank;
   if (st.IsComplete(s)) st.Complete(it, now);
 }

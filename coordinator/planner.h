@@ -77,6 +77,9 @@ struct PlannedBucket {
     // its submission time after the first rank's in microseconds (-1 where not submitted).
     int last_rank = -1;
     std::vector<int64_t> arrival_us;
+    // Per rank: the tag its submission carried (Submit; -1 where none or not submitted). The
+    // service passes each rank's own id for the name, so a plan needs no lookup per rank.
+    std::vector<int32_t> tags;
   };
   uint64_t seq = 0;
   CollectiveType collective = CollectiveType::kAllreduce;
@@ -126,8 +129,9 @@ class Planner {
   // emitted or fails; then it may be submitted again.
   // REQUIRES: 0 <= rank < config.size (checked).
   // Cost: a hash lookup by name and a comparison with the spec already kept (a copy only when
-  // it differs); O(size) once, when the name completes.
-  void Submit(int rank, const TensorSpec& spec, TimePoint now);
+  // it differs); O(size) once, when the name completes. tag: returned in the bucket's entry
+  // (Entry::tags) for this rank.
+  void Submit(int rank, const TensorSpec& spec, TimePoint now, int32_t tag = -1);
 
   // hora_join from `rank`. A second Join from a rank already joined is ignored.
   // Cost: one pass over the names in flight.

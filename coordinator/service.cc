@@ -10,6 +10,7 @@
 
 #include "common/logging.h"
 #include "common/mutex.h"
+#include "coordinator/grpc_process.h"
 #include "coordinator/service_impl.h"
 
 namespace hora {
@@ -91,6 +92,7 @@ CoordinatorServiceImpl::~CoordinatorServiceImpl() {
 }
 
 Status CoordinatorServiceImpl::Init() {
+  PrepareGrpcProcess();
   StatusOr<std::shared_ptr<grpc::ServerCredentials>> creds = MakeCredentials(config_.tls);
   if (!creds.ok()) return creds.status();
   grpc::ServerBuilder builder;

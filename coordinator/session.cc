@@ -170,7 +170,7 @@ void CoordinatorServiceImpl::HandleReadyLocked(int rank, const proto::WorkerMess
       return;
     }
     if (t.has_payload()) state.payloads[TensorKeyOf(spec)] = t.payload();
-    set->planner->Submit(set->index_of[rank], spec, now);
+    set->planner->Submit(set->index_of[rank], spec, now, static_cast<int32_t>(id));
     if (std::find(polled.begin(), polled.end(), set) == polled.end()) polled.push_back(set);
   };
   for (const proto::ReadyTensor& t : ready.tensors()) {
@@ -217,18 +217,14 @@ BucketPlan CoordinatorServiceImpl::PlanForRankLocked(
   plan.joined_ranks = bucket.joined_ranks;
   plan.inline_reduced = !inline_results.empty();
   plan.entries.reserve(bucket.entries.size());
-  const RankState& state = ranks_[rank];
   const int me = set.index_of[rank];
   for (const PlannedBucket::Entry& e : bucket.entries) {
     BucketPlan::Entry entry;
     const bool submitted = me < static_cast<int>(e.submitted.size()) && e.submitted[me];
     if (submitted) {
-      auto it = state.ids.find(TensorKey{set.id, e.name});
-      if (it != state.ids.end()) {
-        entry.id = static_cast<int32_t>(it->second);
-      } else {
+      entry.id = me < static_cast<int>(e.tags.size()) ? e.tags[me] : -1;
+      if (entry.id < 0)
         HORA_LOG_ERROR("coordinator: no id of rank {} for tensor '{}'", rank, e.name);
-      }
     }
     entry.num_elements = e.num_elements;
     entry.first_dims = e.first_dims;

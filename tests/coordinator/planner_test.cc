@@ -323,14 +323,15 @@ TEST_CASE("join: allreduce runs with zeros, others fail, join_done names the las
   PlannerOutput out = p.Poll(At(0));
   CHECK_FALSE(out.join_done);
   CHECK(out.last_joined_rank == -1);
-  p.Submit(0, Allreduce("g", 4), At(1));
-  p.Submit(1, Allreduce("g", 4), At(1));
+  p.Submit(0, Allreduce("g", 4), At(1), 70);  // each rank's own id for the name
+  p.Submit(1, Allreduce("g", 4), At(1), 71);
   p.Submit(0, Spec("b", CollectiveType::kBroadcast, {4}), At(1));
   p.Submit(1, Spec("b", CollectiveType::kBroadcast, {4}), At(1));
   out = p.Poll(At(1));
   REQUIRE(BucketNames(out) == std::vector<VS>{{"g"}});
   CHECK(out.buckets[0].joined_ranks == 1);
   CHECK(out.buckets[0].entries[0].submitted == VB{true, true, false});
+  CHECK(out.buckets[0].entries[0].tags == std::vector<int32_t>{70, 71, -1});
   REQUIRE(out.failures.size() == 1);
   CHECK(out.failures[0].name == "b");
   CHECK(out.failures[0].submitted == VB{true, true, false});
