@@ -70,8 +70,11 @@ def test_steady_training_steps_send_nothing_to_rank_0(kit, steady):
     check_clean(kit)
 
 
-def test_a_rank_killed_during_steady_calls_is_named_by_every_survivor(kit):
-    victim = 3  # on the second host
+# Two ranks per host: the steady board goes through each host's leader (its lowest rank,
+# design.md "Two levels"). Rank 3 is a member of the second host, rank 2 its leader, whose
+# death cuts rank 3 off from everyone.
+@pytest.mark.parametrize("victim", [3, 2])
+def test_a_rank_killed_during_steady_calls_is_named_by_every_survivor(kit, victim):
     start = time.monotonic()
     rc, out, err = horarun(kit, ["-np", "4", "-H", hostlist(kit, 2, 2)] + ssh_args(kit) +
                            ["-x", "HORA_LIBRARY", "-x", "PYTHONPATH", PY, PROG, "kill",
@@ -79,10 +82,10 @@ def test_a_rank_killed_during_steady_calls_is_named_by_every_survivor(kit):
     took = time.monotonic() - start
     assert rc != 0, out[-3000:]
     lines = rank_lines(out)
-    for r in range(3):
+    for r in (r for r in range(4) if r != victim):
         errors = [l for l in lines.get(r, []) if l.startswith("ERROR ")]
         assert errors, "rank %d did not fail: %s" % (r, out[-3000:] + err[-3000:])
-        assert re.search(r"rank 3\b", errors[0]), errors[0]
+        assert re.search(r"rank %d\b" % victim, errors[0]), errors[0]
         print("rank %d: %s" % (r, errors[0][:300]))
     # docs/failure-model.md: a dead rank is named within the heartbeat timeout (30 s) plus
     # the job's start and stop; a hang guard only, not a measurement.
