@@ -8,8 +8,7 @@ namespace hora {
 
 void PrepareGrpcProcess() {
   static std::once_flag once;
-  std::call_once(once,
-                 [] { absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore); });
+  std::call_once(once, [] { absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore); });
 }
 
 }  // namespace hora

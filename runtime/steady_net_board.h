@@ -14,7 +14,8 @@
 // whose offer waits long is reported as a stall (Missing names who did not offer), never
 // withdrawn.
 //
-// Instances of at most kEagerBytes are Eager: the data rides in the offer, so every member
+// Instances of at most the Eager size (kEagerBytes; less on two levels with more than 32
+// members) are Eager: the data rides in the offer, so every member
 // reduces all inputs itself once the last offer is in, waits inside no collective and needs
 // no common order. Larger instances (only with a steady communicator: `ordered`) exchange
 // their data in a collective on it, so every member must run them in one order: the order in
@@ -33,15 +34,16 @@
 // every member's message for an instance it decides (relayed ones name their origin), so it
 // decides as above; a leader relays what it has once its host's messages for the instance are
 // all in (to the other leaders) and once it decided it (to its host's members), and member
-// 0's ORDERs go to the leaders, which pass them on. An instance a leader has heard of but not
-// decided for kPartialAfter is a stall in the making: the leader then sends what it has to
+// 0's ORDERs go to the leaders, which pass them on; so does a JOINED, and a leader that loses
+// a member's connection tells the others (GONE). An instance a leader has heard of but not
+// decided for kPartialAfterUs is a stall in the making: the leader then sends what it has to
 // the other leaders and its members (Tick), so that every member can name who is missing.
 //
 // Waiting: a sleeping thread polls the members' connections and its own eventfd; whoever
 // reads a message that decides an instance rings the bell and wakes this member's other
 // sleepers (the appending thread's own wake-ups are the caller's business, as on shm). A
-// lazy driver with helpers present polls only its eventfd (the helpers read the messages),
-// unless it is a leader (it relays for its host).
+// lazy driver polls only its eventfd while a helper reads the messages, or, unless it relays
+// for its host (a leader), while this member has no offer open.
 #ifndef HORA_RUNTIME_STEADY_NET_BOARD_H_
 #define HORA_RUNTIME_STEADY_NET_BOARD_H_
 
