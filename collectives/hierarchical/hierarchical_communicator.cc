@@ -43,22 +43,15 @@ class HierarchicalCommunicator : public Communicator {
   const char* name() const override { return kHierarchicalBackend; }
 
   Status Allreduce(void* buf, size_t count, DataType dtype, ReduceOp op) override {
-    HORA_RETURN_IF_ERROR(Error());
-    if (count == 0) return Status::Ok();
-    const std::vector<size_t> counts = ShardCounts(count, local_->size());
-    const size_t esize = DataTypeSize(dtype);
-    const size_t mine = counts[local_->rank()];
-    shard_.resize(mine * esize);
-    std::vector<size_t> bytes(counts.size());
-    for (size_t i = 0; i < counts.size(); ++i) bytes[i] = counts[i] * esize;
-    const std::string n = " of " + std::to_string(count) + " elements";
-    HORA_RETURN_IF_ERROR(Check(local_->Reducescatter(buf, shard_.data(), counts, dtype, op),
-                               *local_, "allreduce, host-local reducescatter" + n));
-    HORA_RETURN_IF_ERROR(Check(
-        cross_->Allreduce(shard_.data(), mine, dtype, op), *cross_,
-        "allreduce, cross-host allreduce of a " + std::to_string(mine) + "-element shard" + n));
-    return Check(local_->Allgatherv(shard_.data(), buf, bytes), *local_,
-                 "allreduce, host-local allgather" + n);
+    return Reduce(buf, count, dtype, op, nullptr);
+  }
+
+  // The postscale goes on this member's shard between the cross-host allreduce and the
+  // host-local allgather: one member in a host scales each element, once.
+  bool folds_postscale() const override { return true; }
+  Status AllreduceScaled(void* buf, size_t count, DataType dtype, ReduceOp op,
+                         const Postscale& post) override {
+    return Reduce(buf, count, dtype, op, post.identity() ? nullptr : &post);
   }
 
   Status Broadcast(void* buf, size_t bytes, int root) override {
@@ -109,6 +102,28 @@ class HierarchicalCommunicator : public Communicator {
   }
 
  private:
+  // Allreduce: reduce-scatter in the host, allreduce of this member's shard across hosts,
+  // allgather in the host; post (may be null) scales the shard before the allgather.
+  Status Reduce(void* buf, size_t count, DataType dtype, ReduceOp op, const Postscale* post) {
+    HORA_RETURN_IF_ERROR(Error());
+    if (count == 0) return Status::Ok();
+    const std::vector<size_t> counts = ShardCounts(count, local_->size());
+    const size_t esize = DataTypeSize(dtype);
+    const size_t mine = counts[local_->rank()];
+    shard_.resize(mine * esize);
+    std::vector<size_t> bytes(counts.size());
+    for (size_t i = 0; i < counts.size(); ++i) bytes[i] = counts[i] * esize;
+    const std::string n = " of " + std::to_string(count) + " elements";
+    HORA_RETURN_IF_ERROR(Check(local_->Reducescatter(buf, shard_.data(), counts, dtype, op),
+                               *local_, "allreduce, host-local reducescatter" + n));
+    HORA_RETURN_IF_ERROR(Check(
+        cross_->Allreduce(shard_.data(), mine, dtype, op), *cross_,
+        "allreduce, cross-host allreduce of a " + std::to_string(mine) + "-element shard" + n));
+    if (post != nullptr) ScaleInPlace(shard_.data(), mine, dtype, *post);
+    return Check(local_->Allgatherv(shard_.data(), buf, bytes), *local_,
+                 "allreduce, host-local allgather" + n);
+  }
+
   Status Error() const {
     MutexLock lock(&mu_);
     return error_;

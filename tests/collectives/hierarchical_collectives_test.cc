@@ -100,6 +100,32 @@ TEST_CASE("hierarchical: broadcast, allgatherv, alltoallv, reducescatter, barrie
   }
 }
 
+TEST_CASE("hierarchical: the postscale folded into the allreduce, bit for bit the pass after") {
+  for (const auto& hosts : {Hosts(2, 2), Hosts(2, 3), Hosts(3, 2)}) {
+    INFO("hosts x ranks " << hosts.size());
+    REQUIRE(JoinFailures(RunHierRanks(hosts, [](Communicator& comm) -> std::string {
+              RANK_EXPECT(comm.folds_postscale() ? "" : "hierarchical folds the postscale");
+              for (DataType t : {DataType::kFloat16, DataType::kBfloat16, DataType::kFloat32,
+                                 DataType::kFloat64}) {
+                for (const Postscale& post : {Postscale{1.0, comm.size()}, Postscale{0.37, 1}}) {
+                  const size_t count = 10007;
+                  std::vector<uint8_t> want(count * DataTypeSize(t));
+                  for (size_t i = 0; i < count; ++i) {
+                    Put(t, want.data(), i, 0.1 * static_cast<double>((i * 7 + comm.rank()) % 97));
+                  }
+                  std::vector<uint8_t> got = want;
+                  RANK_OK(comm.Allreduce(want.data(), count, t, ReduceOp::kSum));
+                  ScaleInPlace(want.data(), count, t, post);
+                  RANK_OK(comm.AllreduceScaled(got.data(), count, t, ReduceOp::kSum, post));
+                  RANK_EXPECT(CompareBytes(got.data(), want.data(), got.size(),
+                                           Label("allreduce scaled", t, ReduceOp::kSum, count)));
+                }
+              }
+              return "";
+            })) == "");
+  }
+}
+
 TEST_CASE("hierarchical: Abort ends a receive whose sender never sends, and sticks") {
   std::atomic<Communicator*> receiver{nullptr};
   std::atomic<bool> done{false}, abort_returned{false};
