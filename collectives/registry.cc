@@ -4,6 +4,7 @@
 #include <mutex>
 #include <utility>
 
+#include "collectives/deterministic.h"
 #include "common/logging.h"
 
 namespace hora {
@@ -255,8 +256,16 @@ StatusOr<std::unique_ptr<Communicator>> CreateCommunicator(const std::string& se
     HORA_LOG_INFO("{}: {} operations by {}{} ({}={})", Members(config), DeviceName(config.device),
                   chosen->name, staged ? " through host memory" : "", option, selection);
   }
-  auto comm = chosen->create(staged ? HostConfig(config) : config);
+  // The wrapper goes around the outermost communicator only: the backend (and a hierarchical
+  // backend's parts, which it creates here too) gets a config without the flag.
+  BackendConfig backend_config = staged ? HostConfig(config) : config;
+  backend_config.deterministic = false;
+  auto comm = chosen->create(backend_config);
   if (comm.ok() && staged) comm = StagingFor(config.device)->wrap(std::move(comm).value(), config);
+  if (comm.ok() && config.deterministic && config.device == Device::kCpu) {
+    comm = std::unique_ptr<Communicator>(
+        std::make_unique<DeterministicCommunicator>(std::move(comm).value()));
+  }
   if (!comm.ok()) {
     const Status& s = comm.status();
     return Status(s.code(), Members(config) + ", backend " + chosen->name + ": " + s.message());

@@ -67,6 +67,9 @@ struct BackendConfig {
   // environment): a backend that needs its launcher's variables (mpi: OMPI_COMM_WORLD_*)
   // looks them up here. Empty: no variables at all.
   std::function<const char*(const char*)> env;
+  // HORA_DETERMINISTIC: CreateCommunicator wraps a CPU communicator in a
+  // DeterministicCommunicator (collectives/deterministic.h); the backend itself never sees it.
+  bool deterministic = false;
 
   int size() const { return static_cast<int>(global_ranks.size()); }
   bool SingleHost() const;

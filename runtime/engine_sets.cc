@@ -49,6 +49,7 @@ BackendConfig Engine::BackendConfigFor(int32_t id, const std::vector<int>& ranks
   c.coordinator_host = coordinator_host_;
   c.timeout = CollectiveTimeout(options_);
   c.max_message_bytes = options_.max_message_bytes;
+  c.deterministic = options_.deterministic;
   if (auto environment = options_.environment) {
     c.env = [environment](const char* name) -> const char* {
       auto it = environment->find(name);

@@ -74,6 +74,7 @@ constexpr const char* kKnown[] = {
     "HORA_CPU_OPERATIONS",
     "HORA_STEADY",
     "HORA_STEADY_PATIENCE_MS",
+    "HORA_DETERMINISTIC",
     "HORA_GPU_OPERATIONS",
     "HORA_GLOO_IFACE",
     "HORA_MAX_MESSAGE_BYTES",

@@ -215,6 +215,14 @@ Status ParseRest(const EnvLookup& env, Options* o) {
   if (const char* v = env(kEnvSteadyPatienceMs); v != nullptr && *v != '\0') {
     HORA_RETURN_IF_ERROR(ParseInt(kEnvSteadyPatienceMs, v, 1, 3600 * 1000, &o->steady_patience_ms));
   }
+  if (const char* v = env(kEnvDeterministic); v != nullptr && *v != '\0') {
+    const std::string s = v;
+    if (s != "0" && s != "1" && s != "true" && s != "false") {
+      return InvalidArgument(std::string(kEnvDeterministic) + "='" + s +
+                             "' is not 0, 1, true or false");
+    }
+    o->deterministic = s == "1" || s == "true";
+  }
   HORA_RETURN_IF_ERROR(ParseHierarchical(env, o));
   HORA_RETURN_IF_ERROR(CheckSelection(o->cpu_operations, Device::kCpu, kEnvCpuOperations));
   if (const char* v = env(kEnvGpuOperations); v != nullptr && *v != '\0') o->gpu_operations = v;
@@ -292,6 +300,7 @@ StatusOr<Options> ParseOptions(const EnvLookup& raw_env, const OptionOverrides& 
     o.hostname = buf;
   }
   HORA_RETURN_IF_ERROR(ParseRest(env, &o));
+  if (overrides.deterministic >= 0) o.deterministic = overrides.deterministic != 0;
   o.env_notes = std::move(notes);
   return o;
 }
@@ -320,7 +329,8 @@ std::string Options::Digest() const {
   std::ostringstream s;
   s << "fusion_threshold=" << fusion_threshold_bytes
     << ";inline_threshold=" << inline_threshold_bytes << ";cpu_operations=" << cpu_operations
-    << ";gpu_operations=" << gpu_operations << ";steady=" << steady;
+    << ";gpu_operations=" << gpu_operations << ";steady=" << steady
+    << ";deterministic=" << deterministic;
   return s.str();
 }
 
@@ -335,7 +345,8 @@ std::string Options::Describe() const {
     << "s collective_timeout_s=" << collective_timeout_s << " stall_warning_s=" << stall_warning_s
     << " stall_timeout_s=" << stall_timeout_s << " cpu_operations=" << cpu_operations
     << " steady=" << steady << " steady_patience_ms=" << steady_patience_ms
-    << " gpu_operations=" << gpu_operations << " tls=" << (tls_cert.empty() ? "off" : "on")
+    << " deterministic=" << (deterministic ? "on" : "off") << " gpu_operations=" << gpu_operations
+    << " tls=" << (tls_cert.empty() ? "off" : "on")
     << " timeline=" << (timeline.empty() ? "off" : timeline)
     << " autotune=" << (autotune ? "on" : "off");
   if (autotune) {

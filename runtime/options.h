@@ -38,6 +38,7 @@ constexpr const char kEnvLogLevel[] = "HORA_LOG_LEVEL";
 constexpr const char kEnvCpuOperations[] = "HORA_CPU_OPERATIONS";
 constexpr const char kEnvSteady[] = "HORA_STEADY";
 constexpr const char kEnvSteadyPatienceMs[] = "HORA_STEADY_PATIENCE_MS";
+constexpr const char kEnvDeterministic[] = "HORA_DETERMINISTIC";
 constexpr const char kEnvGpuOperations[] = "HORA_GPU_OPERATIONS";
 constexpr const char kEnvHierarchicalAllreduce[] = "HORA_HIERARCHICAL_ALLREDUCE";
 constexpr const char kEnvHorovodHierarchicalAllreduce[] = "HOROVOD_HIERARCHICAL_ALLREDUCE";
@@ -111,6 +112,11 @@ struct Options {
   // HORA_STEADY_PATIENCE_MS: how long an operation waits on the steady path for the other
   // members before it goes the normal way.
   int64_t steady_patience_ms = 500;
+  // HORA_DETERMINISTIC (or hora_init's config): CPU allreduces of floating types with Sum or
+  // Average give the same bits whatever the fusion, grouping, backend and host layout: every
+  // element is the left-to-right sum of the ranks' values in rank order, then the postscale
+  // (collectives/deterministic.h, docs/design.md "Deterministic reductions").
+  bool deterministic = false;
   // HORA_CPU_OPERATIONS: the data-plane backend for CPU tensors, "auto" or a built backend's
   // name (collectives/registry.h); a process set may name its own. HORA_GPU_OPERATIONS: the
   // same for CUDA tensors. HORA_HIERARCHICAL_ALLREDUCE (else HOROVOD_) turns an "auto" here
@@ -155,6 +161,7 @@ struct OptionOverrides {
   int size = -1;
   std::string coordinator_address;
   std::string token;
+  int deterministic = -1;  // -1: HORA_DETERMINISTIC; 0 or 1 wins over it
 };
 
 // Reads and validates every option. A bad value is InvalidArgument naming the variable and

@@ -3,6 +3,7 @@
 
 #include <atomic>
 #include <cmath>
+#include <cstddef>
 #include <cstdlib>
 #include <cstring>
 #include <memory>
@@ -183,6 +184,11 @@ hora_status_t hora_init(const hora_config_t* config) {
     ov.size = config->size;
     if (config->coordinator_address) ov.coordinator_address = config->coordinator_address;
     if (config->token) ov.token = config->token;
+    // A caller built against an older hora.h passes a shorter struct without the field.
+    if (config->struct_size >= offsetof(hora_config_t, deterministic) + sizeof(int32_t) &&
+        config->deterministic != 0) {
+      ov.deterministic = config->deterministic > 0 ? 1 : 0;
+    }
   }
   hora::MutexLock lock(&g_mu);
   if (g_engine) return Fail(Code::kFailedPrecondition, "Hora is already initialized");

@@ -131,10 +131,11 @@ typedef struct {
   int32_t size;                    /* -1: HORA_SIZE (or ...) */
   const char* coordinator_address; /* host:port; NULL: HORA_COORDINATOR_ADDR */
   const char* token;               /* NULL: HORA_JOB_TOKEN */
+  int32_t deterministic;           /* 0: HORA_DETERMINISTIC; 1: on; -1: off */
 } hora_config_t;
 
 #define HORA_CONFIG_INITIALIZER \
-  { sizeof(hora_config_t), -1, -1, NULL, NULL }
+  { sizeof(hora_config_t), -1, -1, NULL, NULL, 0 }
 
 /* ---- Lifecycle (collective) ---- */
 

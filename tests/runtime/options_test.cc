@@ -206,6 +206,28 @@ TEST_CASE("the digest covers the options that must agree") {
   REQUIRE(off.value().Digest().find("steady=off") != std::string::npos);
 }
 
+TEST_CASE("HORA_DETERMINISTIC: off by default, in the digest, the init config wins") {
+  auto plain = ParseOptions(Env({}), {});
+  auto on = ParseOptions(Env({{"HORA_DETERMINISTIC", "1"}}), {});
+  auto word = ParseOptions(Env({{"HORA_DETERMINISTIC", "true"}}), {});
+  REQUIRE(plain.ok());
+  REQUIRE(on.ok());
+  REQUIRE(word.ok());
+  REQUIRE_FALSE(plain.value().deterministic);
+  REQUIRE(on.value().deterministic);
+  REQUIRE(word.value().deterministic);
+  REQUIRE(on.value().Digest() != plain.value().Digest());
+  REQUIRE(on.value().Digest().find("deterministic=1") != std::string::npos);
+  OptionOverrides force_on, force_off;
+  force_on.deterministic = 1;
+  force_off.deterministic = 0;
+  REQUIRE(ParseOptions(Env({}), force_on).value().deterministic);
+  REQUIRE_FALSE(ParseOptions(Env({{"HORA_DETERMINISTIC", "1"}}), force_off).value().deterministic);
+  auto bad = ParseOptions(Env({{"HORA_DETERMINISTIC", "yes"}}), {});
+  REQUIRE_FALSE(bad.ok());
+  REQUIRE(bad.status().message() == "HORA_DETERMINISTIC='yes' is not 0, 1, true or false");
+}
+
 TEST_CASE("cpu and gpu operations: auto by default, a built backend by name") {
   std::map<std::string, std::string> vars{{"HORA_COORDINATOR_ADDR", "127.0.0.1:5000"},
                                           {"HORA_JOB_TOKEN", "t"}};

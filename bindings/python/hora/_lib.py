@@ -41,6 +41,7 @@ class HoraConfig(ctypes.Structure):
         ("size", ctypes.c_int32),
         ("coordinator_address", ctypes.c_char_p),
         ("token", ctypes.c_char_p),
+        ("deterministic", ctypes.c_int32),
     ]
 
 

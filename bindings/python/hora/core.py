@@ -26,14 +26,18 @@ _atexit_registered = False
 
 # ---- lifecycle and topology ----
 
-def init(rank=None, size=None, coordinator_address=None, token=None):
+def init(rank=None, size=None, coordinator_address=None, token=None, deterministic=None):
     """Starts the runtime (collective). Arguments left None come from the environment
     (HORA_RANK, HORA_SIZE, HORA_COORDINATOR_ADDR, HORA_JOB_TOKEN, ...). Calling init when
     already initialized does nothing, unless the job has failed (a stall timeout or a lost
     peer: async_error() is HORA_ERR_ABORTED or HORA_ERR_PEER_FAILURE, and every operation
     would fail with it): then init shuts that runtime down and starts a new one, as every
     rank of the failed job does when it calls init (rank 0 replaces the coordinator; the
-    others wait for it, up to the start timeout)."""
+    others wait for it, up to the start timeout). deterministic: True or False overrides
+    HORA_DETERMINISTIC (docs/design.md, "Deterministic reductions"); None reads it."""
+    if deterministic not in (None, True, False):  # 0 and 1 compare equal to False and True
+        raise ValueError("init: deterministic (HORA_DETERMINISTIC) must be True, False or "
+                         "None, got %r" % (deterministic,))
     global _atexit_registered
     lib = _lib.lib()
     if lib.hora_is_initialized():
@@ -48,6 +52,7 @@ def init(rank=None, size=None, coordinator_address=None, token=None):
     cfg.size = -1 if size is None else int(size)
     cfg.coordinator_address = coordinator_address.encode() if coordinator_address else None
     cfg.token = token.encode() if token else None
+    cfg.deterministic = 0 if deterministic is None else (1 if deterministic else -1)
     _lib.check(lib.hora_init(ctypes.byref(cfg)), "hora_init")
     reset_names()
     with _held_lock:  # handles of an earlier init are gone with it

@@ -6,12 +6,17 @@ from .. import core as _core
 
 _log = _logging.getLogger("hora.torch")
 _last_process_sets = None  # what the last init registered (hvd.elastic's restart reuses it)
+_last_deterministic = None  # the last init's deterministic argument (the restart's too)
 
 
-def init(comm=None, process_sets=None):
+def init(comm=None, process_sets=None, deterministic=None):
     """Starts Hora (collective). process_sets: a list of hvd.ProcessSet registered in order
     on every rank (collective), or "dynamic" (sets are added later with add_process_set,
-    which Hora allows in any case). `comm` (an MPI communicator) is not supported."""
+    which Hora allows in any case). `comm` (an MPI communicator) is not supported.
+    deterministic: True makes Sum and Average allreduces of CPU floating tensors
+    bitwise reproducible (the left-to-right sum in rank order, whatever the fusion, grouping
+    and backend), False turns that off; None (the default) reads HORA_DETERMINISTIC. It must
+    be the same on every rank."""
     if comm is not None:
         raise NotImplementedError("hora.torch.init: comm is not supported; hora runs on all "
                                   "ranks of the job")
@@ -19,11 +24,17 @@ def init(comm=None, process_sets=None):
             not isinstance(process_sets, (list, tuple)):
         raise ValueError("process_sets must be a list of hvd.ProcessSet or \"dynamic\", got %r"
                          % (process_sets,))
-    global _last_process_sets
+    global _last_process_sets, _last_deterministic
     from .mpi_ops import _init_process_sets  # mpi_ops imports this module
-    _core.init()
+    _core.init(deterministic=deterministic)
+    _last_deterministic = deterministic
     _last_process_sets = [] if process_sets in (None, "dynamic") else list(process_sets)
     _init_process_sets(_last_process_sets)
+
+
+def last_deterministic():
+    """The last init's deterministic argument, for a restart."""
+    return _last_deterministic
 
 
 def last_process_sets():

@@ -26,7 +26,7 @@ import torch
 from ..errors import ERR_INVALID_ARGUMENT, HoraInvalidArgumentError, HorovodInternalError
 from .elastic_sampler import ElasticSampler
 from .functions import broadcast_object, broadcast_optimizer_state, broadcast_parameters
-from .basics import last_process_sets
+from .basics import last_deterministic, last_process_sets
 from .mpi_ops import init, shutdown
 
 RESET_LIMIT_VAR = "HORA_ELASTIC_RESET_LIMIT"
@@ -235,7 +235,8 @@ def run(func):
             resets += 1
             sets = last_process_sets()
             shutdown()
-            init(process_sets=sets)  # the same static sets again, in the same order
+            # The same static sets again, in the same order, and the same deterministic choice.
+            init(process_sets=sets, deterministic=last_deterministic())
             state.on_reset()
 
     return wrapper
