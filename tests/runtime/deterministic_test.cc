@@ -158,7 +158,8 @@ std::string Finish(Engine& e, const std::string& name, int64_t handle) {
   return s.ok() ? "" : name + ": " + s.ToString();
 }
 
-std::vector<Results> RunJob(const Config& c) {
+// steady_fast: rank 0's operations on the steady path (which must have run some of them).
+std::vector<Results> RunJob(const Config& c, int64_t* steady_fast = nullptr) {
   const std::vector<Tensor> tensors = Tensors();
   std::vector<Results> results(c.ranks);
   auto errors = RunRanks(
@@ -187,6 +188,8 @@ std::vector<Results> RunJob(const Config& c) {
             if (!err.empty()) return err;
           }
         }
+        auto stats = e.Steady(kGlobalProcessSet);
+        if (r == 0 && steady_fast != nullptr && stats.ok()) *steady_fast = stats.value().fast;
         return "";
       },
       [&](Options* o) {
@@ -221,8 +224,11 @@ TEST_CASE("deterministic: the rank-order formula's bits on every path, backend a
     std::vector<std::vector<char>> expected;
     for (size_t t = 0; t < tensors.size(); ++t) expected.push_back(Expected(ranks, t, tensors[t]));
     for (const Config& c : Configs(ranks, true)) {
-      std::vector<Results> results = RunJob(c);
+      int64_t steady_fast = 0;
+      std::vector<Results> results = RunJob(c, &steady_fast);
       if (results.empty()) continue;
+      INFO(c.Describe() << ": " << steady_fast << " operations on the steady path");
+      CHECK(steady_fast > 0);
       int wrong = 0;
       for (int r = 0; r < ranks; ++r) {
         for (int mode = 0; mode < 2; ++mode) {
