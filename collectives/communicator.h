@@ -72,6 +72,13 @@ class Communicator {
     return Status::Ok();
   }
 
+  // Asks the backend to compute, from now on, every Sum and Product of Allreduce and
+  // AllreduceScaled as collectives/deterministic.h's rank-order formula (rank 0's value, then
+  // each next rank's in turn, every element by ReduceInto, then the postscale). True if it
+  // will; false (the default) leaves it as it was, and the deterministic wrapper then runs
+  // its own composite on the backend's Alltoallv and Allgatherv.
+  virtual bool OfferRankOrder() { return false; }
+
   // In place: root's bytes are copied into buf on every rank.
   virtual Status Broadcast(void* buf, size_t bytes, int root) = 0;
 

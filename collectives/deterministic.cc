@@ -82,7 +82,7 @@ Status DeterministicReducescatter(Communicator* comm, const void* in, void* out,
 }
 
 DeterministicCommunicator::DeterministicCommunicator(std::unique_ptr<Communicator> inner)
-    : inner_(std::move(inner)) {}
+    : inner_(std::move(inner)), native_(inner_->OfferRankOrder()) {}
 
 Status DeterministicCommunicator::Allreduce(void* buf, size_t count, DataType dtype, ReduceOp op) {
   return AllreduceScaled(buf, count, dtype, op, Postscale());
@@ -90,7 +90,7 @@ Status DeterministicCommunicator::Allreduce(void* buf, size_t count, DataType dt
 
 Status DeterministicCommunicator::AllreduceScaled(void* buf, size_t count, DataType dtype,
                                                   ReduceOp op, const Postscale& post) {
-  if (!NeedsDeterministicOrder(dtype, op)) {
+  if (native_ || !NeedsDeterministicOrder(dtype, op)) {
     if (post.identity()) return inner_->Allreduce(buf, count, dtype, op);
     return inner_->AllreduceScaled(buf, count, dtype, op, post);
   }

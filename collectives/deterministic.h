@@ -50,8 +50,9 @@ Status DeterministicReducescatter(Communicator* comm, const void* in, void* out,
 
 // A Communicator whose Allreduce, AllreduceScaled and Reducescatter are the ones above where the
 // order matters (NeedsDeterministicOrder) and the wrapped one's otherwise; every other method
-// is the wrapped one's. CreateCommunicator wraps a CPU communicator in it when
-// BackendConfig::deterministic is set.
+// is the wrapped one's. A backend that accepts Communicator::OfferRankOrder (shm) computes the
+// same formula in its own allreduce, which then serves every allreduce. CreateCommunicator wraps a
+// CPU communicator in it when BackendConfig::deterministic is set.
 class DeterministicCommunicator : public Communicator {
  public:
   explicit DeterministicCommunicator(std::unique_ptr<Communicator> inner);
@@ -89,6 +90,7 @@ class DeterministicCommunicator : public Communicator {
 
  private:
   std::unique_ptr<Communicator> inner_;
+  bool native_;                // inner_ accepted OfferRankOrder
   std::vector<char> scratch_;  // the received slices of one piece (one thread drives us)
 };
 

@@ -75,6 +75,24 @@ void ReduceBlocks(uint8_t* dst, const std::vector<const uint8_t*>& srcs, size_t 
   }
 }
 
+// The rank-order twin (OfferRankOrder): dst = srcs[0] op srcs[1] op ... block by block, each
+// block built in a buffer that stays in L1 (dst may be one of the sources: a block is read
+// before it is written), then scaled and copied to dst and copy_to.
+void ReduceBlocksInOrder(uint8_t* dst, const std::vector<const uint8_t*>& srcs, size_t count,
+                         DataType dtype, ReduceOp op, uint8_t* copy_to, const Postscale* post) {
+  const size_t esize = DataTypeSize(dtype);
+  const size_t block = kReduceBlockBytes / esize;
+  alignas(64) static thread_local uint8_t acc[kReduceBlockBytes];
+  for (size_t i = 0; i < count; i += block) {
+    const size_t m = std::min(block, count - i);
+    CopyBytes(acc, srcs[0] + i * esize, m * esize);
+    for (size_t r = 1; r < srcs.size(); ++r) ReduceInto(acc, srcs[r] + i * esize, m, dtype, op);
+    if (post != nullptr) ScaleInPlace(acc, m, dtype, *post);
+    CopyBytes(dst + i * esize, acc, m * esize);
+    if (copy_to != nullptr) CopyBytes(copy_to + i * esize, acc, m * esize);
+  }
+}
+
 // memcpy, with streaming stores when `streaming` (see kStreamingBytes).
 void CopyOut(uint8_t* dst, const uint8_t* src, size_t n, bool streaming) {
 #if defined(__SSE2__)
@@ -150,6 +168,7 @@ Status ShmCommunicator::AllreduceLarge(uint8_t* buf, size_t count, DataType dtyp
   const size_t chunk = tuning_.half_bytes / 2 / esize;  // a quarter (see Quarter)
   const size_t chunks = (count + chunk - 1) / chunk;
   std::vector<const uint8_t*> srcs(n_ - 1);
+  std::vector<const uint8_t*> ordered(n_);  // rank order: every member's slice, own included
   // Chunk k: its bytes, its element count, and this member's slice [lo, hi) of it.
   auto data = [&](size_t k) { return buf + k * chunk * esize; };
   auto len = [&](size_t k) { return std::min(chunk, count - k * chunk); };
@@ -174,9 +193,17 @@ Status ShmCommunicator::AllreduceLarge(uint8_t* buf, size_t count, DataType dtyp
     // before it published b - 2 (the last copy-out waited for that); at k = 0 by the
     // previous collective, which each finished before it published a.
     HORA_RETURN_IF_ERROR(WaitAll(a, "allreduce"));
-    for (int i = 1; i < n_; ++i) srcs[i - 1] = Quarter((me_ + i) % n_, a) + lo * esize;
-    ReduceBlocks(data(k) + lo * esize, srcs, hi - lo, dtype, op, Quarter(me_, b) + lo * esize,
-                 post);
+    if (rank_order_ && op != ReduceOp::kMin && op != ReduceOp::kMax) {
+      for (int r = 0; r < n_; ++r) {  // this member's own copy is in its buffer
+        ordered[r] = r == me_ ? data(k) + lo * esize : Quarter(r, a) + lo * esize;
+      }
+      ReduceBlocksInOrder(data(k) + lo * esize, ordered, hi - lo, dtype, op,
+                          Quarter(me_, b) + lo * esize, post);
+    } else {
+      for (int i = 1; i < n_; ++i) srcs[i - 1] = Quarter((me_ + i) % n_, a) + lo * esize;
+      ReduceBlocks(data(k) + lo * esize, srcs, hi - lo, dtype, op, Quarter(me_, b) + lo * esize,
+                   post);
+    }
     step_ = b;
     Publish(b);
     // The next chunk's A before this chunk's copy-out, so that the peers' B is done by the

@@ -52,6 +52,12 @@ class ShmCommunicator : public Communicator {
   bool folds_postscale() const override { return true; }
   Status AllreduceScaled(void* buf, size_t count, DataType dtype, ReduceOp op,
                          const Postscale& post) override;
+  // The small allreduce reduces in rank order already; the large one then starts each slice
+  // from rank 0's copy instead of the owner's (shm_collectives.cc).
+  bool OfferRankOrder() override {
+    rank_order_ = true;
+    return true;
+  }
   Status Broadcast(void* buf, size_t bytes, int root) override;
   Status Allgatherv(const void* in, void* out, const std::vector<size_t>& bytes_per_rank) override;
   Status Alltoallv(const void* in, const std::vector<size_t>& send_bytes, void* out,
@@ -152,6 +158,7 @@ class ShmCommunicator : public Communicator {
   // Constant after construction.
   const ShmConfig config_;
   const Tuning tuning_;
+  bool rank_order_ = false;  // OfferRankOrder was called (before any collective)
   const std::unique_ptr<Segment> segment_;
   const int me_;
   const int n_;

@@ -39,7 +39,7 @@ std::vector<Tensor> Tensors() {
   for (DataType d :
        {DataType::kFloat32, DataType::kFloat64, DataType::kFloat16, DataType::kBfloat16}) {
     for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kAverage}) {
-      for (size_t n : {1, 7, 1001, 4099, 30011}) ts.push_back({d, op, n});
+      for (size_t n : {1, 7, 1001, 4099, 30011, 300007}) ts.push_back({d, op, n});
     }
   }
   return ts;

@@ -14,9 +14,13 @@
 //
 // Flags: --min-bytes N (4) --max-bytes N (256 MiB) --step-factor F (4) --target-seconds S
 // (0.6) --max-iters N (100000) --lat-iters N (2000) --lat-mode wait|poll|both (wait) --debug
-// --no-latency --no-bandwidth --csv --impl NAME (the CSV rows' implementation, default "hora").
+// --no-latency --no-bandwidth --csv --impl NAME (the CSV rows' implementation, default "hora")
+// --deterministic env|off|on|both (env: HORA_DETERMINISTIC decides; both: the whole run with
+// it off, then on, --rounds times, hora_init / hora_shutdown in between: rows "NAME" and
+// "NAME-deterministic" side by side) --rounds N (1).
 // Sizes accept K, M, G suffixes (powers of 1024).
 #include <sched.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
@@ -48,6 +52,8 @@ struct Flags {
   bool latency = true;
   bool bandwidth = true;
   bool csv = false;
+  std::string deterministic = "env";
+  int64_t rounds = 1;
 };
 
 int g_rank = 0;
@@ -134,6 +140,10 @@ Flags ParseFlags(int argc, char** argv) {
       g_debug = true;
     else if (a == "--impl")
       g_impl = value();
+    else if (a == "--deterministic")
+      f.deterministic = value();
+    else if (a == "--rounds")
+      f.rounds = std::atoll(value());
     else {
       std::fprintf(stderr, "unknown flag %s\n", a.c_str());
       std::exit(2);
@@ -142,6 +152,12 @@ Flags ParseFlags(int argc, char** argv) {
   if (f.min_bytes < 4) f.min_bytes = 4;
   if (f.step_factor < 2) f.step_factor = 2;
   if (f.min_iters < 1) f.min_iters = 1;
+  if (f.deterministic != "env" && f.deterministic != "off" && f.deterministic != "on" &&
+      f.deterministic != "both") {
+    std::fprintf(stderr, "--deterministic must be env, off, on or both\n");
+    std::exit(2);
+  }
+  if (f.rounds < 1) f.rounds = 1;
   if (f.lat_mode != "wait" && f.lat_mode != "poll" && f.lat_mode != "both") {
     std::fprintf(stderr, "--lat-mode must be wait, poll or both\n");
     std::exit(2);
@@ -340,14 +356,25 @@ void BenchLatency(const Flags& f, bool poll) {
 
 }  // namespace
 
-int main(int argc, char** argv) {
-  Flags f = ParseFlags(argc, argv);
+// One run: hora_init (deterministic: 0 = the environment's, 1 on, -1 off), every size, the
+// latency, hora_shutdown. Returns the wrong elements.
+int64_t RunOnce(const Flags& f, int32_t deterministic, bool header) {
+  hora_config_t config = HORA_CONFIG_INITIALIZER;
+  config.deterministic = deterministic;
   double t0 = Now();
-  Must(hora_init(nullptr), "hora_init");
+  // After a hora_shutdown a rank may reach the previous run's coordinator before rank 0 has
+  // closed it; that one refuses it (the options differ between the runs): try again.
+  hora_status_t s = hora_init(&config);
+  for (int tries = 0; s == HORA_ERR_FAILED_PRECONDITION && tries < 100; ++tries) {
+    usleep(100 * 1000);
+    s = hora_init(&config);
+  }
+  Must(s, "hora_init");
   double init_s = Now() - t0;
   Must(hora_rank(&g_rank), "hora_rank");
   Must(hora_size(&g_size), "hora_size");
-  if (g_rank == 0) PrintHeader(f);
+  if (g_rank == 0 && header) PrintHeader(f);
+  if (g_rank == 0 && !f.csv) std::printf("# %s\n", g_impl.c_str());
   int64_t wrong = 0;
   if (f.bandwidth) {
     for (int64_t bytes = f.min_bytes; bytes <= f.max_bytes; bytes *= f.step_factor) {
@@ -359,10 +386,29 @@ int main(int argc, char** argv) {
     if (f.lat_mode != "wait") BenchLatency(f, true);
   }
   if (g_rank == 0 && !f.csv) {
-    std::printf("# hora_init took %.3f s on rank 0; wrong elements: %lld\n", init_s,
-                (long long)wrong);
+    std::printf("# %s: hora_init took %.3f s on rank 0; wrong elements: %lld\n", g_impl.c_str(),
+                init_s, (long long)wrong);
   }
   Must(hora_shutdown(), "hora_shutdown");
+  return wrong;
+}
+
+int main(int argc, char** argv) {
+  Flags f = ParseFlags(argc, argv);
+  const std::string impl = g_impl;
+  int64_t wrong = 0;
+  if (f.deterministic == "both") {
+    for (int64_t round = 0; round < f.rounds; ++round) {
+      g_impl = impl;
+      wrong += RunOnce(f, -1, round == 0);
+      g_impl = impl + "-deterministic";
+      wrong += RunOnce(f, 1, false);
+    }
+  } else {
+    const int32_t mode = f.deterministic == "on" ? 1 : f.deterministic == "off" ? -1 : 0;
+    if (mode == 1) g_impl = impl + "-deterministic";
+    for (int64_t round = 0; round < f.rounds; ++round) wrong += RunOnce(f, mode, round == 0);
+  }
   if (wrong != 0) {
     std::fprintf(stderr, "rank %d: %lld wrong elements\n", g_rank, (long long)wrong);
     return 1;
