@@ -1,7 +1,8 @@
 // HORA_DETERMINISTIC's composite (collectives/deterministic.h) on the mpi backend, ranks as
 // processes under mpirun: every element of a float32 / float64 / float16 Sum and Average is the
 // left-to-right sum of the ranks' values in rank order (computed here from every rank's known
-// input), then / n, whatever the piece size the composite cuts the buffer into.
+// input), then / n, whatever the piece size the composite cuts the buffer into; the
+// reducescatter's slices too.
 #include <cmath>
 #include <cstring>
 #include <random>
@@ -107,6 +108,30 @@ MPI_CASE("deterministic allreduce: the rank-order formula's bits, any piece size
         }
       }
     }
+  }
+  return "";
+}
+
+MPI_CASE("deterministic reducescatter: each rank's slice is the rank-order formula's") {
+  const int n = WorldSize();
+  std::vector<char> scratch;
+  for (DataType dtype : {DataType::kFloat32, DataType::kFloat16}) {
+    std::vector<size_t> counts;
+    for (int r = 0; r < n; ++r) counts.push_back(1000 + 7 * r);  // uneven
+    size_t total = 0, before = 0;
+    for (int r = 0; r < n; ++r) total += counts[r];
+    for (int r = 0; r < WorldRank(); ++r) before += counts[r];
+    const size_t esize = DataTypeSize(dtype);
+    const std::vector<char> all = Expected(n, total, dtype, false);
+    const std::vector<char> want(all.begin() + before * esize,
+                                 all.begin() + (before + counts[WorldRank()]) * esize);
+    const std::vector<char> in = Values(WorldRank(), total, dtype);
+    std::vector<char> out(counts[WorldRank()] * esize);
+    Status s = DeterministicReducescatter(&World(), in.data(), out.data(), counts, dtype,
+                                          ReduceOp::kSum, &scratch);
+    const std::string label = std::string(DataTypeName(dtype)) + " reducescatter";
+    if (!s.ok()) return label + ": " + s.ToString();
+    if (out != want) return label + ": not the rank-order formula's bits";
   }
   return "";
 }
