@@ -166,6 +166,14 @@ Status Engine::InstallSet(int32_t id, std::vector<int> ranks, const std::string&
     if (!comm.ok()) return comm.status();
     auto steady = SteadyParts(id, ranks, set->rank(), comm.value().get());
     if (!steady.ok()) return steady.status();
+    // A member's side of a connection can be done before its peer's: a barrier on the last
+    // communicator made holds each member until all are connected, so one that shuts down
+    // right after starting does not close a connection that a peer is still making.
+    Communicator* last = steady.value().comm ? steady.value().comm.get() : comm.value().get();
+    if (Status s = last->Barrier(); !s.ok()) {
+      return Status(s.code(), "process set " + std::to_string(id) +
+                                  ": waiting for every member to connect: " + s.message());
+    }
     SteadyOptions steady_options;
     steady_options.patience = std::chrono::milliseconds(options_.steady_patience_ms);
     steady_options.stall_warning =
