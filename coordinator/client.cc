@@ -61,12 +61,7 @@ std::string Seconds(milliseconds d) {
 
 }  // namespace
 
-StatusOr<std::unique_ptr<CoordinatorClient>> CoordinatorClient::Connect(
-    const ClientConfig& config) {
-  HORA_RETURN_IF_ERROR(ValidateConfig(config));
-  PrepareGrpcProcess();
-  StatusOr<std::shared_ptr<grpc::ChannelCredentials>> creds = MakeCredentials(config.tls);
-  if (!creds.ok()) return creds.status();
+grpc::ChannelArguments ClientChannelArgs(const ClientConfig& config) {
   grpc::ChannelArguments args;
   args.SetMaxReceiveMessageSize(config.max_message_bytes);
   args.SetMaxSendMessageSize(config.max_message_bytes);
@@ -77,8 +72,17 @@ StatusOr<std::unique_ptr<CoordinatorClient>> CoordinatorClient::Connect(
   args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 500);
   // One connection per client, even with several clients in one process (tests).
   args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
+  return args;
+}
+
+StatusOr<std::unique_ptr<CoordinatorClient>> CoordinatorClient::Connect(
+    const ClientConfig& config) {
+  HORA_RETURN_IF_ERROR(ValidateConfig(config));
+  PrepareGrpcProcess();
+  StatusOr<std::shared_ptr<grpc::ChannelCredentials>> creds = MakeCredentials(config.tls);
+  if (!creds.ok()) return creds.status();
   std::shared_ptr<grpc::Channel> channel =
-      grpc::CreateCustomChannel(config.address, creds.value(), args);
+      grpc::CreateCustomChannel(config.address, creds.value(), ClientChannelArgs(config));
   const SystemTime deadline = std::chrono::system_clock::now() + config.start_timeout;
   if (!channel->WaitForConnected(deadline)) {
     // gRPC reports a failed TLS handshake as a connection that never comes up.
@@ -95,11 +99,21 @@ StatusOr<std::unique_ptr<CoordinatorClient>> CoordinatorClient::Connect(
   const milliseconds grace =
       std::clamp(config.start_timeout, milliseconds(1000), milliseconds(5000));
   HORA_RETURN_IF_ERROR(client->DoJoin(deadline + grace));
+  if (config.host_relay) HORA_RETURN_IF_ERROR(client->UseHostRelay(deadline + grace));
   return std::unique_ptr<CoordinatorClient>(std::move(client));
 }
 
 ClientImpl::ClientImpl(const ClientConfig& config, std::shared_ptr<grpc::Channel> channel)
-    : config_(config), channel_(std::move(channel)), stub_(proto::Coordinator::NewStub(channel_)) {}
+    : config_(config),
+      channel_(std::move(channel)),
+      stub_(proto::Coordinator::NewStub(channel_)),
+      address_(config.address) {}
+
+std::string ClientImpl::Where() const {
+  if (relay_rank_ < 0) return config_.address;
+  return config_.address + " (through the host relay of rank " + std::to_string(relay_rank_) +
+         " at " + address_ + ")";
+}
 
 ClientImpl::~ClientImpl() {
   Close();
@@ -139,8 +153,8 @@ Status ClientImpl::JoinOnce(SystemTime deadline, bool* again) {
   *again = st.error_code() == grpc::StatusCode::UNAVAILABLE ||
            st.error_code() == grpc::StatusCode::CANCELLED;
   if (!st.ok()) {
-    return FromGrpcStatus(st, "rank " + std::to_string(config_.rank) +
-                                  ": Join with the coordinator at " + config_.address);
+    return FromGrpcStatus(
+        st, "rank " + std::to_string(config_.rank) + ": Join with the coordinator at " + Where());
   }
   HORA_RETURN_IF_ERROR(FromProto(response, &topology_));
   if (static_cast<int>(topology_.ranks.size()) != config_.size) {
@@ -160,7 +174,7 @@ Status ClientImpl::Set(const std::string& key, const std::string& value) {
   request.set_value(value);
   proto::StoreSetResponse response;
   grpc::Status st = stub_->StoreSet(&ctx, request, &response);
-  return FromGrpcStatus(st, "store set '" + key + "' at the coordinator " + config_.address);
+  return FromGrpcStatus(st, "store set '" + key + "' at the coordinator " + Where());
 }
 
 Status ClientImpl::Delete(const std::string& key) {
@@ -172,7 +186,7 @@ Status ClientImpl::Delete(const std::string& key) {
   request.set_erase(true);
   proto::StoreSetResponse response;
   grpc::Status st = stub_->StoreSet(&ctx, request, &response);
-  return FromGrpcStatus(st, "store delete '" + key + "' at the coordinator " + config_.address);
+  return FromGrpcStatus(st, "store delete '" + key + "' at the coordinator " + Where());
 }
 
 StatusOr<std::string> ClientImpl::Get(const std::string& key, milliseconds timeout) {
@@ -189,8 +203,7 @@ StatusOr<std::string> ClientImpl::Get(const std::string& key, milliseconds timeo
     return DeadlineExceeded("store: key '" + key + "' was not set within " +
                             std::to_string(timeout.count()) + " ms");
   }
-  if (!st.ok())
-    return FromGrpcStatus(st, "store get '" + key + "' at the coordinator " + config_.address);
+  if (!st.ok()) return FromGrpcStatus(st, "store get '" + key + "' at the coordinator " + Where());
   return std::string(response.value());
 }
 

@@ -46,6 +46,9 @@ struct ClientConfig {
   // calls instead of a stream (Join and the store still go through gRPC). Not owned; must
   // outlive the client.
   LocalSessionHost* local_host = nullptr;
+  // Reach the coordinator through the host's relay (host_relay.h) after Join, where
+  // HostRelayRankOf names one; the relay rank runs it.
+  bool host_relay = false;
 };
 
 // What this rank has said to the coordinator since the session began (Heartbeats and Goodbye
@@ -84,6 +87,8 @@ class CoordinatorClient : public KvStore {
   // Tell the coordinator this rank hit an unrecoverable error (it aborts the job with it).
   virtual void SendFailure(const std::string& message) = 0;
   virtual ControlCounters sent() const = 0;
+  // The rank whose host relay carries this rank's session and store calls, or -1 (direct).
+  virtual int relay_rank() const = 0;
   // Goodbye, then stop and join the threads. Idempotent.
   virtual void Close() = 0;
   // The coordinator's steady clock minus this process's, in microseconds, for aligning the

@@ -34,7 +34,7 @@ StatusOr<int64_t> ClientImpl::ClockOffsetUs() {
     const int64_t t0 = SteadyUs();
     grpc::Status st = stub_->ReadClock(&ctx, request, &response);
     const int64_t t1 = SteadyUs();
-    if (!st.ok()) return FromGrpcStatus(st, "clock at the coordinator " + config_.address);
+    if (!st.ok()) return FromGrpcStatus(st, "clock at the coordinator " + Where());
     if (best_rtt < 0 || t1 - t0 < best_rtt) {
       best_rtt = t1 - t0;
       offset = response.steady_us() - (t0 + t1) / 2;

@@ -5,6 +5,7 @@
 
 #include <grpcpp/channel.h>
 #include <grpcpp/client_context.h>
+#include <grpcpp/support/channel_arguments.h>
 
 #include <atomic>
 #include <condition_variable>
@@ -15,11 +16,15 @@
 
 #include "common/mutex.h"
 #include "coordinator/client.h"
+#include "coordinator/host_relay.h"
 #include "coordinator/local_session.h"
 #include "coordinator/planner.h"
 #include "proto/coordinator.grpc.pb.h"
 
 namespace hora {
+
+// The channel arguments of every client channel (to the coordinator or a host relay).
+grpc::ChannelArguments ClientChannelArgs(const ClientConfig& config);
 
 class ClientImpl final : public CoordinatorClient {
  public:
@@ -29,6 +34,9 @@ class ClientImpl final : public CoordinatorClient {
   // Sends Join and waits for the topology until `deadline`.
   Status JoinOnce(std::chrono::system_clock::time_point deadline, bool* again);
   Status DoJoin(std::chrono::system_clock::time_point deadline);
+  // client_relay.cc: after Join, moves the store and the session to the host's relay (and
+  // starts it on the relay rank), when HostRelayRankOf names one.
+  Status UseHostRelay(std::chrono::system_clock::time_point deadline);
 
   const Topology& topology() const override { return topology_; }
   Status Set(const std::string& key, const std::string& value) override;
@@ -41,6 +49,7 @@ class ClientImpl final : public CoordinatorClient {
   void SendProcessSetOp(const ProcessSetOp& op) override;
   void SendFailure(const std::string& message) override;
   ControlCounters sent() const override;
+  int relay_rank() const override { return relay_rank_; }
   void Close() override;
   StatusOr<int64_t> ClockOffsetUs() override;  // client_clock.cc
 
@@ -48,10 +57,14 @@ class ClientImpl final : public CoordinatorClient {
   using Stream = grpc::ClientReaderWriter<proto::WorkerMessage, proto::CoordinatorMessage>;
 
   void AddToken(grpc::ClientContext* ctx) const;
+  // The coordinator's address, and the relay's when there is one: for messages.
+  std::string Where() const;
   // Writes one message under write_mu_; false when the stream is over.
   bool Write(const proto::WorkerMessage& message) EXCLUDES(write_mu_);
   // Write, counted in sent(): the messages of the Send* calls.
   void Send(const proto::WorkerMessage& message) EXCLUDES(write_mu_);
+  // Goodbye, then stops the threads (Close, with close_mu_ held).
+  void CloseSession() EXCLUDES(mu_, write_mu_);
   void ReaderLoop() EXCLUDES(mu_, write_mu_);
   void HeartbeatLoop() EXCLUDES(mu_, write_mu_);
   void Dispatch(const proto::CoordinatorMessage& message);
@@ -60,11 +73,14 @@ class ClientImpl final : public CoordinatorClient {
   // Waits for the coordinator's answer to Hello; on failure stops the threads.
   Status AwaitSessionOpen() EXCLUDES(mu_);
 
-  // Constant after construction.
+  // Constant once Connect returns (UseHostRelay may replace the channel before).
   const ClientConfig config_;
-  const std::shared_ptr<grpc::Channel> channel_;
-  const std::unique_ptr<proto::Coordinator::Stub> stub_;
-  Topology topology_;  // set by DoJoin before Connect returns
+  std::shared_ptr<grpc::Channel> channel_;
+  std::unique_ptr<proto::Coordinator::Stub> stub_;
+  Topology topology_;                 // set by DoJoin before Connect returns
+  std::unique_ptr<HostRelay> relay_;  // on the relay rank
+  int relay_rank_ = -1;               // whose relay carries this rank's session, or -1
+  std::string address_;               // where channel_ goes
 
   Mutex close_mu_;  // serializes StartSession and Close
   bool closed_ GUARDED_BY(close_mu_) = false;

@@ -61,7 +61,7 @@ std::string ClientImpl::LostCoordinator(const std::string& why) const {
     who += " (host " + topology_.ranks[0].hostname + ", pid " +
            std::to_string(topology_.ranks[0].pid) + ")";
   }
-  return "lost the coordinator, " + who + " at " + config_.address + ": " + why;
+  return "lost the coordinator, " + who + " at " + Where() + ": " + why;
 }
 
 Status ClientImpl::StartSession(SessionCallbacks callbacks) {
@@ -84,7 +84,7 @@ Status ClientImpl::StartSession(SessionCallbacks callbacks) {
     MutexLock lock(&write_mu_);  // no other thread yet; taken for the analysis
     grpc::Status st = stream_->Finish();
     writes_done_ = true;
-    return FromGrpcStatus(st, "session with the coordinator at " + config_.address);
+    return FromGrpcStatus(st, "session with the coordinator at " + Where());
   }
   reader_ = std::thread([this] { ReaderLoop(); });
   heartbeat_ = std::thread([this] { HeartbeatLoop(); });
@@ -114,10 +114,9 @@ Status ClientImpl::AwaitSessionOpen() {
   heartbeat_.join();
   if (!watchdog.ok()) return watchdog;
   if (st.ok() || st.error_code() == grpc::StatusCode::CANCELLED) {
-    return Unavailable("the coordinator at " + config_.address +
-                       " did not answer the session's Hello");
+    return Unavailable("the coordinator at " + Where() + " did not answer the session's Hello");
   }
-  return FromGrpcStatus(st, "session with the coordinator at " + config_.address);
+  return FromGrpcStatus(st, "session with the coordinator at " + Where());
 }
 
 bool ClientImpl::Write(const proto::WorkerMessage& message) {
@@ -209,8 +208,8 @@ void ClientImpl::Dispatch(const proto::CoordinatorMessage& message) {
       PlanMessage plan;
       Status s = FromProto(message.plan(), &plan);
       if (!s.ok()) {
-        FireAbort(Internal("malformed plan from the coordinator at " + config_.address + ": " +
-                           s.message()));
+        FireAbort(
+            Internal("malformed plan from the coordinator at " + Where() + ": " + s.message()));
         if (session_ctx_) session_ctx_->TryCancel();
         return;
       }
@@ -227,8 +226,8 @@ void ClientImpl::Dispatch(const proto::CoordinatorMessage& message) {
       ProcessSetResult result;
       Status s = FromProto(message.process_set_result(), &result);
       if (!s.ok()) {
-        FireAbort(Internal("malformed process set result from the coordinator at " +
-                           config_.address + ": " + s.message()));
+        FireAbort(Internal("malformed process set result from the coordinator at " + Where() +
+                           ": " + s.message()));
         if (session_ctx_) session_ctx_->TryCancel();
         return;
       }
@@ -296,6 +295,12 @@ void ClientImpl::Close() {
   MutexLock close_lock(&close_mu_);
   if (closed_) return;
   closed_ = true;
+  CloseSession();
+  // The host's other ranks may still be finishing: they say Goodbye as they shut down.
+  if (relay_) relay_->Shutdown(config_.heartbeat_timeout);
+}
+
+void ClientImpl::CloseSession() {
   if (local_) {
     proto::WorkerMessage bye;
     bye.mutable_goodbye();

@@ -99,6 +99,8 @@ class CoordinatorServiceImpl final : public CoordinatorService,
   grpc::Status StoreGet(grpc::ServerContext* ctx, const proto::StoreGetRequest* request,
                         proto::StoreGetResponse* response) override;
   grpc::Status Session(grpc::ServerContext* ctx, SessionServerStream* stream) override;
+  // service_relay.cc
+  grpc::Status Relay(grpc::ServerContext* ctx, RelayServerStream* stream) override;
   // service_clock.cc
   grpc::Status ReadClock(grpc::ServerContext* ctx, const proto::ClockRequest* request,
                          proto::ClockResponse* response) override;
@@ -151,6 +153,11 @@ class CoordinatorServiceImpl final : public CoordinatorService,
   grpc::Status OpenSession(grpc::ServerContext* ctx, SessionServerStream* stream,
                            const proto::WorkerMessage& hello,
                            std::shared_ptr<SessionStream>* session);
+  // service_relay.cc: the session of a rank behind a host relay, or nullptr (the sink has
+  // been given the Abort that says why).
+  std::shared_ptr<SessionStream> OpenRelayedSession(int rank, const proto::WorkerMessage& hello,
+                                                    SessionStream::Sink sink,
+                                                    std::function<TimePoint()> write_started);
   void HandleMessage(int rank, const proto::WorkerMessage& message, Touched* touched,
                      bool* goodbye);
   void HandleReadyLocked(int rank, const proto::WorkerMessage::Ready& ready, TimePoint now,

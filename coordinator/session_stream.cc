@@ -11,10 +11,15 @@ SessionStream::SessionStream(int rank, grpc::ServerContext* ctx, SessionServerSt
     : rank_(rank), ctx_(ctx), stream_(stream), last_recv_(now.time_since_epoch().count()) {}
 
 SessionStream::SessionStream(int rank, Sink sink, TimePoint now)
+    : SessionStream(rank, std::move(sink), nullptr, now) {}
+
+SessionStream::SessionStream(int rank, Sink sink, std::function<TimePoint()> relay_write_started,
+                             TimePoint now)
     : rank_(rank),
       ctx_(nullptr),
       stream_(nullptr),
       sink_(std::move(sink)),
+      relay_write_started_(std::move(relay_write_started)),
       last_recv_(now.time_since_epoch().count()) {}
 
 void SessionStream::Push(proto::CoordinatorMessage message) {
@@ -49,6 +54,7 @@ void SessionStream::Flush() {
 }
 
 TimePoint SessionStream::write_started() const {
+  if (relay_write_started_) return relay_write_started_();
   MutexLock lock(&mu_);
   return write_started_;
 }

@@ -31,6 +31,7 @@ namespace hora {
 
 using SessionServerStream =
     grpc::ServerReaderWriter<proto::CoordinatorMessage, proto::WorkerMessage>;
+using RelayServerStream = grpc::ServerReaderWriter<proto::RelayDown, proto::RelayUp>;
 
 class SessionStream {
  public:
@@ -39,7 +40,12 @@ class SessionStream {
   // message to `sink` instead of writing it to a stream. Local sessions have no heartbeats.
   using Sink = std::function<void(const proto::CoordinatorMessage&)>;
   SessionStream(int rank, Sink sink, TimePoint now);
-  bool local() const { return static_cast<bool>(sink_); }
+  // A relayed session (a rank behind a host relay, coordinator/host_relay.h): `sink` queues
+  // each message for the relay's stream, whose write in progress `relay_write_started` tells.
+  // Unlike a local session its heartbeats are watched.
+  SessionStream(int rank, Sink sink, std::function<TimePoint()> relay_write_started, TimePoint now);
+  // In this process: no heartbeats, no liveness checks.
+  bool local() const { return static_cast<bool>(sink_) && !relay_write_started_; }
   SessionStream(const SessionStream&) = delete;
   SessionStream& operator=(const SessionStream&) = delete;
 
@@ -67,6 +73,7 @@ class SessionStream {
   grpc::ServerContext* const ctx_;
   SessionServerStream* const stream_;
   const Sink sink_;
+  const std::function<TimePoint()> relay_write_started_;
   std::atomic<Clock::rep> last_recv_;
 
   mutable Mutex mu_;

@@ -59,6 +59,7 @@ ClientConfig ClientConfigFrom(const Options& o, const std::string& address) {
   cl.heartbeat_timeout = Ms(o.heartbeat_timeout_s);
   cl.max_message_bytes = static_cast<int>(o.max_message_bytes);
   cl.tls = TlsFrom(o);
+  cl.host_relay = o.host_relay == "on" || (o.host_relay == "auto" && o.size >= kHostRelayAutoRanks);
   return cl;
 }
 

@@ -74,6 +74,7 @@ constexpr const char* kKnown[] = {
     "HORA_CPU_OPERATIONS",
     "HORA_STEADY",
     "HORA_STEADY_PATIENCE_MS",
+    "HORA_HOST_RELAY",
     "HORA_DETERMINISTIC",
     "HORA_GPU_OPERATIONS",
     "HORA_GLOO_IFACE",

@@ -212,6 +212,14 @@ Status ParseRest(const EnvLookup& env, Options* o) {
     }
     o->steady = s;
   }
+  if (const char* v = env(kEnvHostRelay); v != nullptr && *v != '\0') {
+    const std::string s = v;
+    if (s != "auto" && s != "on" && s != "off") {
+      return InvalidArgument(std::string(kEnvHostRelay) + "='" + s +
+                             "' is not one of auto, on, off");
+    }
+    o->host_relay = s;
+  }
   if (const char* v = env(kEnvSteadyPatienceMs); v != nullptr && *v != '\0') {
     HORA_RETURN_IF_ERROR(ParseInt(kEnvSteadyPatienceMs, v, 1, 3600 * 1000, &o->steady_patience_ms));
   }
@@ -330,7 +338,7 @@ std::string Options::Digest() const {
   s << "fusion_threshold=" << fusion_threshold_bytes
     << ";inline_threshold=" << inline_threshold_bytes << ";cpu_operations=" << cpu_operations
     << ";gpu_operations=" << gpu_operations << ";steady=" << steady
-    << ";deterministic=" << deterministic;
+    << ";deterministic=" << deterministic << ";host_relay=" << host_relay;
   return s.str();
 }
 
@@ -345,8 +353,8 @@ std::string Options::Describe() const {
     << "s collective_timeout_s=" << collective_timeout_s << " stall_warning_s=" << stall_warning_s
     << " stall_timeout_s=" << stall_timeout_s << " cpu_operations=" << cpu_operations
     << " steady=" << steady << " steady_patience_ms=" << steady_patience_ms
-    << " deterministic=" << (deterministic ? "on" : "off") << " gpu_operations=" << gpu_operations
-    << " tls=" << (tls_cert.empty() ? "off" : "on")
+    << " host_relay=" << host_relay << " deterministic=" << (deterministic ? "on" : "off")
+    << " gpu_operations=" << gpu_operations << " tls=" << (tls_cert.empty() ? "off" : "on")
     << " timeline=" << (timeline.empty() ? "off" : timeline)
     << " autotune=" << (autotune ? "on" : "off");
   if (autotune) {

@@ -38,6 +38,9 @@ constexpr const char kEnvLogLevel[] = "HORA_LOG_LEVEL";
 constexpr const char kEnvCpuOperations[] = "HORA_CPU_OPERATIONS";
 constexpr const char kEnvSteady[] = "HORA_STEADY";
 constexpr const char kEnvSteadyPatienceMs[] = "HORA_STEADY_PATIENCE_MS";
+constexpr const char kEnvHostRelay[] = "HORA_HOST_RELAY";
+// HORA_HOST_RELAY=auto relays from this many ranks on.
+constexpr int kHostRelayAutoRanks = 64;
 constexpr const char kEnvDeterministic[] = "HORA_DETERMINISTIC";
 constexpr const char kEnvGpuOperations[] = "HORA_GPU_OPERATIONS";
 constexpr const char kEnvHierarchicalAllreduce[] = "HORA_HIERARCHICAL_ALLREDUCE";
@@ -109,6 +112,10 @@ struct Options {
   // whose communicator offers a shared board: shm), "on" (the same, and a set without one is
   // an error), "off" (every operation asks the coordinator).
   std::string steady = "auto";
+  // HORA_HOST_RELAY: the ranks of a host other than rank 0's reach the coordinator through
+  // their host's lowest rank (coordinator/host_relay.h), so that rank 0 holds a connection
+  // per host: "auto" (from kHostRelayAutoRanks ranks on), "on", "off".
+  std::string host_relay = "auto";
   // HORA_STEADY_PATIENCE_MS: how long an operation waits on the steady path for the other
   // members before it goes the normal way.
   int64_t steady_patience_ms = 500;

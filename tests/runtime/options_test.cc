@@ -176,6 +176,7 @@ TEST_CASE("bad values name the variable") {
   check({{"HORA_SIZE", "2"}}, "HORA_RANK is not set (HORA_SIZE is)");
   check({{"HORA_TLS_CERT", "/c.pem"}}, "HORA_TLS_KEY");
   check({{"HORA_STEADY", "yes"}}, "HORA_STEADY='yes' is not one of auto, on, off");
+  check({{"HORA_HOST_RELAY", "maybe"}}, "HORA_HOST_RELAY='maybe' is not one of auto, on, off");
   check({{"HORA_STEADY_PATIENCE_MS", "0"}}, "HORA_STEADY_PATIENCE_MS");
   auto no_addr =
       ParseOptions(Env({{"HORA_SIZE", "2"}, {"HORA_RANK", "0"}, {"HORA_JOB_TOKEN", "t"}}), {});
