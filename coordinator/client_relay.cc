@@ -23,8 +23,8 @@ Status ClientImpl::UseHostRelay(std::chrono::system_clock::time_point deadline) 
     rc.max_message_bytes = config_.max_message_bytes;
     auto relay = HostRelay::Start(rc);
     if (!relay.ok()) {
-      return Status(relay.status().code(), me + ": starting its host relay: " +
-                                               relay.status().message());
+      return Status(relay.status().code(),
+                    me + ": starting its host relay: " + relay.status().message());
     }
     relay_ = std::move(relay).value();
     address = relay_->address();
@@ -46,8 +46,8 @@ Status ClientImpl::UseHostRelay(std::chrono::system_clock::time_point deadline) 
     return Unavailable(me + ": cannot connect to its host relay (rank " +
                        std::to_string(relay_rank) + ") at " + address);
   }
-  HORA_LOG_DEBUG("{}: the control plane goes through the host relay of rank {} at {}", me,
-                 relay_rank, address);
+  HORA_LOG_INFO("{}: the control plane goes through the host relay of rank {} at {}", me,
+                relay_rank, address);
   channel_ = std::move(channel);
   stub_ = proto::Coordinator::NewStub(channel_);
   relay_rank_ = relay_rank;

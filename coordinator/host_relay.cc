@@ -137,27 +137,23 @@ class HostRelayImpl final : public HostRelay, public proto::Coordinator::Service
 
   grpc::Status Join(grpc::ServerContext* ctx, const proto::JoinRequest* request,
                     proto::JoinResponse* response) override {
-    return Unary(ctx, "Join", [&](grpc::ClientContext* up) {
-      return stub_->Join(up, *request, response);
-    });
+    return Unary(ctx, "Join",
+                 [&](grpc::ClientContext* up) { return stub_->Join(up, *request, response); });
   }
   grpc::Status StoreSet(grpc::ServerContext* ctx, const proto::StoreSetRequest* request,
                         proto::StoreSetResponse* response) override {
-    return Unary(ctx, "StoreSet", [&](grpc::ClientContext* up) {
-      return stub_->StoreSet(up, *request, response);
-    });
+    return Unary(ctx, "StoreSet",
+                 [&](grpc::ClientContext* up) { return stub_->StoreSet(up, *request, response); });
   }
   grpc::Status StoreGet(grpc::ServerContext* ctx, const proto::StoreGetRequest* request,
                         proto::StoreGetResponse* response) override {
-    return Unary(ctx, "StoreGet", [&](grpc::ClientContext* up) {
-      return stub_->StoreGet(up, *request, response);
-    });
+    return Unary(ctx, "StoreGet",
+                 [&](grpc::ClientContext* up) { return stub_->StoreGet(up, *request, response); });
   }
   grpc::Status ReadClock(grpc::ServerContext* ctx, const proto::ClockRequest* request,
                          proto::ClockResponse* response) override {
-    return Unary(ctx, "ReadClock", [&](grpc::ClientContext* up) {
-      return stub_->ReadClock(up, *request, response);
-    });
+    return Unary(ctx, "ReadClock",
+                 [&](grpc::ClientContext* up) { return stub_->ReadClock(up, *request, response); });
   }
 
  private:

@@ -107,9 +107,8 @@ grpc::Status CoordinatorServiceImpl::Relay(grpc::ServerContext* ctx, RelayServer
       auto it = sessions.find(rank);
       if (it == sessions.end()) {
         std::shared_ptr<SessionStream> opened = OpenRelayedSession(
-            rank, entry.message(), [&writer, rank](const proto::CoordinatorMessage& m) {
-              writer.Push(rank, m);
-            },
+            rank, entry.message(),
+            [&writer, rank](const proto::CoordinatorMessage& m) { writer.Push(rank, m); },
             [&writer] { return writer.write_started(); });
         if (opened) {
           opened->Flush();  // the first heartbeat: tells the rank its session is open
@@ -141,7 +140,7 @@ grpc::Status CoordinatorServiceImpl::Relay(grpc::ServerContext* ctx, RelayServer
   // The stream is over: the relay's process is gone (or shutting down), and with it the way
   // to every rank still open on it. Its own rank is named first: that is the cause.
   std::vector<std::pair<int, std::shared_ptr<SessionStream>>> left(sessions.begin(),
-                                                                    sessions.end());
+                                                                   sessions.end());
   std::stable_partition(left.begin(), left.end(),
                         [relay_rank](const auto& p) { return p.first == relay_rank; });
   for (const auto& [rank, session] : left) {
@@ -178,8 +177,8 @@ std::shared_ptr<SessionStream> CoordinatorServiceImpl::OpenRelayedSession(
   }
   if (rank < 0 || rank >= config_.size) {
     return refuse(Code::kInvalidArgument, "Hello from rank " + std::to_string(rank) +
-                                              ", out of range [0, " +
-                                              std::to_string(config_.size) + ")");
+                                              ", out of range [0, " + std::to_string(config_.size) +
+                                              ")");
   }
   MutexLock lock(&mu_);
   if (aborted_) {
@@ -194,15 +193,15 @@ std::shared_ptr<SessionStream> CoordinatorServiceImpl::OpenRelayedSession(
   }
   RankState& state = ranks_[rank];
   if (!state.joined || state.had_session) {
-    const std::string why = state.joined ? DescribeRank(rank) + " already had a session"
-                                         : "rank " + std::to_string(rank) +
-                                               " opened a session before Join";
+    const std::string why = state.joined
+                                ? DescribeRank(rank) + " already had a session"
+                                : "rank " + std::to_string(rank) + " opened a session before Join";
     lock.Unlock();
     return refuse(Code::kFailedPrecondition, why);
   }
   state.had_session = true;
-  state.session =
-      std::make_shared<SessionStream>(rank, std::move(sink), std::move(write_started), Clock::now());
+  state.session = std::make_shared<SessionStream>(rank, std::move(sink), std::move(write_started),
+                                                  Clock::now());
   proto::CoordinatorMessage first;
   first.mutable_heartbeat();
   state.session->Push(std::move(first));

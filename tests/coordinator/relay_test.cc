@@ -94,8 +94,7 @@ TEST_CASE("host relay: a rank that dies behind the relay is named on every rank"
   for (int r = 0; r < 3; ++r) configs.push_back(RelayClient(config, service->port(), r));
   configs[0].local_host = service->local_host();
   RawRank direct(service->port());
-  std::thread raw_join(
-      [&] { CHECK(direct.Join(RawRank::Request(3, size, HostOf(3))).ok()); });
+  std::thread raw_join([&] { CHECK(direct.Join(RawRank::Request(3, size, HostOf(3))).ok()); });
   auto clients = ConnectAll(configs);
   raw_join.join();
   std::vector<std::unique_ptr<Recorder>> recorders;
@@ -113,7 +112,8 @@ TEST_CASE("host relay: a rank that dies behind the relay is named on every rank"
   behind.Crash();
   for (int r = 0; r < 3; ++r) {
     INFO("rank " << r);
-    REQUIRE(recorders[r]->WaitFor(milliseconds(10000), [&] { return !recorders[r]->aborts.empty(); }));
+    REQUIRE(
+        recorders[r]->WaitFor(milliseconds(10000), [&] { return !recorders[r]->aborts.empty(); }));
     const std::string message = recorders[r]->aborts[0].message();
     INFO(message);
     CHECK(Contains(message, "rank 3"));
@@ -145,15 +145,15 @@ TEST_CASE("host relay: when the relay stops, the ranks behind it and the coordin
   clients[1]->Close();  // the relay rank leaves while ranks 2 and 3 still run
   for (int r : {0, 2, 3}) {
     INFO("rank " << r);
-    REQUIRE(recorders[r]->WaitFor(milliseconds(10000), [&] { return !recorders[r]->aborts.empty(); }));
+    REQUIRE(
+        recorders[r]->WaitFor(milliseconds(10000), [&] { return !recorders[r]->aborts.empty(); }));
     const std::string message = recorders[r]->aborts[0].message();
     INFO(message);
     if (r == 0) {  // the relay's ranks named lost because the relay went away
       CHECK((Contains(message, "host relay, rank 1") ||
              Contains(message, "host relay (rank 1) shut down")));
     } else {  // each of them lost its way to the coordinator
-      CHECK((Contains(message, "host relay of rank 1") ||
-             Contains(message, "host relay, rank 1") ||
+      CHECK((Contains(message, "host relay of rank 1") || Contains(message, "host relay, rank 1") ||
              Contains(message, "host relay (rank 1) shut down")));
     }
   }

@@ -45,6 +45,25 @@ def test_small_collectives_run_without_rank_0_across_hosts(kit, per_host):
     check_clean(kit)
 
 
+# 3 ranks on each of 2 hosts, every call through the coordinator (steady path off): ranks 4
+# and 5 reach it through rank 3's host relay, and every result is right.
+def test_calls_through_a_host_relay_across_hosts(kit):
+    rc, out, err = horarun(kit, ["-np", "6", "-H", hostlist(kit, 2, 3)] + ssh_args(kit) +
+                           ["-x", "HORA_LIBRARY", "-x", "PYTHONPATH", "-x", "HORA_HOST_RELAY",
+                            "-x", "HORA_STEADY", "-x", "HORA_LOG_LEVEL", PY, PROG, "loop",
+                            str(CALLS // 3)],
+                           env=dict(env(), HORA_HOST_RELAY="on", HORA_STEADY="off",
+                                    HORA_LOG_LEVEL="info"))
+    assert rc == 0, out[-3000:] + err[-3000:]
+    both = out + err
+    for r in (3, 4, 5):
+        assert "rank %d: the control plane goes through the host relay of rank 3" % r in both, \
+            both[-3000:]
+    for r in (0, 1, 2):
+        assert "rank %d: the control plane goes through" % r not in both
+    check_clean(kit)
+
+
 @pytest.mark.parametrize("steady", ["auto", "off"])
 def test_steady_training_steps_send_nothing_to_rank_0(kit, steady):
     # examples/gpt_char_lm.py counts the messages every rank sent to the coordinator during the
@@ -72,13 +91,17 @@ def test_steady_training_steps_send_nothing_to_rank_0(kit, steady):
 
 # Two ranks per host: the steady board goes through each host's leader (its lowest rank,
 # design.md "Two levels"). Rank 3 is a member of the second host, rank 2 its leader, whose
-# death cuts rank 3 off from everyone.
-@pytest.mark.parametrize("victim", [3, 2])
-def test_a_rank_killed_during_steady_calls_is_named_by_every_survivor(kit, victim):
+# death cuts rank 3 off from everyone. With HORA_HOST_RELAY=on and the steady path off,
+# every call asks the coordinator, and rank 3's way there is rank 2's host relay
+# (coordinator/host_relay.h).
+@pytest.mark.parametrize("victim,relay", [(3, "auto"), (2, "auto"), (3, "on"), (2, "on")])
+def test_a_rank_killed_during_steady_calls_is_named_by_every_survivor(kit, victim, relay):
     start = time.monotonic()
+    extra = dict(HORA_HOST_RELAY=relay, HORA_STEADY="off" if relay == "on" else "auto")
     rc, out, err = horarun(kit, ["-np", "4", "-H", hostlist(kit, 2, 2)] + ssh_args(kit) +
-                           ["-x", "HORA_LIBRARY", "-x", "PYTHONPATH", PY, PROG, "kill",
-                            str(CALLS), str(victim)], env=env())
+                           ["-x", "HORA_LIBRARY", "-x", "PYTHONPATH", "-x", "HORA_HOST_RELAY",
+                            "-x", "HORA_STEADY", PY, PROG, "kill", str(CALLS), str(victim)],
+                           env=dict(env(), **extra))
     took = time.monotonic() - start
     assert rc != 0, out[-3000:]
     lines = rank_lines(out)

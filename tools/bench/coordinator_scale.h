@@ -15,6 +15,9 @@
 //            clients and drivers together: an upper bound for the service).
 //   grpc     the real service in a child process (this binary with --serve) and one real
 //            CoordinatorClient per rank over loopback gRPC in this one; CPU is the child's.
+//            With --relay=1 the ranks of each simulated host of 8 (but rank 0's) reach the
+//            child through a host relay (coordinator/host_relay.h) run by their client of
+//            the host's lowest rank, in this process.
 //
 // Every wait has a deadline (`step_timeout`); a run that misses one ends with an error.
 #ifndef HORA_TOOLS_BENCH_COORDINATOR_SCALE_H_
@@ -34,11 +37,12 @@ namespace scale_bench {
 struct ScaleOptions {
   std::string mode = "planner";  // planner, local or grpc
   int ranks = 64;
-  int tensors = 200;  // per step
-  int batch = 1;      // notices per ready message
-  int steps = 20;     // timed
-  int warmup = 2;     // untimed; the first also carries the signatures
-  int drivers = 4;    // threads sending the ranks' ready messages (local, grpc)
+  int tensors = 200;   // per step
+  int batch = 1;       // notices per ready message
+  int steps = 20;      // timed
+  int warmup = 2;      // untimed; the first also carries the signatures
+  int drivers = 4;     // threads sending the ranks' ready messages (local, grpc)
+  bool relay = false;  // grpc: each simulated host's ranks go through a host relay
   std::chrono::milliseconds step_timeout{120000};
   std::string self_path;  // this binary, for the grpc mode's child
 };

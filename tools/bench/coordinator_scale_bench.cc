@@ -3,7 +3,7 @@
 // docs/coordinator-scale.md).
 //
 //   coordinator_scale_bench [--modes=planner,local,grpc] [--ranks=64,256,1024] [--tensors=200]
-//                           [--batch=1] [--steps=20] [--warmup=2] [--drivers=4]
+//                           [--batch=1] [--steps=20] [--warmup=2] [--drivers=4] [--relay=0]
 //                           [--step_timeout_ms=120000] [--max_service_ranks=1024]
 //
 // Prints one markdown table row per (mode, ranks). Exits 1 on any failure (a wrong plan, a
@@ -54,10 +54,11 @@ void PrintRow(const ScaleResult& r) {
   char client[32] = "-";
   if (r.client_cpu_s > 0)
     std::snprintf(client, sizeof(client), "%.1f", 1e3 * r.client_cpu_s / o.steps);
-  std::printf("| %s | %d | %d | %d | %.1f | %.2f | %.0f | %s | %.0f | %s | %.1f | %s |\n",
-              o.mode.c_str(), o.ranks, o.tensors, o.batch, r.steps_per_s(), r.cpu_ms_per_step(),
-              r.messages_in, Kb(r.bytes_in).c_str(), r.messages_out, Kb(r.bytes_out).c_str(),
-              r.buckets, client);
+  const char* relay = o.mode != "grpc" ? "-" : o.relay ? "yes" : "no";
+  std::printf("| %s | %s | %d | %d | %d | %.1f | %.2f | %.0f | %s | %.0f | %s | %.1f | %s |\n",
+              o.mode.c_str(), relay, o.ranks, o.tensors, o.batch, r.steps_per_s(),
+              r.cpu_ms_per_step(), r.messages_in, Kb(r.bytes_in).c_str(), r.messages_out,
+              Kb(r.bytes_out).c_str(), r.buckets, client);
   std::fflush(stdout);
 }
 
@@ -91,6 +92,13 @@ bool ParseArgs(int argc, char** argv, Args* args) {
       base.steps = std::atoi(value.c_str());
     } else if (Flag(a, "--warmup", &value)) {
       base.warmup = std::atoi(value.c_str());
+    } else if (Flag(a, "--relay", &value)) {
+      base.relay = value == "1";
+      if (value != "0" && value != "1") {
+        std::fprintf(stderr, "coordinator_scale_bench: --relay takes 0 or 1, not '%s'\n",
+                     value.c_str());
+        return false;
+      }
     } else if (Flag(a, "--drivers", &value)) {
       base.drivers = std::atoi(value.c_str());
     } else if (Flag(a, "--step_timeout_ms", &value)) {
@@ -136,9 +144,10 @@ int Main(int argc, char** argv) {
     return ServeMain(std::atoi(args.ranks.c_str()), std::chrono::milliseconds(args.timeout_ms));
   }
   std::printf(
-      "| mode | ranks | tensors | notices/msg | steps/s | rank-0 CPU ms/step | msgs in/step "
-      "| KiB in/step | msgs out/step | KiB out/step | buckets/step | client CPU ms/step |\n"
-      "|---|---|---|---|---|---|---|---|---|---|---|---|\n");
+      "| mode | relay | ranks | tensors | notices/msg | steps/s | rank-0 CPU ms/step "
+      "| msgs in/step | KiB in/step | msgs out/step | KiB out/step | buckets/step "
+      "| client CPU ms/step |\n"
+      "|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
   int failures = 0;
   for (const std::string& mode : Split(args.modes)) {
     for (const std::string& n : Split(args.ranks)) {

@@ -63,6 +63,7 @@ Status SimulatedRanks::Connect(const std::string& address, LocalSessionHost* loc
     c.options_digest = service.options_digest;
     c.start_timeout = service.start_timeout;
     c.local_host = local;
+    c.host_relay = options_.relay && local == nullptr;
     auto client = CoordinatorClient::Connect(c);
     if (!client.ok()) {
       errors[r] = client.status();

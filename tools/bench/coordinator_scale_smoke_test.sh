@@ -8,4 +8,6 @@ for batch in 1 7 200; do
   "$bench" --modes=planner,local,grpc --ranks=1,8 --steps=5 --warmup=1 --batch="$batch" \
     --step_timeout_ms=30000
 done
+# 20 ranks on 3 simulated hosts: 12 of them through 2 host relays.
+"$bench" --modes=grpc --ranks=20 --steps=3 --warmup=1 --batch=7 --relay=1 --step_timeout_ms=30000
 echo "coordinator_scale_bench smoke: ok"
