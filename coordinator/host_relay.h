@@ -13,7 +13,10 @@
 //   - StoreSet, StoreGet, Join and ReadClock are forwarded call by call, deadline included.
 // If the Relay stream breaks, every rank's stream to the relay is cancelled (each rank then
 // reports the coordinator lost); if the relay's process dies, the coordinator names its rank
-// as lost, then the ranks behind it. The relay listens on 127.0.0.1 without TLS (the job
+// as lost, then the ranks behind it. Like rank 0, the relay rank's shutdown waits up to the
+// heartbeat timeout for its host's ranks to say Goodbye before it cuts them off. A rank that
+// stops reading its stream holds up the relay's deliveries to the whole host; the coordinator
+// then names the host's ranks as not reading after the heartbeat timeout. The relay listens on 127.0.0.1 without TLS (the job
 // token is still checked); the connection to the coordinator uses the job's TLS settings.
 //
 // Thread safety: all methods are thread-safe.
