@@ -16,8 +16,9 @@
 // as lost, then the ranks behind it. Like rank 0, the relay rank's shutdown waits up to the
 // heartbeat timeout for its host's ranks to say Goodbye before it cuts them off. A rank that
 // stops reading its stream holds up the relay's deliveries to the whole host; the coordinator
-// then names the host's ranks as not reading after the heartbeat timeout. The relay listens on 127.0.0.1 without TLS (the job
-// token is still checked); the connection to the coordinator uses the job's TLS settings.
+// then names the host's ranks as not reading after the heartbeat timeout. The relay listens on
+// 127.0.0.1 without TLS (the job token is still checked); the connection to the coordinator uses
+// the job's TLS settings.
 //
 // Thread safety: all methods are thread-safe.
 #ifndef HORA_COORDINATOR_HOST_RELAY_H_

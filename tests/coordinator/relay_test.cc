@@ -34,24 +34,59 @@ ReadyNotice Notice(int t, int rank) {
   return n;
 }
 
+// A service and the clients of ranks 0..real-1 with their sessions open.
+struct RelayJob {
+  CoordinatorConfig config = ServiceConfig(4);
+  std::unique_ptr<CoordinatorService> service;
+  std::vector<std::unique_ptr<CoordinatorClient>> clients;
+  std::vector<std::unique_ptr<Recorder>> recorders;
+
+  // `beside` runs while the clients connect (a raw rank's Join); the heartbeat timeout is
+  // also the relay's drain when its rank closes.
+  void Start(int real, milliseconds heartbeat_timeout,
+             const std::function<void(int port)>& beside = nullptr) {
+    service = StartService(config);
+    REQUIRE(service);
+    std::vector<ClientConfig> configs;
+    for (int r = 0; r < real; ++r) {
+      configs.push_back(RelayClient(config, service->port(), r));
+      configs[r].heartbeat_timeout = heartbeat_timeout;
+    }
+    configs[0].local_host = service->local_host();
+    std::thread other;
+    if (beside) other = std::thread(beside, service->port());
+    std::vector<Status> errors;
+    clients = ConnectAll(configs, &errors);
+    if (other.joinable()) other.join();
+    for (int r = 0; r < real; ++r) {
+      INFO("rank " << r << ": " << errors[r].ToString());
+      REQUIRE(clients[r]);
+      CHECK(clients[r]->relay_rank() == (r == 0 ? -1 : 1));
+      recorders.push_back(std::make_unique<Recorder>());
+      REQUIRE(clients[r]->StartSession(recorders[r]->Callbacks()).ok());
+    }
+  }
+
+  // The first abort `rank` heard, waited for up to 10 s.
+  std::string AbortOf(int rank) {
+    Recorder& rec = *recorders[rank];
+    REQUIRE(rec.WaitFor(milliseconds(10000), [&] { return !rec.aborts.empty(); }));
+    return rec.aborts[0].message();
+  }
+
+  // Closes the given ranks' clients in that order, then the service.
+  void Stop(std::initializer_list<int> order) {
+    for (int r : order) clients[r]->Close();
+    service->Shutdown("test over", milliseconds(1000));
+  }
+};
+
 TEST_CASE("host relay: a host's ranks negotiate through it with their own ids") {
   const int size = 4;
-  CoordinatorConfig config = ServiceConfig(size);
-  auto service = StartService(config);
-  REQUIRE(service);
-  std::vector<ClientConfig> configs;
-  for (int r = 0; r < size; ++r) configs.push_back(RelayClient(config, service->port(), r));
-  configs[0].local_host = service->local_host();
-  std::vector<Status> errors;
-  auto clients = ConnectAll(configs, &errors);
-  std::vector<std::unique_ptr<Recorder>> recorders;
-  for (int r = 0; r < size; ++r) {
-    INFO("rank " << r << ": " << errors[r].ToString());
-    REQUIRE(clients[r]);
-    CHECK(clients[r]->relay_rank() == (r == 0 ? -1 : 1));
-    recorders.push_back(std::make_unique<Recorder>());
-    REQUIRE(clients[r]->StartSession(recorders[r]->Callbacks()).ok());
-  }
+  RelayJob job;
+  job.Start(size, milliseconds(5000));
+  auto& clients = job.clients;
+  auto& recorders = job.recorders;
   const int kTensors = 6;
   for (int step = 0; step < 3; ++step) {
     RunRanks(size, [&](int r) {
@@ -79,31 +114,19 @@ TEST_CASE("host relay: a host's ranks negotiate through it with their own ids") 
     }
   }
   // The relay's ranks go first: the relay drains their sessions before it stops.
-  for (int r : {3, 2, 1, 0}) clients[r]->Close();
+  job.Stop({3, 2, 1, 0});
   for (int r = 0; r < size; ++r) CHECK(recorders[r]->aborts.empty());
-  service->Shutdown("test over", milliseconds(1000));
 }
 
 // Ranks 0-2 are clients; rank 3 is a raw stream to the relay that ends without Goodbye.
 TEST_CASE("host relay: a rank that dies behind the relay is named on every rank") {
-  const int size = 4;
-  CoordinatorConfig config = ServiceConfig(size);
-  auto service = StartService(config);
-  REQUIRE(service);
-  std::vector<ClientConfig> configs;
-  for (int r = 0; r < 3; ++r) configs.push_back(RelayClient(config, service->port(), r));
-  configs[0].local_host = service->local_host();
-  RawRank direct(service->port());
-  std::thread raw_join([&] { CHECK(direct.Join(RawRank::Request(3, size, HostOf(3))).ok()); });
-  auto clients = ConnectAll(configs);
-  raw_join.join();
-  std::vector<std::unique_ptr<Recorder>> recorders;
-  for (int r = 0; r < 3; ++r) {
-    REQUIRE(clients[r]);
-    recorders.push_back(std::make_unique<Recorder>());
-    REQUIRE(clients[r]->StartSession(recorders[r]->Callbacks()).ok());
-  }
-  auto address = clients[0]->Get("hora/relay/1", milliseconds(5000));
+  RelayJob job;
+  std::unique_ptr<RawRank> direct;  // rank 3's Join, straight to the coordinator
+  job.Start(3, milliseconds(5000), [&](int port) {
+    direct = std::make_unique<RawRank>(port);
+    CHECK(direct->Join(RawRank::Request(3, 4, HostOf(3))).ok());
+  });
+  auto address = job.clients[0]->Get("hora/relay/1", milliseconds(5000));
   REQUIRE(address.ok());
   const std::string& a = address.value();
   RawRank behind(std::stoi(a.substr(a.rfind(':') + 1)));
@@ -111,44 +134,22 @@ TEST_CASE("host relay: a rank that dies behind the relay is named on every rank"
   const auto crashed = std::chrono::steady_clock::now();
   behind.Crash();
   for (int r = 0; r < 3; ++r) {
-    INFO("rank " << r);
-    REQUIRE(
-        recorders[r]->WaitFor(milliseconds(10000), [&] { return !recorders[r]->aborts.empty(); }));
-    const std::string message = recorders[r]->aborts[0].message();
-    INFO(message);
+    const std::string message = job.AbortOf(r);
+    INFO("rank " << r << ": " << message);
     CHECK(Contains(message, "rank 3"));
     CHECK(Contains(message, "host relay (rank 1)"));
-    CHECK(recorders[r]->abort_time - crashed < std::chrono::seconds(5));
+    CHECK(job.recorders[r]->abort_time - crashed < std::chrono::seconds(5));
   }
-  for (int r : {2, 1, 0}) clients[r]->Close();
-  service->Shutdown("test over", milliseconds(1000));
+  job.Stop({2, 1, 0});
 }
 
 TEST_CASE("host relay: when the relay stops, the ranks behind it and the coordinator say so") {
-  const int size = 4;
-  CoordinatorConfig config = ServiceConfig(size);
-  auto service = StartService(config);
-  REQUIRE(service);
-  std::vector<ClientConfig> configs;
-  for (int r = 0; r < size; ++r) {
-    configs.push_back(RelayClient(config, service->port(), r));
-    configs[r].heartbeat_timeout = milliseconds(1000);  // the relay's drain at Close
-  }
-  configs[0].local_host = service->local_host();
-  auto clients = ConnectAll(configs);
-  std::vector<std::unique_ptr<Recorder>> recorders;
-  for (int r = 0; r < size; ++r) {
-    REQUIRE(clients[r]);
-    recorders.push_back(std::make_unique<Recorder>());
-    REQUIRE(clients[r]->StartSession(recorders[r]->Callbacks()).ok());
-  }
-  clients[1]->Close();  // the relay rank leaves while ranks 2 and 3 still run
+  RelayJob job;
+  job.Start(4, milliseconds(1000));
+  job.clients[1]->Close();  // the relay rank leaves while ranks 2 and 3 still run
   for (int r : {0, 2, 3}) {
-    INFO("rank " << r);
-    REQUIRE(
-        recorders[r]->WaitFor(milliseconds(10000), [&] { return !recorders[r]->aborts.empty(); }));
-    const std::string message = recorders[r]->aborts[0].message();
-    INFO(message);
+    const std::string message = job.AbortOf(r);
+    INFO("rank " << r << ": " << message);
     if (r == 0) {  // the relay's ranks named lost because the relay went away
       CHECK((Contains(message, "host relay, rank 1") ||
              Contains(message, "host relay (rank 1) shut down")));
@@ -157,8 +158,7 @@ TEST_CASE("host relay: when the relay stops, the ranks behind it and the coordin
              Contains(message, "host relay (rank 1) shut down")));
     }
   }
-  for (int r : {3, 2, 0}) clients[r]->Close();
-  service->Shutdown("test over", milliseconds(1000));
+  job.Stop({3, 2, 0});
 }
 
 }  // namespace
