@@ -131,10 +131,17 @@ class MeshBuilder {
     }
     while (waiting > 0) {
       if (!WaitFd(listener, POLLIN, deadline_)) {
+        std::string missing;
+        for (int m = rank_ + 1; m < size_; ++m) {
+          const auto& got = fds_[static_cast<size_t>(m)];
+          if (std::find(got.begin(), got.end(), -1) != got.end()) {
+            missing += (missing.empty() ? "" : ", ") + std::to_string(m);
+          }
+        }
         return DeadlineExceeded(spec_.what + ": member " + std::to_string(rank_) + " waited " +
                                 std::to_string(config_.timeout.count()) + " ms for " +
-                                std::to_string(waiting) +
-                                " connection(s) from the members above it");
+                                std::to_string(waiting) + " connection(s) of member(s) above it " +
+                                "(" + missing + ") to connect");
       }
       const int fd = accept4(listener, nullptr, nullptr, SOCK_CLOEXEC);
       if (fd < 0) continue;
@@ -209,7 +216,7 @@ int RemainingMs(Clock::time_point deadline) {
 }
 
 StatusOr<std::vector<std::vector<int>>> ConnectMesh(const BackendConfig& config,
-                                                   const MeshSpec& spec) {
+                                                    const MeshSpec& spec) {
   if (config.store == nullptr) return InvalidArgument(spec.what + ": no store");
   if (spec.channels < 1 || spec.linked.size() != static_cast<size_t>(config.size())) {
     return InvalidArgument(spec.what + ": a mesh of " + std::to_string(spec.channels) +

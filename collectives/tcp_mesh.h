@@ -33,7 +33,7 @@ struct MeshSpec {
 // fds[m][c]: channel c to member m (empty for members not linked and for this member).
 // The caller owns the descriptors. Collective over the linked members.
 StatusOr<std::vector<std::vector<int>>> ConnectMesh(const BackendConfig& config,
-                                                   const MeshSpec& spec);
+                                                    const MeshSpec& spec);
 
 // Closes every descriptor of ConnectMesh's result.
 void CloseMesh(std::vector<std::vector<int>>* fds);

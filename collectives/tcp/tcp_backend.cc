@@ -21,8 +21,9 @@ BackendInfo TcpInfo() {
   info.auto_priority = 12;
   info.can_serve = [](const BackendConfig& c) -> Status {
     if (c.SingleHost() && !c.hostnames.empty()) {
-      return Unavailable("tcp is chosen automatically only for sets on several hosts (name it "
-                         "to use it on one)");
+      return Unavailable(
+          "tcp is chosen automatically only for sets on several hosts (name it "
+          "to use it on one)");
     }
     return Status::Ok();
   };

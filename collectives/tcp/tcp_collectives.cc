@@ -141,8 +141,7 @@ Status DoublingAllreduce(Links& links, const TcpOptions& options, char* buf, siz
       HORA_RETURN_IF_ERROR(Exchange(links, rank + 1, buf, nullptr, bytes, piece, what));
       index = -1;
     } else {
-      HORA_RETURN_IF_ERROR(
-          Exchange(links, rank - 1, nullptr, scratch->data(), bytes, piece, what));
+      HORA_RETURN_IF_ERROR(Exchange(links, rank - 1, nullptr, scratch->data(), bytes, piece, what));
       ReduceInto(buf, scratch->data(), count, dtype, op);
       index = rank / 2;
     }
@@ -223,8 +222,7 @@ Status RingAllgatherv(Links& links, const TcpOptions& options, const char* in, c
   return links.Run(&sends, &recvs, "allgatherv (ring)");
 }
 
-Status ChainBroadcast(Links& links, const TcpOptions& options, char* buf, size_t bytes,
-                      int root) {
+Status ChainBroadcast(Links& links, const TcpOptions& options, char* buf, size_t bytes, int root) {
   const int n = links.size(), rank = links.rank();
   const int pos = Mod(rank - root, n);
   const size_t piece = PieceBytes(options, 1);

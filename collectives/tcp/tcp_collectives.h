@@ -39,8 +39,7 @@ Status RingAllgatherv(Links& links, const TcpOptions& options, const char* in, c
                       const std::vector<size_t>& bytes_per_rank);
 
 // Pipelined chain from root: each member forwards a piece as soon as it has it.
-Status ChainBroadcast(Links& links, const TcpOptions& options, char* buf, size_t bytes,
-                      int root);
+Status ChainBroadcast(Links& links, const TcpOptions& options, char* buf, size_t bytes, int root);
 
 // Every pair at once, each direction striped over the pair's channels.
 Status PairwiseAlltoallv(Links& links, const TcpOptions& options, const char* in,

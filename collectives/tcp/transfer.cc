@@ -38,12 +38,13 @@ struct Links::Slot {
   bool sending() const { return send != nullptr && si < send->pieces.size(); }
   bool receiving() const { return recv != nullptr && ri < recv->pieces.size(); }
   bool send_ready() const {
-    return sending() && (send->after == nullptr || si < send->lag || send->after->done[si - send->lag]);
+    return sending() &&
+           (send->after == nullptr || si < send->lag || send->after->done[si - send->lag]);
   }
 };
 
-Links::Links(int rank, std::vector<Member> members, std::vector<std::vector<int>> fds,
-             int channels, std::chrono::milliseconds timeout)
+Links::Links(int rank, std::vector<Member> members, std::vector<std::vector<int>> fds, int channels,
+             std::chrono::milliseconds timeout)
     : rank_(rank),
       members_(std::move(members)),
       fds_(std::move(fds)),
@@ -60,8 +61,8 @@ Links::~Links() {
 
 std::string Links::Describe(int m) const {
   const Member& who = members_[static_cast<size_t>(m)];
-  return "member " + std::to_string(m) + " (rank " + std::to_string(who.global_rank) +
-         " on host " + who.host + ")";
+  return "member " + std::to_string(m) + " (rank " + std::to_string(who.global_rank) + " on host " +
+         who.host + ")";
 }
 
 Status Links::error() const {
@@ -103,8 +104,8 @@ Status Links::Progress(Slot* s, bool* moved, const std::string& what) {
     }
     if (n < 0 && errno == EINTR) continue;
     if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) break;
-    return PeerFailure("tcp " + what + ": sending to " + Describe(s->peer) + " failed: " +
-                       strerror(errno) + " (it closed its connection or died)");
+    return PeerFailure("tcp " + what + ": sending to " + Describe(s->peer) +
+                       " failed: " + strerror(errno) + " (it closed its connection or died)");
   }
   while (s->receiving()) {
     const Piece& p = s->recv->pieces[s->ri];
@@ -122,8 +123,8 @@ Status Links::Progress(Slot* s, bool* moved, const std::string& what) {
     }
     if (n < 0 && errno == EINTR) continue;
     if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) break;
-    return PeerFailure("tcp " + what + ": the connection to " + Describe(s->peer) + " ended: " +
-                       (n == 0 ? std::string("closed by the peer") : strerror(errno)));
+    return PeerFailure("tcp " + what + ": the connection to " + Describe(s->peer) +
+                       " ended: " + (n == 0 ? std::string("closed by the peer") : strerror(errno)));
   }
   return Status::Ok();
 }
@@ -171,8 +172,8 @@ Status Links::Run(std::vector<SendStream>* sends, std::vector<RecvStream>* recvs
     }
     fds.clear();
     for (const Slot& s : slots) {
-      const short events = static_cast<short>((s.receiving() ? POLLIN : 0) |
-                                              (s.send_ready() ? POLLOUT : 0));
+      const short events =
+          static_cast<short>((s.receiving() ? POLLIN : 0) | (s.send_ready() ? POLLOUT : 0));
       if (events != 0) fds.push_back({s.fd, events, 0});
     }
     bool pending = false;
