@@ -1,8 +1,9 @@
 // Registers the tcp backend: CPU tensors of sets that span several hosts. auto_priority 12:
 // above gloo (10), so "auto" (and the hierarchical backend's cross-host group, which asks
 // for "avoid:hierarchical") takes it across hosts; below mpi (15) under an MPI launcher, and
-// never on one host, where shm (20) serves. Gloo stays the fallback: HORA_CPU_OPERATIONS=gloo
-// or avoid:tcp.
+// never on one host, where shm (20) serves. Gloo stays the fallback, by name:
+// HORA_CPU_OPERATIONS=gloo (flat; the hierarchical backend's cross-host group takes "auto",
+// so no selection makes it use gloo while tcp is built).
 #include "collectives/address.h"
 #include "collectives/registry.h"
 #include "collectives/tcp/tcp_communicator.h"

@@ -37,8 +37,8 @@ TEST_CASE("tcp allreduce with the postscale folded in: bit for bit Allreduce the
           RANK_OK(comm.AllreduceScaled(a.data(), count, t, ReduceOp::kSum, post));
           RANK_OK(comm.Allreduce(b.data(), count, t, ReduceOp::kSum));
           ScaleInPlace(b.data(), count, t, post);
-          RANK_EXPECT(CompareBytes(a.data(), b.data(), bytes, Label("scaled", t, ReduceOp::kSum,
-                                                                    count)));
+          RANK_EXPECT(
+              CompareBytes(a.data(), b.data(), bytes, Label("scaled", t, ReduceOp::kSum, count)));
         }
       }
     }
@@ -89,7 +89,8 @@ TEST_CASE("tcp recv of another size than was sent fails on the receiver, not sti
       RANK_OK(comm.Send(buf.data(), 100, 1, 9));
     } else {
       Status s = comm.Recv(buf.data(), 50, 0, 9);
-      if (s.code() != Code::kInvalidArgument || s.message().find("sent 100 bytes") == std::string::npos) {
+      if (s.code() != Code::kInvalidArgument ||
+          s.message().find("sent 100 bytes") == std::string::npos) {
         return "mismatched recv gave " + s.ToString();
       }
     }
