@@ -12,7 +12,9 @@ namespace hora {
 namespace {
 
 StatusOr<std::unique_ptr<Communicator>> CreateForSet(const BackendConfig& c) {
-  return CreateTcpCommunicator(c, TcpOptions());
+  StatusOr<TcpOptions> options = TcpOptionsFromEnv(c.env);
+  if (!options.ok()) return options.status();
+  return CreateTcpCommunicator(c, options.value());
 }
 
 BackendInfo TcpInfo() {

@@ -216,22 +216,11 @@ class TcpCommunicator : public Communicator {
   std::map<std::pair<int, uint32_t>, std::deque<std::vector<char>>> held_;
 };
 
-Status ValidateOptions(const TcpOptions& o) {
-  if (o.channels < 1 || o.channels > 64) {
-    return InvalidArgument("tcp: channels must be in [1, 64], got " + std::to_string(o.channels));
-  }
-  if (o.piece_bytes < 64) {
-    return InvalidArgument("tcp: piece_bytes must be >= 64, got " + std::to_string(o.piece_bytes));
-  }
-  if (o.socket_buffer_bytes < 0) return InvalidArgument("tcp: socket_buffer_bytes < 0");
-  return Status::Ok();
-}
-
 }  // namespace
 
 StatusOr<std::unique_ptr<Communicator>> CreateTcpCommunicator(const BackendConfig& config,
                                                               const TcpOptions& options) {
-  HORA_RETURN_IF_ERROR(ValidateOptions(options));
+  HORA_RETURN_IF_ERROR(ValidateTcpOptions(options));
   if (config.timeout.count() <= 0) return InvalidArgument("tcp: timeout must be > 0 ms");
   std::vector<Member> members(static_cast<size_t>(config.size()));
   for (int m = 0; m < config.size(); ++m) {

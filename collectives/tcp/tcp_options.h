@@ -4,8 +4,18 @@
 #define HORA_COLLECTIVES_TCP_TCP_OPTIONS_H_
 
 #include <cstddef>
+#include <functional>
+
+#include "common/status.h"
 
 namespace hora {
+
+// The environment variables that set TcpOptions for a job (read through BackendConfig::env,
+// the runtime's one view of the environment); each is the field below, in its unit.
+inline constexpr char kEnvTcpChannels[] = "HORA_TCP_CHANNELS";
+inline constexpr char kEnvTcpPieceBytes[] = "HORA_TCP_PIECE_BYTES";
+inline constexpr char kEnvTcpSmallAllreduceBytes[] = "HORA_TCP_SMALL_ALLREDUCE_BYTES";
+inline constexpr char kEnvTcpSocketBufferBytes[] = "HORA_TCP_SOCKET_BUFFER_BYTES";
 
 struct TcpOptions {
   // --- Performance ---
@@ -26,6 +36,13 @@ struct TcpOptions {
   // autotuning off and is capped by net.core.rmem_max / wmem_max.
   int socket_buffer_bytes = 0;
 };
+
+// The defaults with what `env` sets (env may be empty: the defaults). INVALID_ARGUMENT
+// naming the variable for a value that is not an integer in its range.
+StatusOr<TcpOptions> TcpOptionsFromEnv(const std::function<const char*(const char*)>& env);
+
+// OK, or INVALID_ARGUMENT naming the field that is out of range.
+Status ValidateTcpOptions(const TcpOptions& options);
 
 }  // namespace hora
 

@@ -5,6 +5,8 @@
 #include <catch2/catch.hpp>
 #include <cstdint>
 #include <cstring>
+#include <map>
+#include <string>
 #include <vector>
 
 #include "common/reduce.h"
@@ -112,4 +114,33 @@ TEST_CASE("tcp refuses bad options, naming the field", "[tcp]") {
   comm = CreateTcpCommunicator(TcpTestConfig(0, 1, &store, std::chrono::seconds(1)), o);
   REQUIRE(comm.status().code() == Code::kInvalidArgument);
   CHECK(comm.status().message().find("piece_bytes") != std::string::npos);
+}
+
+TEST_CASE("tcp options from the environment: defaults, values, and errors naming the variable",
+          "[tcp]") {
+  std::map<std::string, std::string> vars;
+  auto env = [&vars](const char* name) -> const char* {
+    auto it = vars.find(name);
+    return it == vars.end() ? nullptr : it->second.c_str();
+  };
+  auto o = TcpOptionsFromEnv(env);
+  REQUIRE(o.ok());
+  CHECK(o.value().channels == TcpOptions().channels);
+  vars = {{"HORA_TCP_CHANNELS", "4"},
+          {"HORA_TCP_PIECE_BYTES", "1048576"},
+          {"HORA_TCP_SMALL_ALLREDUCE_BYTES", "0"},
+          {"HORA_TCP_SOCKET_BUFFER_BYTES", "4194304"}};
+  o = TcpOptionsFromEnv(env);
+  REQUIRE(o.ok());
+  CHECK(o.value().channels == 4);
+  CHECK(o.value().piece_bytes == 1048576);
+  CHECK(o.value().small_allreduce_bytes == 0);
+  CHECK(o.value().socket_buffer_bytes == 4194304);
+  vars = {{"HORA_TCP_CHANNELS", "0"}};
+  o = TcpOptionsFromEnv(env);
+  REQUIRE(o.status().code() == Code::kInvalidArgument);
+  CHECK(o.status().message().find("HORA_TCP_CHANNELS=0") != std::string::npos);
+  vars = {{"HORA_TCP_PIECE_BYTES", "12x"}};
+  CHECK(TcpOptionsFromEnv(env).status().message().find("HORA_TCP_PIECE_BYTES") !=
+        std::string::npos);
 }
