@@ -216,12 +216,31 @@ class TcpCommunicator : public Communicator {
   std::map<std::pair<int, uint32_t>, std::deque<std::vector<char>>> held_;
 };
 
+// Every member must cut transfers the same way (pieces, channels, the algorithm's
+// threshold), or bytes would land in the wrong place: member 0 publishes its options, the
+// others compare theirs.
+Status AgreeOnOptions(const BackendConfig& config, const TcpOptions& o) {
+  const std::string mine = std::to_string(o.channels) + " " + std::to_string(o.piece_bytes) + " " +
+                           std::to_string(o.small_allreduce_bytes);
+  const std::string key = config.key_prefix + "tcp/options";
+  if (config.rank == 0) return config.store->Set(key, mine);
+  auto theirs = config.store->Get(key, config.timeout);
+  if (!theirs.ok()) return theirs.status();
+  if (theirs.value() == mine) return Status::Ok();
+  return InvalidArgument("tcp: member " + std::to_string(config.rank) +
+                         " has channels, piece bytes and small " + "allreduce bytes '" + mine +
+                         "' but member 0 has '" + theirs.value() + "' (" + kEnvTcpChannels + ", " +
+                         kEnvTcpPieceBytes + " and " + kEnvTcpSmallAllreduceBytes +
+                         " must agree on every rank)");
+}
+
 }  // namespace
 
 StatusOr<std::unique_ptr<Communicator>> CreateTcpCommunicator(const BackendConfig& config,
                                                               const TcpOptions& options) {
   HORA_RETURN_IF_ERROR(ValidateTcpOptions(options));
   if (config.timeout.count() <= 0) return InvalidArgument("tcp: timeout must be > 0 ms");
+  if (config.store == nullptr && config.size() > 1) return InvalidArgument("tcp: no store");
   std::vector<Member> members(static_cast<size_t>(config.size()));
   for (int m = 0; m < config.size(); ++m) {
     members[m].global_rank = config.global_ranks[m];
@@ -229,6 +248,7 @@ StatusOr<std::unique_ptr<Communicator>> CreateTcpCommunicator(const BackendConfi
   }
   std::vector<std::vector<int>> fds(members.size());
   if (config.size() > 1) {
+    HORA_RETURN_IF_ERROR(AgreeOnOptions(config, options));
     MeshSpec spec;
     spec.key_prefix = config.key_prefix + "tcp/";
     spec.linked.assign(members.size(), true);

@@ -144,3 +144,17 @@ TEST_CASE("tcp options from the environment: defaults, values, and errors naming
   CHECK(TcpOptionsFromEnv(env).status().message().find("HORA_TCP_PIECE_BYTES") !=
         std::string::npos);
 }
+
+TEST_CASE("tcp refuses members whose options differ, naming the variables", "[tcp]") {
+  auto failures = RunRanksWith(
+      2,
+      [](int rank, int size, KvStore* store, std::chrono::milliseconds timeout) {
+        TcpOptions o;
+        if (rank == 1) o.piece_bytes = 8192;
+        return CreateTcpCommunicator(TcpTestConfig(rank, size, store, timeout), o);
+      },
+      [](Communicator&) { return std::string(); }, std::chrono::milliseconds(2000));
+  INFO(JoinFailures(failures));
+  CHECK(failures[1].find("HORA_TCP_PIECE_BYTES") != std::string::npos);
+  CHECK(failures[1].find("INVALID_ARGUMENT") != std::string::npos);
+}
