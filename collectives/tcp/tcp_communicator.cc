@@ -261,7 +261,7 @@ StatusOr<std::unique_ptr<Communicator>> CreateTcpCommunicator(const BackendConfi
     fds = std::move(mesh).value();
   }
   auto links = std::make_unique<Links>(config.rank, std::move(members), std::move(fds),
-                                       options.channels, config.timeout, options.parallel_bytes);
+                                       options.channels, config.timeout);
   return std::unique_ptr<Communicator>(new TcpCommunicator(std::move(links), options));
 }
 

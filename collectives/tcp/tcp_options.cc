@@ -30,17 +30,14 @@ StatusOr<TcpOptions> TcpOptionsFromEnv(const std::function<const char*(const cha
   long long channels = o.channels, piece = static_cast<long long>(o.piece_bytes);
   long long small = static_cast<long long>(o.small_allreduce_bytes);
   long long buffer = o.socket_buffer_bytes;
-  long long parallel = static_cast<long long>(o.parallel_bytes);
   HORA_RETURN_IF_ERROR(ReadInt(env, kEnvTcpChannels, 1, 64, &channels));
   HORA_RETURN_IF_ERROR(ReadInt(env, kEnvTcpPieceBytes, 64, 1ll << 30, &piece));
   HORA_RETURN_IF_ERROR(ReadInt(env, kEnvTcpSmallAllreduceBytes, 0, 1ll << 40, &small));
   HORA_RETURN_IF_ERROR(ReadInt(env, kEnvTcpSocketBufferBytes, 0, 1ll << 30, &buffer));
-  HORA_RETURN_IF_ERROR(ReadInt(env, kEnvTcpParallelBytes, 0, 1ll << 62, &parallel));
   o.channels = static_cast<int>(channels);
   o.piece_bytes = static_cast<size_t>(piece);
   o.small_allreduce_bytes = static_cast<size_t>(small);
   o.socket_buffer_bytes = static_cast<int>(buffer);
-  o.parallel_bytes = static_cast<size_t>(parallel);
   return o;
 }
 

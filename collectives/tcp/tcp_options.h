@@ -16,7 +16,6 @@ inline constexpr char kEnvTcpChannels[] = "HORA_TCP_CHANNELS";
 inline constexpr char kEnvTcpPieceBytes[] = "HORA_TCP_PIECE_BYTES";
 inline constexpr char kEnvTcpSmallAllreduceBytes[] = "HORA_TCP_SMALL_ALLREDUCE_BYTES";
 inline constexpr char kEnvTcpSocketBufferBytes[] = "HORA_TCP_SOCKET_BUFFER_BYTES";
-inline constexpr char kEnvTcpParallelBytes[] = "HORA_TCP_PARALLEL_BYTES";
 
 struct TcpOptions {
   // --- Performance ---
@@ -32,10 +31,6 @@ struct TcpOptions {
   // each round: latency); above it, the ring (reduce-scatter then allgather, each byte
   // crosses 2(n-1)/n times: bandwidth). Also the ring when count < members.
   size_t small_allreduce_bytes = 64 << 10;
-  // A collective that moves at least this many bytes (sent and received, this member) runs
-  // each channel on a thread of its own; smaller ones run on the calling thread (a thread
-  // hand-off costs a wake-up, tens of microseconds).
-  size_t parallel_bytes = 1 << 20;
   // SO_SNDBUF / SO_RCVBUF of every connection. 0: the kernel's autotuning (tcp_rmem /
   // tcp_wmem), which grows a buffer to the bandwidth-delay product; a fixed size turns
   // autotuning off and is capped by net.core.rmem_max / wmem_max.

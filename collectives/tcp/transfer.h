@@ -4,15 +4,12 @@
 // A collective is described as streams: per peer at most one SendStream and one RecvStream,
 // each a list of pieces. Piece i of a stream travels on channel lane0 + i % lanes, so both
 // ends, cutting a transfer the same way, agree on which bytes each connection carries, in
-// order. Run drives every stream of a call at once: non-blocking send / recv on whichever
-// connection can move bytes, one poll() over them when none can. A call that moves fewer than
-// parallel_bytes runs on the calling thread; a larger one runs each channel on a thread of
-// its own (lane_pool.h: the calling thread and channels - 1 others), so the kernel's copies
-// and the reductions of different channels use different cores, and a channel whose next
-// piece waits for another channel's is woken by that channel's eventfd. A RecvStream's on_piece
-// runs when its piece i has arrived (the ring reduces it there), and a SendStream's piece may wait
-// for a piece of a RecvStream (the ring forwards what it has just reduced): reduction of one piece
-// overlaps the transfer of the next, and nothing is copied that the reduction does not read.
+// order. Run drives every stream of a call at once on the calling thread: non-blocking
+// send / recv on whichever connection can move bytes, one poll() over all of them when none
+// can. A RecvStream's on_piece runs when its piece i has arrived (the ring reduces it there),
+// and a SendStream's piece may wait for a piece of a RecvStream (the ring forwards what it
+// has just reduced): reduction of one piece overlaps the transfer of the next, and nothing
+// is copied that the reduction does not read.
 //
 // Failures: a connection that ends or errs is PEER_FAILURE naming the member, its rank in
 // the job and its host; no byte moving on any pending stream for the timeout is
@@ -30,7 +27,6 @@
 #include <string>
 #include <vector>
 
-#include "collectives/tcp/lane_pool.h"
 #include "common/mutex.h"
 #include "common/status.h"
 
@@ -50,7 +46,7 @@ struct RecvStream {
   int lanes = 1;
   std::vector<Piece> pieces;
   std::function<void(size_t i)> on_piece;  // may be empty
-  std::vector<char> done;                  // by Run: done[i] once piece i arrived (atomic accesses)
+  std::vector<char> done;                  // by Run: done[i] once piece i arrived
 };
 
 struct SendStream {
@@ -72,9 +68,8 @@ class Links {
  public:
   // fds[m][c]: channel c to member m (channels + 1 of them for every other member). Takes
   // ownership of the descriptors.
-  // parallel_bytes: see above (0: every call on its channels' threads).
   Links(int rank, std::vector<Member> members, std::vector<std::vector<int>> fds, int channels,
-        std::chrono::milliseconds timeout, size_t parallel_bytes);
+        std::chrono::milliseconds timeout);
   ~Links();
   Links(const Links&) = delete;
   Links& operator=(const Links&) = delete;
@@ -96,10 +91,7 @@ class Links {
  private:
   struct Slot;
   Status Fail(Status s);
-  // Moves `slots` to their end; wake_fd (or -1) is this lane's, notify the other lanes'.
-  Status Drive(const std::vector<Slot*>& slots, int wake_fd, const std::vector<int>& notify,
-               const std::string& what);
-  Status Progress(Slot* slot, bool* moved, const std::vector<int>& notify, const std::string& what);
+  Status Progress(Slot* slot, bool* moved, const std::string& what);
 
   // Constant after construction.
   const int rank_;
@@ -108,9 +100,6 @@ class Links {
   const int channels_;
   const std::chrono::milliseconds timeout_;
   const int abort_fd_;
-  const size_t parallel_bytes_;
-  std::vector<int> wake_fds_;  // one eventfd per channel
-  LanePool pool_;              // channels - 1 threads
 
   mutable Mutex mu_;
   Status error_ GUARDED_BY(mu_);

@@ -11,15 +11,13 @@
 namespace hora {
 namespace testing {
 
-// Small pieces, three channels, each on its own thread from the first byte, and the ring
-// from 2 elements on: every striped, pipelined, threaded and ring-wrapping path runs on the
-// battery's small data.
+// Small pieces, three channels and the ring from 2 elements on: every striped, pipelined and
+// ring-wrapping path runs on the battery's small data.
 inline TcpOptions TinyPieces() {
   TcpOptions o;
   o.channels = 3;
   o.piece_bytes = 4096;
   o.small_allreduce_bytes = 0;
-  o.parallel_bytes = 0;
   return o;
 }
 
