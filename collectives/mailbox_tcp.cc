@@ -1,10 +1,5 @@
-// The TCP mailbox (collectives/mailbox.h). Member i connects to every member below it and
-// accepts from every member above it; the connecting side presents the acceptor's token,
-// which only the set's KvStore holds. Messages are framed by a 4-byte length.
-#include <arpa/inet.h>
-#include <fcntl.h>
-#include <netinet/in.h>
-#include <netinet/tcp.h>
+// The TCP mailbox (collectives/mailbox.h), one connection per pair of peers from ConnectMesh
+// (collectives/tcp_mesh.h). Messages are framed by a 4-byte length.
 #include <poll.h>
 #include <sys/eventfd.h>
 #include <sys/socket.h>
@@ -15,67 +10,17 @@
 #include <cerrno>
 #include <chrono>
 #include <cstring>
-#include <random>
-#include <sstream>
 #include <string>
-#include <thread>
 #include <vector>
 
-#include "collectives/address.h"
 #include "collectives/mailbox.h"
+#include "collectives/tcp_mesh.h"
 #include "common/mutex.h"
 
 namespace hora {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-
-struct Hello {
-  uint32_t rank;
-  uint64_t token;
-};
-
-int RemainingMs(Clock::time_point deadline) {
-  const auto left =
-      std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
-  return static_cast<int>(std::max<int64_t>(0, std::min<int64_t>(left, 1 << 30)));
-}
-
-// Waits for `events` on fd until the deadline; false when it passed.
-bool WaitFd(int fd, short events, Clock::time_point deadline) {
-  for (;;) {
-    pollfd p{fd, events, 0};
-    const int n = poll(&p, 1, RemainingMs(deadline));
-    if (n > 0) return true;
-    if (n == 0) return false;
-    if (errno != EINTR) return false;
-  }
-}
-
-// Reads or writes exactly `bytes` on a blocking-style loop over a non-blocking fd.
-bool Exchange(int fd, void* data, size_t bytes, bool write, Clock::time_point deadline) {
-  char* p = static_cast<char*>(data);
-  while (bytes > 0) {
-    const ssize_t n = write ? send(fd, p, bytes, MSG_NOSIGNAL) : recv(fd, p, bytes, 0);
-    if (n > 0) {
-      p += n;
-      bytes -= static_cast<size_t>(n);
-      continue;
-    }
-    if (n == 0 && !write) return false;
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK) return false;
-    if (!WaitFd(fd, write ? POLLOUT : POLLIN, deadline)) return false;
-  }
-  return true;
-}
-
-void Tune(int fd) {
-  const int one = 1;
-  setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-  const int flags = fcntl(fd, F_GETFL, 0);
-  fcntl(fd, F_SETFL, flags | O_NONBLOCK);
-}
 
 class TcpMailbox : public Mailbox {
  public:
@@ -91,14 +36,16 @@ class TcpMailbox : public Mailbox {
   }
 
   Status Connect(const BackendConfig& config) {
-    StatusOr<std::string> address = BindAddress(config);
-    if (!address.ok()) return address.status();
-    const Clock::time_point deadline = Clock::now() + timeout_;
-    const int listener = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    if (listener < 0) return Unavailable(std::string("mailbox: socket: ") + strerror(errno));
-    Status s = ConnectAll(config, address.value(), listener, deadline);
-    close(listener);
-    return s;
+    MeshSpec spec;
+    spec.key_prefix = config.key_prefix + "mailbox/";
+    spec.linked = linked_;
+    spec.what = "mailbox";
+    auto fds = ConnectMesh(config, spec);
+    if (!fds.ok()) return fds.status();
+    for (int m = 0; m < size_; ++m) {
+      if (!fds.value()[m].empty()) peers_[m].fd = fds.value()[m][0];
+    }
+    return Status::Ok();
   }
 
   int rank() const override { return rank_; }
@@ -199,95 +146,6 @@ class TcpMailbox : public Mailbox {
     std::atomic<bool> closed{false};
     std::string why;  // written before closed is set
   };
-
-  Status ConnectAll(const BackendConfig& config, const std::string& address, int listener,
-                    Clock::time_point deadline) {
-    sockaddr_in addr{};
-    addr.sin_family = AF_INET;
-    if (inet_pton(AF_INET, address.c_str(), &addr.sin_addr) != 1) {
-      return InvalidArgument("mailbox: '" + address + "' is not an IPv4 address");
-    }
-    socklen_t len = sizeof(addr);
-    if (bind(listener, reinterpret_cast<sockaddr*>(&addr), len) != 0 ||
-        listen(listener, size_) != 0 ||
-        getsockname(listener, reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
-      return Unavailable("mailbox: cannot listen on " + address + ": " + strerror(errno));
-    }
-    std::random_device random;
-    const uint64_t token = (static_cast<uint64_t>(random()) << 32) ^ random();
-    const std::string prefix = config.key_prefix + "mailbox/";
-    std::ostringstream mine;
-    mine << address << ' ' << ntohs(addr.sin_port) << ' ' << token;
-    Status s = config.store->Set(prefix + std::to_string(rank_), mine.str());
-    if (!s.ok()) return s;
-    for (int m = 0; m < rank_; ++m) {
-      if (!linked_[static_cast<size_t>(m)]) continue;
-      auto value = config.store->Get(prefix + std::to_string(m),
-                                     std::chrono::milliseconds(RemainingMs(deadline)));
-      if (!value.ok()) return value.status();
-      s = Dial(m, value.value(), deadline);
-      if (!s.ok()) return s;
-    }
-    int waiting = 0;
-    for (int m = rank_ + 1; m < size_; ++m) waiting += linked_[static_cast<size_t>(m)] ? 1 : 0;
-    while (waiting > 0) {
-      if (!WaitFd(listener, POLLIN, deadline)) {
-        return DeadlineExceeded("mailbox: member " + std::to_string(rank_) + " waited " +
-                                std::to_string(timeout_.count()) + " ms for " +
-                                std::to_string(waiting) + " member(s) above it to connect");
-      }
-      const int fd = accept4(listener, nullptr, nullptr, SOCK_CLOEXEC);
-      if (fd < 0) continue;
-      Tune(fd);
-      Hello hello{};
-      const Clock::time_point hello_deadline =
-          std::min(deadline, Clock::now() + std::chrono::seconds(5));
-      if (!Exchange(fd, &hello, sizeof(hello), false, hello_deadline) || hello.token != token ||
-          hello.rank <= static_cast<uint32_t>(rank_) ||
-          hello.rank >= static_cast<uint32_t>(size_) || !linked_[hello.rank] ||
-          peers_[hello.rank].fd >= 0) {
-        close(fd);  // not one of ours (or a duplicate): keep waiting for the members
-        continue;
-      }
-      peers_[hello.rank].fd = fd;
-      --waiting;
-    }
-    return Status::Ok();
-  }
-
-  Status Dial(int m, const std::string& value, Clock::time_point deadline) {
-    std::istringstream in(value);
-    std::string host;
-    int port = 0;
-    uint64_t token = 0;
-    if (!(in >> host >> port >> token)) {
-      return Internal("mailbox: member " + std::to_string(m) + " published '" + value + "'");
-    }
-    sockaddr_in addr{};
-    addr.sin_family = AF_INET;
-    addr.sin_port = htons(static_cast<uint16_t>(port));
-    inet_pton(AF_INET, host.c_str(), &addr.sin_addr);
-    for (;;) {
-      const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-      if (fd < 0) return Unavailable(std::string("mailbox: socket: ") + strerror(errno));
-      if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0) {
-        Tune(fd);
-        Hello hello{static_cast<uint32_t>(rank_), token};
-        if (Exchange(fd, &hello, sizeof(hello), true, deadline)) {
-          peers_[m].fd = fd;
-          return Status::Ok();
-        }
-      }
-      const std::string why = strerror(errno);
-      close(fd);
-      if (Clock::now() >= deadline) {
-        return Unavailable("mailbox: member " + std::to_string(rank_) +
-                           " cannot connect to member " + std::to_string(m) + " at " + host + ":" +
-                           std::to_string(port) + ": " + why);
-      }
-      std::this_thread::sleep_for(std::chrono::milliseconds(20));
-    }
-  }
 
   // To `members` (null: every other member).
   Status Send(const std::vector<int>* members, const void* data, size_t bytes) {

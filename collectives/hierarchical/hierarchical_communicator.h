@@ -3,7 +3,7 @@
 // registry (collectives/registry.h):
 //   - host-local: the members of this host ("auto" on one host: shm);
 //   - cross-host: the members with this rank's local index, one per host ("auto" for a
-//     multi-host set: mpi under an MPI launcher, else gloo);
+//     multi-host set: mpi under an MPI launcher, else tcp, else gloo);
 //   - flat: every member of the set, on the cross-host group's backend.
 //
 // Allreduce (prose in hierarchical_communicator.cc): reduce-scatter inside the host, an

@@ -66,14 +66,15 @@ TEST_CASE("hierarchical layout: hosts in order of first member, shards, cross gr
 }
 
 TEST_CASE(
-    "hierarchical selection: auto takes it across hosts, shm on one host, gloo at one per host") {
+    "hierarchical selection: auto takes it across hosts, shm on one host, tcp at one per host") {
   REQUIRE(IsBackendBuilt(kHierarchicalBackend));
   REQUIRE(JoinFailures(RunHierRanks(Hosts(2, 2), NameIs("hierarchical"), "auto")) == "");
   REQUIRE(JoinFailures(RunHierRanks(Hosts(3, 2), NameIs("hierarchical"), "auto")) == "");
-  REQUIRE(JoinFailures(RunHierRanks(Hosts(2, 2), NameIs("gloo"), "avoid:hierarchical")) == "");
+  REQUIRE(JoinFailures(RunHierRanks(Hosts(2, 2), NameIs("tcp"), "avoid:hierarchical")) == "");
+  REQUIRE(JoinFailures(RunHierRanks(Hosts(2, 2), NameIs("gloo"), "gloo")) == "");
   REQUIRE(JoinFailures(RunHierRanks(Hosts(1, 3), NameIs("shm"), "prefer:hierarchical")) == "");
   REQUIRE(JoinFailures(RunHierRanks(Hosts(1, 3), NameIs("shm"), "auto")) == "");
-  REQUIRE(JoinFailures(RunHierRanks(Hosts(3, 1), NameIs("gloo"), "prefer:hierarchical")) == "");
+  REQUIRE(JoinFailures(RunHierRanks(Hosts(3, 1), NameIs("tcp"), "prefer:hierarchical")) == "");
   // Named where it cannot serve: the option, the reason and the layout.
   BackendConfig c = HierConfig(0, {"a", "a", "b"}, nullptr, std::chrono::milliseconds(1000));
   auto refused = CreateCommunicator("hierarchical", "HORA_CPU_OPERATIONS", c);

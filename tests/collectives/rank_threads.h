@@ -1,4 +1,5 @@
-// Runs N ranks of a Gloo world as threads in one process, bootstrapped through a MemoryStore.
+// Runs N ranks of a world as threads in one process (Gloo, or a backend the caller builds),
+// bootstrapped through a MemoryStore.
 // Each rank's body returns "" on success or a description of its first failure; the caller
 // asserts in the main thread (Catch2 assertions are not thread-safe).
 #ifndef HORA_TESTS_COLLECTIVES_RANK_THREADS_H_
@@ -13,6 +14,7 @@
 #include <vector>
 
 #include "collectives/gloo/gloo_communicator.h"
+#include "common/kv_store.h"
 #include "common/status.h"
 #include "tests/harness/memory_store.h"
 
@@ -21,23 +23,32 @@ namespace testing {
 
 using RankBody = std::function<std::string(Communicator& comm)>;
 
-// Creates `size` communicators (one per thread) and runs `body` on each. Returns one entry
-// per rank: "" when it succeeded.
-inline std::vector<std::string> RunRanks(
-    int size, const RankBody& body,
+// Builds rank `rank` of `size` through `store` (shared by every rank of the run).
+using CommFactory = std::function<StatusOr<std::unique_ptr<Communicator>>(
+    int rank, int size, KvStore* store, std::chrono::milliseconds timeout)>;
+
+inline StatusOr<std::unique_ptr<Communicator>> CreateGlooRank(int rank, int size, KvStore* store,
+                                                              std::chrono::milliseconds timeout) {
+  GlooConfig config;
+  config.rank = rank;
+  config.size = size;
+  config.store = store;
+  config.key_prefix = "gloo/test/";
+  config.timeout = timeout;
+  return CreateGlooCommunicator(config);
+}
+
+// Creates `size` communicators with `factory` (one per thread) and runs `body` on each.
+// Returns one entry per rank: "" when it succeeded.
+inline std::vector<std::string> RunRanksWith(
+    int size, const CommFactory& factory, const RankBody& body,
     std::chrono::milliseconds timeout = std::chrono::milliseconds(20000)) {
   MemoryStore store;
   std::vector<std::string> failures(size);
   std::vector<std::thread> threads;
   for (int r = 0; r < size; ++r) {
     threads.emplace_back([&, r] {
-      GlooConfig config;
-      config.rank = r;
-      config.size = size;
-      config.store = &store;
-      config.key_prefix = "gloo/test/";
-      config.timeout = timeout;
-      auto comm = CreateGlooCommunicator(config);
+      auto comm = factory(r, size, &store, timeout);
       if (!comm.ok()) {
         failures[r] = "rank " + std::to_string(r) + ": create: " + comm.status().ToString();
         return;
@@ -48,6 +59,13 @@ inline std::vector<std::string> RunRanks(
   }
   for (auto& t : threads) t.join();
   return failures;
+}
+
+// RunRanksWith on Gloo.
+inline std::vector<std::string> RunRanks(
+    int size, const RankBody& body,
+    std::chrono::milliseconds timeout = std::chrono::milliseconds(20000)) {
+  return RunRanksWith(size, CreateGlooRank, body, timeout);
 }
 
 // "" when every rank succeeded, else all failures joined by newlines.

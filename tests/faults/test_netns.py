@@ -21,8 +21,9 @@ HB = 2.0
 TARGET = 2 * HB         # the bound: printed
 BOUND = hang_bound(HB)  # asserted (shared, loaded machines)
 RUNS = int(os.environ.get("NETNS_RUNS", "3"))
-PREFIX = "hft"
-NET = "10.200.43"
+# HORA_FAULTS_NETNS_PREFIX / _NET: another prefix and /24 for a second checkout on this machine.
+PREFIX = os.environ.get("HORA_FAULTS_NETNS_PREFIX", "hft")
+NET = os.environ.get("HORA_FAULTS_NETNS_NET", "10.200.43")
 HOSTS = ["%sh%d" % (PREFIX, i) for i in (1, 2, 3)]
 ADDR1 = NET + ".2"
 JOB = find("tests/faults/fault_job")

@@ -10,8 +10,10 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.normpath(os.path.join(HERE, "..", ".."))
-PREFIX = "hmh"
-NET = "10.200.61"
+# HORA_MULTIHOST_PREFIX / HORA_MULTIHOST_NET: another prefix and /24 for a second checkout
+# running this suite on the same machine at the same time.
+PREFIX = os.environ.get("HORA_MULTIHOST_PREFIX", "hmh")
+NET = os.environ.get("HORA_MULTIHOST_NET", "10.200.61")
 PORT = "2222"
 PY = "/usr/bin/python3"
 

@@ -1,16 +1,17 @@
-// Tests of the Gloo communicator: ranks as threads in one process over loopback TCP,
-// parameterized over world size (1, 2, 3, 4, 7), element count (0, 1, odd, large), every
-// dtype and op. Values are small integers so every reduction (float16 and bfloat16
-// included) is exact and the expectations are byte-for-byte.
+// The collective battery: ranks as threads in one process, parameterized over world size
+// (1, 2, 3, 4, 7), element count (0, 1, odd, large), every dtype and op. Values are small
+// integers so every reduction (float16 and bfloat16 included) is exact and the expectations
+// are byte-for-byte. The backend under test is the target's (battery_backend.h): gloo_test
+// runs it on Gloo, tcp_test and tcp_pieces_test on the tcp backend.
 #include <atomic>
 #include <catch2/catch.hpp>
 #include <chrono>
 #include <cstdint>
 #include <vector>
 
-#include "collectives/gloo/gloo_communicator.h"
 #include "common/reduce.h"
 #include "common/types.h"
+#include "tests/collectives/battery_backend.h"
 #include "tests/collectives/dtype_values.h"
 #include "tests/collectives/rank_threads.h"
 
@@ -18,14 +19,11 @@ using namespace hora;
 using namespace hora::testing;
 using hora::testing::CompareBytes;
 using hora::testing::JoinFailures;
-using hora::testing::RunRanks;
 
-namespace {}  // namespace
-
-TEST_CASE("allreduce: every dtype and op, exact results", "[gloo]") {
+TEST_CASE("allreduce: every dtype and op, exact results", "[battery]") {
   const int size = GENERATE(1, 2, 3, 4, 7);
   CAPTURE(size);
-  auto failures = RunRanks(size, [&](Communicator& comm) -> std::string {
+  auto failures = RunBattery(size, [&](Communicator& comm) -> std::string {
     for (size_t count : {size_t{0}, size_t{1}, size_t{1001}, size_t{300001}}) {
       for (DataType t : kAllTypes) {
         for (ReduceOp op : kAllOps) {
@@ -45,8 +43,8 @@ TEST_CASE("allreduce: every dtype and op, exact results", "[gloo]") {
   REQUIRE(JoinFailures(failures) == "");
 }
 
-TEST_CASE("allreduce: rejects average and bad dtypes", "[gloo]") {
-  auto failures = RunRanks(1, [](Communicator& comm) -> std::string {
+TEST_CASE("allreduce: rejects average and bad dtypes", "[battery]") {
+  auto failures = RunBattery(1, [](Communicator& comm) -> std::string {
     float x = 1;
     if (comm.Allreduce(&x, 1, DataType::kFloat32, ReduceOp::kAverage).code() !=
         Code::kInvalidArgument) {
@@ -57,16 +55,16 @@ TEST_CASE("allreduce: rejects average and bad dtypes", "[gloo]") {
       return "dtype 42 was accepted";
     }
     RANK_OK(comm.Allreduce(&x, 1, DataType::kFloat32, ReduceOp::kSum));  // not sticky
-    if (std::string(comm.name()) != "gloo") return "name is not gloo";
+    if (comm.name() != TheBattery().name) return std::string("name is ") + comm.name();
     return "";
   });
   REQUIRE(JoinFailures(failures) == "");
 }
 
-TEST_CASE("broadcast from every root", "[gloo]") {
+TEST_CASE("broadcast from every root", "[battery]") {
   const int size = GENERATE(1, 2, 3, 4, 7);
   CAPTURE(size);
-  auto failures = RunRanks(size, [&](Communicator& comm) -> std::string {
+  auto failures = RunBattery(size, [&](Communicator& comm) -> std::string {
     for (size_t bytes : {size_t{0}, size_t{1}, size_t{1001}, size_t{300000}}) {
       for (int root = 0; root < comm.size(); ++root) {
         std::vector<uint8_t> buf(bytes, 0xEE), want(bytes);
@@ -85,10 +83,10 @@ TEST_CASE("broadcast from every root", "[gloo]") {
   REQUIRE(JoinFailures(failures) == "");
 }
 
-TEST_CASE("allgatherv with uneven and zero contributions", "[gloo]") {
+TEST_CASE("allgatherv with uneven and zero contributions", "[battery]") {
   const int size = GENERATE(1, 2, 3, 4, 7);
   CAPTURE(size);
-  auto failures = RunRanks(size, [&](Communicator& comm) -> std::string {
+  auto failures = RunBattery(size, [&](Communicator& comm) -> std::string {
     const int n = comm.size();
     std::vector<std::vector<size_t>> layouts;
     for (size_t c : {size_t{1}, size_t{1001}, size_t{100000}}) {
@@ -128,10 +126,10 @@ size_t Split(int k, int s, int d, size_t scale) {
 uint8_t SplitByte(int s, int d, size_t i) { return static_cast<uint8_t>(s * 29 + d * 7 + i); }
 }  // namespace
 
-TEST_CASE("alltoallv with uneven splits", "[gloo]") {
+TEST_CASE("alltoallv with uneven splits", "[battery]") {
   const int size = GENERATE(1, 2, 3, 4, 7);
   CAPTURE(size);
-  auto failures = RunRanks(size, [&](Communicator& comm) -> std::string {
+  auto failures = RunBattery(size, [&](Communicator& comm) -> std::string {
     const int n = comm.size(), me = comm.rank();
     for (int k = 0; k < 3; ++k) {
       for (size_t scale : {size_t{0}, size_t{1}, size_t{9973}}) {
@@ -157,10 +155,10 @@ TEST_CASE("alltoallv with uneven splits", "[gloo]") {
   REQUIRE(JoinFailures(failures) == "");
 }
 
-TEST_CASE("reducescatter with uneven counts, every dtype and op", "[gloo]") {
+TEST_CASE("reducescatter with uneven counts, every dtype and op", "[battery]") {
   const int size = GENERATE(1, 2, 3, 4, 7);
   CAPTURE(size);
-  auto failures = RunRanks(size, [&](Communicator& comm) -> std::string {
+  auto failures = RunBattery(size, [&](Communicator& comm) -> std::string {
     const int n = comm.size(), me = comm.rank();
     for (size_t c : {size_t{0}, size_t{1}, size_t{1001}, size_t{50001}}) {
       std::vector<size_t> counts(n);
@@ -190,11 +188,11 @@ TEST_CASE("reducescatter with uneven counts, every dtype and op", "[gloo]") {
   REQUIRE(JoinFailures(failures) == "");
 }
 
-TEST_CASE("barrier holds every rank until all arrive", "[gloo]") {
+TEST_CASE("barrier holds every rank until all arrive", "[battery]") {
   const int size = GENERATE(1, 2, 3, 4, 7);
   CAPTURE(size);
   std::atomic<int> arrived{0};
-  auto failures = RunRanks(size, [&](Communicator& comm) -> std::string {
+  auto failures = RunBattery(size, [&](Communicator& comm) -> std::string {
     for (int round = 1; round <= 5; ++round) {
       // Stagger arrivals so a barrier that does not wait would be caught.
       if (comm.rank() == round % comm.size()) {
@@ -214,11 +212,11 @@ TEST_CASE("barrier holds every rank until all arrive", "[gloo]") {
   REQUIRE(JoinFailures(failures) == "");
 }
 
-// Not run by default: bazel-bin/tests/collectives/gloo_test "[bench]"
+// Not run by default: bazel-bin/tests/collectives/gloo_test "[bench]" (or tcp_test)
 TEST_CASE("bench: 64 MiB float32 allreduce between 2 ranks", "[.bench]") {
   const size_t count = (64u << 20) / sizeof(float);
   std::vector<double> secs(2);
-  auto failures = RunRanks(2, [&](Communicator& comm) -> std::string {
+  auto failures = RunBattery(2, [&](Communicator& comm) -> std::string {
     std::vector<float> buf(count, 1.0f);
     RANK_OK(comm.Allreduce(buf.data(), count, DataType::kFloat32, ReduceOp::kSum));  // warm-up
     const int iters = 5;

@@ -1,0 +1,49 @@
+// The tcp backend's knobs, in one place. Most clients leave every field at its default; the
+// tests set small values so that the chunked, striped and pipelined paths run on small data.
+#ifndef HORA_COLLECTIVES_TCP_TCP_OPTIONS_H_
+#define HORA_COLLECTIVES_TCP_TCP_OPTIONS_H_
+
+#include <cstddef>
+#include <functional>
+
+#include "common/status.h"
+
+namespace hora {
+
+// The environment variables that set TcpOptions for a job (read through BackendConfig::env,
+// the runtime's one view of the environment); each is the field below, in its unit.
+inline constexpr char kEnvTcpChannels[] = "HORA_TCP_CHANNELS";
+inline constexpr char kEnvTcpPieceBytes[] = "HORA_TCP_PIECE_BYTES";
+inline constexpr char kEnvTcpSmallAllreduceBytes[] = "HORA_TCP_SMALL_ALLREDUCE_BYTES";
+inline constexpr char kEnvTcpSocketBufferBytes[] = "HORA_TCP_SOCKET_BUFFER_BYTES";
+
+struct TcpOptions {
+  // --- Performance ---
+  // Connections per pair of members for the collectives (a Send / Recv has one more of its
+  // own). A large transfer is cut into pieces that go round-robin over them. Measured on 2
+  // netns hosts (docs/benchmarks-cross-host.md): 1 stream 1.8 GB/s, 2 streams 3.1-3.3, more
+  // add nothing there; real NICs of 100 Gb/s and up want more.
+  int channels = 2;
+  // The unit of striping and pipelining: a ring step forwards piece k as soon as it has
+  // reduced piece k, while pieces k+1.. are still arriving. Rounded down to whole elements.
+  size_t piece_bytes = 256 << 10;
+  // Allreduce of at most this many bytes: recursive doubling (log2 n rounds, whole buffer
+  // each round: latency); above it, the ring (reduce-scatter then allgather, each byte
+  // crosses 2(n-1)/n times: bandwidth). Also the ring when count < members.
+  size_t small_allreduce_bytes = 64 << 10;
+  // SO_SNDBUF / SO_RCVBUF of every connection. 0: the kernel's autotuning (tcp_rmem /
+  // tcp_wmem), which grows a buffer to the bandwidth-delay product; a fixed size turns
+  // autotuning off and is capped by net.core.rmem_max / wmem_max.
+  int socket_buffer_bytes = 0;
+};
+
+// The defaults with what `env` sets (env may be empty: the defaults). INVALID_ARGUMENT
+// naming the variable for a value that is not an integer in its range.
+StatusOr<TcpOptions> TcpOptionsFromEnv(const std::function<const char*(const char*)>& env);
+
+// OK, or INVALID_ARGUMENT naming the field that is out of range.
+Status ValidateTcpOptions(const TcpOptions& options);
+
+}  // namespace hora
+
+#endif  // HORA_COLLECTIVES_TCP_TCP_OPTIONS_H_
