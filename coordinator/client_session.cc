@@ -170,6 +170,18 @@ void ClientImpl::SendFailure(const std::string& text) {
   Send(message);
 }
 
+void ClientImpl::SendDiagnosis(const DiagnosisReport& report) {
+  proto::WorkerMessage message;
+  ToProto(report, message.mutable_diagnosis());
+  Write(message);
+}
+
+void ClientImpl::SendDiagnoseAsk(const std::string& why) {
+  proto::WorkerMessage message;
+  message.mutable_diagnose_ask()->set_why(why);
+  Write(message);
+}
+
 void ClientImpl::ReaderLoop() {
   proto::CoordinatorMessage message;
   while (stream_->Read(&message)) {
@@ -203,6 +215,13 @@ void ClientImpl::ReaderLoop() {
 }
 
 void ClientImpl::Dispatch(const proto::CoordinatorMessage& message) {
+  if (message.kind_case() == proto::CoordinatorMessage::kDiagnose) {  // even after an abort
+    DiagnosisRequest request;
+    if (FromProto(message.diagnose(), &request).ok() && callbacks_.on_diagnose) {
+      callbacks_.on_diagnose(std::move(request));
+    }
+    return;
+  }
   if (abort_fired_.load()) return;  // the job is over; nothing more is delivered
   switch (message.kind_case()) {
     case proto::CoordinatorMessage::kPlan: {

@@ -118,6 +118,15 @@ void CoordinatorServiceImpl::Shutdown(const std::string& reason, milliseconds dr
   shut_down_ = true;
   {
     MutexLock lock(&mu_);
+    // A diagnosis in progress (a rank was lost, and this rank is shutting down because of it)
+    // gets the rest of its deadline, so that its report is written.
+    if (diagnosis_) {
+      sessions_cv_.WaitUntil(&mu_, diagnosis_->deadline, [this] {
+        mu_.AssertHeld();
+        return !diagnosis_.has_value();
+      });
+      FinishDiagnosisLocked();
+    }
     // Drain: ranks still working (or still opening their session after a join that just
     // completed) may finish and say Goodbye; new sessions are still accepted meanwhile.
     sessions_cv_.WaitUntil(&mu_, Clock::now() + drain, [this] {
