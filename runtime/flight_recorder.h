@@ -13,6 +13,7 @@
 #ifndef HORA_RUNTIME_FLIGHT_RECORDER_H_
 #define HORA_RUNTIME_FLIGHT_RECORDER_H_
 
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -55,6 +56,12 @@ class FlightRecorder {
   FlightRecorder& operator=(const FlightRecorder&) = delete;
 
   size_t capacity() const { return capacity_; }
+  // The clock of the records: steady-clock microseconds (the timeline's, TimelineNowUs).
+  static int64_t NowUs() {
+    return std::chrono::duration_cast<std::chrono::microseconds>(
+               std::chrono::steady_clock::now().time_since_epoch())
+        .count();
+  }
 
   // REQUIRES: handle > 0. Starts the record of `handle` (replacing the slot's older one).
   void Enqueued(int64_t handle, const TensorSpec& spec, int64_t now_us);
