@@ -57,8 +57,7 @@ Status FromProto(const proto::DiagnosisReport& in, DiagnosisReport* out) {
     out->pending.push_back(Bounded(in.pending(i), kMaxLine));
   }
   if (in.pending_size() > kMaxPending) {
-    out->pending.push_back("... and " + std::to_string(in.pending_size() - kMaxPending) +
-                           " more");
+    out->pending.push_back("... and " + std::to_string(in.pending_size() - kMaxPending) + " more");
   }
   out->detail = Bounded(in.detail(), kMaxDetail);
   return Status::Ok();

@@ -25,8 +25,8 @@
 namespace hora {
 
 void CoordinatorServiceImpl::StartDiagnosisLocked(const std::string& reason,
-                                                  std::vector<StallReport> stalls,
-                                                  bool every_rank, TimePoint now) {
+                                                  std::vector<StallReport> stalls, bool every_rank,
+                                                  TimePoint now) {
   if (!DiagnosisOn()) return;
   if (diagnosis_) {
     if (!stalls.empty()) diagnosis_->stalls = std::move(stalls);
@@ -95,7 +95,12 @@ void CoordinatorServiceImpl::FinishDiagnosisLocked() {
   }
   HORA_LOG_WARN("coordinator: {}{}", text.summary, where);
   if (round.abort) {
-    AbortLocked(round.abort->first, round.abort->second + "\n" + text.summary, -1);
+    // Every rank's error carries the summary, on one line (it is logged, and raised in Python).
+    std::string oneline = text.summary.substr(text.summary.find(':') + 1);
+    for (size_t at = oneline.find("\n  "); at != std::string::npos; at = oneline.find("\n  ")) {
+      oneline.replace(at, 3, at == 0 ? " " : "; ");
+    }
+    AbortLocked(round.abort->first, round.abort->second + "; diagnosis:" + oneline, -1);
   }
 }
 

@@ -15,11 +15,11 @@
 namespace hora {
 
 struct DiagnosisInput {
-  std::string reason;                // "stall timeout", "asked by rank 2 (SIGUSR1)", ...
-  std::vector<StallReport> stalls;   // global ranks; names as DescribeTensor writes them
-  bool every_rank = false;           // a line per rank too, even with stalls
-  std::vector<std::string> ranks;    // per rank: "rank 1 (host h2, pid 4711)"
-  std::vector<bool> lost;            // per rank: declared lost (not asked)
+  std::string reason;               // "stall timeout", "asked by rank 2 (SIGUSR1)", ...
+  std::vector<StallReport> stalls;  // global ranks; names as DescribeTensor writes them
+  bool every_rank = false;          // a line per rank too, even with stalls
+  std::vector<std::string> ranks;   // per rank: "rank 1 (host h2, pid 4711)"
+  std::vector<bool> lost;           // per rank: declared lost (not asked)
   std::vector<std::optional<DiagnosisReport>> reports;  // per rank; nullopt: no answer
   std::chrono::milliseconds deadline{0};                // how long the round waited
 };

@@ -75,10 +75,10 @@ DiagnosisText ComposeDiagnosis(const DiagnosisInput& in) {
       std::string line = "\n  " + in.ranks[rank] + ": ";
       const std::optional<DiagnosisReport>& r = in.reports[rank];
       if (r && !in.lost[rank]) {
-        line += r->pending.empty() ? "nothing pending"
-                                   : std::to_string(r->pending.size()) + " pending (" +
-                                         r->pending.front() +
-                                         (r->pending.size() > 1 ? ", ..." : "") + ")";
+        line += r->pending.empty()
+                    ? "nothing pending"
+                    : std::to_string(r->pending.size()) + " pending (" + r->pending.front() +
+                          (r->pending.size() > 1 ? ", ..." : "") + ")";
         line += "; ";
       }
       summary += line + StateOf(in, rank);

@@ -199,8 +199,8 @@ class CoordinatorServiceImpl final : public CoordinatorService,
     std::vector<StallReport> stalls;
     bool every_rank = false;  // on demand: a line per rank even when something stalled
     std::vector<std::optional<DiagnosisReport>> reports;  // per rank
-    int waiting = 0;                                       // ranks asked that did not answer
-    std::optional<std::pair<Code, std::string>> abort;     // the abort that waits for it
+    int waiting = 0;                                      // ranks asked that did not answer
+    std::optional<std::pair<Code, std::string>> abort;    // the abort that waits for it
   };
   // Asks every live rank for its report, unless a round is on (then the stalls join it).
   void StartDiagnosisLocked(const std::string& reason, std::vector<StallReport> stalls,

@@ -24,7 +24,8 @@ std::string Seconds(int64_t us) {
 
 std::string Describe(const FlightRecord& r) {
   std::string s = std::string(CollectiveName(r.kind)) + " '" + r.name + "'";
-  if (r.process_set != kGlobalProcessSet) s += " (process set " + std::to_string(r.process_set) + ")";
+  if (r.process_set != kGlobalProcessSet)
+    s += " (process set " + std::to_string(r.process_set) + ")";
   return s + " " + std::to_string(r.bytes) + " B";
 }
 
@@ -47,7 +48,8 @@ std::string Threads() {
     const std::string base = std::string("/proc/self/task/") + e->d_name;
     const std::string stat = ReadSmall(base + "/stat");
     const size_t paren = stat.rfind(')');
-    const char state = paren != std::string::npos && paren + 2 < stat.size() ? stat[paren + 2] : '?';
+    const char state =
+        paren != std::string::npos && paren + 2 < stat.size() ? stat[paren + 2] : '?';
     lines.push_back("  " + std::string(e->d_name) + " " + ReadSmall(base + "/comm") + " " + state +
                     " " + ReadSmall(base + "/wchan"));
   }
@@ -167,15 +169,16 @@ void DiagnosisResponder::FromRecords(const std::vector<FlightRecord>& records, i
       last = &r;
     }
   }
-  if (last != nullptr) report->last_completed = Describe(*last) + ", " + Seconds(now_us - last->end_us) + " ago";
+  if (last != nullptr)
+    report->last_completed = Describe(*last) + ", " + Seconds(now_us - last->end_us) + " ago";
   std::ostringstream d;
   d << "flight recorder (newest " << std::min(tail, records.size()) << " of " << records.size()
     << "; times before now):\n";
   const size_t first = records.size() > tail ? records.size() - tail : 0;
   for (size_t i = first; i < records.size(); ++i) {
     const FlightRecord& r = records[i];
-    d << "  #" << r.handle << " " << Describe(r) << " " << FlightStateName(r.state)
-      << " enqueued -" << Seconds(now_us - r.enqueue_us);
+    d << "  #" << r.handle << " " << Describe(r) << " " << FlightStateName(r.state) << " enqueued -"
+      << Seconds(now_us - r.enqueue_us);
     if (r.start_us != 0) d << " started -" << Seconds(now_us - r.start_us);
     if (r.end_us != 0) d << " ended -" << Seconds(now_us - r.end_us);
     d << "\n";

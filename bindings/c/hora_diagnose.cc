@@ -27,9 +27,9 @@ hora_status_t hora_diagnose(void) {
 hora_status_t hora_diagnosis_wait(double timeout_seconds, int64_t* request) {
   if (request == nullptr) return Fail(Code::kInvalidArgument, "diagnosis_wait: request is NULL");
   if (!std::isfinite(timeout_seconds) || timeout_seconds < 0 || timeout_seconds > 3600) {
-    return Fail(Code::kInvalidArgument, "diagnosis_wait: timeout " +
-                                            std::to_string(timeout_seconds) +
-                                            " s is not in [0, 3600]");
+    return Fail(
+        Code::kInvalidArgument,
+        "diagnosis_wait: timeout " + std::to_string(timeout_seconds) + " s is not in [0, 3600]");
   }
   hora_status_t st = HORA_OK;
   auto e = Running(&st);
