@@ -11,6 +11,7 @@
 
 #include "common/logging.h"
 #include "common/mutex.h"
+#include "common/thread_name.h"
 #include "coordinator/auth.h"
 #include "coordinator/client_impl.h"
 #include "coordinator/convert.h"
@@ -86,8 +87,14 @@ Status ClientImpl::StartSession(SessionCallbacks callbacks) {
     writes_done_ = true;
     return FromGrpcStatus(st, "session with the coordinator at " + config_.address);
   }
-  reader_ = std::thread([this] { ReaderLoop(); });
-  heartbeat_ = std::thread([this] { HeartbeatLoop(); });
+  reader_ = std::thread([this] {
+    SetThreadName("hora-reader");
+    ReaderLoop();
+  });
+  heartbeat_ = std::thread([this] {
+    SetThreadName("hora-heartbeat");
+    HeartbeatLoop();
+  });
   return AwaitSessionOpen();
 }
 

@@ -10,6 +10,7 @@
 
 #include "common/logging.h"
 #include "common/mutex.h"
+#include "common/thread_name.h"
 #include "coordinator/grpc_process.h"
 #include "coordinator/service_impl.h"
 
@@ -107,8 +108,14 @@ Status CoordinatorServiceImpl::Init() {
   }
   HORA_LOG_INFO("coordinator: listening on {} (port {}) for {} ranks{}", config_.listen_address,
                 port_, config_.size, config_.tls.enabled() ? " with TLS" : "");
-  timer_thread_ = std::thread([this] { TimerLoop(); });
-  sender_thread_ = std::thread([this] { SenderLoop(); });
+  timer_thread_ = std::thread([this] {
+    SetThreadName("hora-coord-time");
+    TimerLoop();
+  });
+  sender_thread_ = std::thread([this] {
+    SetThreadName("hora-coord-send");
+    SenderLoop();
+  });
   return Status::Ok();
 }
 

@@ -9,6 +9,7 @@
 #include <atomic>
 
 #include "common/logging.h"
+#include "common/thread_name.h"
 
 namespace hora {
 namespace {
@@ -59,7 +60,10 @@ DiagnoseSignal::DiagnoseSignal(int signo, std::function<void(const std::string&)
     return;
   }
   installed_ = true;
-  thread_ = std::thread([this] { Loop(); });
+  thread_ = std::thread([this] {
+    SetThreadName("hora-signal");
+    Loop();
+  });
 }
 
 DiagnoseSignal::~DiagnoseSignal() {
@@ -81,7 +85,7 @@ void DiagnoseSignal::Loop() {
     const ssize_t n = read(pipe_[0], &b, 1);
     if (n < 0 && errno == EINTR) continue;
     if (n <= 0 || b == 'q') return;
-    ask_(std::string("signal ") + strsignal(signo_));
+    ask_(signo_ == SIGUSR2 ? "signal SIGUSR2" : signo_ == SIGUSR1 ? "signal SIGUSR1" : "a signal");
   }
 }
 

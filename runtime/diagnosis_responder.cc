@@ -7,6 +7,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "common/thread_name.h"
 #include "runtime/timeline.h"
 
 namespace hora {
@@ -14,7 +15,7 @@ namespace {
 
 using std::chrono::milliseconds;
 
-constexpr size_t kRingTail = 32;  // records of the ring in the detail
+constexpr size_t kRingTail = 16;  // records of the ring in the detail
 
 std::string Seconds(int64_t us) {
   char buf[32];
@@ -63,7 +64,10 @@ std::string Threads() {
 
 DiagnosisResponder::DiagnosisResponder(const FlightRecorder* recorder, Send send)
     : recorder_(recorder), send_(std::move(send)) {
-  thread_ = std::thread([this] { Loop(); });
+  thread_ = std::thread([this] {
+    SetThreadName("hora-diagnose");
+    Loop();
+  });
 }
 
 DiagnosisResponder::~DiagnosisResponder() { Stop(); }

@@ -8,6 +8,7 @@
 #include "common/fd_limit.h"
 #include "common/logging.h"
 #include "common/mutex.h"
+#include "common/thread_name.h"
 #include "runtime/engine_config.h"
 #include "runtime/sigpipe.h"
 
@@ -84,7 +85,10 @@ Status Engine::Init() {
     signal_ = std::make_unique<DiagnoseSignal>(
         options_.diagnose_signal, [this](const std::string& why) { DiagnoseNow(why); });
   }
-  thread_ = std::thread([this] { BackgroundLoop(); });
+  thread_ = std::thread([this] {
+    SetThreadName("hora-control");
+    BackgroundLoop();
+  });
   if (!options_.timeline.empty()) {
     Status s = StartTimeline(options_.timeline);
     if (!s.ok()) return Status(s.code(), std::string(kEnvTimeline) + ": " + s.message());
