@@ -34,7 +34,8 @@ DiagnoseSignal::DiagnoseSignal(int signo, std::function<void(const std::string&)
   if (signo_ == 0) return;
   struct sigaction old {};
   if (sigaction(signo_, nullptr, &old) != 0) return;
-  if (old.sa_handler != SIG_DFL || (old.sa_flags & SA_SIGINFO) != 0) {
+  if ((old.sa_handler != SIG_DFL && old.sa_handler != SIG_IGN) ||
+      (old.sa_flags & SA_SIGINFO) != 0) {
     HORA_LOG_INFO("diagnosis: signal {} has a handler already; HORA_DIAGNOSE_SIGNAL left off",
                   signo_);
     return;
@@ -60,6 +61,7 @@ DiagnoseSignal::DiagnoseSignal(int signo, std::function<void(const std::string&)
     return;
   }
   installed_ = true;
+  previous_ = old.sa_handler;
   thread_ = std::thread([this] {
     SetThreadName("hora-signal");
     Loop();
@@ -68,7 +70,7 @@ DiagnoseSignal::DiagnoseSignal(int signo, std::function<void(const std::string&)
 
 DiagnoseSignal::~DiagnoseSignal() {
   if (!installed_) return;
-  signal(signo_, SIG_DFL);
+  signal(signo_, previous_);
   g_signal_fd.store(-1);
   const char quit = 'q';
   (void)!write(pipe_[1], &quit, 1);

@@ -5,12 +5,16 @@
 // thread it lands on is doing, Python or not); this object's thread reads the pipe and calls
 // `ask`. The pipe's descriptor is the one process-wide variable this needs (a signal handler
 // has no other way to find it); one watcher may exist at a time. The handler is installed only
-// where the signal's disposition is the default one, so a handler of the program's own (or
-// Python's signal module's) is never replaced; Stop restores the default.
+// where the signal's disposition is the default one or "ignore" (the hora Python package sets
+// "ignore" at import, so that a signal before init does not kill the rank), so a handler of
+// the program's own (or Python's signal module's) is never replaced; the destructor puts the
+// disposition back.
 //
 // Thread safety: constructed and destroyed by the engine; `ask` runs on this object's thread.
 #ifndef HORA_RUNTIME_DIAGNOSE_SIGNAL_H_
 #define HORA_RUNTIME_DIAGNOSE_SIGNAL_H_
+
+#include <signal.h>
 
 #include <functional>
 #include <string>
@@ -34,6 +38,7 @@ class DiagnoseSignal {
   const int signo_;
   const std::function<void(const std::string&)> ask_;
   bool installed_ = false;
+  sighandler_t previous_ = SIG_DFL;
   int pipe_[2] = {-1, -1};
   std::thread thread_;
 };

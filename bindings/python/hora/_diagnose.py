@@ -9,6 +9,7 @@ without it after half of HORA_DIAGNOSE_SECONDS and says so.
 
 import ctypes
 import os
+import signal
 import sys
 import threading
 import traceback
@@ -19,6 +20,17 @@ _HORA_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
 _MAX_FRAMES = 6
 _lock = threading.Lock()
 _thread = None
+
+# HORA_DIAGNOSE_SIGNAL (SIGUSR1 by default) asks for a diagnosis once Hora runs; until then its
+# default action would end the process (horarun --diagnose during a rank's start). "Ignore"
+# until init, where Hora's handler replaces it (runtime/diagnose_signal.h); a handler of the
+# program's own is left alone.
+try:
+    if threading.current_thread() is threading.main_thread() and \
+            signal.getsignal(signal.SIGUSR1) == signal.SIG_DFL:
+        signal.signal(signal.SIGUSR1, signal.SIG_IGN)
+except (ValueError, OSError):  # not the main thread, or no such signal here
+    pass
 
 
 def _ours(filename):
