@@ -106,3 +106,18 @@ def test_diagnose_refuses_what_is_not_a_running_horarun():
                            stderr=subprocess.PIPE, universal_newlines=True, timeout=30)
     assert usage.returncode == 2 and "--diagnose 'abc': expected the process id" in \
         usage.stderr, usage.stderr
+
+
+def test_the_c_api_refuses_bad_diagnosis_arguments():
+    import ctypes
+    import hora._lib as lib_mod
+    lib = lib_mod.lib()
+    request = ctypes.c_int64()
+    assert lib.hora_diagnosis_wait(-1.0, ctypes.byref(request)) == 1  # INVALID_ARGUMENT
+    assert "timeout -1.000000 s is not in [0, 3600]" in lib_mod.last_error()
+    assert lib.hora_diagnosis_wait(1.0, None) == 1
+    assert "request is NULL" in lib_mod.last_error()
+    assert lib.hora_diagnosis_answer(0, b"", b"") == 1
+    assert "request 0 is not positive" in lib_mod.last_error()
+    assert lib.hora_diagnose() == 2  # FAILED_PRECONDITION: not initialized
+    assert "not initialized" in lib_mod.last_error()
