@@ -58,6 +58,23 @@ void CoordinatorServiceImpl::StartDiagnosisLocked(const std::string& reason,
   WakeTimerLocked(diagnosis_->deadline);
 }
 
+void CoordinatorServiceImpl::AbortAfterDiagnosisLocked(DiagnosisRound::PendingAbort abort,
+                                                       const std::string& reason,
+                                                       std::vector<StallReport> stalls,
+                                                       bool every_rank, TimePoint now) {
+  if (aborted_ || (diagnosis_ && diagnosis_->abort)) return;  // an abort is decided already
+  if (!DiagnosisOn()) {
+    AbortLocked(abort.code, abort.message, abort.except_rank);
+    return;
+  }
+  StartDiagnosisLocked(reason, std::move(stalls), every_rank, now);
+  if (diagnosis_) {
+    diagnosis_->abort = std::move(abort);
+  } else {  // the round ended at once (nobody to ask): FinishDiagnosisLocked ran without it
+    AbortLocked(abort.code, abort.message, abort.except_rank);
+  }
+}
+
 void CoordinatorServiceImpl::HandleDiagnosisLocked(int rank, DiagnosisReport report) {
   if (!diagnosis_ || report.id != diagnosis_->id || diagnosis_->reports[rank]) return;
   diagnosis_->reports[rank] = std::move(report);
@@ -95,12 +112,16 @@ void CoordinatorServiceImpl::FinishDiagnosisLocked() {
   }
   HORA_LOG_WARN("coordinator: {}{}", text.summary, where);
   if (round.abort) {
-    // Every rank's error carries the summary, on one line (it is logged, and raised in Python).
-    std::string oneline = text.summary.substr(text.summary.find(':') + 1);
-    for (size_t at = oneline.find("\n  "); at != std::string::npos; at = oneline.find("\n  ")) {
-      oneline.replace(at, 3, at == 0 ? " " : "; ");
+    std::string message = round.abort->message;
+    if (round.abort->with_summary) {
+      // Every rank's error carries the summary, on one line (logged, and raised in Python).
+      std::string oneline = text.summary.substr(text.summary.find(':') + 1);
+      for (size_t at = oneline.find("\n  "); at != std::string::npos; at = oneline.find("\n  ")) {
+        oneline.replace(at, 3, at == 0 ? " " : "; ");
+      }
+      message += "; diagnosis:" + oneline;
     }
-    AbortLocked(round.abort->first, round.abort->second + "; diagnosis:" + oneline, -1);
+    AbortLocked(round.abort->code, message, round.abort->except_rank);
   }
 }
 

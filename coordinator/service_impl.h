@@ -200,12 +200,24 @@ class CoordinatorServiceImpl final : public CoordinatorService,
     bool every_rank = false;  // on demand: a line per rank even when something stalled
     std::vector<std::optional<DiagnosisReport>> reports;  // per rank
     int waiting = 0;                                      // ranks asked that did not answer
-    std::optional<std::pair<Code, std::string>> abort;    // the abort that waits for it
+    struct PendingAbort {
+      Code code = Code::kAborted;
+      std::string message;
+      int except_rank = -1;       // as AbortLocked's
+      bool with_summary = false;  // the message ends with the diagnosis, on one line
+    };
+    std::optional<PendingAbort> abort;  // the abort that waits for the round
   };
   // Asks every live rank for its report, unless a round is on (then the stalls join it).
   void StartDiagnosisLocked(const std::string& reason, std::vector<StallReport> stalls,
                             bool every_rank, TimePoint now) REQUIRES(mu_);
   void HandleDiagnosisLocked(int rank, DiagnosisReport report) REQUIRES(mu_);
+  // Aborts the job once a round (started here, or the one on) has the ranks' reports, at
+  // most HORA_DIAGNOSE_SECONDS later; at once when the diagnosis is off. The first abort
+  // asked for wins, as with AbortLocked.
+  void AbortAfterDiagnosisLocked(DiagnosisRound::PendingAbort abort, const std::string& reason,
+                                 std::vector<StallReport> stalls, bool every_rank, TimePoint now)
+      REQUIRES(mu_);
   // Composes, logs and writes the report; then runs the abort that waited for it.
   void FinishDiagnosisLocked() REQUIRES(mu_);
   bool DiagnosisOn() const { return config_.diagnose_deadline.count() > 0; }

@@ -150,17 +150,11 @@ void CoordinatorServiceImpl::CheckStallsLocked(TimePoint now) {
   if (config_.stall_timeout <= std::chrono::milliseconds(0)) return;
   std::vector<StallReport> timed_out = StalledLocked(now, config_.stall_timeout);
   if (timed_out.empty()) return;
-  std::string message = "stall timeout: " + DescribeStalls(timed_out, 10);
-  if (!DiagnosisOn()) {
-    AbortLocked(Code::kAborted, message, -1);
-    return;
-  }
   if (diagnosis_ && diagnosis_->abort) return;  // the abort waits for the round
-  StartDiagnosisLocked("stall timeout", timed_out, false, now);
-  if (diagnosis_) {
-    diagnosis_->stalls = std::move(timed_out);
-    diagnosis_->abort = std::make_pair(Code::kAborted, std::move(message));
-  }
+  std::string message = "stall timeout: " + DescribeStalls(timed_out, 10);
+  AbortAfterDiagnosisLocked({Code::kAborted, std::move(message), -1, true}, "stall timeout",
+                            timed_out, false, now);
+  if (diagnosis_) diagnosis_->stalls = std::move(timed_out);  // a round on already: these
 }
 
 void CoordinatorServiceImpl::CheckDepartedLocked(TimePoint now) {
@@ -184,8 +178,10 @@ void CoordinatorServiceImpl::RankLostLocked(int rank, const std::string& why) {
   if (state.lost) return;
   state.lost = true;
   const std::string message = DescribeRank(rank) + " is lost: " + why;
-  if (!aborted_) StartDiagnosisLocked(message, StalledLocked(Clock::now(), {}), true, Clock::now());
-  AbortLocked(Code::kPeerFailure, message, rank);
+  // The survivors' reports first (each answers within milliseconds unless its Python is
+  // wedged): once they have the abort, they exit, and the launcher stops rank 0 with them.
+  AbortAfterDiagnosisLocked({Code::kPeerFailure, message, rank, false}, message,
+                            StalledLocked(Clock::now(), {}), true, Clock::now());
   if (state.session) state.session->Cancel();  // nothing may stay blocked writing to it
 }
 

@@ -133,8 +133,8 @@ void CoordinatorServiceImpl::HandleMessage(int rank, const proto::WorkerMessage&
     case proto::WorkerMessage::kFailure: {
       MutexLock lock(&mu_);
       const std::string why = DescribeRank(rank) + " failed: " + message.failure().message();
-      if (!aborted_) StartDiagnosisLocked(why, StalledLocked(Clock::now(), {}), true, Clock::now());
-      AbortLocked(Code::kPeerFailure, why, rank);
+      AbortAfterDiagnosisLocked({Code::kPeerFailure, why, rank, false}, why,
+                                StalledLocked(Clock::now(), {}), true, Clock::now());
       return;
     }
     case proto::WorkerMessage::kDiagnoseAsk: {
