@@ -62,6 +62,28 @@ def test_a_rank_wedged_in_c_is_named_with_its_last_operation(tmp_path):
     print("\nDIAGNOSE c: job ended after %.1f s; %s" % (elapsed, line))
 
 
+def test_a_lost_rank_is_diagnosed_with_what_the_survivors_wait_for(tmp_path):
+    report = str(tmp_path / "diagnosis.txt")
+    job = harness.run_job(3, "diagnose_worker.py", args=["kill"], timeout=60,
+                          extra_env={"HORA_DIAGNOSE_FILE": report})
+    assert not job.timed_out, job.tail()
+    lines = job.lines.get(0, [])
+    head = [l for l in lines if "coordinator: diagnosis (rank 1 (host " in l and " is lost: " in l]
+    assert head, "no diagnosis of the lost rank in rank 0's log:\n" + job.tail(80)
+    for r in (0, 2):
+        assert any(re.match(r"^  rank %d \(host [^,]+, pid \d+\): 1 pending \(%s 4 B, "
+                            r"pending for [0-9.]+ s\); it is in wait_for_grad "
+                            r"\(diagnose_worker\.py:\d+\)" % (r, re.escape(TENSOR)), l)
+                   for l in lines), job.tail(80)
+    assert any(re.match(r"^  rank 1 \(host [^,]+, pid \d+\) never submitted %s: it is lost"
+                        % re.escape(TENSOR), l) for l in lines), job.tail(80)
+    for r in (0, 2):
+        failed = [l for l in job.lines.get(r, []) if l.startswith("FAILED rank=%d" % r)]
+        assert failed and "rank 1 (host " in failed[0] and " is lost: " in failed[0], job.tail()
+    with open(report) as f:
+        assert "== rank 2 (host " in f.read()
+
+
 def test_diagnose_on_a_healthy_job_prints_every_rank_and_changes_nothing(tmp_path):
     cmd = [harness.horarun(), "-np", "3", harness.PYTHON, WORKER, "healthy", "400"]
     proc = subprocess.Popen(cmd, cwd=harness.REPO, env=harness.job_env(),

@@ -4,6 +4,7 @@
                                 others wait in allreduce 'grad.7'
     diagnose_worker.py c        rank 1 is wedged in a C call that holds the GIL (libc sleep
                                 through ctypes.PyDLL) in wedged_in_c() while the others wait
+    diagnose_worker.py kill     rank 1 dies (SIGKILL) a second after the others began to wait
     diagnose_worker.py healthy  every rank runs allreduces for a while (a diagnosis is asked
                                 from outside meanwhile) and checks every result
 
@@ -13,6 +14,7 @@ with `DONE rank=R steps=N` after checking each step's sum."""
 
 import ctypes
 import os
+import signal
 import sys
 import time
 
@@ -47,7 +49,10 @@ def wait_for_grad():
 
 
 def main():
-    if mode in ("python", "c"):
+    if mode in ("python", "c", "kill"):
+        if r == 1 and mode == "kill":
+            time.sleep(1)
+            os.kill(os.getpid(), signal.SIGKILL)
         if r == 1:
             stuck_in_data_loader() if mode == "python" else wedged_in_c()
         else:
