@@ -20,6 +20,11 @@ constexpr std::chrono::milliseconds kDefaultStallWarning{60000};
 // A stall (a tensor some ranks submitted and others did not) aborts the job after this long
 // unless HORA_STALL_TIMEOUT_SECONDS says otherwise (0 = never): no wait is unbounded by default.
 constexpr std::chrono::milliseconds kDefaultStallTimeout{600000};
+// HORA_DIAGNOSE_SECONDS: how long a diagnosis waits for the ranks' reports; a rank waits half
+// of it for its Python threads' stacks.
+constexpr std::chrono::milliseconds kDefaultDiagnoseDeadline{3000};
+// HORA_FLIGHT_RECORDER_SIZE: the operations each rank remembers (runtime/flight_recorder.h).
+constexpr int64_t kDefaultFlightRecorderSize = 1024;
 // The largest control-plane message (and store value), in bytes.
 constexpr int64_t kDefaultMaxMessageBytes = int64_t{64} << 20;
 

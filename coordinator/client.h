@@ -64,6 +64,9 @@ struct SessionCallbacks {
   std::function<void(int32_t process_set, int last_joined_rank)> on_join_done;
   std::function<void(ProcessSetResult)> on_process_set;
   std::function<void(TuningNotice)> on_tuning;  // HORA_AUTOTUNE: the settings changed
+  // The coordinator asks for this rank's diagnosis report (SendDiagnosis answers it). Also
+  // delivered after on_abort: an abort is when a diagnosis matters most.
+  std::function<void(DiagnosisRequest)> on_diagnose;
   // Called at most once: the job is broken (another rank died, the coordinator is lost,
   // a stall timeout fired). The status names the cause.
   std::function<void(Status)> on_abort;
@@ -86,6 +89,10 @@ class CoordinatorClient : public KvStore {
   virtual void SendProcessSetOp(const ProcessSetOp& op) = 0;
   // Tell the coordinator this rank hit an unrecoverable error (it aborts the job with it).
   virtual void SendFailure(const std::string& message) = 0;
+  // The diagnosis (proto/coordinator.proto, step 4): answer a request, or ask for a round.
+  // Not counted in sent().
+  virtual void SendDiagnosis(const DiagnosisReport& report) = 0;
+  virtual void SendDiagnoseAsk(const std::string& why) = 0;
   virtual ControlCounters sent() const = 0;
   // The rank whose host relay carries this rank's session and store calls, or -1 (direct).
   virtual int relay_rank() const = 0;

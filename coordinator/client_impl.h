@@ -48,6 +48,8 @@ class ClientImpl final : public CoordinatorClient {
   void SendJoin(int32_t process_set) override;
   void SendProcessSetOp(const ProcessSetOp& op) override;
   void SendFailure(const std::string& message) override;
+  void SendDiagnosis(const DiagnosisReport& report) override;
+  void SendDiagnoseAsk(const std::string& why) override;
   ControlCounters sent() const override;
   int relay_rank() const override { return relay_rank_; }
   void Close() override;

@@ -11,6 +11,7 @@
 
 #include "common/logging.h"
 #include "common/mutex.h"
+#include "common/thread_name.h"
 #include "coordinator/auth.h"
 #include "coordinator/client_impl.h"
 #include "coordinator/convert.h"
@@ -86,8 +87,14 @@ Status ClientImpl::StartSession(SessionCallbacks callbacks) {
     writes_done_ = true;
     return FromGrpcStatus(st, "session with the coordinator at " + Where());
   }
-  reader_ = std::thread([this] { ReaderLoop(); });
-  heartbeat_ = std::thread([this] { HeartbeatLoop(); });
+  reader_ = std::thread([this] {
+    SetThreadName("hora-reader");
+    ReaderLoop();
+  });
+  heartbeat_ = std::thread([this] {
+    SetThreadName("hora-heartbeat");
+    HeartbeatLoop();
+  });
   return AwaitSessionOpen();
 }
 
@@ -169,6 +176,18 @@ void ClientImpl::SendFailure(const std::string& text) {
   Send(message);
 }
 
+void ClientImpl::SendDiagnosis(const DiagnosisReport& report) {
+  proto::WorkerMessage message;
+  ToProto(report, message.mutable_diagnosis());
+  Write(message);
+}
+
+void ClientImpl::SendDiagnoseAsk(const std::string& why) {
+  proto::WorkerMessage message;
+  message.mutable_diagnose_ask()->set_why(why);
+  Write(message);
+}
+
 void ClientImpl::ReaderLoop() {
   proto::CoordinatorMessage message;
   while (stream_->Read(&message)) {
@@ -202,6 +221,13 @@ void ClientImpl::ReaderLoop() {
 }
 
 void ClientImpl::Dispatch(const proto::CoordinatorMessage& message) {
+  if (message.kind_case() == proto::CoordinatorMessage::kDiagnose) {  // even after an abort
+    DiagnosisRequest request;
+    if (FromProto(message.diagnose(), &request).ok() && callbacks_.on_diagnose) {
+      callbacks_.on_diagnose(std::move(request));
+    }
+    return;
+  }
   if (abort_fired_.load()) return;  // the job is over; nothing more is delivered
   switch (message.kind_case()) {
     case proto::CoordinatorMessage::kPlan: {

@@ -51,6 +51,13 @@ Status FromProto(const proto::ProcessSetOp& in, ProcessSetOp* out);
 void ToProto(const ProcessSetResult& result, proto::CoordinatorMessage::ProcessSetResult* out);
 Status FromProto(const proto::CoordinatorMessage::ProcessSetResult& in, ProcessSetResult* out);
 
+// DiagnosisRequest <-> CoordinatorMessage.Diagnose; DiagnosisReport <-> DiagnosisReport
+// (convert_diagnosis.cc). Strings from the wire are bounded (a report's detail to 1 MiB).
+void ToProto(const DiagnosisRequest& request, proto::CoordinatorMessage::Diagnose* out);
+Status FromProto(const proto::CoordinatorMessage::Diagnose& in, DiagnosisRequest* out);
+void ToProto(const DiagnosisReport& report, proto::DiagnosisReport* out);
+Status FromProto(const proto::DiagnosisReport& in, DiagnosisReport* out);
+
 // A Hora status code from the wire (Abort, TensorError); unknown values are an error.
 Status CodeFromWire(int32_t value, Code* out);
 

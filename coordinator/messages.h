@@ -3,6 +3,7 @@
 #ifndef HORA_COORDINATOR_MESSAGES_H_
 #define HORA_COORDINATOR_MESSAGES_H_
 
+#include <chrono>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -100,6 +101,24 @@ struct TuningNotice {
 struct TensorErrorNotice {
   int32_t id = 0;
   Status status;
+};
+
+// Diagnosis (proto/coordinator.proto, step 4): the coordinator's request and a rank's answer.
+struct DiagnosisRequest {
+  uint64_t id = 0;
+  std::string reason;
+  std::chrono::milliseconds deadline{0};  // the rank answers within this
+};
+
+struct DiagnosisReport {
+  enum class Python : int32_t { kNone = 0, kAnswered = 1, kSilent = 2 };
+  uint64_t id = 0;
+  std::string where;  // the main Python thread, innermost first (Python::kAnswered)
+  Python python = Python::kNone;
+  std::chrono::milliseconds python_wait{0};  // kSilent: how long the rank waited
+  std::string last_completed;
+  std::vector<std::string> pending;
+  std::string detail;
 };
 
 // What the coordinator sends a rank in one message: buckets in global order, then errors.

@@ -436,6 +436,7 @@ std::vector<StallReport> Planner::Stalled(TimePoint now,
         r.missing_ranks.push_back(rank);
       }
     }
+    if (!s.distinct.empty()) r.collective = s.distinct.front().collective;
     r.age = std::chrono::duration_cast<std::chrono::milliseconds>(now - s.first_submit);
     reports.push_back(std::move(r));
   }

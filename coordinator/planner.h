@@ -103,6 +103,7 @@ struct TensorFailure {
 
 struct StallReport {
   std::string name;
+  CollectiveType collective = CollectiveType::kAllreduce;  // as the first ready rank made it
   std::vector<int> ready_ranks;
   std::vector<int> missing_ranks;
   std::chrono::milliseconds age{0};

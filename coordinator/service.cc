@@ -10,6 +10,7 @@
 
 #include "common/logging.h"
 #include "common/mutex.h"
+#include "common/thread_name.h"
 #include "coordinator/grpc_process.h"
 #include "coordinator/service_impl.h"
 
@@ -107,8 +108,14 @@ Status CoordinatorServiceImpl::Init() {
   }
   HORA_LOG_INFO("coordinator: listening on {} (port {}) for {} ranks{}", config_.listen_address,
                 port_, config_.size, config_.tls.enabled() ? " with TLS" : "");
-  timer_thread_ = std::thread([this] { TimerLoop(); });
-  sender_thread_ = std::thread([this] { SenderLoop(); });
+  timer_thread_ = std::thread([this] {
+    SetThreadName("hora-coord-time");
+    TimerLoop();
+  });
+  sender_thread_ = std::thread([this] {
+    SetThreadName("hora-coord-send");
+    SenderLoop();
+  });
   return Status::Ok();
 }
 
@@ -118,6 +125,15 @@ void CoordinatorServiceImpl::Shutdown(const std::string& reason, milliseconds dr
   shut_down_ = true;
   {
     MutexLock lock(&mu_);
+    // A diagnosis in progress (a rank was lost, and this rank is shutting down because of it)
+    // gets the rest of its deadline, so that its report is written.
+    if (diagnosis_) {
+      sessions_cv_.WaitUntil(&mu_, diagnosis_->deadline, [this] {
+        mu_.AssertHeld();
+        return !diagnosis_.has_value();
+      });
+      FinishDiagnosisLocked();
+    }
     // Drain: ranks still working (or still opening their session after a join that just
     // completed) may finish and say Goodbye; new sessions are still accepted meanwhile.
     sessions_cv_.WaitUntil(&mu_, Clock::now() + drain, [this] {

@@ -50,6 +50,11 @@ struct CoordinatorConfig {
   std::chrono::milliseconds stall_timeout{0};  // 0 = off
   int max_message_bytes = static_cast<int>(kDefaultMaxMessageBytes);
   TlsFiles tls;
+  // The diagnosis (service_diagnose.cc): how long a round waits for the ranks' reports
+  // (0 = no diagnosis: a stall timeout aborts at once), and the file every report is appended
+  // to ("" = the log only).
+  std::chrono::milliseconds diagnose_deadline = kDefaultDiagnoseDeadline;
+  std::string diagnose_file;
 };
 
 class CoordinatorService {

@@ -198,6 +198,37 @@ class CoordinatorServiceImpl final : public CoordinatorService,
   TimePoint NextSetDeadlineLocked() const REQUIRES(mu_);
   void EndSession(int rank, const std::shared_ptr<SessionStream>& session, bool goodbye);
 
+  // service_diagnose.cc: one diagnosis round at a time (see there).
+  struct DiagnosisRound {
+    uint64_t id = 0;
+    std::string reason;
+    TimePoint deadline;
+    std::vector<StallReport> stalls;
+    bool every_rank = false;  // on demand: a line per rank even when something stalled
+    std::vector<std::optional<DiagnosisReport>> reports;  // per rank
+    int waiting = 0;                                      // ranks asked that did not answer
+    struct PendingAbort {
+      Code code = Code::kAborted;
+      std::string message;
+      int except_rank = -1;       // as AbortLocked's
+      bool with_summary = false;  // the message ends with the diagnosis, on one line
+    };
+    std::optional<PendingAbort> abort;  // the abort that waits for the round
+  };
+  // Asks every live rank for its report, unless a round is on (then the stalls join it).
+  void StartDiagnosisLocked(const std::string& reason, std::vector<StallReport> stalls,
+                            bool every_rank, TimePoint now) REQUIRES(mu_);
+  void HandleDiagnosisLocked(int rank, DiagnosisReport report) REQUIRES(mu_);
+  // Aborts the job once a round (started here, or the one on) has the ranks' reports, at
+  // most HORA_DIAGNOSE_SECONDS later; at once when the diagnosis is off. The first abort
+  // asked for wins, as with AbortLocked.
+  void AbortAfterDiagnosisLocked(DiagnosisRound::PendingAbort abort, const std::string& reason,
+                                 std::vector<StallReport> stalls, bool every_rank, TimePoint now)
+      REQUIRES(mu_);
+  // Composes, logs and writes the report; then runs the abort that waited for it.
+  void FinishDiagnosisLocked() REQUIRES(mu_);
+  bool DiagnosisOn() const { return config_.diagnose_deadline.count() > 0; }
+
   // service_liveness.cc
   void TimerLoop();
   void SenderLoop();
@@ -263,6 +294,9 @@ class CoordinatorServiceImpl final : public CoordinatorService,
   std::vector<std::shared_ptr<SessionStream>> flush_queue_
       GUARDED_BY(mu_);  // for the sender thread
   bool sender_busy_ GUARDED_BY(mu_) = false;
+  std::optional<DiagnosisRound> diagnosis_ GUARDED_BY(mu_);
+  uint64_t next_diagnosis_id_ GUARDED_BY(mu_) = 1;
+  std::unordered_set<std::string> diagnosed_stalls_ GUARDED_BY(mu_);  // warned and diagnosed
 
   Mutex store_mu_;
   CondVar store_cv_;

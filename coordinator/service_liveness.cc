@@ -50,6 +50,7 @@ void CoordinatorServiceImpl::WakeTimerLocked(TimePoint at) {
 
 TimePoint CoordinatorServiceImpl::NextWakeLocked() const {
   TimePoint wake = std::min({next_heartbeat_, next_stall_check_, NextSetDeadlineLocked()});
+  if (diagnosis_) wake = std::min(wake, diagnosis_->deadline);
   if (!topology_ready_ && start_failure_.empty()) wake = std::min(wake, start_deadline_);
   if (topology_ready_) {
     for (const RankState& r : ranks_) {
@@ -76,6 +77,7 @@ void CoordinatorServiceImpl::TimerTickLocked(TimePoint now) {
     SendHeartbeatsLocked();
     next_heartbeat_ = now + config_.heartbeat_interval;
   }
+  if (diagnosis_ && now >= diagnosis_->deadline) FinishDiagnosisLocked();
   if (!aborted_) CheckLivenessLocked(now);
   if (!aborted_ && now >= next_stall_check_) {
     CheckStallsLocked(now);
@@ -141,12 +143,18 @@ void CoordinatorServiceImpl::CheckStallsLocked(TimePoint now) {
     next_stall_log_ = now + config_.stall_warning / 2;
     HORA_LOG_WARN("coordinator: {} tensor(s) stalled: {}", stalls.size(),
                   DescribeStalls(stalls, 10));
+    bool fresh = false;  // a stall not diagnosed before: diagnose it once
+    for (const StallReport& r : stalls) fresh = diagnosed_stalls_.insert(r.name).second || fresh;
+    if (fresh) StartDiagnosisLocked("stall warning", stalls, false, now);
   }
   if (config_.stall_timeout <= std::chrono::milliseconds(0)) return;
   std::vector<StallReport> timed_out = StalledLocked(now, config_.stall_timeout);
-  if (!timed_out.empty()) {
-    AbortLocked(Code::kAborted, "stall timeout: " + DescribeStalls(timed_out, 10), -1);
-  }
+  if (timed_out.empty()) return;
+  if (diagnosis_ && diagnosis_->abort) return;  // the abort waits for the round
+  std::string message = "stall timeout: " + DescribeStalls(timed_out, 10);
+  AbortAfterDiagnosisLocked({Code::kAborted, std::move(message), -1, true}, "stall timeout",
+                            timed_out, false, now);
+  if (diagnosis_) diagnosis_->stalls = std::move(timed_out);  // a round on already: these
 }
 
 void CoordinatorServiceImpl::CheckDepartedLocked(TimePoint now) {
@@ -169,7 +177,11 @@ void CoordinatorServiceImpl::RankLostLocked(int rank, const std::string& why) {
   RankState& state = ranks_[rank];
   if (state.lost) return;
   state.lost = true;
-  AbortLocked(Code::kPeerFailure, DescribeRank(rank) + " is lost: " + why, rank);
+  const std::string message = DescribeRank(rank) + " is lost: " + why;
+  // The survivors' reports first (each answers within milliseconds unless its Python is
+  // wedged): once they have the abort, they exit, and the launcher stops rank 0 with them.
+  AbortAfterDiagnosisLocked({Code::kPeerFailure, message, rank, false}, message,
+                            StalledLocked(Clock::now(), {}), true, Clock::now());
   if (state.session) state.session->Cancel();  // nothing may stay blocked writing to it
 }
 

@@ -132,8 +132,36 @@ void CoordinatorServiceImpl::HandleMessage(int rank, const proto::WorkerMessage&
       return;
     case proto::WorkerMessage::kFailure: {
       MutexLock lock(&mu_);
-      AbortLocked(Code::kPeerFailure,
-                  DescribeRank(rank) + " failed: " + message.failure().message(), rank);
+      const std::string why = DescribeRank(rank) + " failed: " + message.failure().message();
+      AbortAfterDiagnosisLocked({Code::kPeerFailure, why, rank, false}, why,
+                                StalledLocked(Clock::now(), {}), true, Clock::now());
+      return;
+    }
+    case proto::WorkerMessage::kDiagnoseAsk: {
+      MutexLock lock(&mu_);
+      if (shutting_down_) return;
+      const TimePoint now = Clock::now();
+      // Operations waited for a second or more: younger ones are negotiations in progress.
+      StartDiagnosisLocked("asked by " + DescribeRank(rank) +
+                               (message.diagnose_ask().why().empty()
+                                    ? std::string()
+                                    : ": " + message.diagnose_ask().why().substr(0, 200)),
+                           StalledLocked(now, std::chrono::seconds(1)), true, now);
+      for (const auto& r : ranks_) {
+        if (r.session) touched->Add(r.session);
+      }
+      return;
+    }
+    case proto::WorkerMessage::kDiagnosis: {
+      DiagnosisReport report;
+      Status s = FromProto(message.diagnosis(), &report);
+      MutexLock lock(&mu_);
+      if (!s.ok()) {
+        HORA_LOG_WARN("coordinator: {} sent a malformed diagnosis report: {}", DescribeRank(rank),
+                      s.message());
+        return;
+      }
+      HandleDiagnosisLocked(rank, std::move(report));
       return;
     }
     default: {

@@ -7,6 +7,7 @@
 #include <thread>
 
 #include "common/mutex.h"
+#include "common/thread_name.h"
 
 namespace hora {
 namespace {
@@ -17,7 +18,10 @@ constexpr auto kSpin = std::chrono::microseconds(200);
 }  // namespace
 
 CompletionQueue::CompletionQueue() {
-  thread_ = std::thread([this] { Loop(); });
+  thread_ = std::thread([this] {
+    SetThreadName("hora-complete");
+    Loop();
+  });
 }
 
 CompletionQueue::~CompletionQueue() { Stop(); }

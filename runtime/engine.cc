@@ -8,12 +8,16 @@
 #include "common/fd_limit.h"
 #include "common/logging.h"
 #include "common/mutex.h"
+#include "common/thread_name.h"
 #include "runtime/engine_config.h"
 #include "runtime/sigpipe.h"
 
 namespace hora {
 
-Engine::Engine(const Options& options) : options_(options) {
+Engine::Engine(const Options& options)
+    : options_(options),
+      recorder_(static_cast<size_t>(options.flight_recorder_size)),
+      handles_(&recorder_) {
   tuning_.fusion_threshold_bytes = options.fusion_threshold_bytes;
   tuning_.cycle_time_us = static_cast<int64_t>(options.cycle_time_ms * 1000);
   tuning_.done = !options.autotune;
@@ -73,8 +77,18 @@ Status Engine::Init() {
     tuning_ = t;
   };
   callbacks.on_abort = [this](Status status) { SetError(std::move(status)); };
+  responder_ = std::make_unique<DiagnosisResponder>(
+      &recorder_, [this](const DiagnosisReport& r) { client_->SendDiagnosis(r); });
+  callbacks.on_diagnose = [this](DiagnosisRequest r) { responder_->Request(std::move(r)); };
   HORA_RETURN_IF_ERROR(client_->StartSession(std::move(callbacks)));
-  thread_ = std::thread([this] { BackgroundLoop(); });
+  if (options_.diagnose_s > 0) {
+    signal_ = std::make_unique<DiagnoseSignal>(
+        options_.diagnose_signal, [this](const std::string& why) { DiagnoseNow(why); });
+  }
+  thread_ = std::thread([this] {
+    SetThreadName("hora-control");
+    BackgroundLoop();
+  });
   if (!options_.timeline.empty()) {
     Status s = StartTimeline(options_.timeline);
     if (!s.ok()) return Status(s.code(), std::string(kEnvTimeline) + ": " + s.message());
@@ -124,6 +138,7 @@ StatusOr<std::string> Engine::StartCoordinator() {
 Engine::~Engine() { (void)Shutdown(); }  // a destructor reports nothing; Shutdown logs
 
 Status Engine::Shutdown() {
+  signal_.reset();
   {
     MutexLock lock(&mu_);
     stop_ = true;
@@ -150,6 +165,7 @@ Status Engine::Shutdown() {
   Status timeline = timeline_.Stop();
   if (!timeline.ok()) HORA_LOG_WARN("{}", timeline.message());
   if (client_) client_->Close();
+  if (responder_) responder_->Stop();  // its reports go through client_
   if (service_) {
     service_->Shutdown(
         "rank 0 shut down",
@@ -215,7 +231,9 @@ std::optional<Request> Engine::TakeRequest(int32_t id) {
   MutexLock lock(&announce_mu_);
   auto it = id_keys_.find(static_cast<uint32_t>(id));
   if (it == id_keys_.end()) return std::nullopt;
-  return queue_.Take(it->second);
+  std::optional<Request> r = queue_.Take(it->second);
+  if (r) recorder_.Started(r->handle, TimelineNowUs());
+  return r;
 }
 
 void Engine::Complete(int64_t handle, Status status, OpResult result) {

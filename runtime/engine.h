@@ -48,6 +48,9 @@
 #include "coordinator/service.h"
 #include "runtime/bootstrap/address_exchange.h"
 #include "runtime/completion_queue.h"
+#include "runtime/diagnose_signal.h"
+#include "runtime/diagnosis_responder.h"
+#include "runtime/flight_recorder.h"
 #include "runtime/handle_table.h"
 #include "runtime/options.h"
 #include "runtime/process_set.h"
@@ -141,6 +144,13 @@ class Engine : private ProcessSetRuntime::Host {
   // leaving the others waiting. `why` is returned (with this rank's number in it).
   Status Refuse(TensorSpec spec, const Status& why);
 
+  // The flight recorder (runtime/flight_recorder.h) and the diagnosis (docs/failure-model.md
+  // "Diagnosis"). DiagnoseNow asks the coordinator for a diagnosis of every rank (what
+  // HORA_DIAGNOSE_SIGNAL does); the report goes to rank 0's log and the diagnosis file.
+  const FlightRecorder& recorder() const { return recorder_; }
+  DiagnosisResponder& diagnosis() { return *responder_; }
+  void DiagnoseNow(const std::string& why) { client_->SendDiagnoseAsk(why); }
+
   // Stops the threads; pending operations fail with ABORTED. Idempotent.
   Status Shutdown();
 
@@ -219,8 +229,11 @@ class Engine : private ProcessSetRuntime::Host {
   std::unique_ptr<CoordinatorClient> client_;
   std::unique_ptr<CompletionQueue> completion_;
 
+  FlightRecorder recorder_;  // before handles_, which records every end in it
   HandleTable handles_;
   TensorQueue queue_;
+  std::unique_ptr<DiagnosisResponder> responder_;  // set by Init before the session starts
+  std::unique_ptr<DiagnoseSignal> signal_;
   Timeline timeline_;  // hooks check timeline_.on() (one load) before recording
 
   // Process sets: the runtimes are shared with the threads that deliver plans.

@@ -40,6 +40,14 @@ CoordinatorConfig CoordinatorConfigFrom(const Options& o) {
   cc.heartbeat_timeout = Ms(o.heartbeat_timeout_s);
   cc.stall_warning = Ms(o.stall_warning_s);
   cc.stall_timeout = Ms(o.stall_timeout_s);
+  cc.diagnose_deadline = Ms(o.diagnose_s);
+  if (o.diagnose_file == "none") {
+    cc.diagnose_file.clear();
+  } else {
+    cc.diagnose_file = o.diagnose_file.empty()
+                           ? "/tmp/hora-diagnosis-" + std::to_string(getpid()) + ".txt"
+                           : o.diagnose_file;
+  }
   cc.max_message_bytes = static_cast<int>(o.max_message_bytes);
   cc.tls = TlsFrom(o);
   return cc;

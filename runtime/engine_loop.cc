@@ -271,6 +271,7 @@ StatusOr<int64_t> Engine::EnqueueIn(const std::shared_ptr<ProcessSetRuntime>& ow
   r.output = output;
   r.stream = stream;
   r.handle = handles_.Create();
+  recorder_.Enqueued(r.handle, r.spec, TimelineNowUs());
   if (timeline_.on()) timeline_.Submitted(r.handle, r.spec, TimelineNowUs());
   int64_t handle = r.handle;
   SteadyPath* steady = set.steady();

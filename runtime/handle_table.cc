@@ -17,6 +17,7 @@ void HandleTable::Complete(int64_t handle, Status status) {
     auto it = entries_.find(handle);
     if (it == entries_.end() || it->second.done) return;
     it->second.done = true;
+    if (recorder_ != nullptr) recorder_->Ended(handle, status.ok(), FlightRecorder::NowUs());
     it->second.status = std::move(status);
   }
   cv_.NotifyAll();
@@ -28,6 +29,7 @@ void HandleTable::Complete(int64_t handle, Status status, OpResult result) {
     auto it = entries_.find(handle);
     if (it == entries_.end() || it->second.done) return;
     it->second.done = true;
+    if (recorder_ != nullptr) recorder_->Ended(handle, status.ok(), FlightRecorder::NowUs());
     it->second.status = std::move(status);
     it->second.result = std::move(result);
   }

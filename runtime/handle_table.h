@@ -18,6 +18,7 @@
 #include "common/mutex.h"
 #include "common/node_cache.h"
 #include "common/status.h"
+#include "runtime/flight_recorder.h"
 
 namespace hora {
 
@@ -36,7 +37,8 @@ struct OpResult {
 
 class HandleTable {
  public:
-  HandleTable() = default;
+  // recorder (may be null; not owned, outlives the table) gets every handle's end.
+  explicit HandleTable(FlightRecorder* recorder = nullptr) : recorder_(recorder) {}
   HandleTable(const HandleTable&) = delete;
   HandleTable& operator=(const HandleTable&) = delete;
 
@@ -66,6 +68,7 @@ class HandleTable {
   size_t size() const;
 
  private:
+  FlightRecorder* const recorder_;
   struct Entry {
     bool done = false;
     Status status;

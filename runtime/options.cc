@@ -147,6 +147,8 @@ Status ParseHierarchical(const EnvLookup& env, Options* o) {
   return Status::Ok();
 }
 
+Status ParseDiagnosis(const EnvLookup& env, Options* o);
+
 Status ParseAutotune(const EnvLookup& env, Options* o) {
   const char* which = nullptr;
   if (const char* v = FirstSet(env, {kEnvAutotune, kEnvHorovodAutotune}, &which); v != nullptr) {
@@ -247,9 +249,32 @@ Status ParseRest(const EnvLookup& env, Options* o) {
     o->timeline = v;
   }
   HORA_RETURN_IF_ERROR(ParseAutotune(env, o));
+  HORA_RETURN_IF_ERROR(ParseDiagnosis(env, o));
   if (o->tls_cert.empty() != o->tls_key.empty()) {
     return InvalidArgument(std::string(kEnvTlsCert) + " and " + kEnvTlsKey +
                            " must be set together");
+  }
+  return Status::Ok();
+}
+
+Status ParseDiagnosis(const EnvLookup& env, Options* o) {
+  if (const char* v = env(kEnvFlightRecorderSize); v != nullptr && *v != '\0') {
+    HORA_RETURN_IF_ERROR(ParseInt(kEnvFlightRecorderSize, v, 0, 1 << 20, &o->flight_recorder_size));
+  }
+  HORA_RETURN_IF_ERROR(ParseSeconds(env, kEnvDiagnoseSeconds, true, &o->diagnose_s));
+  if (const char* v = env(kEnvDiagnoseFile); v != nullptr) o->diagnose_file = v;
+  if (const char* v = env(kEnvDiagnoseSignal); v != nullptr && *v != '\0') {
+    const std::string s = v;
+    if (s == "0" || s == "off" || s == "none") {
+      o->diagnose_signal = 0;
+    } else if (s == "10" || s == "USR1" || s == "SIGUSR1") {
+      o->diagnose_signal = 10;
+    } else if (s == "12" || s == "USR2" || s == "SIGUSR2") {
+      o->diagnose_signal = 12;
+    } else {
+      return InvalidArgument(std::string(kEnvDiagnoseSignal) + "='" + s +
+                             "' is not SIGUSR1 (10), SIGUSR2 (12) or 0 (none)");
+    }
   }
   return Status::Ok();
 }
@@ -351,7 +376,8 @@ std::string Options::Describe() const {
     << " inline_threshold=" << inline_threshold_bytes << " start_timeout_s=" << start_timeout_s
     << " heartbeat=" << heartbeat_interval_s << "/" << heartbeat_timeout_s
     << "s collective_timeout_s=" << collective_timeout_s << " stall_warning_s=" << stall_warning_s
-    << " stall_timeout_s=" << stall_timeout_s << " cpu_operations=" << cpu_operations
+    << " stall_timeout_s=" << stall_timeout_s << " diagnose_s=" << diagnose_s
+    << " flight_recorder=" << flight_recorder_size << " cpu_operations=" << cpu_operations
     << " steady=" << steady << " steady_patience_ms=" << steady_patience_ms
     << " host_relay=" << host_relay << " deterministic=" << (deterministic ? "on" : "off")
     << " gpu_operations=" << gpu_operations << " tls=" << (tls_cert.empty() ? "off" : "on")

@@ -34,6 +34,10 @@ constexpr const char kEnvHeartbeatTimeout[] = "HORA_HEARTBEAT_TIMEOUT_SECONDS";
 constexpr const char kEnvCollectiveTimeout[] = "HORA_COLLECTIVE_TIMEOUT_SECONDS";
 constexpr const char kEnvStallWarning[] = "HORA_STALL_WARNING_SECONDS";
 constexpr const char kEnvStallTimeout[] = "HORA_STALL_TIMEOUT_SECONDS";
+constexpr const char kEnvDiagnoseSeconds[] = "HORA_DIAGNOSE_SECONDS";
+constexpr const char kEnvDiagnoseFile[] = "HORA_DIAGNOSE_FILE";
+constexpr const char kEnvDiagnoseSignal[] = "HORA_DIAGNOSE_SIGNAL";
+constexpr const char kEnvFlightRecorderSize[] = "HORA_FLIGHT_RECORDER_SIZE";
 constexpr const char kEnvLogLevel[] = "HORA_LOG_LEVEL";
 constexpr const char kEnvCpuOperations[] = "HORA_CPU_OPERATIONS";
 constexpr const char kEnvSteady[] = "HORA_STEADY";
@@ -108,6 +112,19 @@ struct Options {
   double stall_timeout_s =
       kDefaultStallTimeout.count() / 1000.0;  // HORA_STALL_TIMEOUT_SECONDS; 0 = off
   std::string log_level = "warning";          // HORA_LOG_LEVEL
+  // The flight recorder and the diagnosis (docs/failure-model.md "Diagnosis").
+  // HORA_FLIGHT_RECORDER_SIZE: operations each rank remembers; 0 = off.
+  int64_t flight_recorder_size = kDefaultFlightRecorderSize;
+  // HORA_DIAGNOSE_SECONDS: how long a diagnosis waits for the ranks (each waits half of it for
+  // its Python stacks); 0 = no diagnosis.
+  double diagnose_s = kDefaultDiagnoseDeadline.count() / 1000.0;
+  // HORA_DIAGNOSE_FILE: where rank 0 appends every diagnosis; "" = /tmp/hora-diagnosis-PID.txt
+  // (PID: rank 0's); "none" = the log only. horarun sets it per job.
+  std::string diagnose_file;
+  // HORA_DIAGNOSE_SIGNAL: the signal that makes a rank ask for a diagnosis: 10 (SIGUSR1, the
+  // default), 12 (SIGUSR2) or 0 (none). Installed only where the signal's disposition is
+  // the default one, so a handler of the program's own is never replaced.
+  int diagnose_signal = 10;
   // HORA_STEADY: the steady path (docs/design.md "Steady state"): "auto" (on for every set
   // whose communicator offers a shared board: shm), "on" (the same, and a set without one is
   // an error), "off" (every operation asks the coordinator).

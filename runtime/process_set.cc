@@ -4,6 +4,7 @@
 
 #include "common/logging.h"
 #include "common/mutex.h"
+#include "common/thread_name.h"
 
 namespace hora {
 
@@ -51,7 +52,10 @@ void ProcessSetRuntime::Start(std::unique_ptr<Communicator> cpu, SteadyPath::Par
     steady_ = std::make_unique<SteadyPath>(id_, ranks_, std::move(steady), std::move(h),
                                            steady_options, timeline_);
   }
-  thread_ = std::thread([this] { Loop(); });
+  thread_ = std::thread([this] {
+    SetThreadName(("hora-set-" + std::to_string(id_)).c_str());
+    Loop();
+  });
 }
 
 void ProcessSetRuntime::Push(std::vector<BucketPlan> buckets) {

@@ -6,6 +6,7 @@
 #include <cstdio>
 
 #include "common/logging.h"
+#include "common/thread_name.h"
 
 namespace hora {
 namespace {
@@ -41,7 +42,10 @@ SteadyPath::SteadyPath(int32_t process_set, std::vector<int> ranks, Parts parts,
   if (comm_) executor_ = std::make_unique<BucketExecutor>(comm_.get());
   eager_peer_.resize(board_->MaxEagerBytes());
   drive.Unlock();
-  thread_ = std::thread([this] { Loop(); });
+  thread_ = std::thread([this] {
+    SetThreadName("hora-steady");
+    Loop();
+  });
 }
 
 SteadyPath::~SteadyPath() { Stop(); }

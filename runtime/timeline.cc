@@ -5,6 +5,7 @@
 
 #include "common/logging.h"
 #include "common/mutex.h"
+#include "common/thread_name.h"
 
 namespace hora {
 namespace {
@@ -119,7 +120,10 @@ Status Timeline::Start(const std::string& path, int rank, const std::string& lab
     pending_ = Pending();
     pending_records_ = 0;
   }
-  writer_ = std::thread([this] { WriterLoop(); });
+  writer_ = std::thread([this] {
+    SetThreadName("hora-timeline");
+    WriterLoop();
+  });
   on_.store(true, std::memory_order_relaxed);
   return Status::Ok();
 }

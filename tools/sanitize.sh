@@ -26,8 +26,10 @@ TARGETS=(
   //tests/coordinator:session_fault_test
   //tests/coordinator:tls_test
   //tests/coordinator:fuzz_test
+  //tests/coordinator:diagnosis_test
   //tests/runtime:options_test
   //tests/runtime:handle_table_test
+  //tests/runtime:flight_recorder_test
   //tests/runtime:engine_test
   //tests/runtime:engine_sets_test
   //tests/runtime:timeline_test

@@ -284,6 +284,26 @@ HORA_API hora_status_t hora_start_timeline(const char* file_path);
 /* Writes what was recorded and closes the file. HORA_OK when no timeline is on. */
 HORA_API hora_status_t hora_stop_timeline(void);
 
+/* ---- Diagnosis (docs/failure-model.md "Diagnosis") ---- */
+
+/* Asks rank 0's coordinator for a diagnosis of every rank now: what each is waiting for, its
+ * last completed operation, its Python stacks. The report goes to rank 0's log (one message)
+ * and is appended to the job's diagnosis file (HORA_DIAGNOSE_FILE). Returns at once; not
+ * collective. HORA_ERR_FAILED_PRECONDITION when the diagnosis is off (HORA_DIAGNOSE_SECONDS=0). */
+HORA_API hora_status_t hora_diagnose(void);
+/* For a language runtime's hook (Python's hora package uses them): a thread that can read
+ * the stacks of the process's threads waits in hora_diagnosis_wait, which returns HORA_OK
+ * with *request > 0 when a diagnosis wants them, HORA_ERR_DEADLINE_EXCEEDED after
+ * timeout_seconds (at most 3600) without one, HORA_ERR_FAILED_PRECONDITION once Hora is shut
+ * down (the thread should end). The first call registers the hook: from then on a diagnosis
+ * waits up to half of HORA_DIAGNOSE_SECONDS for the answer, and says the rank is wedged
+ * outside the language when none comes. hora_diagnosis_answer gives it: `where`, the main
+ * thread's innermost frames ("f (a.py:3) <- g (a.py:9)"), and `stacks`, every thread's stack
+ * (UTF-8 text, copied; NULL means ""). A late answer is dropped. */
+HORA_API hora_status_t hora_diagnosis_wait(double timeout_seconds, int64_t* request);
+HORA_API hora_status_t hora_diagnosis_answer(int64_t request, const char* where,
+                                             const char* stacks);
+
 /* ---- Autotuning ---- */
 
 /* The fusion threshold (bytes) and cycle time (ms) rank 0's coordinator plans with, as it last

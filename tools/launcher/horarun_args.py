@@ -13,7 +13,8 @@ CPU_BACKEND_VAR = "HORA_CPU_OPERATIONS"  # runtime/options.h kEnvCpuOperations
 START_TIMEOUT_VAR = "HORA_START_TIMEOUT_SECONDS"
 LOG_LEVELS = ("trace", "debug", "info", "warning", "warn", "error", "fatal", "critical", "off")
 
-USAGE = "horarun -np N [-H host:slots,... | --hostfile FILE] [options] command [args...]"
+USAGE = ("horarun -np N [-H host:slots,... | --hostfile FILE] [options] command [args...]\n"
+         "       horarun --diagnose [PID]")
 
 DESCRIPTION = """\
 Launch a Hora job: start N ranks of COMMAND (on this host directly, on other hosts over
@@ -172,6 +173,11 @@ def build_parser(version):
                         "exit with the first failed rank's code")
     p.add_argument("--verbose", action="store_true",
                    help="print the launch plan and each rank's pid to stderr")
+    p.add_argument("--diagnose", nargs="?", const="auto", metavar="PID",
+                   help="diagnose a running job: ask the horarun with process id PID (the only "
+                        "one running, if left out) for a report of every rank (what it waits "
+                        "for, its last operation, its Python stacks), print it and exit; the "
+                        "job goes on (docs/failure-model.md, Diagnosis)")
     p.add_argument("--version", action="version", version="horarun (Hora) " + version)
     horovod_flags.add_flags(p)
     p.add_argument("command", nargs=argparse.REMAINDER, metavar="command [args...]",
@@ -202,6 +208,13 @@ def parse_args(argv, version):
     `version`: what --version prints."""
     args = build_parser(version).parse_args(argv)
     if args.check_build:
+        return args
+    if args.diagnose is not None:
+        if args.command or args.np is not None:
+            raise UsageError("--diagnose takes a running job's horarun PID, not -np or a command")
+        if args.diagnose != "auto" and not args.diagnose.isdigit():
+            raise UsageError("--diagnose %r: expected the process id of a running horarun"
+                             % args.diagnose)
         return args
     if args.np is None:
         raise UsageError("the number of ranks is required: -np N")

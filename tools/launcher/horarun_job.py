@@ -148,10 +148,24 @@ class Job:
     def _on_signal(self, signum, frame):
         self.signals.append(signum)
 
+    def _on_diagnose(self, signum, frame):
+        """horarun --diagnose: SIGUSR1 goes on to rank 0 (else the first rank on this host),
+        whose Hora asks the coordinator for a diagnosis (horarun_diagnose.py)."""
+        ranks = sorted((p for p in self.parts if getattr(p, "rank", None) is not None),
+                       key=lambda p: p.rank)
+        for p in ranks:
+            if not p.poll():
+                try:
+                    os.kill(p.proc.pid, signal.SIGUSR1)
+                except OSError:
+                    continue
+                return
+
     def _install_handlers(self):
         self._old = {}
         for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
             self._old[sig] = signal.signal(sig, self._on_signal)
+        self._old[signal.SIGUSR1] = signal.signal(signal.SIGUSR1, self._on_diagnose)
 
     def _restore_handlers(self):
         for sig, old in self._old.items():

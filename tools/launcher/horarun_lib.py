@@ -15,10 +15,12 @@ import socket
 import sys
 
 import horarun_agent as agent
+import horarun_diagnose
 import horarun_hosts as hosts_mod
 import horarun_job
 from horarun_args import (CPU_BACKEND_VAR, START_TIMEOUT_VAR, USAGE, UsageError,
                           parse_args, parse_env_pairs)
+from horarun_diagnose import DIAGNOSE_FILE_VAR
 from horarun_launchers import LocalLauncher, RankSpec
 from horarun_mpi import MpiLauncher
 from horarun_ssh import SshError, SshLauncher, SshOptions, probe_hosts
@@ -169,6 +171,9 @@ def make_plan(args, environ, cwd):
 
     common = parse_env_pairs(args.env, environ)
     common.update(option_env(args))
+    if DIAGNOSE_FILE_VAR not in common and DIAGNOSE_FILE_VAR not in environ:
+        # One diagnosis file per job, where `horarun --diagnose PID` looks for it.
+        common[DIAGNOSE_FILE_VAR] = horarun_diagnose.default_file(os.getpid())
     local_base = dict(environ)
     local_base.update(common)
     remote_base = {k: v for k, v in environ.items() if not NOT_FORWARDED.match(k)}
@@ -265,6 +270,8 @@ def main(argv=None):
     argv = sys.argv[1:] if argv is None else argv
     try:
         args = parse_args(argv, __version__)
+        if args.diagnose is not None:
+            return horarun_diagnose.main(args.diagnose)
         if args.check_build:
             import horarun_check
             return horarun_check.main()

@@ -8,7 +8,7 @@ from .errors import (HoraError, HoraPeerFailureError, HoraMismatchError, HoraTim
                      HoraPreconditionError)
 from .core import (init, shutdown, is_initialized, rank, size, local_rank, local_size,
                    cross_rank, cross_size, version, built, built_backends, nccl_version, cuda_info,
-                   async_error, autotune_state, steady_stats, control_stats)
+                   async_error, autotune_state, steady_stats, control_stats, diagnose)
 from .numpy_ops import (Sum, Average, Min, Max, Product, AsyncResult, allreduce,
                         allreduce_async, broadcast, broadcast_async, allgather,
                         allgather_async, reducescatter, reducescatter_async, alltoall,
@@ -18,7 +18,7 @@ __all__ = [
     "HoraError", "HoraPeerFailureError", "HoraMismatchError", "HoraTimeoutError",
     "HoraPreconditionError", "init", "shutdown", "is_initialized", "rank", "size",
     "local_rank", "local_size", "cross_rank", "cross_size", "version", "built", "built_backends", "nccl_version", "cuda_info", "async_error", "autotune_state",
-    "steady_stats", "control_stats",
+    "steady_stats", "control_stats", "diagnose",
     "Sum", "Average", "Min", "Max", "Product", "AsyncResult", "allreduce", "allreduce_async",
     "broadcast", "broadcast_async", "allgather", "allgather_async", "reducescatter",
     "reducescatter_async", "alltoall", "alltoall_async", "barrier", "join",

@@ -7,6 +7,7 @@ import itertools
 import os
 import threading
 
+from . import _diagnose
 from . import _lib
 from . import errors
 
@@ -54,12 +55,20 @@ def init(rank=None, size=None, coordinator_address=None, token=None, determinist
     cfg.token = token.encode() if token else None
     cfg.deterministic = 0 if deterministic is None else (1 if deterministic else -1)
     _lib.check(lib.hora_init(ctypes.byref(cfg)), "hora_init")
+    _diagnose.start()
     reset_names()
     with _held_lock:  # handles of an earlier init are gone with it
         _held.clear()
     if not _atexit_registered:
         atexit.register(_shutdown_at_exit)
         _atexit_registered = True
+
+
+def diagnose():
+    """Asks for a diagnosis of every rank now (not collective): what each waits for, its last
+    operation, its Python stacks. Rank 0 logs it as one message and appends it to the job's
+    diagnosis file (HORA_DIAGNOSE_FILE); docs/failure-model.md "Diagnosis"."""
+    _lib.check(_lib.lib().hora_diagnose(), "hora_diagnose")
 
 
 def _shutdown_at_exit():
