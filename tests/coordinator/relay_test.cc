@@ -67,10 +67,10 @@ struct RelayJob {
     }
   }
 
-  // The first abort `rank` heard, waited for up to 10 s.
+  // The first abort `rank` heard, waited for up to 20 s.
   std::string AbortOf(int rank) {
     Recorder& rec = *recorders[rank];
-    REQUIRE(rec.WaitFor(milliseconds(10000), [&] { return !rec.aborts.empty(); }));
+    REQUIRE(rec.WaitFor(milliseconds(20000), [&] { return !rec.aborts.empty(); }));
     return rec.aborts[0].message();
   }
 
@@ -138,7 +138,9 @@ TEST_CASE("host relay: a rank that dies behind the relay is named on every rank"
     INFO("rank " << r << ": " << message);
     CHECK(Contains(message, "rank 3"));
     CHECK(Contains(message, "host relay (rank 1)"));
-    CHECK(job.recorders[r]->abort_time - crashed < std::chrono::seconds(5));
+    // A hang guard, not a measurement: detection is immediate, then the diagnosis round
+    // (HORA_DIAGNOSE_SECONDS, 3 s by default) runs before the abort.
+    CHECK(job.recorders[r]->abort_time - crashed < std::chrono::seconds(15));
   }
   job.Stop({2, 1, 0});
 }
