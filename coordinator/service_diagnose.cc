@@ -40,6 +40,7 @@ void CoordinatorServiceImpl::StartDiagnosisLocked(const std::string& reason,
   round.stalls = std::move(stalls);
   round.every_rank = every_rank;
   round.reports.resize(config_.size);
+  round.awaited.assign(config_.size, false);
   DiagnosisRequest request{round.id, reason, config_.diagnose_deadline};
   for (int i = 0; i < config_.size; ++i) {
     const RankState& r = ranks_[i];
@@ -48,6 +49,7 @@ void CoordinatorServiceImpl::StartDiagnosisLocked(const std::string& reason,
     ToProto(request, m.mutable_diagnose());
     r.session->Push(std::move(m));
     ScheduleFlushLocked(r.session);
+    round.awaited[i] = true;
     ++round.waiting;
   }
   diagnosis_ = std::move(round);
@@ -78,6 +80,12 @@ void CoordinatorServiceImpl::AbortAfterDiagnosisLocked(DiagnosisRound::PendingAb
 void CoordinatorServiceImpl::HandleDiagnosisLocked(int rank, DiagnosisReport report) {
   if (!diagnosis_ || report.id != diagnosis_->id || diagnosis_->reports[rank]) return;
   diagnosis_->reports[rank] = std::move(report);
+  StopAwaitingDiagnosisLocked(rank);
+}
+
+void CoordinatorServiceImpl::StopAwaitingDiagnosisLocked(int rank) {
+  if (!diagnosis_ || !diagnosis_->awaited[rank]) return;
+  diagnosis_->awaited[rank] = false;
   if (--diagnosis_->waiting == 0) FinishDiagnosisLocked();
 }
 

@@ -206,7 +206,8 @@ class CoordinatorServiceImpl final : public CoordinatorService,
     std::vector<StallReport> stalls;
     bool every_rank = false;  // on demand: a line per rank even when something stalled
     std::vector<std::optional<DiagnosisReport>> reports;  // per rank
-    int waiting = 0;                                      // ranks asked that did not answer
+    std::vector<bool> awaited;  // per rank: asked, did not answer, not lost since
+    int waiting = 0;            // how many are awaited
     struct PendingAbort {
       Code code = Code::kAborted;
       std::string message;
@@ -219,6 +220,8 @@ class CoordinatorServiceImpl final : public CoordinatorService,
   void StartDiagnosisLocked(const std::string& reason, std::vector<StallReport> stalls,
                             bool every_rank, TimePoint now) REQUIRES(mu_);
   void HandleDiagnosisLocked(int rank, DiagnosisReport report) REQUIRES(mu_);
+  // A rank lost during a round will not answer: the round stops waiting for it.
+  void StopAwaitingDiagnosisLocked(int rank) REQUIRES(mu_);
   // Aborts the job once a round (started here, or the one on) has the ranks' reports, at
   // most HORA_DIAGNOSE_SECONDS later; at once when the diagnosis is off. The first abort
   // asked for wins, as with AbortLocked.

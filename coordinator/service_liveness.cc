@@ -159,6 +159,9 @@ void CoordinatorServiceImpl::CheckStallsLocked(TimePoint now) {
 
 void CoordinatorServiceImpl::CheckDepartedLocked(TimePoint now) {
   if (departed_count_ == 0 || aborted_ || shutting_down_) return;
+  // An abort already waits for its diagnosis round: a rank that failed and then shut down
+  // must not replace the failure it reported with "it has shut down".
+  if (diagnosis_ && diagnosis_->abort) return;
   for (const StallReport& r : StalledLocked(now, std::chrono::milliseconds(0))) {
     for (int missing : r.missing_ranks) {
       if (!ranks_[missing].departed) continue;
@@ -177,6 +180,7 @@ void CoordinatorServiceImpl::RankLostLocked(int rank, const std::string& why) {
   RankState& state = ranks_[rank];
   if (state.lost) return;
   state.lost = true;
+  StopAwaitingDiagnosisLocked(rank);  // e.g. the ranks behind a lost host relay
   const std::string message = DescribeRank(rank) + " is lost: " + why;
   // The survivors' reports first (each answers within milliseconds unless its Python is
   // wedged): once they have the abort, they exit, and the launcher stops rank 0 with them.

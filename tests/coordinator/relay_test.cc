@@ -2,7 +2,9 @@
 // relay on 127.0.0.1, ranks as threads. Rank 0 is alone on host "a"; ranks 1-3 share host "b",
 // where rank 1 relays.
 #include <catch2/catch.hpp>
+#include <mutex>
 #include <set>
+#include <thread>
 
 #include "tests/coordinator/coordinator_test_util.h"
 
@@ -40,6 +42,13 @@ struct RelayJob {
   std::unique_ptr<CoordinatorService> service;
   std::vector<std::unique_ptr<CoordinatorClient>> clients;
   std::vector<std::unique_ptr<Recorder>> recorders;
+  // Whether the ranks answer diagnosis requests, as the runtime's responder does (each
+  // answer from its own thread: the request may come while the service holds its lock).
+  bool answer_diagnoses = false;
+  std::mutex answers_mu;
+  std::vector<std::thread> answers;
+
+  ~RelayJob() { JoinAnswers(); }
 
   // `beside` runs while the clients connect (a raw rank's Join); the heartbeat timeout is
   // also the relay's drain when its rank closes.
@@ -63,7 +72,18 @@ struct RelayJob {
       REQUIRE(clients[r]);
       CHECK(clients[r]->relay_rank() == (r == 0 ? -1 : 1));
       recorders.push_back(std::make_unique<Recorder>());
-      REQUIRE(clients[r]->StartSession(recorders[r]->Callbacks()).ok());
+      SessionCallbacks callbacks = recorders[r]->Callbacks();
+      if (answer_diagnoses) {
+        callbacks.on_diagnose = [this, r](DiagnosisRequest request) {
+          std::lock_guard<std::mutex> l(answers_mu);
+          answers.emplace_back([this, r, id = request.id] {
+            DiagnosisReport report;
+            report.id = id;
+            clients[r]->SendDiagnosis(report);
+          });
+        };
+      }
+      REQUIRE(clients[r]->StartSession(std::move(callbacks)).ok());
     }
   }
 
@@ -76,8 +96,18 @@ struct RelayJob {
 
   // Closes the given ranks' clients in that order, then the service.
   void Stop(std::initializer_list<int> order) {
+    JoinAnswers();
     for (int r : order) clients[r]->Close();
     service->Shutdown("test over", milliseconds(1000));
+  }
+
+  void JoinAnswers() {
+    std::vector<std::thread> done;
+    {
+      std::lock_guard<std::mutex> l(answers_mu);
+      done.swap(answers);
+    }
+    for (std::thread& t : done) t.join();
   }
 };
 
@@ -159,6 +189,23 @@ TEST_CASE("host relay: when the relay stops, the ranks behind it and the coordin
       CHECK((Contains(message, "host relay of rank 1") || Contains(message, "host relay, rank 1") ||
              Contains(message, "host relay (rank 1) shut down")));
     }
+  }
+  job.Stop({3, 2, 0});
+}
+
+// The ranks behind a relay that died are lost with it: the diagnosis round before the abort
+// must not wait for their answers until its deadline (a launcher stops the survivors first).
+TEST_CASE("host relay: a relay's death aborts the job without waiting for its ranks' answers") {
+  RelayJob job;
+  job.config.diagnose_deadline = milliseconds(60000);
+  job.answer_diagnoses = true;
+  job.Start(4, milliseconds(1000));
+  job.clients[1]->Close();
+  for (int r : {0, 2, 3}) {
+    Recorder& rec = *job.recorders[r];
+    INFO("rank " << r);
+    // Well under the 60 s deadline: only the survivors' answers (milliseconds) are awaited.
+    CHECK(rec.WaitFor(milliseconds(20000), [&] { return !rec.aborts.empty(); }));
   }
   job.Stop({3, 2, 0});
 }
