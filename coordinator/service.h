@@ -15,6 +15,7 @@
 #define HORA_COORDINATOR_SERVICE_H_
 
 #include <chrono>
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -55,6 +56,9 @@ struct CoordinatorConfig {
   // to ("" = the log only).
   std::chrono::milliseconds diagnose_deadline = kDefaultDiagnoseDeadline;
   std::string diagnose_file;
+  // Called with each round's one-message summary and whole report (rank 0's timeline records
+  // them), under the service's lock: it must not block or call the service.
+  std::function<void(const std::string& summary, const std::string& report)> on_diagnosis;
 };
 
 class CoordinatorService {

@@ -119,6 +119,7 @@ void CoordinatorServiceImpl::FinishDiagnosisLocked() {
     }
   }
   HORA_LOG_WARN("coordinator: {}{}", text.summary, where);
+  if (config_.on_diagnosis) config_.on_diagnosis(text.summary, text.full);
   if (round.abort) {
     std::string message = round.abort->message;
     if (round.abort->with_summary) {

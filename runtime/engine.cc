@@ -119,6 +119,9 @@ StatusOr<std::string> Engine::StartCoordinator() {
     if (!listen.ok()) return listen.status();
     CoordinatorConfig cc = CoordinatorConfigFrom(options_);
     cc.listen_address = listen.value();
+    cc.on_diagnosis = [this](const std::string& summary, const std::string& report) {
+      if (timeline_.on()) timeline_.Diagnosis(TimelineNowUs(), summary, report);
+    };
     auto service = CoordinatorService::Start(cc);
     if (!service.ok()) return service.status();
     service_ = std::move(service).value();

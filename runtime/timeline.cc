@@ -12,6 +12,7 @@ namespace {
 
 constexpr int kStepsTrack = 0;
 constexpr int kFirstSetTrack = 1;           // + process set id: the set's buckets
+constexpr int kDiagnosisTrack = 999999;     // below the sets' tracks, above the tensors'
 constexpr int kFirstTensorTrack = 1000000;  // tensors, in order of first sight
 // The writer wakes for a batch of this many records, or this long after the first record
 // of a batch, whichever comes first: a record costs its producer no wake-up of another thread.
@@ -103,6 +104,7 @@ Status Timeline::Start(const std::string& path, int rank, const std::string& lab
   planned_.clear();
   tracks_.clear();
   set_tracks_.clear();
+  diagnosis_track_ = false;
   step_anchor_.clear();
   step_start_us_ = -1;
   steps_ = 0;
@@ -174,6 +176,13 @@ void Timeline::BucketDone(TimelineBucket bucket) {
   if (++pending_records_ == 1 || pending_records_ == kBatchRecords) cv_.NotifyOne();
 }
 
+void Timeline::Diagnosis(int64_t at_us, std::string summary, std::string report) {
+  MutexLock lock(&mu_);
+  if (!open_) return;
+  pending_.diagnoses.push_back({at_us, std::move(summary), std::move(report)});
+  if (++pending_records_ == 1 || pending_records_ == kBatchRecords) cv_.NotifyOne();
+}
+
 void Timeline::WriterLoop() {
   for (;;) {
     Pending batch;
@@ -209,6 +218,15 @@ void Timeline::Write(Pending* batch) {
   }
   for (const auto& [key, at] : batch->planned) planned_[key] = at;
   for (const TimelineBucket& b : batch->buckets) WriteBucket(b);
+  for (const DiagnosisNote& d : batch->diagnoses) {
+    if (!diagnosis_track_) {
+      diagnosis_track_ = true;
+      Metadata("thread_name", kDiagnosisTrack, Kv("name", "diagnosis"));
+      Metadata("thread_sort_index", kDiagnosisTrack, Kv("sort_index", kDiagnosisTrack));
+    }
+    Instant("diagnosis", kDiagnosisTrack, d.at_us, "g",
+            Kv("summary", d.summary) + "," + Kv("report", d.report));
+  }
 }
 
 void Timeline::WriteStep(const Submission& s) {
@@ -311,12 +329,15 @@ void Timeline::Event(const char* name, int tid, int64_t begin_us, int64_t end_us
   out_ += "}";
 }
 
-void Timeline::Instant(const char* name, int tid, int64_t at_us) {
+void Timeline::Instant(const char* name, int tid, int64_t at_us, const char* scope,
+                       const std::string& args) {
   out_ += first_event_ ? "" : ",\n";
   first_event_ = false;
-  out_ += "{\"name\":\"" + std::string(name) +
-          "\",\"ph\":\"i\",\"s\":\"t\",\"pid\":" + std::to_string(rank_) +
-          ",\"tid\":" + std::to_string(tid) + ",\"ts\":" + std::to_string(Ts(at_us)) + "}";
+  out_ += "{\"name\":\"" + std::string(name) + "\",\"ph\":\"i\",\"s\":\"" + scope +
+          "\",\"pid\":" + std::to_string(rank_) + ",\"tid\":" + std::to_string(tid) +
+          ",\"ts\":" + std::to_string(Ts(at_us));
+  if (!args.empty()) out_ += ",\"args\":{" + args + "}";
+  out_ += "}";
 }
 
 void Timeline::Metadata(const char* what, int tid, const std::string& args) {

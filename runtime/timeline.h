@@ -13,6 +13,9 @@
 //               coordinator reduced it); args: backend, bucket bytes, process set, bucket seq.
 //   unpack      copying out of the fusion buffer (postscale included).
 //   done        (an instant) the handles complete: the framework's wait returns.
+// A track "diagnosis" (rank 0's file) holds an instant, global in scope, for each diagnosis
+// round (coordinator/service_diagnose.cc): args "summary" (the message rank 0 logged) and
+// "report" (the whole text, as written to HORA_DIAGNOSE_FILE).
 // Per process set a track "set N buckets" holds one span per bucket (its tensors, bytes,
 // backend) with pack / collective / unpack nested. A track "steps" marks the job's steps: a
 // step starts each time the first tensor name this timeline saw (in the global set) is
@@ -111,6 +114,8 @@ class Timeline {
   // This rank received the plan of bucket (set, seq).
   void Planned(int32_t process_set, uint64_t seq, int64_t at_us);
   void BucketDone(TimelineBucket bucket);
+  // A diagnosis round ended (rank 0): its one-message summary and its whole report.
+  void Diagnosis(int64_t at_us, std::string summary, std::string report);
 
  private:
   struct Submission {
@@ -120,11 +125,16 @@ class Timeline {
     CollectiveType collective;
     std::string name;
   };
+  struct DiagnosisNote {
+    int64_t at_us;
+    std::string summary;
+    std::string report;
+  };
   struct Pending {
     std::vector<Submission> submissions;
     std::vector<std::pair<std::pair<int32_t, uint64_t>, int64_t>> planned;
     std::vector<TimelineBucket> buckets;
-    bool empty() const { return submissions.empty() && planned.empty() && buckets.empty(); }
+    std::vector<DiagnosisNote> diagnoses;
   };
   // The writer thread's own state: tracks and the joins between records.
   struct Tensor {
@@ -138,7 +148,9 @@ class Timeline {
   void WriteStep(const Submission& s);
   int TrackOf(int32_t process_set, const std::string& name);
   void Event(const char* name, int tid, int64_t begin_us, int64_t end_us, const std::string& args);
-  void Instant(const char* name, int tid, int64_t at_us);
+  // scope: "t" (the track), "g" (the whole trace); args: "" or key-value pairs.
+  void Instant(const char* name, int tid, int64_t at_us, const char* scope = "t",
+               const std::string& args = "");
   void Metadata(const char* what, int tid, const std::string& args);
   int64_t Ts(int64_t us) const { return us + offset_us_; }
 
@@ -163,6 +175,7 @@ class Timeline {
   std::map<std::pair<int32_t, uint64_t>, int64_t> planned_;  // (set, seq) -> received
   std::map<std::pair<int32_t, std::string>, int> tracks_;    // (set, name) -> tid
   std::map<int32_t, bool> set_tracks_;                       // sets whose bucket track is named
+  bool diagnosis_track_ = false;                             // the diagnosis track is named
   std::string step_anchor_;  // the first name seen in the global set
   int64_t step_start_us_ = -1;
   int64_t steps_ = 0;

@@ -16,12 +16,12 @@ WORKER = os.path.join(harness.WORKERS, "diagnose_worker.py")
 TENSOR = "allreduce 'allreduce.grad.7'"  # the numpy API's name for name="grad.7"
 
 
-def _stalled_job(mode, tmp_path):
+def _stalled_job(mode, tmp_path, extra_env=None):
     report = str(tmp_path / "diagnosis.txt")
     start = time.monotonic()
     job = harness.run_job(3, "diagnose_worker.py", args=[mode], timeout=45,
-                          extra_env={"HORA_STALL_TIMEOUT_SECONDS": "10",
-                                     "HORA_DIAGNOSE_FILE": report})
+                          extra_env=dict({"HORA_STALL_TIMEOUT_SECONDS": "10",
+                                          "HORA_DIAGNOSE_FILE": report}, **(extra_env or {})))
     elapsed = time.monotonic() - start
     assert not job.timed_out, "the job still ran after 45 s:\n" + job.tail()
     assert elapsed < 45, elapsed
@@ -46,11 +46,21 @@ def _stalled_job(mode, tmp_path):
 
 
 def test_a_rank_asleep_in_python_is_named_with_its_function(tmp_path):
-    line, whole, elapsed = _stalled_job("python", tmp_path)
+    timeline = str(tmp_path / "t.json")
+    line, whole, elapsed = _stalled_job("python", tmp_path, {"HORA_TIMELINE": timeline})
     assert re.search(r"it is in stuck_in_data_loader \(diagnose_worker\.py:\d+\) <- main "
                      r"\(diagnose_worker\.py:\d+\)", line), line
     assert 'in stuck_in_data_loader\n    time.sleep(120)' in whole, whole
     assert "allreduce 'allreduce.grad.7' 4 B, pending for" in whole, whole
+    # The same diagnosis in rank 0's timeline, as hora-timeline shows it.
+    shown = subprocess.run([harness.PYTHON, os.path.join(harness.REPO, "tools", "timeline",
+                                                         "hora-timeline"),
+                            "report", timeline, "--no-png"], stdout=subprocess.PIPE,
+                           stderr=subprocess.STDOUT, universal_newlines=True, timeout=60)
+    assert shown.returncode == 0, shown.stdout
+    section = shown.stdout[shown.stdout.find("Diagnoses"):]
+    assert section.startswith("Diagnoses") and "it is in stuck_in_data_loader" in section, \
+        shown.stdout
     print("\nDIAGNOSE python: job ended after %.1f s; %s" % (elapsed, line))
 
 

@@ -234,6 +234,32 @@ TEST_CASE("timeline: steps start when the first name comes again") {
   std::remove(path.c_str());
 }
 
+TEST_CASE("timeline: a diagnosis is a global instant on its own track, with both texts") {
+  const std::string path = TempBase("diagnosis");
+  Timeline t;
+  REQUIRE(t.Start(path, 0, "rank 0", 25).ok());
+  t.Diagnosis(5000, "diagnosis (stall timeout):\n  rank 1 \"x\" never submitted", "whole\treport");
+  REQUIRE(t.Stop().ok());
+  int found = 0;
+  bool named = false;
+  for (const Ev& e : ReadEvents(path)) {
+    if (e.name == "thread_name" && e.tid == 999999) {
+      named = e.line.find("\"name\":\"diagnosis\"") != std::string::npos;
+    }
+    if (e.name != "diagnosis") continue;
+    ++found;
+    CHECK(e.ph == "i");
+    CHECK(e.ts == 5025);  // on the coordinator's clock
+    CHECK(e.line.find("\"s\":\"g\"") != std::string::npos);
+    CHECK(e.line.find("\"summary\":\"diagnosis (stall timeout):\\n  rank 1 \\\"x\\\" never "
+                      "submitted\"") != std::string::npos);
+    CHECK(e.line.find("\"report\":\"whole\\treport\"") != std::string::npos);
+  }
+  CHECK(found == 1);
+  CHECK(named);
+  std::remove(path.c_str());
+}
+
 TEST_CASE("planner: the entry names the last rank to submit and every rank's arrival") {
   PlannerConfig config;
   config.size = 3;

@@ -119,7 +119,13 @@ def analyze(events, top=10):
     tensor_time = {}  # name -> [per rank and round: total us]
     steps = {}        # rank -> {step: (ts, dur)}
     phases = {}       # (pid, tid) -> [(ts, end, phase)] of tensor tracks
+    diagnoses = []    # rank 0's diagnosis rounds (runtime/timeline.h)
     for e in events:
+        if e.get("ph") == "i" and e.get("name") == "diagnosis":
+            args = e.get("args", {})
+            diagnoses.append({"ts": e.get("ts", 0), "summary": args.get("summary", ""),
+                              "report": args.get("report", "")})
+            continue
         if e.get("ph") != "X":
             continue
         pid, tid, args = e["pid"], e["tid"], e.get("args", {})
@@ -213,7 +219,9 @@ def analyze(events, top=10):
     return {"ranks": ranks, "per_rank": per_rank, "counted_tensors": counted,
             "straggler": straggler["rank"] if straggler else None,
             "slowest_tensors": tensors[:top], "steps": step_rows,
-            "slowest_steps": slowest_steps}
+            "slowest_steps": slowest_steps,
+            "start_us": min((e["ts"] for e in events if "ts" in e), default=0),
+            "diagnoses": sorted(diagnoses, key=lambda d: d["ts"])}
 
 
 def _ms(us):
@@ -251,6 +259,14 @@ def report_text(summary):
     else:
         lines.append("No steps marked (a step starts when the first tensor name is submitted "
                      "again)")
+    if summary["diagnoses"]:
+        lines.append("")
+        lines.append("Diagnoses (what every rank was doing when Hora asked; the whole text is "
+                     "in HORA_DIAGNOSE_FILE)")
+        for d in summary["diagnoses"]:
+            # From the trace's first event, as the trace viewers count.
+            lines.append("  at %s: %s" % (_ms(d["ts"] - summary["start_us"]),
+                                         d["summary"].replace("\n", "\n    ")))
     return lines
 
 

@@ -92,6 +92,23 @@ def test_report_names_who_the_others_waited_for(tmp_path):
     assert "Straggler: rank 2" in text
 
 
+def test_report_shows_the_diagnoses_in_time_order(tmp_path):
+    base = write_ranks(tmp_path)
+    events, _ = hora_timeline.inputs(base)
+    for ts, what in ((9000, "diagnosis (stall timeout):\n  rank 1 never submitted 'w'"),
+                     (4000, "diagnosis (stall warning):\n  rank 1 is in load")):
+        events.append({"name": "diagnosis", "ph": "i", "s": "g", "pid": 0, "tid": 999999,
+                       "ts": ts, "args": {"summary": what, "report": "whole"}})
+    s = hora_timeline.analyze(events)
+    assert [d["ts"] for d in s["diagnoses"]] == [4000, 9000]
+    text = "\n".join(hora_timeline.report_text(s))
+    # From the first event (ts 500): 3.5 ms and 8.5 ms.
+    assert "  at 3.500 ms: diagnosis (stall warning):\n      rank 1 is in load" in text, text
+    assert "  at 8.500 ms: diagnosis (stall timeout):\n      rank 1 never submitted 'w'" in text
+    assert "Diagnoses" not in "\n".join(hora_timeline.report_text(hora_timeline.analyze(
+        hora_timeline.inputs(base)[0])))
+
+
 def test_cli_report_json_and_picture(tmp_path):
     base = write_ranks(tmp_path)
     png = str(tmp_path / "r.png")
