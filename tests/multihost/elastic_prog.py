@@ -3,7 +3,8 @@
 A small linear model trained with hvd.DistributedOptimizer on data fixed by (epoch, batch),
 TorchState(model, optimizer, epoch, batch) committed after every batch. Prints, per finished
 epoch, `EPOCH e size s digest d` (d: sha256 of the parameters' bytes) and at the end
-`DONE worker W rank r size s digest d`. Faults, on the worker that HORARUN_WORKER names:
+`DONE worker W rank r size s digest d`; KILLED_AT t before a kill, RECOVERED_AT t after the
+first committed step of each later generation (for tests/multihost/bench_elastic.py). Faults, on the worker that HORARUN_WORKER names:
   --fail-worker W --fail-epoch E --fail-how kill|raise   at the start of epoch E
   --fail-all CODE          every worker exits with CODE at the start of epoch --fail-epoch
   --grow-file F --grow-line L --grow-to N   worker 0 appends L to F at the start of epoch 1;
@@ -21,6 +22,7 @@ import time
 import torch
 
 import hora.torch as hvd
+from hora import elastic_client
 
 p = argparse.ArgumentParser()
 p.add_argument("--epochs", type=int, default=3)
@@ -62,12 +64,14 @@ def fault(epoch):
     if WORKER == args.fail_worker and epoch == args.fail_epoch:
         say("worker %s: %s at the start of epoch %d" % (WORKER, args.fail_how, epoch))
         if args.fail_how == "kill":
+            say("KILLED_AT %.6f" % time.time())
             os.kill(os.getpid(), signal.SIGKILL)
         raise RuntimeError("worker %s gives up" % WORKER)
 
 
 @hvd.elastic.run
 def train(state):
+    recovering = elastic_client.generation() > 0
     say("worker %s: generation as rank %d of %d from epoch %d batch %d digest %s"
         % (WORKER, hvd.rank(), hvd.size(), state.epoch, state.batch, digest()))
     while state.epoch < args.epochs:
@@ -88,6 +92,9 @@ def train(state):
             time.sleep(args.step_sleep)
             state.batch += 1
             state.commit()
+            if recovering:  # the first committed step of a later generation
+                say("RECOVERED_AT %.6f generation %d" % (time.time(), elastic_client.generation()))
+                recovering = False
         say("EPOCH %d size %d digest %s" % (state.epoch, hvd.size(), digest()))
         state.epoch += 1
         state.batch = 0
