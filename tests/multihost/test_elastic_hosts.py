@@ -136,3 +136,39 @@ def test_reset_limit_holds(kit, tmp_path):
     lines = rank_lines(out)
     assert not any(done(lines.get(w, [])) for w in range(4)), out[-3000:]
     check_clean(kit)
+
+
+def test_example_keeps_training_across_a_killed_host(kit, tmp_path):
+    """examples/elastic_synthetic_benchmark.py, horarun in the root namespace, 2 hosts x 2:
+    once rank 0 printed its first iteration, every worker process on the first host is
+    SIGKILLed (the host is lost); the other host's 2 workers finish every iteration."""
+    import signal
+    import subprocess
+    import time
+    from kit import ROOT
+    from test_multihost import HORARUN
+    script, _ = discovery(tmp_path, ["%s:2" % h for h in kit.hosts[:2]])
+    argv = [PY, HORARUN, "-np", "4", "--min-np", "2", "--host-discovery-script", script] + \
+        ssh_args(kit) + PASS + [PY, os.path.join(ROOT, "examples",
+                                                 "elastic_synthetic_benchmark.py"),
+                                "--iterations", "6", "--batches-per-iter", "10"]
+    out_file = tmp_path / "out"
+    with open(out_file, "wb") as out:
+        job = subprocess.Popen(argv, env=dict(kit.env, **env()), stdout=out,
+                               stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, cwd=ROOT)
+        deadline = time.monotonic() + 240
+        while b"iter 0:" not in out_file.read_bytes() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        killed = [pid for pid, cmd in kit.strays().get(kit.hosts[0], [])
+                  if "elastic_synthetic_benchmark" in cmd and "horarun" not in cmd]
+        assert killed, kit.strays()
+        for pid in killed:
+            os.kill(pid, signal.SIGKILL)
+        _, err = job.communicate(timeout=300)
+    out = out_file.read_text()
+    err = err.decode("utf-8", "replace")
+    assert job.returncode == 0, out[-3000:] + err[-3000:]
+    assert "iter 5:" in out and "on 2 ranks" in out, out[-3000:]
+    passed = re.findall(r"rank \d of 2: parameters equal rank 0's: PASS", out)
+    assert len(passed) == 2, out[-3000:]
+    check_clean(kit)
