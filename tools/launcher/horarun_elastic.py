@@ -21,7 +21,6 @@ Output lines carry the worker's number ([W]): its rank in the first generation f
 first workers, following numbers for those started later.
 """
 
-import os
 import secrets
 import signal
 import socket
@@ -347,6 +346,3 @@ def env_bases(environ, common, not_forwarded):
                              "HORA_COORDINATOR_ADDR", "HORA_JOB_TOKEN")):
                 del env[k]
     return local, remote
-
-
-__all__ = ["Driver", "Settings", "env_bases", "os"]
