@@ -101,6 +101,7 @@ constexpr const char* kKnown[] = {
     "HORA_LIBRARY",
     "HORA_NCCL_LIBRARY",
     "HORA_ELASTIC_RESET_LIMIT",
+    "HORA_ELASTIC_TIMEOUT",
     "HORA_GPU_PYTHON",
     "HORA_GPU_JOB_TIMEOUT",
     "HORA_TEST_EXPECT_GPU",

@@ -5,7 +5,9 @@ and an allgather against references computed here from every rank's known input,
 
     RESULT rank=R size=N local=LR/LS cross=CR/CS allreduce=ok allgather=ok
 
-or, when hora.init fails, `INIT_ERROR <message>` and exits 3.
+or, when hora.init fails, `INIT_ERROR <message>` and exits 3. With FAIL_ATTEMPT=K, rank 1
+exits with code 1 after its collectives when TORCHELASTIC_RESTART_COUNT is K (a torchrun
+restart test).
 """
 
 import os
@@ -44,6 +46,10 @@ def main():
         raise AssertionError("allgather %s != %s" % (gathered.tolist(), want_g.tolist()))
     print("RESULT rank=%d size=%d local=%d/%d cross=%d/%d allreduce=ok allgather=ok"
           % (r, n, hvd.local_rank(), hvd.local_size(), hvd.cross_rank(), hvd.cross_size()), flush=True)
+    attempt = os.environ.get("TORCHELASTIC_RESTART_COUNT")
+    if r == 1 and attempt is not None and attempt == os.environ.get("FAIL_ATTEMPT"):
+        print("FAILING attempt %s" % attempt, flush=True)
+        os._exit(1)
     hvd.shutdown()
     return 0
 

@@ -259,6 +259,22 @@ def test_real_torchrun(nproc, tmp_path):
     assert results(p.stdout) == {r: (nproc, r, nproc, 0, 1) for r in range(nproc)}
 
 
+def test_real_torchrun_restarts(tmp_path):
+    # torchrun's elastic agent (c10d rendezvous, --nnodes 1:2, --max-restarts 1): in attempt 0
+    # rank 1 exits 1 after a real Hora job; the agent stops every worker and starts them
+    # again (TORCHELASTIC_RESTART_COUNT=1), and the new processes form a new Hora job.
+    port = free_port_pair()
+    argv = [PYTHON, "-m", "torch.distributed.run", "--nnodes", "1:2", "--nproc_per_node", "2",
+            "--max_restarts", "1", "--rdzv_backend", "c10d",
+            "--rdzv_endpoint", "127.0.0.1:%d" % port, "--rdzv_conf", "last_call_timeout=1",
+            "--redirects", "1", "--tee", "1", "--log_dir", str(tmp_path), WORKER]
+    p = run(argv, base_env(FAIL_ATTEMPT=0))
+    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
+    assert "FAILING attempt 0" in p.stdout, p.stdout[-3000:]
+    # Both attempts ran the collectives on both ranks.
+    assert len(RESULT.findall(p.stdout)) == 4, p.stdout[-3000:]
+
+
 # --- bad launcher variables ------------------------------------------------------------------
 
 BAD = [

@@ -216,6 +216,15 @@ def parse_args(argv, version):
             raise UsageError("--diagnose %r: expected the process id of a running horarun"
                              % args.diagnose)
         return args
+    args.elastic = None
+    if horovod_flags.is_elastic(args):
+        try:
+            args.elastic = horovod_flags.elastic_settings(args, os.environ)
+        except ValueError as e:
+            raise UsageError(str(e))
+        if args.elastic_discovery_script and (args.hosts or args.hostfile):
+            raise UsageError("--host-discovery-script replaces -H and --hostfile")
+        args.np = args.elastic.np
     if args.np is None:
         raise UsageError("the number of ranks is required: -np N")
     if args.command and args.command[0] == "--":
@@ -246,7 +255,7 @@ def parse_args(argv, version):
     except hosts_mod.HostError as e:
         raise UsageError(str(e))
     total = sum(slots for _, slots in args.host_list)
-    if total < args.np:
+    if total < args.np and (args.elastic is None or args.elastic.script is None):
         raise UsageError("-np %d needs %d slots, but %s has only %d"
                          % (args.np, args.np, source, total))
     return args

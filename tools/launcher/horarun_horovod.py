@@ -1,8 +1,7 @@
 """horovodrun's flags that horarun accepts beside its own (a command line written for
 horovodrun keeps working): those that apply become the Hora variables they mean, those that
-have no meaning in Hora are accepted and named on stderr with the reason, elastic ones are
-refused (Hora has no elastic membership;
-hvd.elastic scripts run at the job's fixed size)."""
+have no meaning in Hora are accepted and named on stderr with the reason, and the elastic
+ones switch horarun to its elastic driver (horarun_elastic.py)."""
 
 import argparse
 
@@ -30,8 +29,28 @@ _IGNORED = {
     "--prefix-output-with-timestamp": (False, "horarun prefixes lines with the rank only"),
 }
 
-_ELASTIC = ("--min-np", "--max-np", "--host-discovery-script", "--slots-per-host",
-            "--reset-limit", "--blacklist-cooldown-range", "--elastic-timeout")
+# flag -> (dest, type, nargs, help)
+_ELASTIC = {
+    "--min-np": ("min_np", int, None, "elastic: fewest workers the job goes on with "
+                 "(default -np)"),
+    "--max-np": ("max_np", int, None, "elastic: most workers (default: every slot offered)"),
+    "--host-discovery-script": ("discovery_script", str, None, "elastic: a program that "
+                                "prints the usable hosts, `host` or `host:slots` per line; "
+                                "run every second"),
+    "--slots-per-host": ("slots", int, None, "elastic: slots of a host printed without "
+                         "them (default 1)"),
+    "--reset-limit": ("reset_limit", int, None, "elastic: most times the job re-forms "
+                      "(default: no limit; %s)" % "HORA_ELASTIC_RESET_LIMIT"),
+    "--blacklist-cooldown-range": ("cooldown", int, 2, "elastic: a failed host's time out, "
+                                   "LO*2^(n-1) seconds after its n-th failure, at most HI "
+                                   "(default: for good)"),
+    "--elastic-timeout": ("timeout", float, None, "elastic: how long the job waits "
+                          "for --min-np workers (default 600; HORA_ELASTIC_TIMEOUT, "
+                          "HOROVOD_ELASTIC_TIMEOUT)"),
+}
+ELASTIC_TIMEOUT_VARS = ("HORA_ELASTIC_TIMEOUT", "HOROVOD_ELASTIC_TIMEOUT")
+RESET_LIMIT_VAR = "HORA_ELASTIC_RESET_LIMIT"
+DEFAULT_ELASTIC_TIMEOUT_S = 600.0
 
 
 def add_flags(parser):
@@ -48,8 +67,11 @@ def add_flags(parser):
             g.add_argument(flag, dest=_dest(flag), metavar="VALUE")
         else:
             g.add_argument(flag, dest=_dest(flag), action="store_true")
-    for flag in _ELASTIC:
-        g.add_argument(flag, dest=_dest(flag), metavar="VALUE", help=argparse.SUPPRESS)
+    e = parser.add_argument_group("elastic mode (horovodrun's elastic flags)")
+    for flag, (dest, kind, nargs, text) in _ELASTIC.items():
+        e.add_argument(flag, dest="elastic_" + dest, type=kind, nargs=nargs, help=text,
+                       metavar=("LO", "HI") if nargs == 2 else "VALUE")
+    e.add_argument("--slots", dest="elastic_slots", type=int, help=argparse.SUPPRESS)
 
 
 def _dest(flag):
@@ -58,11 +80,7 @@ def _dest(flag):
 
 def flag_env(args):
     """(the HORA_* variables of the horovodrun flags given, notes for stderr); raises
-    ValueError for an elastic flag or a bad value."""
-    for flag in _ELASTIC:
-        if getattr(args, _dest(flag)) is not None:
-            raise ValueError("%s: Hora has no elastic mode (a job has a fixed number of ranks; "
-                             "see docs/launching.md)" % flag)
+    ValueError for a bad value."""
     env, notes = {}, []
     for flag, (var, value) in _APPLY.items():
         given = getattr(args, _dest(flag))
@@ -78,3 +96,53 @@ def flag_env(args):
         if given is not None and given is not False:
             notes.append("horarun: %s has no effect: %s" % (flag, why))
     return env, notes
+
+
+def is_elastic(args):
+    return any(getattr(args, "elastic_" + d) is not None
+               for d in ("min_np", "max_np", "discovery_script"))
+
+
+def elastic_settings(args, environ):
+    """The elastic flags (and their variables) checked: a horarun_elastic.Settings; raises
+    ValueError naming the flag or variable."""
+    from horarun_elastic import Settings
+    np, lo, hi = args.np, args.elastic_min_np, args.elastic_max_np
+    for flag, v in (("-np", np), ("--min-np", lo), ("--max-np", hi),
+                    ("--slots-per-host", args.elastic_slots)):
+        if v is not None and v < 1:
+            raise ValueError("%s %d: must be at least 1" % (flag, v))
+    if np is None and lo is None:
+        raise ValueError("elastic mode needs -np or --min-np")
+    np = np if np is not None else lo
+    lo = lo if lo is not None else np
+    if lo > np or (hi is not None and hi < np):
+        raise ValueError("need --min-np (%d) <= -np (%d) <= --max-np (%s)" % (lo, np, hi))
+    limit = args.elastic_reset_limit
+    if limit is None and environ.get(RESET_LIMIT_VAR):
+        try:
+            limit = int(environ[RESET_LIMIT_VAR])
+        except ValueError:
+            limit = -1
+        if limit < 0:
+            raise ValueError("%s=%r: must be a whole number >= 0" % (
+                RESET_LIMIT_VAR, environ[RESET_LIMIT_VAR]))
+    if limit is not None and limit < 0:
+        raise ValueError("--reset-limit %d: must not be negative" % limit)
+    cooldown = args.elastic_cooldown
+    if cooldown is not None and not 0 < cooldown[0] <= cooldown[1]:
+        raise ValueError("--blacklist-cooldown-range %d %d: need 0 < LO <= HI" % tuple(cooldown))
+    timeout = args.elastic_timeout
+    for var in ELASTIC_TIMEOUT_VARS:
+        if timeout is None and environ.get(var):
+            try:
+                timeout = float(environ[var])
+            except ValueError:
+                raise ValueError("%s=%r is not a number of seconds" % (var, environ[var]))
+    timeout = DEFAULT_ELASTIC_TIMEOUT_S if timeout is None else timeout
+    if timeout <= 0:
+        raise ValueError("--elastic-timeout %g: must be positive" % timeout)
+    if args.mpi:
+        raise ValueError("elastic mode starts its workers itself (local and ssh), not --mpi")
+    return Settings(np, lo, hi, args.elastic_slots or 1, limit, cooldown, timeout,
+                    args.elastic_discovery_script)

@@ -260,6 +260,18 @@ def _describe(args, plan):
         horarun_job.say("options: %s" % " ".join("%s=%s" % kv for kv in sorted(extra.items())))
 
 
+def _run_elastic(args, cwd):
+    """horarun's elastic mode (horarun_elastic.py): workers, a rendezvous, generations."""
+    import horarun_elastic
+    common = parse_env_pairs(args.env, os.environ)
+    common.update(option_env(args))
+    base, remote = horarun_elastic.env_bases(os.environ, common, NOT_FORWARDED)
+    ssh = SshOptions(args.ssh_port, args.ssh_identity_file, args.ssh_config_file)
+    driver = horarun_elastic.Driver(args, args.elastic, base, remote, common, ssh, cwd,
+                                    horarun_job.Output(args.output_filename))
+    return driver.run()
+
+
 def _usage_error(message):
     sys.stderr.write("usage: %s\n" % USAGE)
     sys.stderr.write("horarun: error: %s (see horarun --help)\n" % message)
@@ -276,6 +288,8 @@ def main(argv=None):
             import horarun_check
             return horarun_check.main()
         cwd = os.getcwd()
+        if args.elastic is not None:
+            return _run_elastic(args, cwd)
         plan = make_plan(args, os.environ, cwd)
         launchers = make_launchers(args, plan, os.environ, cwd)
     except UsageError as e:

@@ -9,6 +9,7 @@ import threading
 
 from . import _diagnose
 from . import _lib
+from . import elastic_client
 from . import errors
 
 # hora_reduce_op_t
@@ -35,7 +36,9 @@ def init(rank=None, size=None, coordinator_address=None, token=None, determinist
     would fail with it): then init shuts that runtime down and starts a new one, as every
     rank of the failed job does when it calls init (rank 0 replaces the coordinator; the
     others wait for it, up to the start timeout). deterministic: True or False overrides
-    HORA_DETERMINISTIC (docs/design.md, "Deterministic reductions"); None reads it."""
+    HORA_DETERMINISTIC (docs/design.md, "Deterministic reductions"); None reads it.
+    In a worker of horarun's elastic mode, rank, size, address and token left None come from
+    its rendezvous: this process's place in the next generation (hora.elastic_client)."""
     if deterministic not in (None, True, False):  # 0 and 1 compare equal to False and True
         raise ValueError("init: deterministic (HORA_DETERMINISTIC) must be True, False or "
                          "None, got %r" % (deterministic,))
@@ -47,6 +50,11 @@ def init(rank=None, size=None, coordinator_address=None, token=None, determinist
                                                    errors.ERR_PEER_FAILURE):
             return
         lib.hora_shutdown()  # its status repeats the failure; the new job is what counts
+    if rank is None and size is None and coordinator_address is None and token is None and \
+            elastic_client.active():
+        place = elastic_client.join()
+        rank, size = place["rank"], place["size"]
+        coordinator_address, token = place["coordinator"], place["job_token"]
     cfg = _lib.HoraConfig()
     cfg.struct_size = ctypes.sizeof(_lib.HoraConfig)
     cfg.rank = -1 if rank is None else int(rank)

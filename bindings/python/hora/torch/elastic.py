@@ -1,20 +1,25 @@
-"""hvd.elastic: horovod.torch.elastic's API (run, TorchState, ObjectState, ElasticSampler) for
-a job of fixed membership.
+"""hvd.elastic: horovod.torch.elastic's API (run, TorchState, ObjectState, ElasticSampler,
+HostsUpdatedInterrupt).
 
-A Hora job has the ranks it was started with: no host discovery, no ranks added or removed,
-so HostsUpdatedInterrupt is never raised and `check_host_updates` has nothing to check. What
-works as in Horovod: the state object (attributes, model, optimizer and ElasticSampler kept in
-memory at every `commit`), the first `sync` (every rank takes rank 0's state before the
-function runs), and recovery from a collective that failed on every rank while all of them
-stayed alive (a mismatch, a stall timeout): `run` restores the last commit, restarts Hora
-(shutdown, then init: a new job of the same ranks, with the process sets the last
-hvd.init(process_sets=[...]) registered; sets added later with add_process_set are not
-added again), calls the reset callbacks, syncs and runs the function again. A rank that
-died ends the job instead (horarun stops the others; without horarun, the survivors'
-restart fails at its start timeout with an error naming the missing ranks). At most
-HORA_ELASTIC_RESET_LIMIT restarts (default 3; horovodrun's --reset-limit is refused by
-horarun, which has no elastic mode); past it the error is raised, so a failure that repeats
-cannot loop for ever.
+The state object keeps attributes, model, optimizer and ElasticSampler in memory at every
+`commit`; `run` syncs rank 0's state before the function runs, and when the function fails
+it re-forms Hora and runs it again:
+
+- Under horarun's elastic mode (a worker its driver started: hora.elastic_client.active())
+  membership changes. A HorovodInternalError (a lost peer, the coordinator's rank gone, a
+  collective that failed on every rank) restores the last commit; a HostsUpdatedInterrupt
+  (raised by `commit` when the driver decided a newer generation, e.g. a host was added)
+  keeps the state as committed. Then Hora is shut down and started again in the next
+  generation (rank, size, coordinator and token from the driver's rendezvous: the survivors
+  keep their order, the lowest surviving rank is rank 0 and creates the new coordinator),
+  the process sets the last hvd.init(process_sets=[...]) registered are created again in
+  order, the reset callbacks run, the state is synced from the new rank 0 and the function
+  runs again. The driver enforces --reset-limit; a worker it has no place for any more
+  raises hora.elastic_client.RendezvousStop.
+- Otherwise (a job of fixed membership) only a collective that failed on every rank while
+  all of them stayed alive (a mismatch, a stall timeout) is recovered: restore, shutdown,
+  init of the same ranks, callbacks, sync; a rank that died ends the job. At most
+  HORA_ELASTIC_RESET_LIMIT restarts (default 3); past it the error is raised.
 """
 
 import copy
@@ -23,19 +28,21 @@ import os
 
 import torch
 
-from ..errors import ERR_INVALID_ARGUMENT, HoraInvalidArgumentError, HorovodInternalError
+from .. import elastic_client
+from ..errors import (ERR_INVALID_ARGUMENT, HoraError, HoraInvalidArgumentError,
+                      HorovodInternalError)
 from .elastic_sampler import ElasticSampler
 from .functions import broadcast_object, broadcast_optimizer_state, broadcast_parameters
 from .basics import last_deterministic, last_process_sets
-from .mpi_ops import init, shutdown
+from .mpi_ops import broadcast, init, rank, shutdown
 
 RESET_LIMIT_VAR = "HORA_ELASTIC_RESET_LIMIT"
 DEFAULT_RESET_LIMIT = 3
 
 
 class HostsUpdatedInterrupt(RuntimeError):
-    """Horovod's signal that the job's hosts changed; never raised in Hora (fixed membership),
-    defined for the scripts that catch it."""
+    """Horovod's signal that the job's hosts changed: raised by State.commit under horarun's
+    elastic mode when the driver decided a newer generation (hosts added or removed)."""
 
     def __init__(self, skip_sync=False):
         super().__init__("the job's hosts changed")
@@ -51,7 +58,7 @@ class State:
 
     def register_reset_callbacks(self, callbacks):
         """Functions called after each reset, before the sync (e.g. to rescale the learning
-        rate by the new hvd.size(); in Hora the size never changes)."""
+        rate by the new hvd.size())."""
         self._reset_callbacks.extend(callbacks)
 
     def on_reset(self):
@@ -66,7 +73,16 @@ class State:
         self.check_host_updates()
 
     def check_host_updates(self):
-        """Raises HostsUpdatedInterrupt when the job's hosts changed: never in Hora."""
+        """Raises HostsUpdatedInterrupt on every rank when horarun's elastic driver decided a
+        generation newer than this one (collective: rank 0 asks the driver and broadcasts
+        the answer). Nothing to check outside elastic mode."""
+        if not elastic_client.active():
+            return
+        newest = elastic_client.newest_generation() if rank() == 0 else 0
+        newest = int(broadcast(torch.tensor([newest], dtype=torch.int64), root_rank=0,
+                               name="hora.elastic.generation")[0])
+        if newest > elastic_client.generation():
+            raise HostsUpdatedInterrupt(skip_sync=False)
 
     def save(self):
         raise NotImplementedError
@@ -208,14 +224,36 @@ def _reset_limit():
     return limit
 
 
+def _restart(driven):
+    """Shuts Hora down and starts it again (the next generation under the elastic driver),
+    with the same static process sets in the same order and the same deterministic choice.
+    Under the driver, a generation that cannot start (a member died meanwhile) is followed
+    by the next one; the driver's --reset-limit bounds how many."""
+    sets = last_process_sets()
+    while True:
+        try:
+            shutdown()
+        except HoraError:
+            pass  # its status repeats the failure that brought us here
+        try:
+            init(process_sets=sets, deterministic=last_deterministic())
+            return
+        except elastic_client.RendezvousStop:
+            raise
+        except (HoraError, HorovodInternalError):
+            if not driven:
+                raise
+
+
 def run(func):
-    """Decorator: func(state, ...) runs after state.sync(); a HorovodInternalError (a
-    collective that failed on every rank) restores the last commit, restarts Hora and runs it
-    again, at most HORA_ELASTIC_RESET_LIMIT times (see the module's text)."""
+    """Decorator: func(state, ...) runs after state.sync(); a HorovodInternalError restores
+    the last commit, a HostsUpdatedInterrupt keeps it, then Hora is re-formed and func runs
+    again (see the module's text)."""
 
     @functools.wraps(func)
     def wrapper(state, *args, **kwargs):
-        limit = _reset_limit()
+        driven = elastic_client.active()
+        limit = None if driven else _reset_limit()
         resets = 0
         skip_sync = False
         while True:
@@ -223,8 +261,10 @@ def run(func):
                 if not skip_sync:
                     state.sync()
                 return func(state, *args, **kwargs)
+            except elastic_client.RendezvousStop:
+                raise
             except HorovodInternalError as e:
-                if resets >= limit:
+                if limit is not None and resets >= limit:
                     raise HorovodInternalError(
                         "hvd.elastic.run: giving up after %d restart(s) (%s=%d): %s"
                         % (resets, RESET_LIMIT_VAR, limit, e)) from e
@@ -233,10 +273,7 @@ def run(func):
             except HostsUpdatedInterrupt as e:
                 skip_sync = e.skip_sync
             resets += 1
-            sets = last_process_sets()
-            shutdown()
-            # The same static sets again, in the same order, and the same deterministic choice.
-            init(process_sets=sets, deterministic=last_deterministic())
+            _restart(driven)
             state.on_reset()
 
     return wrapper
