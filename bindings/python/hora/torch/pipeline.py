@@ -30,6 +30,7 @@ import torch.nn as nn
 from .. import core
 from .mpi_ops import _set_id, _set_size, global_process_set, synchronize
 from .collective_ops import allgather, isend, recv
+from .pipeline_balance import profile_balance
 
 TAG_HEADER, TAG_ACTIVATION, TAG_GRADIENT = 7001, 7002, 7003
 SCHEDULES = ("gpipe", "1f1b")
@@ -99,20 +100,43 @@ class Pipeline(nn.Module):
         self.prev = ranks[self.stage_index - 1] if self.stage_index > 0 else None
         self.next = ranks[self.stage_index + 1] if self.stage_index < n - 1 else None
         self.stats = {}
+        self.balance = self.predicted_stage_s = self.profile = None
         self._check_layout(num_stages)
 
     @classmethod
-    def from_sequential(cls, seq, process_set=global_process_set, balance=None, **kwargs):
-        """The stage of an nn.Sequential cut by split_sequential for this rank."""
+    def from_sequential(cls, seq, process_set=global_process_set, balance=None, sample=None,
+                        memory_limit=None, **kwargs):
+        """The stage of an nn.Sequential cut for this rank. balance: None (as even as the
+        module count allows), modules per stage, or "profile": every member times each
+        module's forward and backward on `sample` (one micro-batch of the first stage's
+        input) and the cut minimises the slowest stage (pipeline_balance.py; collective),
+        keeping each stage's predicted memory within `memory_limit` bytes if given. The
+        balance is `pipe.balance`; with "profile", `pipe.predicted_stage_s` holds each
+        stage's predicted forward + backward seconds per micro-batch and `pipe.profile` the
+        agreed per-module rows (forward_s, backward_s, activation_bytes, parameter_bytes)."""
         set_id = _set_id(process_set)
         n = _set_size(set_id)
+        predicted = rows = None
+        if isinstance(balance, str):
+            if balance != "profile":
+                raise ValueError("Pipeline: balance must be None, a list of module counts or "
+                                 "'profile', got %r" % balance)
+            balance, predicted, _, rows = profile_balance(
+                list(seq.children()), n, sample, process_set,
+                micro_batches=kwargs.get("micro_batches", 1),
+                schedule=kwargs.get("schedule", "1f1b"), memory_limit=memory_limit)
+        elif sample is not None or memory_limit is not None:
+            raise ValueError("Pipeline: sample= and memory_limit= go with balance='profile'")
         if balance is not None and len(balance) != n:
             raise ValueError("Pipeline: balance %s gives %d stages, but the process set %s has "
                              "%d ranks (one stage per rank)" % (list(balance), len(balance),
                                                                 process_set, n))
         ranks = list(range(core.size())) if set_id == 0 else core.process_set_ranks(set_id)
         parts = split_sequential(seq, n, balance)
-        return cls(parts[ranks.index(core.rank())], process_set, n, **kwargs)
+        pipe = cls(parts[ranks.index(core.rank())], process_set, n, **kwargs)
+        pipe.balance = [len(p) for p in parts]
+        pipe.predicted_stage_s, pipe.profile = predicted, rows
+        return pipe
 
     @property
     def is_first(self):
