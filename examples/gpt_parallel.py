@@ -131,6 +131,32 @@ def state_bytes(opt):
                for v in s.values() if torch.is_tensor(v))
 
 
+def plan_spec(n_layer=2, n_embd=96, n_head=4, block_size=64):
+    """The model, batches and loss for hora.torch.plan:
+    horarun -np 4 python3 -m hora.torch.plan examples/gpt_parallel.py:plan_spec --global-batch 16
+    """
+    text = load_text("/usr/share/common-licenses/*")
+    chars = sorted(set(text))
+    vocab = len(chars)
+    stoi = {c: i for i, c in enumerate(chars)}
+    data = torch.tensor([stoi[c] for c in text], dtype=torch.long)
+    args = argparse.Namespace(n_layer=n_layer, n_embd=n_embd, n_head=n_head,
+                              block_size=block_size)
+    padded = -(-vocab // 8) * 8          # divisible by every TP size the planner tries
+
+    def factory(grid):
+        args.tp = grid.tp
+        return build(args, padded, grid)
+
+    def batch(rows):
+        return get_batch(data, rows, block_size, torch.Generator().manual_seed(rows))
+
+    def loss_fn(logits, y):
+        return F.cross_entropy(logits[..., :vocab].reshape(-1, vocab), y.reshape(-1))
+
+    return {"factory": factory, "batch": batch, "loss_fn": loss_fn}
+
+
 def main():
     args = parse_args()
     hvd.init()
