@@ -118,11 +118,15 @@ class Pipeline(nn.Module):
         input) and the cut minimises the slowest stage (pipeline_balance.py; collective),
         keeping each stage's predicted memory within `memory_limit` bytes if given. The
         balance is `pipe.balance`. virtual_stages=v (with schedule="interleaved") cuts
-        S*v parts (balance: S*v counts) and gives stage s parts s, S+s, .... With "profile", `pipe.predicted_stage_s` holds each
-        stage's predicted forward + backward seconds per micro-batch and `pipe.profile` the
-        agreed per-module rows (forward_s, backward_s, activation_bytes, parameter_bytes)."""
+        S*v parts (balance: S*v counts) and gives stage s parts s, S+s, ....
+        With "profile", `pipe.predicted_stage_s` holds each part's predicted forward +
+        backward seconds per micro-batch and `pipe.profile` the agreed per-module rows
+        (forward_s, backward_s, activation_bytes, parameter_bytes)."""
         set_id = _set_id(process_set)
         n = _set_size(set_id)
+        if not isinstance(virtual_stages, int) or virtual_stages < 1:
+            raise ValueError("Pipeline: virtual_stages must be a positive int, got %r"
+                             % (virtual_stages,))
         predicted = rows = None
         if isinstance(balance, str):
             if balance != "profile":
@@ -134,9 +138,6 @@ class Pipeline(nn.Module):
                 schedule=kwargs.get("schedule", "1f1b"), memory_limit=memory_limit)
         elif sample is not None or memory_limit is not None:
             raise ValueError("Pipeline: sample= and memory_limit= go with balance='profile'")
-        if not isinstance(virtual_stages, int) or virtual_stages < 1:
-            raise ValueError("Pipeline: virtual_stages must be a positive int, got %r"
-                             % (virtual_stages,))
         if balance is not None and len(balance) != n * virtual_stages:
             raise ValueError("Pipeline: balance %s gives %d stages, but the process set %s has "
                              "%d ranks (one stage per rank, %d chunks each)" % (

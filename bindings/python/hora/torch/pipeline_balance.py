@@ -173,7 +173,8 @@ def agreed_profile(modules, sample, process_set, warmup=1, repeats=3):
 
 
 def in_flight(schedule, stage, stages, micro_batches):
-    """Micro-batches whose activations a stage holds at once under `schedule`."""
+    """Micro-batches whose activations a stage holds at once under `schedule` (interleaved:
+    counted as 1F1B over the S*v parts, an approximation)."""
     if schedule == "gpipe":
         return micro_batches
     return min(stages - stage, micro_batches)
