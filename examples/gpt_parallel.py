@@ -40,7 +40,11 @@ def parse_args():
     p.add_argument("--zero", type=int, default=0, choices=(0, 1, 2, 3),
                    help="ZeRO stage over the DP set (0: DistributedOptimizer)")
     p.add_argument("--micro-batches", type=int, default=4, help="with --pp")
-    p.add_argument("--schedule", default="1f1b", choices=("1f1b", "gpipe"))
+    p.add_argument("--schedule", default="1f1b", choices=("1f1b", "gpipe", "interleaved"))
+    p.add_argument("--virtual-stages", type=int, default=1,
+                   help="chunks per stage (with --schedule interleaved)")
+    p.add_argument("--balance", default="even", choices=("even", "profile"),
+                   help="cut the stages by module count or by a profile of one micro-batch")
     p.add_argument("--steps", type=int, default=100)
     p.add_argument("--batch-size", type=int, default=16, help="sequences per DP rank")
     p.add_argument("--block-size", type=int, default=64)
@@ -127,6 +131,32 @@ def state_bytes(opt):
                for v in s.values() if torch.is_tensor(v))
 
 
+def plan_spec(n_layer=2, n_embd=96, n_head=4, block_size=64):
+    """The model, batches and loss for hora.torch.plan:
+    horarun -np 4 python3 -m hora.torch.plan examples/gpt_parallel.py:plan_spec --global-batch 16
+    """
+    text = load_text("/usr/share/common-licenses/*")
+    chars = sorted(set(text))
+    vocab = len(chars)
+    stoi = {c: i for i, c in enumerate(chars)}
+    data = torch.tensor([stoi[c] for c in text], dtype=torch.long)
+    args = argparse.Namespace(n_layer=n_layer, n_embd=n_embd, n_head=n_head,
+                              block_size=block_size)
+    padded = -(-vocab // 8) * 8          # divisible by every TP size the planner tries
+
+    def factory(grid):
+        args.tp = grid.tp
+        return build(args, padded, grid)
+
+    def batch(rows):
+        return get_batch(data, rows, block_size, torch.Generator().manual_seed(rows))
+
+    def loss_fn(logits, y):
+        return F.cross_entropy(logits[..., :vocab].reshape(-1, vocab), y.reshape(-1))
+
+    return {"factory": factory, "batch": batch, "loss_fn": loss_fn}
+
+
 def main():
     args = parse_args()
     hvd.init()
@@ -147,9 +177,16 @@ def main():
     torch.manual_seed(args.seed)
     whole = build(args, vocab_padded, grid)
     pipe = None
+    gen = torch.Generator().manual_seed(args.seed + 1000 * (grid.dp_rank + 1))
     if args.pp > 1:
-        pipe = hvd.Pipeline.from_sequential(whole, grid.pp_set, micro_batches=args.micro_batches,
-                                            schedule=args.schedule)
+        sample = None
+        if args.balance == "profile":    # one micro-batch, from a generator of its own
+            sample, _ = get_batch(train, args.batch_size // args.micro_batches,
+                                  args.block_size, torch.Generator().manual_seed(args.seed))
+        pipe = hvd.Pipeline.from_sequential(
+            whole, grid.pp_set, micro_batches=args.micro_batches, schedule=args.schedule,
+            virtual_stages=args.virtual_stages,
+            balance="profile" if args.balance == "profile" else None, sample=sample)
         model = pipe.stage
     else:
         model = whole
@@ -171,8 +208,6 @@ def main():
         print("hora: %d ranks as %r; vocabulary %d (padded to %d); ZeRO stage %d" % (
             hvd.size(), grid, vocab, vocab_padded, args.zero), flush=True)
 
-    gen = torch.Generator().manual_seed(args.seed + 1000 * (grid.dp_rank + 1))
-
     def step_loss(x, y):
         """Forward and backward of the batch; its loss on the ranks holding it (every rank,
         or the last stage's with --pp), else 0."""
@@ -184,7 +219,7 @@ def main():
         loss.backward()
         return loss.item()
 
-    t0, step_times, logged = time.time(), [], []
+    t0, step_times, logged, bubbles = time.time(), [], [], []
     for step in range(args.steps):
         for g in opt.param_groups:
             g["lr"] = lr_at(step, args)
@@ -194,6 +229,8 @@ def main():
         loss = step_loss(x, y)
         opt.step()
         step_times.append(time.time() - ts)
+        if pipe is not None and step > 0:
+            bubbles.append(pipe.stats["bubble"])
         if step == 0 or (step + 1) % args.log_every == 0 or step == args.steps - 1:
             # the holders of a loss are dp x tp ranks (TP peers hold the same value)
             avg = hvd.allreduce(torch.tensor([loss]), op=hvd.Sum, name="train.loss").item() / (
@@ -216,8 +253,10 @@ def main():
               mem["gradients"], mem["optimizer_state"],
               sum(step_times[1:]) / max(1, len(step_times) - 1)), flush=True)
     if pipe is not None and hvd.rank() == 0:
-        print("pipeline bubble of the last step: %.0f%% measured, %.0f%% in theory" % (
-            100 * pipe.stats["bubble"], 100 * pipe.stats["ideal_bubble"]), flush=True)
+        print("pipeline balance %s; bubble (rank 0, mean after the first step): %.0f%% "
+              "measured, %.0f%% in theory" % (
+                  pipe.balance, 100 * sum(bubbles) / max(1, len(bubbles)),
+                  100 * pipe.stats["ideal_bubble"]), flush=True)
     fell = logged[-1] < logged[0]
     if hvd.rank() == 0:
         print("trained in %.1f s; training loss %.4f -> %.4f: %s" % (

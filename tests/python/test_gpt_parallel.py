@@ -1,5 +1,5 @@
 """examples/gpt_parallel.py end to end: TP 2 x DP 2, PP 2 x DP 2 with ZeRO-1, TP 2 x PP 2
-(GPipe), DP 2 with ZeRO-3; each run's training loss must fall (the example exits 1 if not)."""
+(GPipe), DP 2 with ZeRO-3, TP 2 x PP 2 interleaved (2 chunks) cut by profile; each run's training loss must fall (the example exits 1 if not)."""
 
 import os
 
@@ -12,6 +12,10 @@ LAYOUTS = {
     "pp2_dp2_zero1": (4, ["--pp", "2", "--zero", "1"]),
     "tp2_pp2_gpipe": (4, ["--tp", "2", "--pp", "2", "--schedule", "gpipe"]),
     "dp2_zero3": (2, ["--zero", "3"]),
+    # 2 stages x 2 chunks cut by a profile, TP 2 inside each (the profile's TP collectives
+    # run on every rank in one order)
+    "tp2_pp2_interleaved_profile": (4, ["--tp", "2", "--pp", "2", "--schedule", "interleaved",
+                                        "--virtual-stages", "2", "--balance", "profile"]),
 }
 
 

@@ -21,10 +21,13 @@ def init():
     hvd.init()
 
 
-def model(seed=0):
+def model(seed=0, extra=0):
+    """7 modules (+ `extra` pairs of Linear(8, 8), Tanh before the head)."""
     torch.manual_seed(seed)
-    return nn.Sequential(nn.Linear(6, 8), nn.Tanh(), nn.Linear(8, 8), nn.Tanh(),
-                         nn.Linear(8, 8), nn.Tanh(), nn.Linear(8, 3))
+    mods = [nn.Linear(6, 8), nn.Tanh(), nn.Linear(8, 8), nn.Tanh(), nn.Linear(8, 8), nn.Tanh()]
+    for _ in range(extra):
+        mods += [nn.Linear(8, 8), nn.Tanh()]
+    return nn.Sequential(*(mods + [nn.Linear(8, 3)]))
 
 
 def batch(step, rows):
@@ -42,8 +45,8 @@ def make_opt(kind, params):
     return torch.optim.Adam(params, lr=0.01)
 
 
-def reference(kind, rows, steps=STEPS):
-    m = model()
+def reference(kind, rows, steps=STEPS, extra=0):
+    m = model(extra=extra)
     opt = make_opt(kind, m.parameters())
     for s in range(steps):
         opt.zero_grad()
@@ -53,10 +56,11 @@ def reference(kind, rows, steps=STEPS):
     return m
 
 
-def stage_params_match(pipe, ref, stages, what):
-    """The stage holds modules [a, b) of the reference (split_sequential's even split)."""
-    parts = hvd.split_sequential(ref, stages)
-    want = list(parts[pipe.stage_index].parameters())
+def stage_params_match(pipe, ref, stages, what, chunks=1):
+    """The stage holds modules [a, b) of the reference (split_sequential's even split), or
+    with chunks its parts s, S+s, ... of the split into S * chunks."""
+    parts = hvd.split_sequential(ref, stages * chunks)
+    want = [p for part in parts[pipe.stage_index::stages] for p in part.parameters()]
     got = list(pipe.stage.parameters())
     check(len(got) == len(want), "%s: %d parameters, want %d" % (what, len(got), len(want)))
     for p, q in zip(got, want):
@@ -64,8 +68,9 @@ def stage_params_match(pipe, ref, stages, what):
 
 
 def train(kind, schedule, pp_set=hvd.global_process_set, dp_set=None, dp=1, dp_rank=0,
-          micro=M, wrapper=None, steps=STEPS):
-    pipe = hvd.Pipeline.from_sequential(model(), pp_set, micro_batches=micro, schedule=schedule)
+          micro=M, wrapper=None, steps=STEPS, chunks=1, extra=0):
+    pipe = hvd.Pipeline.from_sequential(model(extra=extra), pp_set, micro_batches=micro,
+                                        schedule=schedule, virtual_stages=chunks)
     opt = make_opt(kind, pipe.stage.parameters())
     if wrapper == "dp":
         opt = hvd.DistributedOptimizer(opt, named_parameters=pipe.stage.named_parameters(),
@@ -84,12 +89,13 @@ def train(kind, schedule, pp_set=hvd.global_process_set, dp_set=None, dp=1, dp_r
     return pipe, losses
 
 
-def check_pp(kind, schedule, micro=M):
-    pipe, losses = train(kind, schedule, micro=micro)
-    stage_params_match(pipe, reference(kind, ROWS), hvd.size(),
-                       "%s %s M=%d stage %d" % (kind, schedule, micro, pipe.stage_index))
+def check_pp(kind, schedule, micro=M, chunks=1, extra=0):
+    pipe, losses = train(kind, schedule, micro=micro, chunks=chunks, extra=extra)
+    stage_params_match(pipe, reference(kind, ROWS, extra=extra), hvd.size(),
+                       "%s %s M=%d v=%d stage %d" % (kind, schedule, micro, chunks,
+                                                     pipe.stage_index), chunks)
     if pipe.is_last:
-        m = model()
+        m = model(extra=extra)
         x, y = batch(0, ROWS)
         close(losses[0], mse(m(x), y), atol=1e-5, msg="first loss")
     else:
@@ -120,6 +126,62 @@ def one_f_one_b_adam():
 def fewer_micro_batches_than_stages():
     check_pp("adam", "1f1b", micro=1)
     check_pp("sgd", "gpipe", micro=2)
+
+
+@case
+def interleaved_sgd_and_adam():
+    # v = 2 chunks per stage: 2S parts of a model long enough for them (4 ranks: 8 parts)
+    check_pp("sgd", "interleaved", chunks=2, extra=2)
+    check_pp("adam", "interleaved", chunks=2, extra=2, micro=2 * hvd.size())
+
+
+@case
+def interleaved_three_chunks_with_s_micro_batches():
+    check_pp("sgd", "interleaved", micro=hvd.size(), chunks=3, extra=9)
+
+
+@case
+def interleaved_bad_use():
+    raises(ValueError, hvd.Pipeline.from_sequential, model(extra=2), micro_batches=3,
+           schedule="interleaved", virtual_stages=2, contains="multiple of the")
+    raises(ValueError, hvd.Pipeline.from_sequential, model(extra=2), micro_batches=4,
+           virtual_stages=2, contains="only it, takes several chunks")
+    raises(ValueError, hvd.Pipeline.from_sequential, model(extra=2), micro_batches=4,
+           schedule="interleaved", contains="only it, takes several chunks")
+    raises(ValueError, hvd.Pipeline.from_sequential, model(extra=2), micro_batches=4,
+           schedule="interleaved", virtual_stages=2, balance=[1] * hvd.size(),
+           contains="2 chunks each")
+
+
+@case
+def interleaved_bubble_theory():
+    pipe, _ = train("sgd", "interleaved", chunks=2, extra=2, steps=1)
+    s = hvd.size()
+    close(pipe.stats["ideal_bubble"], (s - 1.0) / (2 * M + s - 1), msg="ideal bubble")
+
+
+@case
+def header_once_per_step_and_link():
+    """After a step's first micro-batch the activations go bare: one header per link and
+    step, then M activations (counted at the sender, over 2 steps)."""
+    import hora.torch.pipeline as pl
+    sent, real = [], pl.isend
+
+    def counting(tensor, dst, tag, process_set):
+        sent.append(tag)
+        return real(tensor, dst, tag, process_set)
+
+    pl.isend = counting
+    try:
+        pipe, _ = train("sgd", "1f1b", steps=2)
+    finally:
+        pl.isend = real
+    link = pipe.stage_index + 1
+    headers = sent.count(pl.TAG_HEADER + 3 * link)
+    acts = sent.count(pl.TAG_ACTIVATION + 3 * link)
+    want = (0, 0) if pipe.is_last else (2, 2 * M)
+    check((headers, acts) == want, "stage %d sent %d headers and %d activations, want %s"
+          % (pipe.stage_index, headers, acts, want))
 
 
 @case

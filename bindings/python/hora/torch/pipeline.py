@@ -1,25 +1,26 @@
 """Pipeline parallelism over a Hora process set: a model cut into stages, one per member.
 
-Stage s is the member of rank s in the set (ranks in set order). A training step cuts the
-batch into M micro-batches along dimension 0; stage s receives each micro-batch's
-activation from stage s-1, runs its module, sends the output to stage s+1; the last stage
+Stage s is the member of rank s in the set (ranks in set order); with the interleaved
+schedule it holds v chunks (global chunks s, S+s, 2S+s, ...). A training step cuts the batch
+into M micro-batches along dimension 0; each micro-batch's activation goes from chunk to chunk
+(stage s to s+1, the last stage back to stage 0 between a stage's chunks); the last chunk
 applies loss_fn and the loss (divided by M, so the accumulated gradients are those of the
 whole batch's mean) starts backward, whose input gradients go back the same way. The
-parameters' .grad then hold the whole batch's gradient: step the stage's optimizer as
-usual, or a DistributedOptimizer / ZeroOptimizer over the stage's data-parallel set.
+parameters' .grad then hold the whole batch's gradient: step the stage's optimizer as usual,
+or a DistributedOptimizer / ZeroOptimizer over the stage's data-parallel set.
 
-Wire: before each activation, a header (int64: dtype code, ndim, dims) with tag TAG_HEADER,
-then the tensor with TAG_ACTIVATION; gradients need no header (the sender of the
-activation knows its shape) and use TAG_GRADIENT. Sends are isend (waited for at the end of
-the step), receives block, so every stage only waits on data it needs; as the n-th send
-with a tag matches the n-th receive of that tag, the micro-batches keep their order.
+Wire, per link (chunk g-1 to chunk g; tags offset by 3g): the first activation of a step
+carries a header (int64: dtype code, ndim, dims; TAG_HEADER); the step's later activations
+on that link go bare (TAG_ACTIVATION): the micro-batches of a step are equal slices of one
+batch, so a stage's output shape is the same for each (checked on the sender: a different one
+is a ValueError). Gradients need no header (the sender of the activation knows its shape) and
+use TAG_GRADIENT. Sends are isend (waited for at the end of the step), receives block, so
+every stage only waits on data it needs; as the n-th send with a tag matches the n-th receive
+of that tag, the micro-batches keep their order.
 
-Schedules (S stages, M micro-batches; F/B a micro-batch's forward/backward):
-  gpipe: every F, then every B. Holds M micro-batches' activations.
-  1f1b:  stage s runs min(S-s-1, M) F first, then alternates F and B, then the last B
-         (PipeDream-flush). Holds at most S-s micro-batches' activations; the same bubble.
-The bubble ((S-1)/(M+S-1) of the step in theory) is measured: after each step, `stats`
-holds the seconds spent in compute and waiting on receives.
+The order of a stage's forwards and backwards is pipeline_schedule.py's (gpipe, 1f1b,
+interleaved). The bubble is measured: after each step, `stats` holds the seconds spent in
+compute and waiting on receives, and the schedule's bubble in theory.
 """
 
 import time
@@ -30,9 +31,10 @@ import torch.nn as nn
 from .. import core
 from .mpi_ops import _set_id, _set_size, global_process_set, synchronize
 from .collective_ops import allgather, isend, recv
+from .pipeline_balance import profile_balance
+from .pipeline_schedule import SCHEDULES, ideal_bubble, tasks
 
 TAG_HEADER, TAG_ACTIVATION, TAG_GRADIENT = 7001, 7002, 7003
-SCHEDULES = ("gpipe", "1f1b")
 _MAX_DIMS = 8
 _DTYPES = [torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.int64,
            torch.int32, torch.uint8, torch.bool, torch.int8, torch.int16]
@@ -65,12 +67,15 @@ def split_sequential(seq, num_stages, balance=None):
 class Pipeline(nn.Module):
     """This rank's stage of a pipeline over `process_set`.
 
-    stage: this rank's module (one tensor in, one tensor out).
+    stage: this rank's module (one tensor in, one tensor out), or with the interleaved
+      schedule a list of its v >= 2 chunks (global chunks s, S+s, ...; `pipe.stage` is then
+      an nn.ModuleList of them).
     num_stages: if given, must be the set's size (ValueError otherwise).
-    micro_batches: M; the batch's dimension 0 must be divisible by it.
-    schedule: "1f1b" (default) or "gpipe".
-    Construction and train_step are collective over the set (same M, schedule and stage
-    count on every member: checked at construction)."""
+    micro_batches: M; the batch's dimension 0 must be divisible by it (interleaved: M a
+      multiple of the stage count).
+    schedule: "1f1b" (default), "gpipe" or "interleaved".
+    Construction and train_step are collective over the set (same M, schedule, chunk and
+    stage count on every member: checked at construction)."""
 
     def __init__(self, stage, process_set=global_process_set, num_stages=None,
                  micro_batches=1, schedule="1f1b"):
@@ -80,13 +85,13 @@ class Pipeline(nn.Module):
         if num_stages is not None and num_stages != n:
             raise ValueError("Pipeline: %d stages, but the process set %s has %d ranks (one "
                              "stage per rank)" % (num_stages, process_set, n))
-        if schedule not in SCHEDULES:
-            raise ValueError("Pipeline: schedule must be one of %s, got %r"
-                             % (SCHEDULES, schedule))
         if not isinstance(micro_batches, int) or micro_batches < 1:
             raise ValueError("Pipeline: micro_batches must be a positive int, got %r"
                              % (micro_batches,))
-        self.stage = stage
+        chunks = list(stage) if isinstance(stage, (list, tuple, nn.ModuleList)) else [stage]
+        tasks(schedule, 0, n, micro_batches, len(chunks))   # ValueError on a bad combination
+        self.stage = nn.ModuleList(chunks) if len(chunks) > 1 else chunks[0]
+        self.chunks = chunks
         self.process_set = process_set
         self.num_stages = n
         self.micro_batches = micro_batches
@@ -96,23 +101,54 @@ class Pipeline(nn.Module):
         if self.stage_index < 0:
             raise ValueError("Pipeline: rank %d is not a member of %s" % (core.rank(),
                                                                          process_set))
-        self.prev = ranks[self.stage_index - 1] if self.stage_index > 0 else None
-        self.next = ranks[self.stage_index + 1] if self.stage_index < n - 1 else None
+        s = self.stage_index
+        self.prev = ranks[s - 1] if s > 0 else None
+        self.next = ranks[s + 1] if s < n - 1 else None
+        self._ring_prev, self._ring_next = ranks[(s - 1) % n], ranks[(s + 1) % n]
         self.stats = {}
+        self.balance = self.predicted_stage_s = self.profile = None
         self._check_layout(num_stages)
 
     @classmethod
-    def from_sequential(cls, seq, process_set=global_process_set, balance=None, **kwargs):
-        """The stage of an nn.Sequential cut by split_sequential for this rank."""
+    def from_sequential(cls, seq, process_set=global_process_set, balance=None, sample=None,
+                        memory_limit=None, virtual_stages=1, **kwargs):
+        """The stage of an nn.Sequential cut for this rank. balance: None (as even as the
+        module count allows), modules per stage, or "profile": every member times each
+        module's forward and backward on `sample` (one micro-batch of the first stage's
+        input) and the cut minimises the slowest stage (pipeline_balance.py; collective),
+        keeping each stage's predicted memory within `memory_limit` bytes if given. The
+        balance is `pipe.balance`. virtual_stages=v (with schedule="interleaved") cuts
+        S*v parts (balance: S*v counts) and gives stage s parts s, S+s, ....
+        With "profile", `pipe.predicted_stage_s` holds each part's predicted forward +
+        backward seconds per micro-batch and `pipe.profile` the agreed per-module rows
+        (forward_s, backward_s, activation_bytes, parameter_bytes)."""
         set_id = _set_id(process_set)
         n = _set_size(set_id)
-        if balance is not None and len(balance) != n:
+        if not isinstance(virtual_stages, int) or virtual_stages < 1:
+            raise ValueError("Pipeline: virtual_stages must be a positive int, got %r"
+                             % (virtual_stages,))
+        predicted = rows = None
+        if isinstance(balance, str):
+            if balance != "profile":
+                raise ValueError("Pipeline: balance must be None, a list of module counts or "
+                                 "'profile', got %r" % balance)
+            balance, predicted, _, rows = profile_balance(
+                list(seq.children()), n * virtual_stages, sample, process_set,
+                micro_batches=kwargs.get("micro_batches", 1),
+                schedule=kwargs.get("schedule", "1f1b"), memory_limit=memory_limit)
+        elif sample is not None or memory_limit is not None:
+            raise ValueError("Pipeline: sample= and memory_limit= go with balance='profile'")
+        if balance is not None and len(balance) != n * virtual_stages:
             raise ValueError("Pipeline: balance %s gives %d stages, but the process set %s has "
-                             "%d ranks (one stage per rank)" % (list(balance), len(balance),
-                                                                process_set, n))
+                             "%d ranks (one stage per rank, %d chunks each)" % (
+                                 list(balance), len(balance), process_set, n, virtual_stages))
         ranks = list(range(core.size())) if set_id == 0 else core.process_set_ranks(set_id)
-        parts = split_sequential(seq, n, balance)
-        return cls(parts[ranks.index(core.rank())], process_set, n, **kwargs)
+        parts = split_sequential(seq, n * virtual_stages, balance)
+        mine = parts[ranks.index(core.rank())::n]
+        pipe = cls(mine if virtual_stages > 1 else mine[0], process_set, n, **kwargs)
+        pipe.balance = [len(p) for p in parts]
+        pipe.predicted_stage_s, pipe.profile = predicted, rows
+        return pipe
 
     @property
     def is_first(self):
@@ -124,13 +160,14 @@ class Pipeline(nn.Module):
 
     def _check_layout(self, num_stages):
         mine = [self.num_stages, -1 if num_stages is None else num_stages,
-                self.micro_batches, SCHEDULES.index(self.schedule)]
+                self.micro_batches, SCHEDULES.index(self.schedule), len(self.chunks)]
         every = allgather(torch.tensor([mine], dtype=torch.int64),
                           process_set=self.process_set).tolist()
         if any(row[0] != mine[0] or row[2:] != mine[2:] or
                (row[1] != -1 and row[1] != mine[0]) for row in every):
             raise ValueError("Pipeline: the layout differs across the stages: %s" % "; ".join(
-                "stage %d: %d micro-batches, %s" % (i, row[2], SCHEDULES[row[3]])
+                "stage %d: %d micro-batches, %s, %d chunks" % (i, row[2], SCHEDULES[row[3]],
+                                                               row[4])
                 for i, row in enumerate(every)))
 
     def forward(self, x):
@@ -139,65 +176,85 @@ class Pipeline(nn.Module):
 
     # ---- wire ----
 
-    def _send_activation(self, y, pending):
-        if len(y.shape) > _MAX_DIMS:
-            raise ValueError("Pipeline: activations have at most %d dimensions" % _MAX_DIMS)
-        if y.dtype not in _DTYPES:
-            raise TypeError("Pipeline: activations of dtype %s cannot be sent" % y.dtype)
-        header = torch.zeros(2 + _MAX_DIMS, dtype=torch.int64)
-        header[0], header[1] = _DTYPES.index(y.dtype), y.dim()
-        header[2:2 + y.dim()] = torch.tensor(list(y.shape), dtype=torch.int64)
-        pending.append(isend(header, self.next, TAG_HEADER, self.process_set))
-        pending.append(isend(y.detach().contiguous(), self.next, TAG_ACTIVATION,
+    def _send_activation(self, y, g, pending):
+        """Sends chunk g-1's output to chunk g (on the next stage)."""
+        shape = (y.dtype, tuple(y.shape))
+        announced = self._announced.get(g)
+        if announced is None:
+            if len(y.shape) > _MAX_DIMS:
+                raise ValueError("Pipeline: activations have at most %d dimensions" % _MAX_DIMS)
+            if y.dtype not in _DTYPES:
+                raise TypeError("Pipeline: activations of dtype %s cannot be sent" % y.dtype)
+            header = torch.zeros(2 + _MAX_DIMS, dtype=torch.int64)
+            header[0], header[1] = _DTYPES.index(y.dtype), y.dim()
+            header[2:2 + y.dim()] = torch.tensor(list(y.shape), dtype=torch.int64)
+            pending.append(isend(header, self._ring_next, TAG_HEADER + 3 * g, self.process_set))
+            self._announced[g] = shape
+        elif announced != shape:
+            raise ValueError("Pipeline: stage %d's chunk %d returned %s %s for one micro-batch "
+                             "and %s %s for another; a stage's output shape must be the same "
+                             "for every micro-batch of a step" % (
+                                 self.stage_index, g - 1, announced[0], list(announced[1]),
+                                 shape[0], list(shape[1])))
+        pending.append(isend(y.detach().contiguous(), self._ring_next, TAG_ACTIVATION + 3 * g,
                              self.process_set))
 
-    def _recv_activation(self):
-        header = recv(torch.zeros(2 + _MAX_DIMS, dtype=torch.int64), self.prev, TAG_HEADER,
-                      self.process_set)
-        dtype, ndim = _DTYPES[int(header[0])], int(header[1])
-        x = torch.empty([int(d) for d in header[2:2 + ndim]], dtype=dtype)
-        return recv(x, self.prev, TAG_ACTIVATION, self.process_set)
+    def _recv_activation(self, g):
+        known = self._announced.get(("in", g))
+        if known is None:
+            header = recv(torch.zeros(2 + _MAX_DIMS, dtype=torch.int64), self._ring_prev,
+                          TAG_HEADER + 3 * g, self.process_set)
+            ndim = int(header[1])
+            known = self._announced[("in", g)] = (_DTYPES[int(header[0])],
+                                                  [int(d) for d in header[2:2 + ndim]])
+        x = torch.empty(known[1], dtype=known[0])
+        return recv(x, self._ring_prev, TAG_ACTIVATION + 3 * g, self.process_set)
 
-    # ---- one micro-batch ----
+    # ---- one micro-batch through one chunk ----
 
-    def _forward(self, i, inputs, targets, loss_fn, saved, pending):
+    def _forward(self, i, k, inputs, targets, loss_fn, saved, pending):
+        g = k * self.num_stages + self.stage_index
+        last = g == self.num_stages * len(self.chunks) - 1
         t0 = time.perf_counter()
-        if self.is_first:
+        if g == 0:
             x = inputs[i]
         else:
-            x = self._recv_activation()
+            x = self._recv_activation(g)
             if x.is_floating_point():
                 x.requires_grad_(True)
         t1 = time.perf_counter()
-        y = self.stage(x)
+        y = self.chunks[k](x)
         if not torch.is_tensor(y):
             raise TypeError("Pipeline: stage %d returned %s; a stage returns one tensor"
                             % (self.stage_index, type(y).__name__))
-        if self.is_last:
+        if last:
             loss = loss_fn(y, targets[i]) / self.micro_batches
-            saved[i] = (x, loss)
+            saved[(i, k)] = (x, loss)
             self._losses.append(loss.detach())
         else:
-            self._send_activation(y, pending)
-            saved[i] = (x, y)
+            self._send_activation(y, g + 1, pending)
+            saved[(i, k)] = (x, y)
         self._wait += t1 - t0
         self._compute += time.perf_counter() - t1
 
-    def _backward(self, i, saved, pending):
-        x, y = saved.pop(i)
+    def _backward(self, i, k, saved, pending):
+        g = k * self.num_stages + self.stage_index
+        last = g == self.num_stages * len(self.chunks) - 1
+        x, y = saved.pop((i, k))
         t0 = time.perf_counter()
         grad = None
-        if not self.is_last and y.is_floating_point():
-            # the next stage sends a gradient for every floating-point activation (zeros if
+        if not last and y.is_floating_point():
+            # the next chunk sends a gradient for every floating-point activation (zeros if
             # it did not use it); a non-floating one has none
-            grad = recv(torch.empty(y.shape, dtype=y.dtype), self.next, TAG_GRADIENT,
-                        self.process_set)
+            grad = recv(torch.empty(y.shape, dtype=y.dtype), self._ring_next,
+                        TAG_GRADIENT + 3 * (g + 1), self.process_set)
         t1 = time.perf_counter()
         if y.requires_grad:
             torch.autograd.backward(y, grad)
-        if not self.is_first and x.is_floating_point():
-            g = x.grad if x.grad is not None else torch.zeros_like(x)
-            pending.append(isend(g.contiguous(), self.prev, TAG_GRADIENT, self.process_set))
+        if g > 0 and x.is_floating_point():
+            gx = x.grad if x.grad is not None else torch.zeros_like(x)
+            pending.append(isend(gx.contiguous(), self._ring_prev, TAG_GRADIENT + 3 * g,
+                                 self.process_set))
         self._wait += t1 - t0
         self._compute += time.perf_counter() - t1
 
@@ -216,7 +273,7 @@ class Pipeline(nn.Module):
         inputs: the batch, on the first stage; targets and loss_fn(output, target): on the
         last. Gradients accumulate in the stage's parameters (zero them before). Returns
         the batch's mean loss (a 0-d tensor) on the last stage, None elsewhere."""
-        m = self.micro_batches
+        m, v = self.micro_batches, len(self.chunks)
         ins = self._split(inputs, "inputs") if self.is_first else None
         tgts = None
         if self.is_last:
@@ -224,22 +281,13 @@ class Pipeline(nn.Module):
             if loss_fn is None:
                 raise ValueError("Pipeline: the last stage needs loss_fn")
         saved, pending = {}, []
-        self._losses, self._wait, self._compute = [], 0.0, 0.0
+        self._losses, self._wait, self._compute, self._announced = [], 0.0, 0.0, {}
         start = time.perf_counter()
-        if self.schedule == "gpipe":
-            for i in range(m):
-                self._forward(i, ins, tgts, loss_fn, saved, pending)
-            for i in range(m):
-                self._backward(i, saved, pending)
-        else:
-            warmup = min(self.num_stages - self.stage_index - 1, m)
-            for i in range(warmup):
-                self._forward(i, ins, tgts, loss_fn, saved, pending)
-            for i in range(m - warmup):
-                self._forward(warmup + i, ins, tgts, loss_fn, saved, pending)
-                self._backward(i, saved, pending)
-            for i in range(m - warmup, m):
-                self._backward(i, saved, pending)
+        for kind, i, k in tasks(self.schedule, self.stage_index, self.num_stages, m, v):
+            if kind == "F":
+                self._forward(i, k, ins, tgts, loss_fn, saved, pending)
+            else:
+                self._backward(i, k, saved, pending)
         t0 = time.perf_counter()
         for h in pending:
             synchronize(h)
@@ -247,7 +295,7 @@ class Pipeline(nn.Module):
         total = time.perf_counter() - start
         self.stats = {"step_s": total, "compute_s": self._compute, "wait_s": self._wait,
                       "bubble": self._wait / total if total > 0 else 0.0,
-                      "ideal_bubble": (self.num_stages - 1.0) / (m + self.num_stages - 1)}
+                      "ideal_bubble": ideal_bubble(self.schedule, self.num_stages, m, v)}
         if self.is_last:
             return torch.stack(self._losses).sum()
         return None

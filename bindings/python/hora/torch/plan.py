@@ -1,0 +1,315 @@
+"""A planner for parallel layouts: profile, predict, confirm the best few, print a table.
+
+    horarun -np 4 python3 -m hora.torch.plan examples/gpt_parallel.py:plan_spec \\
+        --global-batch 16 --memory-budget-mb 64
+
+plan() is collective over the whole job (N ranks). Candidates at a fixed global batch G:
+DP N with DistributedOptimizer and with ZeRO 1-3; TP t x DP N/t; PP p x DP N/p (1F1B, the
+stages cut by profile) for each micro-batch count M that divides the rows.
+
+Prediction, from measurements on this job:
+- compute: pipeline_balance.profile_modules of the model built for the layout's TP set on
+  one DP rank's rows (G/dp; per micro-batch G/(dp M) for PP): the sum of forward and backward
+  per module, TP collectives inside the modules included;
+- data parallel: the timed allreduce of the gradient bytes over the layout's DP set (ZeRO-1/2:
+  a reducescatter and an allgather; ZeRO-3: those per module, plus its forward allgathers);
+- pipeline: (M + p - 1) times the slowest stage's per-micro-batch time (partition of the
+  per-module costs), plus the timed send/recv latency for each activation and gradient;
+- the optimizer's step: its timed step on the whole model, per byte, times the bytes the
+  layout steps on a rank (ZeRO: 1/dp; TP: its slices; PP: the biggest stage);
+- compute never faster than the host's cores allow: the uncontended costs are measured by
+  one rank (or TP group) while the others wait, and the host's ranks' work divided by its
+  cores (os.sched_getaffinity) bounds the step from below;
+- memory per rank: parameters, gradients and Adam's two moments (4 x parameter bytes),
+  divided as the layout shards them, plus the activations in flight.
+The layouts that fit the budget are sorted by predicted time; the first `confirm` run
+`steps` steps each (after one warm-up) and the table gives predicted and measured seconds.
+"""
+
+import argparse
+import importlib.util
+import os
+import statistics
+import sys
+import time
+
+import torch
+
+from .. import core
+from .collective_ops import allgather, allreduce, broadcast, isend, recv, reducescatter
+from .mpi_ops import Average, Max, synchronize
+from .optimizer import DistributedOptimizer
+from .pipeline import Pipeline
+from .pipeline_balance import partition, profile_modules
+from .tensor_parallel import make_grid
+from .zero import ZeroOptimizer
+
+
+class Layout(object):
+    def __init__(self, tp=1, pp=1, zero=0, micro_batches=1):
+        self.tp, self.pp, self.zero, self.micro_batches = tp, pp, zero, micro_batches
+
+    def __str__(self):
+        dp = core.size() // (self.tp * self.pp)
+        parts = []
+        if self.tp > 1:
+            parts.append("TP %d" % self.tp)
+        if self.pp > 1:
+            parts.append("PP %d (M=%d)" % (self.pp, self.micro_batches))
+        parts.append("DP %d" % dp + (" ZeRO-%d" % self.zero if self.zero else ""))
+        return " x ".join(parts)
+
+
+def candidates(n, global_batch, micro_batches=(2, 4, 8)):
+    """The layouts of n ranks plan() considers."""
+    out = [Layout(zero=z) for z in range(4)]
+    for t in (2, 4, 8):
+        if t <= n and n % t == 0:
+            out.append(Layout(tp=t))
+    for p in (2, 4, 8):
+        if p <= n and n % p == 0:
+            rows = global_batch // (n // p)
+            out += [Layout(pp=p, micro_batches=m) for m in micro_batches
+                    if rows % m == 0 and m >= p]
+    return [c for c in out if global_batch % (n // (c.tp * c.pp)) == 0]
+
+
+def _mean(value, name):
+    """The job's mean of a local float, the same bits on every rank."""
+    return allreduce(torch.tensor([value], dtype=torch.float64), op=Average,
+                     name="plan." + name).item()
+
+
+def _timed(fn, repeats=3):
+    fn()
+    out = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        fn()
+        out.append(time.perf_counter() - t0)
+    return statistics.median(out)
+
+
+def _p2p_latency(n):
+    """One-way seconds of a small send/recv between neighbours (ring), averaged."""
+    r = core.rank()
+    t = torch.zeros(4096)
+
+    def ring():
+        h = isend(t, (r + 1) % n, 9101)
+        recv(torch.empty_like(t), (r - 1) % n, 9101)
+        synchronize(h)
+
+    return _timed(ring, 5)
+
+
+def _step_seconds_per_byte(factory, optimizer):
+    """The optimizer's step on the whole model (zero gradients), every rank at once, in
+    seconds per parameter byte (the job's mean)."""
+    torch.manual_seed(0)
+    model = factory(make_grid())
+    params = list(model.parameters())
+    for p in params:
+        p.grad = torch.zeros_like(p)
+    opt = optimizer(params)
+    return _mean(_timed(opt.step), "opt") / max(1, _nbytes(params))
+
+
+def _nbytes(params):
+    return sum(p.numel() * p.element_size() for p in params)
+
+
+def _profile_alone(grid, mods, sample):
+    """Per-module (forward + backward seconds, activation bytes) on `sample`, measured by
+    rank 0's TP group while every other rank waits (the uncontended cost), sent to all."""
+    rows = None
+    if grid.dp_rank == 0 and grid.pp_rank == 0:
+        rows = profile_modules(mods, sample, warmup=1, repeats=3)
+        t = torch.tensor([[r["forward_s"] + r["backward_s"], r["activation_bytes"]]
+                          for r in rows], dtype=torch.float64)
+    else:
+        t = torch.zeros(len(mods), 2, dtype=torch.float64)
+    t = broadcast(t, 0, name="plan.profile")
+    return [c for c, _ in t.tolist()], [int(a) for _, a in t.tolist()]
+
+
+def _host_bound(work, grid, measured):
+    """The least seconds the host's cores need for its ranks' `work` (uncontended
+    seconds per rank; TP peers measured together count their share of the cores)."""
+    cores, per_host = measured["cores"], core.local_size()
+    share = min(1.0, float(cores) / grid.tp)
+    return per_host * work * share / cores
+
+
+def predict(layout, factory, batch, global_batch, measured):
+    """(seconds, bytes per rank) predicted for `layout` (collective)."""
+    grid = make_grid(tp=layout.tp, pp=layout.pp)
+    torch.manual_seed(0)
+    model = factory(grid)
+    mods = list(model.children())
+    rows = global_batch // grid.dp
+    pbytes = _nbytes(model.parameters())
+    dp = grid.dp
+    if layout.pp == 1:
+        costs, acts = _profile_alone(grid, mods, batch(rows)[0])
+        work = sum(costs)
+        compute = max(work, _host_bound(work, grid, measured))
+        # what one step moves: stage 3 per module, stages 1/2 and DP the whole gradient
+        units = [_nbytes(m.parameters()) for m in mods] if layout.zero == 3 else [pbytes]
+        bufs = [torch.zeros(-(-max(1, b // 4) // dp) * dp) for b in units if b]
+
+        def dp_comm():
+            for u in bufs:
+                if layout.zero == 0:
+                    allreduce(u, op=Average, process_set=grid.dp_set)
+                    continue
+                reducescatter(u, op=Average, process_set=grid.dp_set)
+                for _ in range(2 if layout.zero == 3 else 1):   # stage 3: forward, backward
+                    allgather(u[:u.numel() // dp], process_set=grid.dp_set)
+
+        comm = _mean(_timed(dp_comm) if dp > 1 else 0.0, "comm")
+        state = {0: 4 * pbytes, 1: 2 * pbytes + 2 * pbytes // dp,
+                 2: pbytes + 3 * pbytes // dp, 3: 4 * pbytes // dp}[layout.zero]
+        stepped = pbytes // dp if layout.zero else pbytes
+        return compute + comm + measured["opt"] * stepped, state + sum(acts)
+    m = layout.micro_batches
+    costs, acts = _profile_alone(grid, mods, batch(rows // m)[0])
+    pb = [_nbytes(x.parameters()) for x in mods]
+    balance = partition(costs, layout.pp)
+    stages, a = [], 0
+    for k in balance:
+        stages.append((sum(costs[a:a + k]), sum(pb[a:a + k]), sum(acts[a:a + k])))
+        a += k
+    slowest = max(c for c, _, _ in stages)
+    sched = (m + layout.pp - 1) * slowest
+    # the host's ranks hold every stage dp / (hosts) times: their mean work per rank
+    mean_work = m * sum(costs) / layout.pp
+    compute = max(sched, _host_bound(mean_work, grid, measured))
+    msgs = 2 * m * 2 * measured["p2p"]           # activations and gradients, both ends
+    biggest = max(b for _, b, _ in stages)
+    act = max(x for _, _, x in stages) * min(layout.pp, m)
+    comm = 0.0
+    if dp > 1:
+        flat = torch.zeros(-(-max(1, biggest // 4) // dp) * dp)
+        comm = _timed(lambda: allreduce(flat, op=Average, process_set=grid.dp_set))
+    return (compute + msgs + _mean(comm, "ppcomm") + measured["opt"] * biggest,
+            4 * biggest + act)
+
+
+def measure(layout, factory, batch, loss_fn, global_batch, steps, optimizer):
+    """Seconds per step of `layout` (the slowest rank's median over `steps`; collective)."""
+    grid = make_grid(tp=layout.tp, pp=layout.pp)
+    torch.manual_seed(0)
+    model = factory(grid)
+    rows = global_batch // grid.dp
+    pipe = None
+    if layout.pp > 1:
+        m = layout.micro_batches
+        pipe = Pipeline.from_sequential(model, grid.pp_set, balance="profile",
+                                        sample=batch(rows // m)[0], micro_batches=m)
+        model = pipe.stage
+    opt = optimizer(model.parameters())
+    if layout.zero:
+        opt = ZeroOptimizer(opt, model=model, stage=layout.zero, process_set=grid.dp_set)
+    elif grid.dp > 1:
+        opt = DistributedOptimizer(opt, named_parameters=model.named_parameters(),
+                                   process_set=grid.dp_set,
+                                   backward_passes_per_step=layout.micro_batches)
+    times = []
+    for s in range(steps + 1):
+        x, y = batch(rows)
+        t0 = time.perf_counter()
+        opt.zero_grad()
+        if pipe is not None:
+            pipe.train_step(x if pipe.is_first else None, y if pipe.is_last else None, loss_fn)
+        else:
+            loss_fn(model(x), y).backward()
+        opt.step()
+        if s:
+            times.append(time.perf_counter() - t0)
+    return allreduce(torch.tensor([statistics.median(times)]), op=Max,
+                     name="plan.measured").item()
+
+
+def plan(factory, batch, loss_fn, global_batch, memory_budget=None, confirm=3, steps=3,
+         optimizer=None, layouts=None, out=sys.stdout):
+    """Predicts every candidate layout, runs the `confirm` fastest predicted that fit
+    `memory_budget` bytes per rank, prints the table on rank 0 and returns its rows (dicts:
+    layout, predicted_s, measured_s or None, memory_bytes, fits). Collective over the job.
+    factory(grid) builds the model as an nn.Sequential for a ParallelGrid (TP layers over
+    grid.tp_set); batch(rows) returns (inputs, targets) of `rows` rows; loss_fn(out, y)."""
+    n = core.size()
+    if optimizer is None:
+        def optimizer(params):
+            return torch.optim.AdamW(params, lr=1e-3)
+    layouts = layouts or candidates(n, global_batch)
+    measured = {"p2p": _mean(_p2p_latency(n), "p2p"),
+                "cores": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity")
+                else os.cpu_count(), "opt": _step_seconds_per_byte(factory, optimizer)}
+    rows = []
+    for lay in layouts:
+        t, mem = predict(lay, factory, batch, global_batch, measured)
+        mem = int(allreduce(torch.tensor([float(mem)]), op=Max, name="plan.mem").item())
+        rows.append({"layout": str(lay), "obj": lay, "predicted_s": t, "memory_bytes": mem,
+                     "fits": memory_budget is None or mem <= memory_budget,
+                     "measured_s": None})
+    order = sorted((r for r in rows if r["fits"]), key=lambda r: r["predicted_s"])
+    for r in order[:confirm]:
+        r["measured_s"] = measure(r["obj"], factory, batch, loss_fn, global_batch, steps,
+                                  optimizer)
+    if core.rank() == 0:
+        out.write(table(rows, memory_budget))
+        out.flush()
+    for r in rows:
+        del r["obj"]
+    return rows
+
+
+def table(rows, memory_budget=None):
+    """The rows as a Markdown table, fastest predicted first; the pick is the fastest
+    measured."""
+    done = [r for r in rows if r["measured_s"] is not None]
+    pick = min(done, key=lambda r: r["measured_s"]) if done else None
+    lines = ["| layout | predicted s/step | measured s/step | memory per rank | |",
+             "|---|---|---|---|---|"]
+    for r in sorted(rows, key=lambda r: r["predicted_s"]):
+        lines.append("| %s | %.3f | %s | %.1f MiB%s | %s |" % (
+            r["layout"], r["predicted_s"],
+            "%.3f" % r["measured_s"] if r["measured_s"] is not None else "-",
+            r["memory_bytes"] / 2.0 ** 20, "" if r["fits"] else " (over budget)",
+            "chosen" if r is pick else ""))
+    return "\n".join(lines) + "\n"
+
+
+def _load(spec):
+    path, _, name = spec.rpartition(":")
+    if not path or not name:
+        raise SystemExit("hora.torch.plan: expected FILE.py:FUNCTION, got %r" % spec)
+    mod_spec = importlib.util.spec_from_file_location("hora_plan_spec", path)
+    mod = importlib.util.module_from_spec(mod_spec)
+    mod_spec.loader.exec_module(mod)
+    return getattr(mod, name)
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(prog="python3 -m hora.torch.plan", description=__doc__.split(
+        "\n\n")[0])
+    p.add_argument("spec", help="FILE.py:FUNCTION returning dict(factory=, batch=, loss_fn=)")
+    p.add_argument("--global-batch", type=int, required=True)
+    p.add_argument("--memory-budget-mb", type=float, default=None)
+    p.add_argument("--confirm", type=int, default=3, help="layouts run to confirm")
+    p.add_argument("--all", action="store_true", help="run every layout that fits")
+    p.add_argument("--steps", type=int, default=3)
+    args = p.parse_args(argv)
+    load = _load(args.spec)
+    from . import init, shutdown
+    init()
+    spec = load()
+    budget = None if args.memory_budget_mb is None else int(args.memory_budget_mb * 2 ** 20)
+    plan(spec["factory"], spec["batch"], spec["loss_fn"], args.global_batch, budget,
+         confirm=10 ** 6 if args.all else args.confirm, steps=args.steps)
+    shutdown()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,205 @@
+"""Pipeline.from_sequential(balance="profile") on a deliberately uneven model. Runs on each rank.
+
+The model is two heavy modules (each applies its Linear HEAVY_REPS times) then light ones.
+Every rank profiles, the ranks agree on one balance, the heavy modules land on different
+stages, training with it equals the single-process run, and the step with the profiled
+balance is timed against the even split in the same job (printed as a TIMING line, which the
+pytest side collects; never asserted: the machine is shared)."""
+
+import os
+import statistics
+import time
+
+import torch
+import torch.nn as nn
+
+import hora.torch as hvd
+from hora.torch.pipeline_balance import even_times, in_flight, stage_memory
+import cases
+from cases import case, check, close, raises
+
+D = int(os.environ.get("BALANCE_D", "256"))
+HEAVY_REPS = int(os.environ.get("BALANCE_REPS", "12"))
+M = 4            # micro-batches
+MICRO = 16       # rows per micro-batch
+STEPS = 2
+TIMED_STEPS = int(os.environ.get("BALANCE_TIMED_STEPS", "3"))
+
+
+class Heavy(nn.Module):
+    """HEAVY_REPS x (Linear, tanh) with one weight: 1 module, HEAVY_REPS times the work."""
+
+    def __init__(self, d, reps):
+        super().__init__()
+        self.lin = nn.Linear(d, d)
+        self.reps = reps
+
+    def forward(self, x):
+        for _ in range(self.reps):
+            x = torch.tanh(self.lin(x))
+        return x
+
+
+HEAVY = (0, 1)   # module indices of the heavy ones
+
+
+def model(seed=0):
+    torch.manual_seed(seed)
+    return nn.Sequential(Heavy(D, HEAVY_REPS), Heavy(D, HEAVY_REPS),
+                         nn.Linear(D, D), nn.Tanh(), nn.Linear(D, D), nn.Tanh(),
+                         nn.Linear(D, D), nn.Linear(D, 4))
+
+
+def batch(step):
+    g = torch.Generator().manual_seed(300 + step)
+    return torch.randn(M * MICRO, D, generator=g), torch.randn(M * MICRO, 4, generator=g)
+
+
+def mse(out, y):
+    return ((out - y) ** 2).mean()
+
+
+def init():
+    hvd.init()
+    torch.set_num_threads(1)
+
+
+def step(pipe, opt, s):
+    opt.zero_grad()
+    x, y = batch(s)
+    pipe.train_step(x if pipe.is_first else None, y if pipe.is_last else None, mse)
+    opt.step()
+
+
+def profiled(schedule="1f1b", **kwargs):
+    x, _ = batch(0)
+    return hvd.Pipeline.from_sequential(model(), balance="profile", sample=x[:MICRO],
+                                        micro_batches=M, schedule=schedule, **kwargs)
+
+
+def stage_of(balance, module):
+    a = 0
+    for s, k in enumerate(balance):
+        if a <= module < a + k:
+            return s
+        a += k
+    raise AssertionError("module %d beyond balance %s" % (module, balance))
+
+
+@case
+def profile_separates_the_heavy_modules_and_every_rank_agrees():
+    pipe = profiled()
+    b = pipe.balance
+    check(sum(b) == 8 and len(b) == hvd.size() and min(b) >= 1, "balance %s" % b)
+    check(stage_of(b, HEAVY[0]) != stage_of(b, HEAVY[1]),
+          "balance %s keeps both heavy modules on one stage" % b)
+    every = hvd.allgather(torch.tensor([b], dtype=torch.int64)).tolist()
+    check(all(row == b for row in every), "ranks disagree: %s" % every)
+    t = pipe.predicted_stage_s
+    check(len(t) == hvd.size() and all(v > 0 for v in t), "predicted %s" % t)
+    # the stage holding a heavy module is predicted the slowest
+    heavy_stage = stage_of(b, HEAVY[0])
+    check(max(t) == max(t[heavy_stage], t[stage_of(b, HEAVY[1])]), "predicted %s" % t)
+
+
+@case
+def profile_training_equals_one_process():
+    for schedule in ("1f1b", "gpipe"):
+        pipe = profiled(schedule)
+        opt = torch.optim.SGD(pipe.stage.parameters(), lr=0.05)
+        for s in range(STEPS):
+            step(pipe, opt, s)
+        ref = model()
+        ropt = torch.optim.SGD(ref.parameters(), lr=0.05)
+        for s in range(STEPS):
+            ropt.zero_grad()
+            x, y = batch(s)
+            mse(ref(x), y).backward()
+            ropt.step()
+        want = list(hvd.split_sequential(ref, hvd.size(), pipe.balance)[pipe.stage_index]
+                    .parameters())
+        got = list(pipe.stage.parameters())
+        check(len(got) == len(want), "%d parameters, want %d" % (len(got), len(want)))
+        for p, q in zip(got, want):
+            close(p.detach(), q.detach(), atol=2e-5, rtol=1e-4, msg=schedule)
+
+
+@case
+def profile_leaves_the_model_untouched():
+    m = model()
+    before = [p.detach().clone() for p in m.parameters()]
+    rng = torch.get_rng_state()
+    pipe = hvd.Pipeline.from_sequential(m, balance="profile", sample=batch(0)[0][:MICRO],
+                                        micro_batches=M)
+    check(all(p.grad is None for p in pipe.stage.parameters()), "profiling left gradients")
+    check(torch.equal(rng, torch.get_rng_state()), "profiling moved the RNG")
+    for p, q in zip(m.parameters(), before):
+        check(torch.equal(p.detach(), q), "profiling changed a parameter")
+
+
+@case
+def memory_limit_constrains_the_split():
+    free = profiled()
+    rows, S = free.profile, hvd.size()
+
+    def stage_bytes(balance):
+        out, a = [], 0
+        for s, k in enumerate(balance):
+            out.append(stage_memory(rows[a:a + k], in_flight("1f1b", s, S, M)))
+            a += k
+        return out
+
+    # a limit of half the heaviest stage's bytes of the free split moves the cut (or fails
+    # clearly when nothing fits); 1 byte fits nothing
+    limit = max(stage_bytes(free.balance)) // 2
+    try:
+        capped = profiled(memory_limit=limit)
+        check(max(stage_bytes(capped.balance)) <= limit,
+              "balance %s exceeds %d bytes: %s" % (capped.balance, limit,
+                                                   stage_bytes(capped.balance)))
+        check(capped.balance != free.balance, "the limit did not move the cut")
+    except ValueError as e:
+        check("within memory_limit=%d bytes" % limit in str(e), str(e))
+    raises(ValueError, profiled, memory_limit=1, contains="within memory_limit=1 bytes")
+    raises(ValueError, hvd.Pipeline.from_sequential, model(), balance="profile",
+           contains="needs sample=")
+    raises(ValueError, hvd.Pipeline.from_sequential, model(), balance="fastest",
+           contains="balance must be")
+    raises(ValueError, hvd.Pipeline.from_sequential, model(), sample=batch(0)[0],
+           contains="go with balance='profile'")
+
+
+def timed_steps(pipe, n):
+    opt = torch.optim.SGD(pipe.stage.parameters(), lr=0.0)
+    step(pipe, opt, 0)     # warm-up
+    out = []
+    for s in range(n):
+        t0 = time.perf_counter()
+        step(pipe, opt, s)
+        out.append(time.perf_counter() - t0)
+    return out
+
+
+@case
+def profile_step_against_even_split():
+    prof = profiled()
+    even = hvd.Pipeline.from_sequential(model(), micro_batches=M)
+    te, tp = [], []
+    for _ in range(TIMED_STEPS):     # alternate, so that the machine's load hits both alike
+        te += timed_steps(even, 1)
+        tp += timed_steps(prof, 1)
+    # the step of the job is its slowest rank's
+    e = hvd.allreduce(torch.tensor([statistics.median(te)]), op=hvd.Max).item()
+    p = hvd.allreduce(torch.tensor([statistics.median(tp)]), op=hvd.Max).item()
+    costs = [r["forward_s"] + r["backward_s"] for r in prof.profile]
+    predicted = max(prof.predicted_stage_s) / max(even_times(costs, hvd.size()))
+    if hvd.rank() == 0:
+        print("TIMING np=%d even %s %.1f ms profile %s %.1f ms ratio %.2f predicted %.2f"
+              % (hvd.size(), even.balance, 1e3 * e, prof.balance, 1e3 * p, p / e, predicted),
+              flush=True)
+    check(predicted < 1.0, "the profile predicts no gain over the even split: %.2f" % predicted)
+
+
+if __name__ == "__main__":
+    import sys
+    cases.run_all(init, hvd.shutdown, only=sys.argv[1:] or None)
