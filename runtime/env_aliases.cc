@@ -111,6 +111,8 @@ constexpr const char* kKnown[] = {
     "HORA_TEST_BIN_ROOT",
     "HORA_TEST_LOG_LEVEL",
     "HORA_BAZEL_ROOT",
+    "HORA_MULTIHOST_PREFIX",
+    "HORA_MULTIHOST_NET",
     "HORA_KEEP_BAZEL",
     "HORA_PREFIX",
     "HORA_BIN",
