@@ -10,6 +10,7 @@ first committed step of each later generation (for tests/multihost/bench_elastic
   --grow-file F --grow-line L --grow-to N   worker 0 appends L to F at the start of epoch 1;
                            after that epoch every rank commits every 0.2 s until the size is
                            N (HostsUpdatedInterrupt), 120 s at most
+  --shrink-file F --shrink-line L   worker 0 replaces F's hosts with L at the start of epoch 1
 """
 
 import argparse
@@ -35,6 +36,8 @@ p.add_argument("--fail-all", type=int, default=None)
 p.add_argument("--grow-file", default=None)
 p.add_argument("--grow-line", default="")
 p.add_argument("--grow-to", type=int, default=0)
+p.add_argument("--shrink-file", default=None)
+p.add_argument("--shrink-line", default="")
 args = p.parse_args()
 WORKER = os.environ.get("HORARUN_WORKER", "?")
 
@@ -82,6 +85,12 @@ def train(state):
                 with open(args.grow_file, "a") as f:
                     f.write(args.grow_line + "\n")
                 open(args.grow_file + ".done", "w").close()
+            if args.shrink_file and WORKER == "0" and state.epoch == 1 and \
+                    not os.path.exists(args.shrink_file + ".done"):
+                with open(args.shrink_file + ".new", "w") as f:
+                    f.write(args.shrink_line + "\n")
+                os.rename(args.shrink_file + ".new", args.shrink_file)  # never half written
+                open(args.shrink_file + ".done", "w").close()
         while state.batch < args.batches:
             g = torch.Generator().manual_seed(1000 * state.epoch + state.batch)
             x = torch.randn(8, 16, generator=g)

@@ -109,6 +109,23 @@ def test_a_discovered_host_joins(kit, tmp_path):
     check_clean(kit)
 
 
+def test_a_host_the_discovery_script_drops_is_stopped_and_the_rest_go_on(kit, tmp_path):
+    # 2 hosts x 2; at epoch 1 the script stops offering the second host: the driver stops its
+    # workers, the first host's two finish at 2 ranks with identical parameters, exit 0.
+    rc, out, err, _ = elastic(
+        kit, tmp_path, ["-np", "4", "--min-np", "2"],
+        ["--epochs", "3", "--step-sleep", "0.5", "--shrink-file", str(tmp_path / "hosts"),
+         "--shrink-line", "%s:2" % kit.hosts[0]])
+    assert rc == 0, out[-4000:] + err[-4000:]
+    lines = rank_lines(out)
+    finals = [done(lines.get(w, [])) for w in range(4)]
+    assert [len(f) for f in finals] == [1, 1, 0, 0], out[-4000:] + err[-2000:]
+    assert {f[0][2] for f in finals[:2]} == {"2"}, finals
+    assert finals[0][0][3] == finals[1][0][3], "parameters differ: %s" % finals
+    assert "host %s is no longer offered" % kit.hosts[1] in err, err[-3000:]
+    check_clean(kit)
+
+
 def test_every_worker_failing_ends_with_the_first_failures_code(kit, tmp_path):
     rc, out, err, _ = elastic(kit, tmp_path, ["-np", "4", "--min-np", "1"],
                               ["--fail-all", "7"])
