@@ -126,6 +126,26 @@ def test_a_host_the_discovery_script_drops_is_stopped_and_the_rest_go_on(kit, tm
     check_clean(kit)
 
 
+def test_an_elastic_sampler_trains_each_sample_once_per_epoch_across_a_lost_rank_0(kit,
+                                                                                    tmp_path):
+    # 48 samples, batches of 2: rank 0 dies after 2 committed batches of epoch 0 (16 samples
+    # of the job); the 2 survivors finish the other 32 and epoch 1 between them.
+    script, _ = discovery(tmp_path, ["%s:2" % h for h in kit.hosts[:2]])
+    rc, out, err = horarun(kit, ["--host-discovery-script", script, "-np", "4", "--min-np", "2"] +
+                           ssh_args(kit) + PASS +
+                           [PY, os.path.join(HERE, "elastic_sampler_prog.py")], env=env())
+    assert rc == 0, out[-4000:] + err[-4000:]
+    seen = {0: [], 1: []}
+    for line in out.splitlines():
+        m = re.search(r"COMMITTED epoch (\d+) worker \d+ samples ([\d,]+)", line)
+        if m:
+            seen[int(m.group(1))] += [int(i) for i in m.group(2).split(",")]
+    for epoch, samples in seen.items():
+        assert sorted(samples) == list(range(48)), (epoch, sorted(samples))
+    assert len(re.findall(r"DONE worker \d+ size 2", out)) == 2, out[-3000:]
+    check_clean(kit)
+
+
 def test_every_worker_failing_ends_with_the_first_failures_code(kit, tmp_path):
     rc, out, err, _ = elastic(kit, tmp_path, ["-np", "4", "--min-np", "1"],
                               ["--fail-all", "7"])
