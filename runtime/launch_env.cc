@@ -125,8 +125,13 @@ Status ReadTorchrun(const EnvLookup& env, LaunchEnv* l) {
   if (!given) port = static_cast<int>(master_port + 1);
   l->coordinator_address = std::string(master) + ":" + std::to_string(port);
   l->listen_any = true;
+  // torchrun's agent restarts every worker with the same run id and a new restart count: each
+  // attempt is a job of its own, so a rank left over from the last one is refused.
   const char* run_id = Get(env, "TORCHELASTIC_RUN_ID");
-  l->token = std::string("torchrun:") + (run_id != nullptr ? run_id : "") + "@" + master + ":" +
+  const char* restart = Get(env, "TORCHELASTIC_RESTART_COUNT");
+  l->token = std::string("torchrun:") + (run_id != nullptr ? run_id : "") +
+             (restart != nullptr && std::string(restart) != "0" ? std::string("#") + restart : "") +
+             "@" + master + ":" +
              (master_port > 0 ? std::to_string(master_port) : std::to_string(port));
   return Status::Ok();
 }

@@ -153,6 +153,11 @@ TEST_CASE("torchrun: RANK/WORLD_SIZE/LOCAL_*/GROUP_*, the coordinator at MASTER_
   REQUIRE(l.coordinator_address == "trainer-0:29501");
   REQUIRE(l.listen_any);
   REQUIRE(l.token == "torchrun:job7@trainer-0:29500");
+  v["TORCHELASTIC_RESTART_COUNT"] = "0";  // the first attempt
+  REQUIRE(Detect(v).token == "torchrun:job7@trainer-0:29500");
+  v["TORCHELASTIC_RESTART_COUNT"] = "2";  // the agent's third: another job's token
+  REQUIRE(Detect(v).token == "torchrun:job7#2@trainer-0:29500");
+  v.erase("TORCHELASTIC_RESTART_COUNT");
   v["HORA_COORDINATOR_PORT"] = "40000";
   REQUIRE(Detect(v).coordinator_address == "trainer-0:40000");
   v.erase("HORA_COORDINATOR_PORT");
