@@ -143,3 +143,16 @@ def test_a_join_waits_no_longer_than_asked(server):
     answer = request(server, {"op": "join", "worker": "9", "after": -1, "addr": "127.0.0.1",
                               "port": 1, "wait": 0.3})
     assert "retry" in answer and "within 0.3s" in answer["retry"], answer
+
+
+def test_a_worker_refuses_a_bad_elastic_timeout(monkeypatch):
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..",
+                                    "bindings", "python"))
+    from hora import elastic_client, errors
+    for bad in ("abc", "0", "-3", "nan"):
+        monkeypatch.setenv("HORA_ELASTIC_TIMEOUT", bad)
+        with pytest.raises(errors.HoraInvalidArgumentError, match="HORA_ELASTIC_TIMEOUT=%r: must "
+                           "be a number of seconds > 0" % bad):
+            elastic_client._timeout()
+    monkeypatch.setenv("HORA_ELASTIC_TIMEOUT", "2.5")
+    assert elastic_client._timeout() == 2.5

@@ -40,10 +40,16 @@ def generation():
 
 
 def _timeout():
+    text = os.environ.get(TIMEOUT_VAR, "600")
     try:
-        return max(1.0, float(os.environ.get(TIMEOUT_VAR, "600")))
+        value = float(text)
     except ValueError:
-        return 600.0
+        value = -1.0
+    if not value > 0:
+        raise errors.HoraInvalidArgumentError(
+            errors.ERR_INVALID_ARGUMENT, "%s=%r: must be a number of seconds > 0" % (
+                TIMEOUT_VAR, text), "hora.init")
+    return value
 
 
 def _request(req, wait):
