@@ -268,7 +268,9 @@ def test_real_torchrun_restarts(tmp_path):
             "--max_restarts", "1", "--rdzv_backend", "c10d",
             "--rdzv_endpoint", "127.0.0.1:%d" % port, "--rdzv_conf", "last_call_timeout=1",
             "--redirects", "1", "--tee", "1", "--log_dir", str(tmp_path), WORKER]
-    p = run(argv, base_env(FAIL_ATTEMPT=0))
+    # With a c10d rendezvous the agent picks MASTER_PORT itself (an ephemeral port), so its next
+    # port may be taken: the coordinator's port is given, as docs/launching.md tells users.
+    p = run(argv, base_env(FAIL_ATTEMPT=0, HORA_COORDINATOR_PORT=port + 1))
     assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
     assert "FAILING attempt 0" in p.stdout, p.stdout[-3000:]
     # Both attempts ran the collectives on both ranks.
