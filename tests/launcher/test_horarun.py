@@ -460,7 +460,7 @@ def test_check_build_without_the_list_reports_it_unavailable(tmp_path):
     assert rc == 1 and "Hora: build information unavailable" in out, out
 
 
-def test_horovodrun_flags_apply_are_ignored_or_start_the_elastic_driver():
+def test_horovodrun_flags_apply_or_are_ignored():
     # Flags that apply become the Hora variables they mean.
     code = ("import os; print(os.environ.get('HORA_STALL_WARNING_SECONDS'), "
             "os.environ.get('HORA_STALL_TIMEOUT_SECONDS'), "
@@ -478,27 +478,3 @@ def test_horovodrun_flags_apply_are_ignored_or_start_the_elastic_driver():
     rc, out, err, _ = horarun("-np", "1", "--no-stall-check", PY, "-c",
                               "import os; print(os.environ['HORA_STALL_WARNING_SECONDS'])")
     assert rc == 0 and rank_lines(out)[0] == ["10000000"], out + err
-    # Elastic flags start the elastic driver (tests/multihost/test_elastic_hosts.py runs it
-    # across hosts); bad combinations are usage errors, nothing started.
-    for bad, message in ((["-np", "2", "--min-np", "3"], "need --min-np (3) <= -np (2)"),
-                         (["-np", "2", "--max-np", "1"], "<= --max-np (1)"),
-                         (["-np", "2", "--min-np", "1", "--mpi"], "not --mpi"),
-                         (["-np", "2", "--min-np", "1", "--reset-limit", "-1"],
-                          "--reset-limit -1: must not be negative"),
-                         (["-np", "2", "--min-np", "1", "--elastic-timeout", "0"],
-                          "must be positive"),
-                         (["--max-np", "2"], "needs -np or --min-np")):
-        rc, out, err, _ = horarun(*(bad + [PY, "-c", "print('ran')"]))
-        assert rc == 2 and message in err and "ran" not in out, (bad, err)
-
-
-def test_elastic_mode_on_one_host_runs_the_workers_to_their_end():
-    # Workers that never call hvd.init: the driver starts them, they finish, exit 0.
-    rc, out, err, _ = horarun("-np", "2", "--min-np", "1", "--elastic-timeout", "30", PY, "-c",
-                              "import os; print('worker', os.environ['HORARUN_WORKER'])")
-    assert rc == 0, err
-    assert rank_lines(out) == {0: ["worker 0"], 1: ["worker 1"]}, out
-    assert "elastic: generation 0: 2 rank(s) on localhost" in err, err
-    # Every worker failing: the first failure's code.
-    rc, out, err, _ = horarun("-np", "2", "--min-np", "1", PY, "-c", "raise SystemExit(5)")
-    assert rc == 5 and "every worker failed; the first failure's code is 5" in err, err

@@ -1,0 +1,31 @@
+"""horarun's elastic mode on one host (tools/launcher/horarun_elastic.py): bad combinations of
+the elastic flags are usage errors that start nothing; workers run to their end; every worker
+failing ends the job with the first failure's code. Across hosts:
+tests/multihost/test_elastic_hosts.py."""
+
+from test_horarun import PY, horarun, rank_lines
+
+
+def test_bad_elastic_flags_are_usage_errors():
+    for bad, message in ((["-np", "2", "--min-np", "3"], "need --min-np (3) <= -np (2)"),
+                         (["-np", "2", "--max-np", "1"], "<= --max-np (1)"),
+                         (["-np", "2", "--min-np", "1", "--mpi"], "not --mpi"),
+                         (["-np", "2", "--min-np", "1", "--reset-limit", "-1"],
+                          "--reset-limit -1: must not be negative"),
+                         (["-np", "2", "--min-np", "1", "--elastic-timeout", "0"],
+                          "must be positive"),
+                         (["--max-np", "2"], "needs -np or --min-np")):
+        rc, out, err, _ = horarun(*(bad + [PY, "-c", "print('ran')"]))
+        assert rc == 2 and message in err and "ran" not in out, (bad, err)
+
+
+def test_elastic_mode_on_one_host_runs_the_workers_to_their_end():
+    # Workers that never call hvd.init: the driver starts them, they finish, exit 0.
+    rc, out, err, _ = horarun("-np", "2", "--min-np", "1", "--elastic-timeout", "30", PY, "-c",
+                              "import os; print('worker', os.environ['HORARUN_WORKER'])")
+    assert rc == 0, err
+    assert rank_lines(out) == {0: ["worker 0"], 1: ["worker 1"]}, out
+    assert "elastic: generation 0: 2 rank(s) on localhost" in err, err
+    # Every worker failing: the first failure's code.
+    rc, out, err, _ = horarun("-np", "2", "--min-np", "1", PY, "-c", "raise SystemExit(5)")
+    assert rc == 5 and "every worker failed; the first failure's code is 5" in err, err
