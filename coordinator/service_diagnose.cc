@@ -50,10 +50,9 @@ void CoordinatorServiceImpl::StartDiagnosisLocked(const std::string& reason,
     r.session->Push(std::move(m));
     ScheduleFlushLocked(r.session);
     round.awaited[i] = true;
-    ++round.waiting;
   }
   diagnosis_ = std::move(round);
-  if (diagnosis_->waiting == 0) {
+  if (diagnosis_->AwaitsNobody()) {
     FinishDiagnosisLocked();
     return;
   }
@@ -86,7 +85,7 @@ void CoordinatorServiceImpl::HandleDiagnosisLocked(int rank, DiagnosisReport rep
 void CoordinatorServiceImpl::StopAwaitingDiagnosisLocked(int rank) {
   if (!diagnosis_ || !diagnosis_->awaited[rank]) return;
   diagnosis_->awaited[rank] = false;
-  if (--diagnosis_->waiting == 0) FinishDiagnosisLocked();
+  if (diagnosis_->AwaitsNobody()) FinishDiagnosisLocked();
 }
 
 void CoordinatorServiceImpl::FinishDiagnosisLocked() {

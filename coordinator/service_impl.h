@@ -18,6 +18,7 @@
 #include <grpcpp/server.h>
 #include <grpcpp/server_context.h>
 
+#include <algorithm>
 #include <condition_variable>
 #include <map>
 #include <memory>
@@ -207,7 +208,9 @@ class CoordinatorServiceImpl final : public CoordinatorService,
     bool every_rank = false;  // on demand: a line per rank even when something stalled
     std::vector<std::optional<DiagnosisReport>> reports;  // per rank
     std::vector<bool> awaited;  // per rank: asked, did not answer, not lost since
-    int waiting = 0;            // how many are awaited
+    bool AwaitsNobody() const {
+      return std::find(awaited.begin(), awaited.end(), true) == awaited.end();
+    }
     struct PendingAbort {
       Code code = Code::kAborted;
       std::string message;
