@@ -1,7 +1,8 @@
 """An ElasticSampler across a membership change (tests/multihost/test_elastic_hosts.py).
 
 The dataset is the indices 0..N-1; every rank trains on batches of B of its share and prints,
-after each commit, `COMMITTED epoch e worker w samples i,j`. Worker 0 (rank 0 of the first
+when its commit saves a batch, `COMMITTED epoch e worker w samples i,j` (at the save: a commit
+whose host-update check then fails, because a peer died, has still committed the batch). Worker 0 (rank 0 of the first
 generation) SIGKILLs itself before its batch --kill-batch of epoch 0, so the survivors go on
 from the last commit with the rest of the epoch re-partitioned over fewer ranks: the committed
 samples of each epoch, over every worker, are then each index exactly once."""
@@ -28,6 +29,16 @@ model = torch.nn.Linear(1, 1)
 opt = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.01),
                                named_parameters=model.named_parameters())
 sampler = hvd.elastic.ElasticSampler(list(range(args.samples)), shuffle=True, seed=7)
+saving = []  # the batch the next save commits
+
+
+class ReportingState(hvd.elastic.TorchState):
+    def save(self):
+        super().save()
+        if saving:
+            print("COMMITTED epoch %d worker %s samples %s" % (
+                self.epoch, WORKER, ",".join(map(str, saving))), flush=True)
+            del saving[:]
 
 
 @hvd.elastic.run
@@ -43,14 +54,13 @@ def train(state):
             model(x).sum().backward()
             opt.step()
             state.sampler.record_batch(i // args.batch, args.batch)
+            saving[:] = batch
             state.commit()
-            print("COMMITTED epoch %d worker %s samples %s" % (
-                state.epoch, WORKER, ",".join(map(str, batch))), flush=True)
         state.epoch += 1
         state.sampler.set_epoch(state.epoch)
         state.commit()
 
 
-train(hvd.elastic.TorchState(model=model, optimizer=opt, sampler=sampler, epoch=0))
+train(ReportingState(model=model, optimizer=opt, sampler=sampler, epoch=0))
 print("DONE worker %s size %d" % (WORKER, hvd.size()), flush=True)
 hvd.shutdown()
