@@ -48,6 +48,11 @@ class SteadyBoard {
   // Whether instances of entry e of `bytes` bytes carry their data on the board.
   virtual bool Eager(uint32_t e, size_t bytes) const = 0;
   virtual size_t MaxEagerBytes() const = 0;
+  // Whether an agreement costs less than a share of the coordinator's round for a fused
+  // bucket: then the small tensors of a bucket the coordinator fused are cached one by one
+  // too (each its own agreement), else only its larger ones are (whose collective dominates).
+  // Measured in docs/benchmarks-steady.md "Fused buckets".
+  virtual bool AgreesCheaply() const = 0;
 
   // This member offers instance n of entry e (eager: its instances are Eager). kFast: this
   // call decided it fast (it is in the log; this member's own threads are not woken: the

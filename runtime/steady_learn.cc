@@ -12,15 +12,24 @@ void SteadyPath::Learn(const BucketPlan& bucket, const std::vector<const TensorS
     learning_.clear();
     return;
   }
-  // Every member decides the same from the same plan and spec.
-  const TensorSpec* only = specs.size() == 1 ? specs[0] : nullptr;
-  if (only == nullptr || !Cacheable(bucket, *only)) {
-    for (const TensorSpec* s : specs) {
-      if (s != nullptr) learning_.erase(s->name);
+  // Every member decides the same from the same plan and specs. A fused bucket counts for
+  // each of its tensors as if it had gone alone (the steady path runs them one by one),
+  // except small ones on a board whose agreements cost more than the coordinator's fused
+  // round (SteadyBoard::AgreesCheaply).
+  const bool fused = specs.size() > 1;
+  for (size_t i = 0; i < specs.size(); ++i) {
+    if (specs[i] == nullptr) continue;
+    const TensorSpec& spec = *specs[i];
+    if (!Cacheable(bucket, bucket.entries[i], spec) ||
+        (fused && !board_->AgreesCheaply() && spec.ByteSize() <= board_->MaxEagerBytes())) {
+      learning_.erase(spec.name);
+      continue;
     }
-    return;
+    LearnOne(spec, bucket.entries[i].id);
   }
-  const TensorSpec& spec = *only;
+}
+
+void SteadyPath::LearnOne(const TensorSpec& spec, int32_t id) {
   Learning& l = learning_[spec.name];
   if (l.count > 0 && l.spec == spec) {
     ++l.count;
@@ -33,15 +42,16 @@ void SteadyPath::Learn(const BucketPlan& bucket, const std::vector<const TensorS
   if (it == by_name_.end()) {
     if (entries_.size() >= SteadyBoard::kMaxEntries) return;
     by_name_.emplace(spec.name, static_cast<uint32_t>(entries_.size()));
-    entries_.push_back(Entry{spec, bucket.entries[0].id, 0});
+    entries_.push_back(Entry{spec, id, 0});
     stats_.entries = static_cast<int64_t>(entries_.size());
   } else if (entries_[it->second].spec != spec) {
     entries_[it->second].spec = spec;  // the instance count goes on
   }
 }
 
-bool SteadyPath::Cacheable(const BucketPlan& bucket, const TensorSpec& spec) const {
-  if (bucket.device != Device::kCpu || !bucket.participants.empty() || bucket.entries.size() != 1 ||
+bool SteadyPath::Cacheable(const BucketPlan& bucket, const BucketPlan::Entry& entry,
+                           const TensorSpec& spec) const {
+  if (bucket.device != Device::kCpu || !bucket.participants.empty() ||
       spec.collective != bucket.collective) {
     return false;
   }
@@ -55,7 +65,7 @@ bool SteadyPath::Cacheable(const BucketPlan& bucket, const TensorSpec& spec) con
     case CollectiveType::kAlltoall: {
       // Even splits on every member (so every member receives rows / n from each), never
       // Eager: on comm_.
-      const std::vector<int64_t>& recv = bucket.entries[0].recv_splits;
+      const std::vector<int64_t>& recv = entry.recv_splits;
       const int64_t n = static_cast<int64_t>(ranks_.size());
       if (comm_ == nullptr || bytes == 0 || spec.shape.empty() || spec.shape[0] % n != 0 ||
           static_cast<int64_t>(recv.size()) != n ||
@@ -70,7 +80,7 @@ bool SteadyPath::Cacheable(const BucketPlan& bucket, const TensorSpec& spec) con
     }
     case CollectiveType::kAllgather: {
       // Every member's rows alike: each member's input is as large as this one's.
-      const std::vector<int64_t>& dims = bucket.entries[0].first_dims;
+      const std::vector<int64_t>& dims = entry.first_dims;
       if (spec.shape.empty() || dims.size() != ranks_.size()) return false;
       for (int64_t d : dims) {
         if (d != spec.shape[0]) return false;

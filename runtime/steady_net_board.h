@@ -88,6 +88,7 @@ class NetSteadyBoard final : public SteadyBoard {
   }
   bool Eager(uint32_t, size_t bytes) const override { return bytes > 0 && bytes <= eager_bytes_; }
   size_t MaxEagerBytes() const override { return eager_bytes_; }
+  bool AgreesCheaply() const override { return false; }  // a round of messages per instance
   Outcome Offer(uint32_t e, uint32_t n, bool eager = false) override;
   Outcome Refuse(uint32_t e, uint32_t n) override;
   Outcome State(uint32_t e, uint32_t n, uint64_t unread) const override;

@@ -3,16 +3,17 @@
 // times run without asking it again.
 //
 // Learning (Learn, on the thread that delivers plans, before the bucket's requests can
-// finish): a CPU bucket of one tensor, every member taking part, nobody joined, counts for
-// its name when it is an allreduce, a broadcast or an allgather (every member's first
-// dimension the same) of a size the board runs, or a reducescatter or an alltoall (even
-// splits on every member), with a steady communicator; SteadyOptions::warmup such buckets in a row
-// with the same spec make the name an entry of the cache (id: the next free one) or update its
-// spec. Every member receives the same buckets in the same order, so every member builds the
-// same cache, and a name's cache changes only while one of its instances is in flight on
-// every member, so all members judge their next submission of it against the same entry. A
-// bucket in which some member joined ends learning for the set for good (the joined member
-// cannot tell which names it held).
+// finish): each tensor of a CPU bucket, every member taking part, nobody joined, counts for
+// its name (a tensor the coordinator fused with others as if it had gone alone, unless it is
+// small and the board's agreements are not cheap: SteadyBoard::AgreesCheaply) when it is an
+// allreduce, a broadcast or an allgather (every member's first dimension the same) of a size the
+// board runs, or a reducescatter or an alltoall (even splits on every member), with a steady
+// communicator; SteadyOptions::warmup such buckets in a row with the same spec make the name an
+// entry of the cache (id: the next free one) or update its spec. Every member receives the same
+// buckets in the same order, so every member builds the same cache, and a name's cache changes only
+// while one of its instances is in flight on every member, so all members judge their next
+// submission of it against the same entry. A bucket in which some member joined ends learning for
+// the set for good (the joined member cannot tell which names it held).
 //
 // Submission (Begin, on the enqueuing thread): for a cached name, instance n (the n-th
 // submission since it was cached) is offered on the board (runtime/steady_board.h: shared
@@ -194,8 +195,13 @@ class SteadyPath {
   // answer, except for reducescatters (their reduction order, hence their bits, stay the
   // backend's, as on the coordinator's path) and alltoalls, which always run on comm_.
   bool Eager(uint32_t e, const TensorSpec& spec) const;
-  // Whether the set's plan `bucket` of `spec` can be cached (the same answer on every member).
-  bool Cacheable(const BucketPlan& bucket, const TensorSpec& spec) const;
+  // One more plan of `spec` (this rank's tensor id `id`) that can be cached: after
+  // SteadyOptions::warmup of them in a row the name is an entry.
+  void LearnOne(const TensorSpec& spec, int32_t id) REQUIRES(mu_);
+  // Whether `entry` (of `spec`) of the set's plan `bucket` can be cached (the same answer on
+  // every member).
+  bool Cacheable(const BucketPlan& bucket, const BucketPlan::Entry& entry,
+                 const TensorSpec& spec) const;
   // Takes *it out of pending_ (the instance ran, or fell back): Settled says so from then on.
   PendingMap::iterator Settle(PendingMap::iterator it) REQUIRES(mu_);
   // Whether the ticket's instance left pending_ (read without mu_).

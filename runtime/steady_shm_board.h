@@ -73,6 +73,7 @@ class ShmSteadyBoard final : public SteadyBoard {
     return e < kEagerEntries && bytes > 0 && bytes <= eager_bytes_;
   }
   size_t MaxEagerBytes() const override { return eager_bytes_; }
+  bool AgreesCheaply() const override { return true; }  // a CAS in shared memory
   Outcome Offer(uint32_t e, uint32_t n, bool eager = false) override;
   Outcome Refuse(uint32_t e, uint32_t n) override;
   Outcome State(uint32_t e, uint32_t n, uint64_t unread) const override;
