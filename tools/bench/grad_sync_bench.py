@@ -90,7 +90,13 @@ def bert_base_shapes(vocab=30522, hidden=768, layers=12, inter=3072, max_pos=512
     return s
 
 
-SHAPES = {"resnet50": resnet50_shapes, "bert-base": bert_base_shapes}
+def small200_shapes():
+    """200 gradients of 1,024 floats (4 KiB): where a fused bucket of small tensors beats an
+    agreement per tensor across hosts (docs/benchmarks-steady.md "Fused buckets")."""
+    return [("small.%d" % i, (1024,)) for i in range(200)]
+
+
+SHAPES = {"resnet50": resnet50_shapes, "bert-base": bert_base_shapes, "small200": small200_shapes}
 
 
 class ShapeModel(nn.Module):
