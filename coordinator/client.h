@@ -85,6 +85,12 @@ class CoordinatorClient : public KvStore {
   // latest when the heartbeat watchdog or Close() cancels the call. Dropped before
   // StartSession and after the stream ended.
   virtual void SendReady(std::vector<ReadyNotice> notices) = 0;
+  // How the runtime batches its notices (runtime/engine.h "Notice batching"): while fewer
+  // than this many of its notices wait for their plan, a new one goes out at once in a message
+  // of its own; past that, new ones wait (at most the planner's cycle time, or until the
+  // answers bring the count under it) and go out together. coordinator_scale_bench's default
+  // batching is this one.
+  static constexpr int kUnbatchedNotices = 4;
   virtual void SendJoin(int32_t process_set) = 0;
   virtual void SendProcessSetOp(const ProcessSetOp& op) = 0;
   // Tell the coordinator this rank hit an unrecoverable error (it aborts the job with it).

@@ -7,6 +7,7 @@
 // message from the coordinator: past heartbeat_timeout it cancels the call, which unblocks
 // any write and the reader, and the reader reports the loss through on_abort. on_abort runs
 // only on the reader thread, at most once, and never after Close().
+#include <algorithm>
 #include <sstream>
 
 #include "common/logging.h"
@@ -150,12 +151,25 @@ ControlCounters ClientImpl::sent() const {
 }
 
 void ClientImpl::SendReady(std::vector<ReadyNotice> notices) {
+  // Several messages when the notices (small allreduces carry their data) would pass the
+  // message limit; a notice's share is its own size plus its field's tag and length.
+  const size_t limit = static_cast<size_t>(std::max(config_.max_message_bytes, 2048) - 1024);
   proto::WorkerMessage message;
-  auto* ready = message.mutable_ready();
-  ready->mutable_tensors()->Reserve(static_cast<int>(notices.size()));
-  for (const ReadyNotice& n : notices) ToProto(n, ready->add_tensors());
+  size_t bytes = 0;
+  for (const ReadyNotice& n : notices) {
+    proto::ReadyTensor one;
+    ToProto(n, &one);
+    const size_t size = one.ByteSizeLong() + 16;
+    if (bytes > 0 && bytes + size > limit) {
+      Send(message);
+      message.Clear();
+      bytes = 0;
+    }
+    *message.mutable_ready()->add_tensors() = std::move(one);
+    bytes += size;
+  }
   sent_notices_.fetch_add(static_cast<int64_t>(notices.size()), std::memory_order_relaxed);
-  Send(message);
+  if (bytes > 0) Send(message);
 }
 
 void ClientImpl::SendJoin(int32_t process_set) {

@@ -18,7 +18,16 @@
 //     plan order (runtime/process_set.h); the completion thread finishes the buckets of
 //     asynchronous communicators.
 //   - The control thread (BackgroundLoop) wakes on events only: a join result, the sticky
-//     error (it then fails everything pending and aborts every communicator), shutdown.
+//     error (it then fails everything pending and aborts every communicator), shutdown, and
+//     held notices that are due (below).
+// Notice batching (Nagle's rule for the coordinator's path): an enqueuing thread announces
+// its request at once while fewer than CoordinatorClient::kUnbatchedNotices of this rank's
+// notices wait for their plan (a blocking loop, a few async calls: no added latency);
+// otherwise the request stays fresh in the queue and goes out with every other fresh one in
+// one message when the answers bring the count under that, or at the latest after the
+// planner's cycle time (the control thread). A burst (a backward pass of per-parameter calls,
+// broadcast_parameters) then costs rank 0 a few messages per rank instead of one per tensor
+// (docs/coordinator-scale.md). A join or process-set request first sends what is held.
 // Errors of the job (a dead rank, a lost coordinator, a failed collective) are sticky: every
 // pending and later operation fails with the first such cause.
 //
@@ -29,6 +38,7 @@
 #define HORA_RUNTIME_ENGINE_H_
 
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <deque>
 #include <map>
@@ -158,7 +168,12 @@ class Engine : private ProcessSetRuntime::Host {
   explicit Engine(const Options& options);
   Status Init();
   void BackgroundLoop();
+  // Announces the fresh requests now, or holds them (notice batching, above).
+  void Announce();
+  // Sends every fresh request's notice in one message (now).
   void AnnounceFresh();
+  // Plans answered `answered` of this rank's notices: held ones may go now.
+  void Answered(int answered);
   StatusOr<int64_t> EnqueueTransfer(TensorSpec spec, const void* input, void* output, int peer,
                                     int tag, bool send);
   // The key this rank gave tensor id `id`, if any.
@@ -253,6 +268,12 @@ class Engine : private ProcessSetRuntime::Host {
   bool error_handled_ GUARDED_BY(mu_) = false;                // pending ops failed with error_
   std::map<int32_t, int64_t> barrier_count_ GUARDED_BY(mu_);  // per set
   std::map<int32_t, int64_t> join_handles_ GUARDED_BY(mu_);   // per set, the pending join
+  // Notice batching: fresh requests are held until hold_deadline_ (or announce_now_).
+  bool hold_armed_ GUARDED_BY(mu_) = false;
+  bool announce_now_ GUARDED_BY(mu_) = false;
+  std::chrono::steady_clock::time_point hold_deadline_ GUARDED_BY(mu_);
+  std::atomic<bool> holding_{false};  // hold_armed_, read without mu_
+  std::atomic<int> unanswered_{0};    // this rank's notices no plan has answered yet
   // per (set, sender, receiver, tag), transfers enqueued so far
   std::map<std::tuple<int32_t, int, int, int>, int64_t> transfers_ GUARDED_BY(mu_);
 

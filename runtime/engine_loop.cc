@@ -15,17 +15,31 @@ void Engine::BackgroundLoop() {
   for (;;) {
     std::deque<std::pair<int32_t, int>> joins;
     Status error;
+    bool announce = false;
     {
       MutexLock lock(&mu_);
-      cv_.Wait(&mu_, [&] {
+      const bool armed = hold_armed_;
+      auto ready = [&] {
         mu_.AssertHeld();
-        return stop_ || !join_done_.empty() || (!error_.ok() && !error_handled_);
-      });
+        return stop_ || !join_done_.empty() || (!error_.ok() && !error_handled_) || announce_now_ ||
+               hold_armed_ != armed;
+      };
+      if (armed) {
+        cv_.WaitUntil(&mu_, hold_deadline_, ready);
+      } else {
+        cv_.Wait(&mu_, ready);
+      }
       if (stop_) return;
+      if (hold_armed_ && (announce_now_ || std::chrono::steady_clock::now() >= hold_deadline_)) {
+        hold_armed_ = announce_now_ = false;
+        holding_.store(false, std::memory_order_release);
+        announce = true;
+      }
       joins.swap(join_done_);
       error = error_;
       if (!error.ok()) error_handled_ = true;
     }
+    if (announce) AnnounceFresh();
     if (!error.ok()) {
       std::vector<std::shared_ptr<ProcessSetRuntime>> sets;
       {
@@ -58,6 +72,43 @@ std::optional<TensorKey> Engine::KeyOfId(int32_t id) {
   auto it = id_keys_.find(static_cast<uint32_t>(id));
   if (it == id_keys_.end()) return std::nullopt;
   return it->second;
+}
+
+void Engine::Announce() {
+  if (unanswered_.load(std::memory_order_acquire) < CoordinatorClient::kUnbatchedNotices) {
+    AnnounceFresh();
+    return;
+  }
+  MutexLock lock(&mu_);
+  if (tuning_.cycle_time_us <= 0) {
+    lock.Unlock();
+    AnnounceFresh();
+    return;
+  }
+  if (!hold_armed_) {
+    hold_armed_ = true;
+    holding_.store(true, std::memory_order_release);
+    hold_deadline_ =
+        std::chrono::steady_clock::now() + std::chrono::microseconds(tuning_.cycle_time_us);
+  }
+  // Answers that came since the count was read found nothing held: look again.
+  if (unanswered_.load(std::memory_order_acquire) < CoordinatorClient::kUnbatchedNotices) {
+    announce_now_ = true;
+  }
+  cv_.NotifyAll();
+}
+
+void Engine::Answered(int answered) {
+  if (answered == 0) return;
+  const int left = unanswered_.fetch_sub(answered, std::memory_order_acq_rel) - answered;
+  if (left >= CoordinatorClient::kUnbatchedNotices || !holding_.load(std::memory_order_acquire)) {
+    return;
+  }
+  MutexLock lock(&mu_);
+  if (hold_armed_) {
+    announce_now_ = true;
+    cv_.NotifyAll();
+  }
 }
 
 void Engine::AnnounceFresh() {
@@ -96,10 +147,17 @@ void Engine::AnnounceFresh() {
   }
   // Outside announce_mu_: on rank 0 the send runs the coordinator inline, which may complete
   // operations of this rank (and look up their keys) before it returns.
-  if (!notices.empty()) client_->SendReady(std::move(notices));
+  if (notices.empty()) return;
+  unanswered_.fetch_add(static_cast<int>(notices.size()), std::memory_order_acq_rel);
+  client_->SendReady(std::move(notices));
 }
 
 void Engine::OnPlan(PlanMessage plan) {
+  int answered = static_cast<int>(plan.errors.size());
+  for (const BucketPlan& b : plan.buckets) {
+    for (const BucketPlan::Entry& e : b.entries) answered += e.id >= 0 ? 1 : 0;
+  }
+  Answered(answered);
   if (timeline_.on()) {
     const int64_t now = TimelineNowUs();
     for (const BucketPlan& b : plan.buckets) timeline_.Planned(b.process_set, b.seq, now);
@@ -154,7 +212,7 @@ void Engine::GiveBack(Request request, bool announce) {
     handles_.Complete(handle, s);  // the steady path checked the name: not expected
     return;
   }
-  if (announce) AnnounceFresh();
+  if (announce) Announce();
   // FailEverything (a job error, Shutdown) may have passed the queue before the push: what
   // is still there fails here.
   if (halted_.load(std::memory_order_seq_cst)) {
@@ -235,6 +293,8 @@ Status Engine::Refuse(TensorSpec spec, const Status& why) {
   }
   std::vector<ReadyNotice> notices;
   notices.push_back(std::move(n));
+  AnnounceFresh();  // what is held goes first
+  unanswered_.fetch_add(1, std::memory_order_acq_rel);
   client_->SendReady(std::move(notices));
   return refused;
 }
@@ -293,7 +353,7 @@ StatusOr<int64_t> Engine::EnqueueIn(const std::shared_ptr<ProcessSetRuntime>& ow
     s = queue_.Push(std::move(r));
     // A cached name always counts an instance: a spec that differs is refused.
     if (s.ok() && cached) steady->Refuse(found);
-    if (s.ok()) AnnounceFresh();
+    if (s.ok()) Announce();
   }
   if (!s.ok()) {
     // The handle was created above and never handed out, so Release cannot fail (its only
@@ -400,6 +460,7 @@ StatusOr<int64_t> Engine::EnqueueJoin(int32_t process_set) {
     handle = join_handles_[process_set] = handles_.Create();
   }
   if (SteadyPath* steady = set->steady()) steady->Joined();
+  AnnounceFresh();  // what is held goes before the join
   client_->SendJoin(process_set);
   return handle;
 }

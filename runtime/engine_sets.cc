@@ -203,6 +203,7 @@ StatusOr<ProcessSetResult> Engine::RunSetOp(ProcessSetOp op, const std::string& 
     if (!error_.ok()) return error_;
     if (stop_) return Aborted("Hora is shutting down");
   }
+  AnnounceFresh();  // what is held goes before the request
   client_->SendProcessSetOp(op);
   // The coordinator answers within the start timeout (it fails requests that not every rank
   // made by then); the margin covers a lost coordinator, which the heartbeat timeout detects.

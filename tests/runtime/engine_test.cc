@@ -1,7 +1,9 @@
 // The Engine with ranks as threads in one process: a real coordinator, real gRPC, real Gloo.
 #include "runtime/engine.h"
 
+#include <atomic>
 #include <catch2/catch.hpp>
+#include <chrono>
 #include <mutex>
 #include <thread>
 #include <vector>
@@ -126,4 +128,69 @@ TEST_CASE("engine: a name already in flight is rejected; shutdown fails pending 
   });
   REQUIRE(errors[0] == "");
   REQUIRE(errors[1] == "");
+}
+
+TEST_CASE("engine: a burst of notices goes out in a few messages, a blocking loop one by one") {
+  // Ranks 0 and 2 submit 200 allreduces at once before rank 1 submits any, so no plan can
+  // answer their notices meanwhile: past CoordinatorClient::kUnbatchedNotices they are held
+  // and go out together (at the latest each cycle time). Then 20 blocking calls: each
+  // notice is answered before the next one, so each goes out at once, alone.
+  constexpr int kBurst = 200, kLoop = 20;
+  std::atomic<int> submitted{0};
+  std::vector<ControlCounters> burst(3), loop(3);
+  auto errors = RunRanks(
+      3,
+      [&](int rank, Engine& e) -> std::string {
+        if (rank == 1) {
+          const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+          while (submitted.load() < 2) {
+            if (std::chrono::steady_clock::now() > deadline) return "the others never submitted";
+            std::this_thread::sleep_for(std::chrono::milliseconds(1));
+          }
+        }
+        const ControlCounters before = e.ControlSent();
+        std::vector<std::vector<float>> bufs(kBurst, std::vector<float>(8, 1.0f));
+        std::vector<int64_t> handles;
+        for (int i = 0; i < kBurst; ++i) {
+          auto h = Allreduce(e, "burst." + std::to_string(i), &bufs[i], ReduceOp::kSum);
+          if (!h.ok()) return h.status().ToString();
+          handles.push_back(h.value());
+        }
+        if (rank != 1) submitted.fetch_add(1);
+        for (int64_t h : handles) {
+          Status s = e.handles().Wait(h, std::chrono::seconds(60));
+          (void)e.handles().Release(h);
+          if (!s.ok()) return s.ToString();
+        }
+        for (const auto& b : bufs) {
+          if (b[0] != 3.0f) return "a burst tensor got " + std::to_string(b[0]);
+        }
+        const ControlCounters middle = e.ControlSent();
+        for (int i = 0; i < kLoop; ++i) {
+          std::vector<float> v(8, 1.0f);
+          auto h = Allreduce(e, "loop", &v, ReduceOp::kSum);
+          if (!h.ok()) return h.status().ToString();
+          Status s = e.handles().Wait(h.value(), std::chrono::seconds(60));
+          (void)e.handles().Release(h.value());
+          if (!s.ok()) return s.ToString();
+          if (v[0] != 3.0f) return "a loop tensor got " + std::to_string(v[0]);
+        }
+        const ControlCounters after = e.ControlSent();
+        burst[rank] = {middle.messages - before.messages, middle.notices - before.notices};
+        loop[rank] = {after.messages - middle.messages, after.notices - middle.notices};
+        return "";
+      },
+      [](Options* o) { o->steady = "off"; });  // every loop call goes to the coordinator
+  for (int r = 0; r < 3; ++r) {
+    INFO("rank " << r << ": " << errors[r] << "; burst " << burst[r].messages << " messages, "
+                 << burst[r].notices << " notices; loop " << loop[r].messages << ", "
+                 << loop[r].notices);
+    REQUIRE(errors[r].empty());
+    CHECK(burst[r].notices == kBurst);
+    CHECK(loop[r].notices == kLoop);
+    CHECK(loop[r].messages == kLoop);
+    // Rank 1's notices are answered as they arrive (the others' are all in): it may send
+    // them one by one. Ranks 0 and 2 hold theirs (200 without batching).
+    if (r != 1) CHECK(burst[r].messages < kBurst / 4);
+  }
 }

@@ -58,7 +58,8 @@ std::string RunFused(const std::string& steady, const std::string& board, Outcom
             for (size_t j = 0; j < data[t].size(); ++j) {
               // Quarters below 16: exact sums in any order (the coordinator's fused bucket and
               // the steady path's eager reduction add in different orders).
-              data[t][j] = static_cast<float>((r * 31 + i * 7 + t * 3 + static_cast<int>(j)) % 64) / 4;
+              data[t][j] =
+                  static_cast<float>((r * 31 + i * 7 + t * 3 + static_cast<int>(j)) % 64) / 4;
             }
             TensorSpec spec;
             spec.name = "grad." + std::to_string(t);
@@ -71,7 +72,8 @@ std::string RunFused(const std::string& steady, const std::string& board, Outcom
           for (int t = 0; t < kTensors; ++t) {
             Status s = e.Wait(handles[t], WaitBound());
             (void)e.Release(handles[t]);
-            if (!s.ok()) return "grad." + std::to_string(t) + " " + std::to_string(i) + ": " + s.ToString();
+            if (!s.ok())
+              return "grad." + std::to_string(t) + " " + std::to_string(i) + ": " + s.ToString();
             const char* c = reinterpret_cast<const char*>(data[t].data());
             out->bytes[r].insert(out->bytes[r].end(), c, c + data[t].size() * sizeof(float));
           }
