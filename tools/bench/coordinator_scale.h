@@ -1,10 +1,11 @@
 // The coordinator at scale: simulated ranks against the real Planner and the real service.
 //
-// One step = every rank announces the same `tensors` tensors (in messages of `batch` notices;
-// the runtime today sends one notice per message) and the step ends when every rank has
-// received the plans for all of them. Messages go out chunk by chunk across ranks (chunk 0 of
-// every rank, then chunk 1, ...), so the ranks progress at the same pace, as data-parallel
-// ranks do in a backward pass.
+// One step = every rank announces the same `tensors` tensors at once (in messages of `batch`
+// notices; by default as the runtime sends such a burst: CoordinatorClient::kUnbatchedNotices
+// messages of one notice, then the rest in one, runtime/engine.h "Notice batching") and the step
+// ends when every rank has received the plans for all of them. Messages go out chunk by chunk
+// across ranks (chunk 0 of every rank, then chunk 1, ...), so the ranks progress at the same pace,
+// as data-parallel ranks do in a backward pass.
 //
 // Modes (docs/coordinator-scale.md):
 //   planner  one Planner on this thread, fed Submit per notice and Poll per message, as the
@@ -26,6 +27,7 @@
 #include <chrono>
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "common/status.h"
@@ -38,7 +40,7 @@ struct ScaleOptions {
   std::string mode = "planner";  // planner, local or grpc
   int ranks = 64;
   int tensors = 200;   // per step
-  int batch = 1;       // notices per ready message
+  int batch = 0;       // notices per ready message; 0: as the runtime (NoticeChunks)
   int steps = 20;      // timed
   int warmup = 2;      // untimed; the first also carries the signatures
   int drivers = 4;     // threads sending the ranks' ready messages (local, grpc)
@@ -46,6 +48,9 @@ struct ScaleOptions {
   std::chrono::milliseconds step_timeout{120000};
   std::string self_path;  // this binary, for the grpc mode's child
 };
+
+// The [begin, end) ranges of tensors that go out in one ready message each, in order.
+std::vector<std::pair<int, int>> NoticeChunks(const ScaleOptions& o);
 
 struct ScaleResult {
   ScaleOptions options;

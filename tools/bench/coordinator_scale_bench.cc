@@ -3,7 +3,7 @@
 // docs/coordinator-scale.md).
 //
 //   coordinator_scale_bench [--modes=planner,local,grpc] [--ranks=64,256,1024] [--tensors=200]
-//                           [--batch=1] [--steps=20] [--warmup=2] [--drivers=4] [--relay=0]
+//                           [--batch=runtime|N] [--steps=20] [--warmup=2] [--drivers=4] [--relay=0]
 //                           [--step_timeout_ms=120000] [--max_service_ranks=1024]
 //
 // Prints one markdown table row per (mode, ranks). Exits 1 on any failure (a wrong plan, a
@@ -55,8 +55,11 @@ void PrintRow(const ScaleResult& r) {
   if (r.client_cpu_s > 0)
     std::snprintf(client, sizeof(client), "%.1f", 1e3 * r.client_cpu_s / o.steps);
   const char* relay = o.mode != "grpc" ? "-" : o.relay ? "yes" : "no";
-  std::printf("| %s | %s | %d | %d | %d | %.1f | %.2f | %.0f | %s | %.0f | %s | %.1f | %s |\n",
-              o.mode.c_str(), relay, o.ranks, o.tensors, o.batch, r.steps_per_s(),
+  const std::string batch = o.batch == 0
+                                ? "runtime (" + std::to_string(NoticeChunks(o).size()) + " msgs)"
+                                : std::to_string(o.batch);
+  std::printf("| %s | %s | %d | %d | %s | %.1f | %.2f | %.0f | %s | %.0f | %s | %.1f | %s |\n",
+              o.mode.c_str(), relay, o.ranks, o.tensors, batch.c_str(), r.steps_per_s(),
               r.cpu_ms_per_step(), r.messages_in, Kb(r.bytes_in).c_str(), r.messages_out,
               Kb(r.bytes_out).c_str(), r.buckets, client);
   std::fflush(stdout);
@@ -87,7 +90,14 @@ bool ParseArgs(int argc, char** argv, Args* args) {
     } else if (Flag(a, "--tensors", &value)) {
       base.tensors = std::atoi(value.c_str());
     } else if (Flag(a, "--batch", &value)) {
-      base.batch = std::atoi(value.c_str());
+      base.batch = value == "runtime" ? 0 : std::atoi(value.c_str());
+      if (value != "runtime" && base.batch < 1) {
+        std::fprintf(stderr,
+                     "coordinator_scale_bench: --batch takes 'runtime' or a positive count, not "
+                     "'%s'\n",
+                     value.c_str());
+        return false;
+      }
     } else if (Flag(a, "--steps", &value)) {
       base.steps = std::atoi(value.c_str());
     } else if (Flag(a, "--warmup", &value)) {
@@ -112,10 +122,10 @@ bool ParseArgs(int argc, char** argv, Args* args) {
       return false;
     }
   }
-  if (base.tensors < 1 || base.batch < 1 || base.steps < 1 || base.warmup < 0 || base.drivers < 1 ||
+  if (base.tensors < 1 || base.steps < 1 || base.warmup < 0 || base.drivers < 1 ||
       base.step_timeout.count() < 1) {
     std::fprintf(stderr,
-                 "coordinator_scale_bench: tensors, batch, steps, drivers and "
+                 "coordinator_scale_bench: tensors, steps, drivers and "
                  "step_timeout_ms must be positive, warmup non-negative\n");
     return false;
   }

@@ -25,8 +25,7 @@ Status RunStep(Planner& planner, const std::vector<TensorSpec>& specs,
   const int n = static_cast<int>(specs.size());
   std::vector<PlanChecker> checkers;  // planner buckets are rank-independent: one suffices
   checkers.emplace_back(n);
-  for (int begin = 0; begin < n; begin += o.batch) {
-    const int end = std::min(n, begin + o.batch);
+  for (const auto& [begin, end] : NoticeChunks(o)) {
     for (int r = 0; r < o.ranks; ++r) {
       const TimePoint now = Clock::now();
       for (int t = begin; t < end; ++t) planner.Submit(r, specs[t], now);

@@ -146,8 +146,7 @@ Status SimulatedRanks::Step(int step, bool signatures) {
   std::vector<std::thread> pool;
   for (int k = 0; k < drivers; ++k) {
     pool.emplace_back([&, k] {
-      for (int begin = 0; begin < tensors; begin += options_.batch) {
-        const int end = std::min(tensors, begin + options_.batch);
+      for (const auto& [begin, end] : NoticeChunks(options_)) {
         for (int r = k; r < n; r += drivers)
           clients_[r]->SendReady(Notices(begin, end, signatures));
       }
@@ -207,16 +206,15 @@ double SimulatedRanks::buckets() const {
 }
 
 int64_t SimulatedRanks::MessagesInPerStep() const {
-  const int per_rank = (options_.tensors + options_.batch - 1) / options_.batch;
+  const int per_rank = static_cast<int>(NoticeChunks(options_).size());
   return static_cast<int64_t>(per_rank) * options_.ranks;
 }
 
 double SimulatedRanks::BytesInPerStep() const {
   int64_t bytes = 0;
-  for (int begin = 0; begin < options_.tensors; begin += options_.batch) {
+  for (const auto& [begin, end] : NoticeChunks(options_)) {
     proto::WorkerMessage message;
-    for (const ReadyNotice& n :
-         Notices(begin, std::min(options_.tensors, begin + options_.batch), false)) {
+    for (const ReadyNotice& n : Notices(begin, end, false)) {
       ToProto(n, message.mutable_ready()->add_tensors());
     }
     bytes += static_cast<int64_t>(message.ByteSizeLong());

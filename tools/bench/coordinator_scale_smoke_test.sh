@@ -4,7 +4,7 @@
 set -euo pipefail
 bench="${TEST_SRCDIR:-.}/${TEST_WORKSPACE:-hora}/tools/bench/coordinator_scale_bench"
 [ -x "$bench" ] || bench="$(dirname "$0")/coordinator_scale_bench"
-for batch in 1 7 200; do
+for batch in runtime 1 7 200; do
   "$bench" --modes=planner,local,grpc --ranks=1,8 --steps=5 --warmup=1 --batch="$batch" \
     --step_timeout_ms=30000
 done

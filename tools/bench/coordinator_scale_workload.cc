@@ -1,8 +1,10 @@
 // The simulated model, CPU clocks and the plan checker of the coordinator scale benchmark.
 #include <time.h>
 
+#include <algorithm>
 #include <cstdio>
 
+#include "coordinator/client.h"
 #include "tools/bench/coordinator_scale.h"
 
 namespace hora {
@@ -36,6 +38,20 @@ std::vector<TensorSpec> ModelTensors(int count) {
     }
   }
   return specs;
+}
+
+std::vector<std::pair<int, int>> NoticeChunks(const ScaleOptions& o) {
+  std::vector<std::pair<int, int>> chunks;
+  int begin = 0;
+  if (o.batch == 0) {
+    for (; begin < std::min(o.tensors, CoordinatorClient::kUnbatchedNotices); ++begin)
+      chunks.emplace_back(begin, begin + 1);
+    if (begin < o.tensors) chunks.emplace_back(begin, o.tensors);
+    return chunks;
+  }
+  for (; begin < o.tensors; begin += o.batch)
+    chunks.emplace_back(begin, std::min(o.tensors, begin + o.batch));
+  return chunks;
 }
 
 double ThreadCpuSeconds() { return Seconds(CLOCK_THREAD_CPUTIME_ID); }
