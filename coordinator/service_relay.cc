@@ -26,12 +26,13 @@ class RelayWriter {
   RelayWriter(const RelayWriter&) = delete;
   RelayWriter& operator=(const RelayWriter&) = delete;
 
-  void Push(int rank, const proto::CoordinatorMessage& message) {
+  // Takes *message's contents (no copy of a plan).
+  void Push(int rank, proto::CoordinatorMessage* message) {
     MutexLock lock(&mu_);
     if (stopping_ || broken_) return;
     proto::RelayDown::Entry* entry = pending_.add_entries();
     entry->set_rank(rank);
-    *entry->mutable_message() = message;
+    entry->mutable_message()->Swap(message);
     cv_.NotifyOne();
   }
 
@@ -108,7 +109,7 @@ grpc::Status CoordinatorServiceImpl::Relay(grpc::ServerContext* ctx, RelayServer
       if (it == sessions.end()) {
         std::shared_ptr<SessionStream> opened = OpenRelayedSession(
             rank, entry.message(),
-            [&writer, rank](const proto::CoordinatorMessage& m) { writer.Push(rank, m); },
+            [&writer, rank](proto::CoordinatorMessage& m) { writer.Push(rank, &m); },
             [&writer] { return writer.write_started(); });
         if (opened) {
           opened->Flush();  // the first heartbeat: tells the rank its session is open

@@ -37,8 +37,9 @@ class SessionStream {
  public:
   SessionStream(int rank, grpc::ServerContext* ctx, SessionServerStream* stream, TimePoint now);
   // A local session (rank 0's client in the coordinator's own process): Flush hands each
-  // message to `sink` instead of writing it to a stream. Local sessions have no heartbeats.
-  using Sink = std::function<void(const proto::CoordinatorMessage&)>;
+  // message to `sink` instead of writing it to a stream (the sink may take its contents:
+  // nothing reads it after). Local sessions have no heartbeats.
+  using Sink = std::function<void(proto::CoordinatorMessage&)>;
   SessionStream(int rank, Sink sink, TimePoint now);
   // A relayed session (a rank behind a host relay, coordinator/host_relay.h): `sink` queues
   // each message for the relay's stream, whose write in progress `relay_write_started` tells.
