@@ -9,6 +9,9 @@ steady path (the board over messages, docs/design.md "Steady state").
     steady_prog.py shape N VICTIM    as loop, but from call N // 2 on rank VICTIM's named
                                      tensor has 2 elements (a mismatch after the plan was
                                      cached); every rank prints "ERROR <message>", exits 1
+    steady_prog.py fused N           N steps of 6 allreduce_async_ calls at once, 4 of 16
+                                     floats and 2 of 8,192 (the coordinator fuses what is ready
+                                     together), every result checked; prints the counters
 """
 
 import os
@@ -27,6 +30,8 @@ def main():
     hvd.init()
     rank, size = hvd.rank(), hvd.size()
     want = float(size * (size + 1) // 2)
+    if mode == "fused":
+        return fused(n, rank, size)
     try:
         for i in range(n):
             if mode == "kill" and i == n // 2 and rank == victim:
@@ -48,6 +53,26 @@ def main():
     except Exception as e:  # noqa: BLE001 - the test reads the message
         print("ERROR " + str(e).replace("\n", " "), flush=True)
         return 1
+    s = hora.steady_stats()
+    print("STEADY fast=%d slow=%d entries=%d" % (s["fast"], s["slow"], s["entries"]), flush=True)
+    hvd.shutdown()
+    return 0
+
+
+def fused(n, rank, size):
+    counts = [16, 16, 16, 16, 8192, 8192]
+    for i in range(n):
+        # Integers: exact in any order of summation.
+        ts = [torch.full((c,), float(rank + i + t)) for t, c in enumerate(counts)]
+        handles = [hvd.allreduce_async_(t, name="fused.%d" % k, op=hvd.Sum)
+                   for k, t in enumerate(ts)]
+        for k, h in enumerate(handles):
+            got = hvd.synchronize(h)
+            want = float(sum(r + i + k for r in range(size)))
+            if got.min().item() != want or got.max().item() != want:
+                print("WRONG at %d: tensor %d %s, want %s" % (i, k, got[:2].tolist(), want),
+                      flush=True)
+                return 2
     s = hora.steady_stats()
     print("STEADY fast=%d slow=%d entries=%d" % (s["fast"], s["slow"], s["entries"]), flush=True)
     hvd.shutdown()

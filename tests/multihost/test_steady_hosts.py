@@ -2,7 +2,8 @@
 the network-namespace kit (see kit.py): cached small allreduces, allgathers and broadcasts
 run without rank 0 on 2 hosts
 at 1 and 2 ranks per host (counted by hora.steady_stats on every rank, every result checked),
-a training job on 4 hosts x 2 ranks whose second half sends nothing to rank 0, a rank
+a fused bucket's large tensors learned one by one (the small ones stay on the coordinator's
+path), a training job on 4 hosts x 2 ranks whose second half sends nothing to rank 0, a rank
 SIGKILLed in the middle of steady calls named by every survivor within the failure bounds,
 and a shape that changes after the plan was cached reported on every rank naming the ranks.
 Without the kit or root every test is skipped and says why."""
@@ -42,6 +43,27 @@ def test_small_collectives_run_without_rank_0_across_hosts(kit, per_host):
         # each; nearly every later call runs fast.
         assert entries == 4, stats[0].group(0)
         assert fast >= 4 * (CALLS - 10), stats[0].group(0)
+    check_clean(kit)
+
+
+def test_a_fused_buckets_large_tensors_run_without_rank_0_across_hosts(kit):
+    # 2 hosts x 2 ranks, 6 async allreduces per step that the coordinator fuses: the two
+    # larger than the Eager size are learned one by one and run on the steady path; the four
+    # small ones stay fused on the coordinator's path (docs/design.md "Learning").
+    rc, out, err = horarun(kit, ["-np", "4", "-H", hostlist(kit, 2, 2)] + ssh_args(kit) +
+                           ["-x", "HORA_LIBRARY", "-x", "PYTHONPATH", PY, PROG, "fused", "60"],
+                           env=env())
+    assert rc == 0, out[-3000:] + err[-3000:]
+    lines = rank_lines(out)
+    for r in range(4):
+        stats = [m for m in (re.match(r"STEADY fast=(\d+) slow=(\d+) entries=(\d+)", l)
+                             for l in lines.get(r, [])) if m]
+        assert stats, "rank %d printed no counters: %s" % (r, out[-3000:])
+        fast, slow, entries = (int(x) for x in stats[0].groups())
+        # 2 here every time; a small tensor that the coordinator happened to plan alone three
+        # steps in a row would be learned too (steady_fused_test pins the rule exactly).
+        assert entries >= 2, stats[0].group(0)
+        assert fast >= 2 * (60 - 10), stats[0].group(0)
     check_clean(kit)
 
 
