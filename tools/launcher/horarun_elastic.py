@@ -125,7 +125,9 @@ class Driver:
         env.update({RENDEZVOUS_VAR: "%s:%d" % (info["rdv_addr"], self.rdv.port),
                     RENDEZVOUS_TOKEN_VAR: self.rdv.token, WORKER_VAR: str(number),
                     ELASTIC_TIMEOUT_VAR: "%g" % self.s.timeout,
-                    "HORA_HOSTNAME": info["hostname"], "HOROVOD_HOSTNAME": info["hostname"]})
+                    # Horovod's scripts see the host as the host list or the discovery
+                    # script names it; Hora's topology uses the machine's name.
+                    "HORA_HOSTNAME": info["hostname"], "HOROVOD_HOSTNAME": host})
         spec = RankSpec(number, host, info["local"], info["hostname"], env)
         if info["local"]:
             launcher = LocalLauncher(self.args.command, [spec])
