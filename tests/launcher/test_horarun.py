@@ -63,7 +63,7 @@ def wait_until(predicate, seconds):
 
 
 PRINT_ENV = "import json,os; print(json.dumps({k: v for k, v in os.environ.items() " \
-            "if k.startswith('HORA_') or k in ('FOO', 'PASSED')}))"
+            "if k.startswith('HORA_') or k in ('FOO', 'PASSED', 'HOROVOD_HOSTNAME')}))"
 
 
 def run_env_job(*options, np=3, env=None):
@@ -86,6 +86,7 @@ def test_identity_variables_per_rank():
         assert env["HORA_SIZE"] == env["HORA_LOCAL_SIZE"] == "3"
         assert (env["HORA_CROSS_RANK"], env["HORA_CROSS_SIZE"]) == ("0", "1")
         assert env["HORA_HOSTNAME"]
+        assert env["HOROVOD_HOSTNAME"] == "localhost"  # the host list's entry, as horovodrun
 
 
 def test_each_job_gets_a_fresh_token_and_a_free_port():

@@ -39,7 +39,7 @@ NOT_FORWARDED = re.compile(
 
 # The per-rank variables that are also given under Horovod's names (HOROVOD_RANK, ...).
 HOROVOD_ALIASES = ("HORA_RANK", "HORA_SIZE", "HORA_LOCAL_RANK", "HORA_LOCAL_SIZE",
-                   "HORA_CROSS_RANK", "HORA_CROSS_SIZE", "HORA_HOSTNAME")
+                   "HORA_CROSS_RANK", "HORA_CROSS_SIZE")
 
 
 # torchrun's per-rank variables, given under horarun too (torch_env).
@@ -197,8 +197,10 @@ def make_plan(args, environ, cwd):
             "HORA_COORDINATOR_ADDR": plan.coordinator, "HORA_JOB_TOKEN": plan.token,
             "HORA_HOSTNAME": hostnames[rank],
         })
-        # Horovod's names too (horovodrun sets them; scripts and Horovod's tests read them).
+        # Horovod's names too (horovodrun sets them; scripts and Horovod's tests read them);
+        # HOROVOD_HOSTNAME is the host as the host list names it, as horovodrun gives it.
         env.update({"HOROVOD_" + k[5:]: env[k] for k in HOROVOD_ALIASES})
+        env["HOROVOD_HOSTNAME"] = name
         env.update(torch_env(env, plan, common))
         plan.specs.append(RankSpec(rank, name, local[name], hostnames[rank], env))
     plan.ssh = ssh
