@@ -176,10 +176,18 @@ Status BucketExecutor::StartAllgather(const BucketPlan& plan, const Request& r, 
   auto layout = AllgatherLayout(plan, r.spec, comm_->size());
   if (!layout.ok()) return layout.status();
   const RowLayout& l = layout.value();
-  result->data.resize(l.out_bytes);
   result->shape = WithFirstDim(r.spec, l.rows);
+  void* out = nullptr;
+  if (r.output_bytes != 0 && r.output_bytes == l.out_bytes) {  // the caller's buffer fits
+    out = r.output;
+    result->placed = r.output;
+    result->placed_bytes = l.out_bytes;
+  } else {
+    result->data.resize(l.out_bytes);
+    out = result->data.data();
+  }
   MarkCollective();
-  return comm_->Allgatherv(r.input, result->data.data(), l.recv_bytes);
+  return comm_->Allgatherv(r.input, out, l.recv_bytes);
 }
 
 Status BucketExecutor::StartReducescatter(const BucketPlan& plan, const Request& r,

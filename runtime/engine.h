@@ -89,10 +89,11 @@ class Engine : private ProcessSetRuntime::Host {
   // Validates the request (process set and membership, shape, dtype, op, root or peer,
   // splits, buffers) and queues it; returns the handle. The calling thread writes the ready
   // notice itself (see above), so it never waits for other ranks, but it can wait for a slow
-  // stream. `output` is ignored by collectives whose result the runtime holds (allgather,
-  // reducescatter, alltoall); send reads `input`, recv writes `output`.
+  // stream. `output` is ignored by collectives whose result the runtime holds (reducescatter,
+  // alltoall; an allgather unless output_bytes is its result's size, Request::output_bytes);
+  // send reads `input`, recv writes `output`.
   StatusOr<int64_t> Enqueue(TensorSpec spec, const void* input, void* output,
-                            void* stream = nullptr);
+                            void* stream = nullptr, size_t output_bytes = 0);
   StatusOr<int64_t> EnqueueBarrier(int32_t process_set);
   StatusOr<int64_t> EnqueueJoin(int32_t process_set);
   // Point-to-point within a process set: the n-th send to `peer` with `tag` matches the
@@ -200,7 +201,8 @@ class Engine : private ProcessSetRuntime::Host {
   // Enqueue once ValidateIdentity passed: the other checks (a refusal on failure), the queue,
   // the announcement.
   StatusOr<int64_t> EnqueueIn(const std::shared_ptr<ProcessSetRuntime>& set, TensorSpec spec,
-                              const void* input, void* output, void* stream);
+                              const void* input, void* output, void* stream,
+                              size_t output_bytes = 0);
   std::shared_ptr<ProcessSetRuntime> FindSet(int32_t id) const;
   // Starts rank 0's coordinator (rank 0) and learns the address every rank connects to.
   StatusOr<std::string> StartCoordinator();

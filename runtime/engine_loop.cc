@@ -299,15 +299,16 @@ Status Engine::Refuse(TensorSpec spec, const Status& why) {
   return refused;
 }
 
-StatusOr<int64_t> Engine::Enqueue(TensorSpec spec, const void* input, void* output, void* stream) {
+StatusOr<int64_t> Engine::Enqueue(TensorSpec spec, const void* input, void* output, void* stream,
+                                  size_t output_bytes) {
   std::shared_ptr<ProcessSetRuntime> set;
   HORA_RETURN_IF_ERROR(ValidateIdentity(spec, &set));
-  return EnqueueIn(set, std::move(spec), input, output, stream);
+  return EnqueueIn(set, std::move(spec), input, output, stream, output_bytes);
 }
 
 StatusOr<int64_t> Engine::EnqueueIn(const std::shared_ptr<ProcessSetRuntime>& owner,
-                                    TensorSpec spec, const void* input, void* output,
-                                    void* stream) {
+                                    TensorSpec spec, const void* input, void* output, void* stream,
+                                    size_t output_bytes) {
   const ProcessSetRuntime& set = *owner;
   if (Status bad = ValidateSpec(spec, set, input, output); !bad.ok()) {
     return Refuse(std::move(spec), bad);
@@ -329,6 +330,10 @@ StatusOr<int64_t> Engine::EnqueueIn(const std::shared_ptr<ProcessSetRuntime>& ow
   r.spec = std::move(spec);
   r.input = input;
   r.output = output;
+  r.output_bytes = r.spec.collective == CollectiveType::kAllgather && output != nullptr &&
+                           r.spec.device == Device::kCpu
+                       ? output_bytes
+                       : 0;
   r.stream = stream;
   r.handle = handles_.Create();
   recorder_.Enqueued(r.handle, r.spec, TimelineNowUs());

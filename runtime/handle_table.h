@@ -25,6 +25,10 @@ namespace hora {
 struct OpResult {
   std::vector<int64_t> shape;
   std::vector<char> data;
+  // Or, when the result was written straight into the caller's buffer (an allgather with an
+  // output: Request::output_bytes), where it is; data is then empty.
+  const void* placed = nullptr;
+  size_t placed_bytes = 0;
   std::vector<int64_t> splits;  // alltoall: rows received from each rank
   int join_rank = -1;           // join: the last rank to join
   // Device tensors: the result lives in device memory (data is then empty); freed with the

@@ -154,12 +154,12 @@ hora_status_t CheckOp(hora_reduce_op_t op) {
 }
 
 hora_status_t Submit(hora::TensorSpec spec, const void* in, void* out, void* stream,
-                     hora_handle_t* handle) {
+                     hora_handle_t* handle, size_t out_bytes = 0) {
   if (handle == nullptr) return Fail(Code::kInvalidArgument, "handle pointer is NULL");
   hora_status_t st = HORA_OK;
   auto e = Running(&st);
   if (!e) return st;
-  auto h = e->Enqueue(std::move(spec), in, out, stream);
+  auto h = e->Enqueue(std::move(spec), in, out, stream, out_bytes);
   if (!h.ok()) return Fail(h.status());
   *handle = h.value();
   t_last_error.clear();
@@ -275,6 +275,16 @@ hora_status_t hora_allgather_async(const char* name, const hora_tensor_t* input,
   return Submit(std::move(spec), input->data, nullptr, input->stream, handle);
 }
 
+hora_status_t hora_allgather_into_async(const char* name, const hora_tensor_t* input, void* output,
+                                        size_t output_bytes, int32_t process_set,
+                                        hora_handle_t* handle) {
+  if (output == nullptr) return Fail(Code::kInvalidArgument, "output is NULL");
+  hora::TensorSpec spec;
+  if (hora_status_t s = ToSpec(name, input, hora::CollectiveType::kAllgather, &spec)) return s;
+  spec.process_set = process_set;
+  return Submit(std::move(spec), input->data, output, input->stream, handle, output_bytes);
+}
+
 hora_status_t hora_reducescatter_async(const char* name, const hora_tensor_t* input,
                                        hora_reduce_op_t op, double prescale, double postscale,
                                        int32_t process_set, hora_handle_t* handle) {
@@ -366,6 +376,15 @@ hora_status_t hora_result_copy(hora_handle_t handle, void* dst, size_t dst_bytes
       if (r.device_bytes > 0 && dst == nullptr) return hora::InvalidArgument("destination is NULL");
       return hora::DeviceRuntimeFor(hora::Device::kCuda)
           ->Copy(r.device_index, dst, r.device_data.get(), r.device_bytes, r.device_stream);
+    }
+    if (r.placed != nullptr) {  // already in the caller's buffer
+      if (dst_bytes != r.placed_bytes) {
+        return hora::InvalidArgument("the result has " + std::to_string(r.placed_bytes) +
+                                     " bytes; the destination has " + std::to_string(dst_bytes));
+      }
+      if (dst == nullptr) return hora::InvalidArgument("destination is NULL");
+      if (dst != r.placed) std::memcpy(dst, r.placed, r.placed_bytes);
+      return Status::Ok();
     }
     if (dst_bytes != r.data.size()) {
       return hora::InvalidArgument("the result has " + std::to_string(r.data.size()) +

@@ -178,6 +178,15 @@ HORA_API hora_status_t hora_broadcast_async(const char* name, const hora_tensor_
 HORA_API hora_status_t hora_allgather_async(const char* name, const hora_tensor_t* input,
                                             int32_t process_set, hora_handle_t* handle);
 
+/* The same, with the caller's buffer for the result (CPU tensors): when the gathered result
+ * has exactly output_bytes bytes it is written straight into `output` (no copy of the
+ * runtime's; hora_result_copy into `output` then copies nothing); else it is held as by
+ * hora_allgather_async. `output` must stay valid until the handle is done. NULL output:
+ * INVALID_ARGUMENT. */
+HORA_API hora_status_t hora_allgather_into_async(const char* name, const hora_tensor_t* input,
+                                                 void* output, size_t output_bytes,
+                                                 int32_t process_set, hora_handle_t* handle);
+
 /* Reduces across ranks, then rank r keeps its part of the first dimension: size/first
  * rows each, the first (first_dim % size) ranks one more. Result: hora_result_*. */
 HORA_API hora_status_t hora_reducescatter_async(const char* name, const hora_tensor_t* input,

@@ -56,6 +56,27 @@ static void collectives(void) {
   CHECK(hora_result_copy(h, gathered, sizeof(gathered)) == HORA_OK && gathered[2] == 3.0f);
   CHECK(hora_release(h) == HORA_OK);
 
+  /* Into the caller's buffer: written there when it fits, else held as above. */
+  float into[4] = {0};
+  CHECK(hora_allgather_into_async("c.into", &x, NULL, sizeof(into), HORA_GLOBAL_PROCESS_SET, &h) ==
+        HORA_ERR_INVALID_ARGUMENT);
+  CHECK(hora_allgather_into_async("c.into", &x, into, sizeof(into), HORA_GLOBAL_PROCESS_SET, &h) ==
+        HORA_OK);
+  CHECK(hora_wait(h, 30) == HORA_OK);
+  CHECK(into[0] == 1.0f && into[3] == 4.0f); /* before any hora_result_copy */
+  CHECK(hora_result_copy(h, into, sizeof(into)) == HORA_OK && into[2] == 3.0f);
+  CHECK(hora_result_copy(h, gathered, 8) == HORA_ERR_INVALID_ARGUMENT);
+  memset(gathered, 0, sizeof(gathered));
+  CHECK(hora_result_copy(h, gathered, sizeof(gathered)) == HORA_OK && gathered[1] == 2.0f);
+  CHECK(hora_release(h) == HORA_OK);
+  float roomy[8] = {0};
+  CHECK(hora_allgather_into_async("c.into", &x, roomy, sizeof(roomy), HORA_GLOBAL_PROCESS_SET,
+                                  &h) == HORA_OK);
+  CHECK(hora_wait(h, 30) == HORA_OK);
+  CHECK(roomy[0] == 0.0f); /* another size: held, not written */
+  CHECK(hora_result_copy(h, gathered, sizeof(gathered)) == HORA_OK && gathered[3] == 4.0f);
+  CHECK(hora_release(h) == HORA_OK);
+
   CHECK(hora_barrier_async(HORA_GLOBAL_PROCESS_SET, &h) == HORA_OK);
   CHECK(hora_wait(h, 30) == HORA_OK);
   CHECK(hora_release(h) == HORA_OK);

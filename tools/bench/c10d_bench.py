@@ -34,7 +34,8 @@ sys.path.insert(0, HERE)
 import hora.torch.distributed  # noqa: E402,F401 - registers "hora"
 from grad_sync_bench import SHAPES, ShapeModel  # noqa: E402
 
-SIZES = [4 << 10, 64 << 10, 1 << 20, 16 << 20, 64 << 20]
+# 8 bytes: the smallest that 2 ranks can gather and scatter in equal float parts.
+SIZES = [8, 256, 4 << 10, 64 << 10, 1 << 20, 16 << 20, 64 << 20]
 
 
 def slowest(seconds, gloo):

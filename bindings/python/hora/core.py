@@ -444,6 +444,14 @@ def allgather_async(name, tensor, keep=None, process_set=0):
                     int(process_set), keep=(tensor, keep), hold=(name, int(process_set)))
 
 
+def allgather_into_async(name, tensor, out_ptr, out_bytes, keep=None, process_set=0):
+    """allgather_async whose result the runtime writes straight into out_ptr when it has
+    exactly out_bytes bytes (else it is held; result_copy into out_ptr works either way)."""
+    return _enqueue("hora_allgather_into_async", name, _encode_name(name), ctypes.byref(tensor),
+                    out_ptr, int(out_bytes), int(process_set), keep=(tensor, keep),
+                    hold=(name, int(process_set)))
+
+
 def reducescatter_async(name, tensor, op, prescale=1.0, postscale=1.0, keep=None,
                         process_set=0):
     return _enqueue("hora_reducescatter_async", name, _encode_name(name), ctypes.byref(tensor),
