@@ -113,7 +113,8 @@ class Stage3(object):
             for p in u.params:
                 p._hora_zero_unit = u
                 p._hora_zero_names = names[id(p)]
-                p.__class__ = ShardedParameter
+                if type(p) is torch.nn.Parameter:   # a subclass of its own keeps its class
+                    p.__class__ = ShardedParameter
         for i, (m, _) in enumerate(modules):
             m.register_forward_pre_hook(self._make_pre_forward(i))
             m.register_forward_hook(self._make_post_forward(i))
