@@ -55,6 +55,21 @@ def test_schedule_bubble_is_the_theory(stages, micro, chunks):
         assert idle[0] < simulate("1f1b", stages, micro)[1][0]
 
 
+def test_simulate_takes_each_chunks_measured_cost():
+    """Per-chunk costs (tools/bench/pipeline_bubble.py's "this cut"): equal ones give the
+    theory; a slower last stage idles the first one more than the theory says."""
+    for schedule, stages, micro, chunks in (("1f1b", 2, 4, 1), ("1f1b", 4, 8, 1),
+                                            ("interleaved", 2, 4, 2), ("gpipe", 3, 4, 1)):
+        n = stages * chunks
+        span, idle = simulate(schedule, stages, micro, chunks, [1.0 / chunks] * n,
+                              [2.0 / chunks] * n)
+        assert (span, idle) == simulate(schedule, stages, micro, chunks)
+    _, idle = simulate("1f1b", 2, 4, 1, [1.0, 1.2], [2.0, 2.4])
+    assert idle[0] > ideal_bubble("1f1b", 2, 4) + 0.1 and idle[1] < idle[0]
+    with pytest.raises(ValueError, match="3 forward and 3 backward costs for 2 chunks"):
+        simulate("1f1b", 2, 4, 1, [1.0] * 3, [2.0] * 3)
+
+
 def test_interleaved_holds_fewer_activations_than_gpipe():
     """At most 2(S-s-1) + (v-1)S + 1 forwards run ahead of their backward on stage s."""
     stages, micro, chunks = 4, 8, 2

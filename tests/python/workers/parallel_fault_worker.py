@@ -1,9 +1,15 @@
-"""A rank SIGKILLed inside a pipeline step or a ZeRO-3 allgather: the survivors' error.
+"""A rank SIGKILLed inside a pipeline step, a ZeRO allgather or reducescatter, or a
+tensor-parallel collective: the survivors' error.
 
-Usage: parallel_fault_worker.py pipeline|zero3. pipeline: the stage holding the Killer module
-(rank 1 of 2, rank 2 of 4) kills itself in the second step; zero3: the last rank kills itself
-in the second forward, between two allgathers. Every other rank prints
-`SURVIVOR <exception type>: <message>` and exits 0 (run under horarun --keep-going)."""
+Usage: parallel_fault_worker.py pipeline|zero3|zero1|zero2|tp. pipeline: the stage holding the
+Killer module (rank 1 of 2, rank 2 of 4) kills itself in the second step; zero3: the last
+rank kills itself in the second forward, between two allgathers; zero1, zero2: the last rank
+kills itself in the backward of step KILL_STEP (after the steady path took the collectives
+over), stage 2 between two units' reducescatters (one unit per parameter), stage 1 before
+step()'s; tp: the last rank kills itself in its second forward between a
+ColumnParallelLinear and the RowParallelLinear whose allreduce the others enter. The victim
+prints `KILLING t=<time>` first; every other rank prints `SURVIVOR <exception type>:
+<message>` and `SURVIVOR_AT t=<time>`, and exits 0 (run under horarun --keep-going)."""
 
 import os
 import shutil
@@ -18,6 +24,14 @@ import torch.nn as nn
 import hora.torch as hvd
 
 
+KILL_STEP = 5
+
+
+def die():
+    print("KILLING t=%.3f" % time.time(), flush=True)
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
 class Killer(nn.Module):
     """Identity that SIGKILLs this process on its n-th call on the victim rank."""
 
@@ -28,8 +42,49 @@ class Killer(nn.Module):
     def forward(self, x):
         self.calls += 1
         if self.victim in (None, hvd.rank()) and self.calls == self.n:
-            os.kill(os.getpid(), signal.SIGKILL)
-        return x
+            die()
+        return KillInBackward.apply(x, self) if self.backward_too else x
+
+    backward_too = False
+
+
+class KillInBackward(torch.autograd.Function):
+    """Identity whose backward SIGKILLs the victim on the Killer's n-th backward."""
+
+    @staticmethod
+    def forward(ctx, x, killer):
+        ctx.killer = killer
+        return x.view_as(x)
+
+    @staticmethod
+    def backward(ctx, g):
+        k = ctx.killer
+        k.backward_calls = getattr(k, "backward_calls", 0) + 1
+        if k.victim == hvd.rank() and k.backward_calls == k.n_backward:
+            die()
+        return g, None
+
+
+def zero_in_backward(stage, victim):
+    killer = Killer(victim, 0)
+    killer.backward_too, killer.n_backward = True, KILL_STEP
+    model = nn.Sequential(nn.Linear(4, 8), killer, nn.Linear(8, 2))
+    opt = hvd.ZeroOptimizer(torch.optim.SGD(model.parameters(), lr=0.1), model=model,
+                            stage=stage, bucket_cap_mb=1e-6)
+    for step in range(1, KILL_STEP + 2):
+        if step == KILL_STEP:   # what ran without the coordinator so far (printed only)
+            import hora
+            print("STEADY %s" % hora.steady_stats(), flush=True)
+        opt.zero_grad()
+        model(torch.randn(8, 4)).sum().backward()
+        opt.step()
+
+
+def tensor_parallel(victim):
+    model = nn.Sequential(hvd.ColumnParallelLinear(4, 8, gather_output=False), Killer(victim, 2),
+                          hvd.RowParallelLinear(8, 4, input_is_parallel=True))
+    for _ in range(3):
+        model(torch.randn(2, 4)).sum().backward()
 
 
 def main():
@@ -47,6 +102,10 @@ def main():
                 pipe.train_step(torch.randn(8, 4) if pipe.is_first else None,
                                 torch.randn(8, 2) if pipe.is_last else None,
                                 lambda o, y: ((o - y) ** 2).mean())
+        elif mode in ("zero1", "zero2"):
+            zero_in_backward(int(mode[-1]), victim)
+        elif mode == "tp":
+            tensor_parallel(victim)
         else:
             model = nn.Sequential(nn.Linear(4, 8), Killer(victim, 2), nn.Linear(8, 2))
             opt = hvd.ZeroOptimizer(torch.optim.SGD(model.parameters(), lr=0.1), model=model,
@@ -59,6 +118,7 @@ def main():
         sys.exit(1)
     except hvd.HoraError as e:
         print("SURVIVOR %s: %s" % (type(e).__name__, str(e).replace("\n", " | ")), flush=True)
+        print("SURVIVOR_AT t=%.3f" % time.time(), flush=True)
         leave(victim)
         os._exit(0)
 

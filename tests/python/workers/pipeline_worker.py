@@ -188,10 +188,60 @@ def header_once_per_step_and_link():
 def bubble_is_measured():
     pipe, _ = train("sgd", "1f1b", steps=1)
     st = pipe.stats
-    check(set(st) >= {"step_s", "compute_s", "wait_s", "bubble", "ideal_bubble"}, str(st))
+    check(set(st) >= {"step_s", "compute_s", "wait_s", "bubble", "ideal_bubble", "tasks",
+                      "sends_s"}, str(st))
     check(0.0 <= st["bubble"] <= 1.0, str(st))
     s = hvd.size()
     close(st["ideal_bubble"], (s - 1.0) / (M + s - 1), msg="ideal bubble")
+    # one row per task, in the schedule's order; their waits and the sends make wait_s
+    from hora.torch.pipeline_schedule import tasks
+    check([t[:3] for t in st["tasks"]] == tasks("1f1b", pipe.stage_index, s, M),
+          str(st["tasks"]))
+    close(sum(t[4] for t in st["tasks"]) + st["sends_s"], st["wait_s"], atol=1e-9,
+          msg="waits")
+    close(sum(t[5] for t in st["tasks"]), st["compute_s"], atol=1e-9, msg="compute")
+    check(all(t[4] >= 0 and t[5] > 0 for t in st["tasks"]), str(st["tasks"]))
+
+
+@case
+def receives_are_posted_a_task_ahead():
+    """Every receive but a step's first on a link (its shape comes with the header) is
+    posted before the task that needs it starts, so it is matched while this stage
+    computes; the n-th receive of a tag is consumed by the n-th task receiving it."""
+    import hora.torch.pipeline as pl
+    from hora.torch.pipeline_schedule import tasks
+    pipe, _ = train("sgd", "1f1b", steps=1)
+    posted, real = [], pl.irecv
+
+    def counting(tensor, src, tag, process_set):
+        posted.append((tag, len(pipe._tasks)))   # the step's tasks done when posted
+        return real(tensor, src, tag, process_set)
+
+    x, y = batch(0, ROWS)
+    pl.irecv = counting
+    try:
+        pipe.train_step(x if pipe.is_first else None, y if pipe.is_last else None, mse)
+    finally:
+        pl.irecv = real
+    n, st = hvd.size(), pipe.stage_index
+    order = tasks("1f1b", st, n, M)
+    users = {pl.TAG_ACTIVATION + 3 * st: [j for j, t in enumerate(order) if t[0] == "F"],
+             pl.TAG_GRADIENT + 3 * (st + 1): [j for j, t in enumerate(order) if t[0] == "B"]}
+    got = {tag: [done for t, done in posted if t == tag] for tag in users}
+    if not pipe.is_first:
+        acts = got[pl.TAG_ACTIVATION + 3 * st]
+        check(len(acts) == M, "stage %d posted %d activation receives" % (st, len(acts)))
+        late = [(n_, done, j) for n_, (done, j) in enumerate(zip(acts, users[
+            pl.TAG_ACTIVATION + 3 * st])) if n_ > 0 and done >= j]
+        check(not late, "stage %d: activation receives posted when their task began: %s"
+              % (st, late))
+    if not pipe.is_last:
+        grads = got[pl.TAG_GRADIENT + 3 * (st + 1)]
+        check(len(grads) == M, "stage %d posted %d gradient receives" % (st, len(grads)))
+        late = [(done, j) for done, j in zip(grads, users[pl.TAG_GRADIENT + 3 * (st + 1)])
+                if done >= j]
+        check(not late, "stage %d: gradient receives posted when their task began: %s"
+              % (st, late))
 
 
 GRID = {}

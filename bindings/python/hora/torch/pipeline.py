@@ -14,13 +14,16 @@ carries a header (int64: dtype code, ndim, dims; TAG_HEADER); the step's later a
 on that link go bare (TAG_ACTIVATION): the micro-batches of a step are equal slices of one
 batch, so a stage's output shape is the same for each (checked on the sender: a different one
 is a ValueError). Gradients need no header (the sender of the activation knows its shape) and
-use TAG_GRADIENT. Sends are isend (waited for at the end of the step), receives block, so
-every stage only waits on data it needs; as the n-th send with a tag matches the n-th receive
-of that tag, the micro-batches keep their order.
+use TAG_GRADIENT. Sends are isend (waited for at the end of the step). Receives are irecv
+posted a task ahead: before a task computes, its own receive and the next task's are posted
+(when their shape is known), so a transfer is matched while the stage computes and a stage
+waits only on data its peer has not sent yet; posted in task order, the n-th receive of a
+tag still matches the n-th send, so the micro-batches keep their order.
 
 The order of a stage's forwards and backwards is pipeline_schedule.py's (gpipe, 1f1b,
 interleaved). The bubble is measured: after each step, `stats` holds the seconds spent in
-compute and waiting on receives, and the schedule's bubble in theory.
+compute and waiting on receives (and per task: kind, micro-batch, chunk, start, wait,
+compute), and the schedule's bubble in theory.
 """
 
 import time
@@ -30,7 +33,7 @@ import torch.nn as nn
 
 from .. import core
 from .mpi_ops import _set_id, _set_size, global_process_set, synchronize
-from .collective_ops import allgather, isend, recv
+from .collective_ops import allgather, irecv, isend
 from .pipeline_balance import profile_balance
 from .pipeline_schedule import SCHEDULES, ideal_bubble, tasks
 
@@ -199,16 +202,51 @@ class Pipeline(nn.Module):
         pending.append(isend(y.detach().contiguous(), self._ring_next, TAG_ACTIVATION + 3 * g,
                              self.process_set))
 
-    def _recv_activation(self, g):
-        known = self._announced.get(("in", g))
-        if known is None:
-            header = recv(torch.zeros(2 + _MAX_DIMS, dtype=torch.int64), self._ring_prev,
-                          TAG_HEADER + 3 * g, self.process_set)
+    def _post(self, task, saved):
+        """Starts the receive `task` will need if its shape is known (for an activation, once
+        the link's header came; for a gradient, once the micro-batch's forward ran here), so
+        that the transfer is matched while this stage computes instead of when it needs the
+        data. Called in task order, so the n-th receive of a tag is still the n-th posted."""
+        kind, i, k = task
+        g = k * self.num_stages + self.stage_index
+        if task in self._posted:
+            return
+        if kind == "F":
+            if g == 0:
+                return
+            known = self._announced.get(("in", g))
+            if known is not None:
+                self._posted[task] = irecv(torch.empty(known[1], dtype=known[0]),
+                                           self._ring_prev, TAG_ACTIVATION + 3 * g,
+                                           self.process_set)
+            elif ("header", g) not in self._posted:
+                self._posted[("header", g)] = irecv(
+                    torch.zeros(2 + _MAX_DIMS, dtype=torch.int64), self._ring_prev,
+                    TAG_HEADER + 3 * g, self.process_set)
+        elif g < self.num_stages * len(self.chunks) - 1 and (i, k) in saved:
+            y = saved[(i, k)][1]
+            if y.is_floating_point():
+                # the next chunk sends a gradient for every floating-point activation (zeros
+                # if it did not use it); a non-floating one has none
+                self._posted[task] = irecv(torch.empty(y.shape, dtype=y.dtype),
+                                           self._ring_next, TAG_GRADIENT + 3 * (g + 1),
+                                           self.process_set)
+
+    def _take(self, task, saved):
+        """The data `task` receives (None if it receives nothing); blocks until it is here."""
+        self._post(task, saved)
+        kind, _, k = task
+        g = k * self.num_stages + self.stage_index
+        if kind == "F" and g > 0 and task not in self._posted:
+            header = synchronize(self._posted.pop(("header", g)))
             ndim = int(header[1])
-            known = self._announced[("in", g)] = (_DTYPES[int(header[0])],
-                                                  [int(d) for d in header[2:2 + ndim]])
-        x = torch.empty(known[1], dtype=known[0])
-        return recv(x, self._ring_prev, TAG_ACTIVATION + 3 * g, self.process_set)
+            self._announced[("in", g)] = (_DTYPES[int(header[0])],
+                                          [int(d) for d in header[2:2 + ndim]])
+            self._post(task, saved)
+            if self._ahead is not None:   # the next task's receive may need this header
+                self._post(self._ahead, saved)
+        h = self._posted.pop(task, None)
+        return None if h is None else synchronize(h)
 
     # ---- one micro-batch through one chunk ----
 
@@ -219,7 +257,7 @@ class Pipeline(nn.Module):
         if g == 0:
             x = inputs[i]
         else:
-            x = self._recv_activation(g)
+            x = self._take(("F", i, k), saved)
             if x.is_floating_point():
                 x.requires_grad_(True)
         t1 = time.perf_counter()
@@ -234,20 +272,13 @@ class Pipeline(nn.Module):
         else:
             self._send_activation(y, g + 1, pending)
             saved[(i, k)] = (x, y)
-        self._wait += t1 - t0
-        self._compute += time.perf_counter() - t1
+        self._account("F", i, k, t0, t1)
 
     def _backward(self, i, k, saved, pending):
         g = k * self.num_stages + self.stage_index
-        last = g == self.num_stages * len(self.chunks) - 1
-        x, y = saved.pop((i, k))
         t0 = time.perf_counter()
-        grad = None
-        if not last and y.is_floating_point():
-            # the next chunk sends a gradient for every floating-point activation (zeros if
-            # it did not use it); a non-floating one has none
-            grad = recv(torch.empty(y.shape, dtype=y.dtype), self._ring_next,
-                        TAG_GRADIENT + 3 * (g + 1), self.process_set)
+        grad = self._take(("B", i, k), saved)
+        x, y = saved.pop((i, k))
         t1 = time.perf_counter()
         if y.requires_grad:
             torch.autograd.backward(y, grad)
@@ -255,8 +286,14 @@ class Pipeline(nn.Module):
             gx = x.grad if x.grad is not None else torch.zeros_like(x)
             pending.append(isend(gx.contiguous(), self._ring_prev, TAG_GRADIENT + 3 * g,
                                  self.process_set))
+        self._account("B", i, k, t0, t1)
+
+    def _account(self, kind, i, k, t0, t1):
+        """A task waited from t0 to t1 (its receive), then computed until now."""
+        t2 = time.perf_counter()
         self._wait += t1 - t0
-        self._compute += time.perf_counter() - t1
+        self._compute += t2 - t1
+        self._tasks.append((kind, i, k, t0 - self._start, t1 - t0, t2 - t1))
 
     # ---- a step ----
 
@@ -282,19 +319,31 @@ class Pipeline(nn.Module):
                 raise ValueError("Pipeline: the last stage needs loss_fn")
         saved, pending = {}, []
         self._losses, self._wait, self._compute, self._announced = [], 0.0, 0.0, {}
-        start = time.perf_counter()
-        for kind, i, k in tasks(self.schedule, self.stage_index, self.num_stages, m, v):
+        self._tasks = []
+        start = self._start = time.perf_counter()
+        order = tasks(self.schedule, self.stage_index, self.num_stages, m, v)
+        self._posted = {}   # task (or ("header", chunk)) -> its receive's handle
+        for j, (kind, i, k) in enumerate(order):
+            # this task's receive, then the next one's, posted before this task computes
+            self._ahead = order[j + 1] if j + 1 < len(order) else None
+            self._post(order[j], saved)
+            if self._ahead is not None:
+                self._post(self._ahead, saved)
             if kind == "F":
                 self._forward(i, k, ins, tgts, loss_fn, saved, pending)
             else:
                 self._backward(i, k, saved, pending)
+            if self._ahead is not None:   # its shape may be known only now
+                self._post(self._ahead, saved)
         t0 = time.perf_counter()
         for h in pending:
             synchronize(h)
-        self._wait += time.perf_counter() - t0
-        total = time.perf_counter() - start
+        end = time.perf_counter()
+        self._wait += end - t0
+        total = end - start
         self.stats = {"step_s": total, "compute_s": self._compute, "wait_s": self._wait,
-                      "bubble": self._wait / total if total > 0 else 0.0,
+                      "bubble": self._wait / total if total > 0 else 0.0, "tasks": self._tasks,
+                      "sends_s": end - t0, "started": start,
                       "ideal_bubble": ideal_bubble(self.schedule, self.num_stages, m, v)}
         if self.is_last:
             return torch.stack(self._losses).sum()

@@ -69,8 +69,13 @@ def tasks(schedule, stage, stages, micro_batches, chunks=1):
 
 def simulate(schedule, stages, micro_batches, chunks=1, forward=1.0, backward=2.0):
     """(makespan, [idle fraction per stage]) of the schedule with every chunk's forward
-    costing `forward` / chunks and backward `backward` / chunks, transfers free. Raises
-    RuntimeError naming the stuck stages if the task lists deadlock."""
+    costing `forward` / chunks and backward `backward` / chunks, transfers free; or, given
+    lists of S * chunks costs, global chunk g's forward costing forward[g] (a cut's measured
+    imbalance). Raises RuntimeError naming the stuck stages if the task lists deadlock."""
+    per_chunk = isinstance(forward, (list, tuple))
+    if per_chunk and not (len(forward) == len(backward) == stages * chunks):
+        raise ValueError("simulate: %d forward and %d backward costs for %d chunks" % (
+            len(forward), len(backward), stages * chunks))
     lists = [tasks(schedule, s, stages, micro_batches, chunks) for s in range(stages)]
     last = stages * chunks - 1
     done = {}                        # (kind, micro, global chunk) -> finish time
@@ -90,7 +95,8 @@ def simulate(schedule, stages, micro_batches, chunks=1, forward=1.0, backward=2.
                 if any(n not in done for n in need):
                     break
                 start = max([clock[s]] + [done[n] for n in need])
-                cost = (forward if kind == "F" else backward) / chunks
+                cost = forward if kind == "F" else backward
+                cost = cost[g] if per_chunk else cost / chunks
                 clock[s] = done[(kind, i, g)] = start + cost
                 busy[s] += cost
                 pos[s] += 1

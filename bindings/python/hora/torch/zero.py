@@ -2,9 +2,9 @@
 
 Layout. The parameters are cut into units: for stages 1 and 2, buckets of consecutive
 parameters of one param group and dtype (at most `bucket_cap_mb` each); for stage 3, one unit
-per module that owns parameters directly. A unit's parameters become views into one flat
-buffer padded to a multiple of the set size N, and set rank r owns chunk r of every unit (as
-FSDP lays out a FlatParameter). The wrapped optimizer is rebuilt over the chunks (one tensor
+per module that owns parameters directly (a parameter tied between modules: one of its own).
+A unit's parameters become views into one flat buffer padded to a multiple of the set size
+N, and set rank r owns chunk r of every unit (as FSDP lays out a FlatParameter). The wrapped optimizer is rebuilt over the chunks (one tensor
 per unit, the param groups' hyperparameters kept), so its state is 1/N of the model's.
 Elementwise optimizers (SGD, Adam, AdamW, RMSprop, Adagrad, ...) compute exactly what they
 would over the whole model; optimizers that take a norm per tensor (LAMB, LARS) see a chunk
@@ -17,11 +17,10 @@ Step, per stage:
   2: a hook on each parameter's gradient accumulator counts the unit's ready gradients; the
      last one starts the unit's reducescatter during backward and drops the parameters'
      .grad, so a rank holds whole gradients only of the units still in backward.
-  3: the flat buffers' storage is freed (resized to 0) outside a unit's use: a forward
-     pre-hook gathers the unit (and starts gathering the next unit of the recorded order), a
-     forward hook frees it and wraps the outputs in an identity Function whose backward
-     gathers it again; once its gradients are reduced it is freed. Freeing the storage rather
-     than swapping .data keeps the views that autograd saved valid.
+  3: the flat buffers' storage is freed (resized to 0) outside a unit's use: a module's
+     forward gathers its units, its backward gathers them again, and a unit is freed once its
+     gradients are reduced (zero_stage3.py; a parameter tied between modules is one unit that
+     each of them gathers).
 In every stage the parameters' .grad are dropped once reduced, and the averaged chunks once
 stepped: after step() a rank holds no gradient (clip with clip_grad_norm_ before step()).
 Every rank submits every unit's reducescatter once per backward pass (a unit nobody used is
@@ -38,12 +37,10 @@ import torch
 from .. import core
 from .mpi_ops import Average, Sum, _set_id, _set_size, global_process_set, synchronize, allreduce
 from .collective_ops import allgather, reducescatter_async
-from .zero_gather import _GatherInto, _PreBackward, _replace_tensors, _tensors_in
+from .zero_gather import _GatherInto
+from . import zero_stage3
 
 _instances = itertools.count()
-_FREE, _GATHERING, _FULL = 0, 1, 2
-
-
 
 def _constructor_defaults(optimizer):
     """The optimizer's defaults that its constructor accepts. torch 2.x's AdamW keeps
@@ -60,11 +57,10 @@ def _constructor_defaults(optimizer):
 class _Unit(object):
     """A flat buffer holding some parameters; this rank owns chunk `rank` of it."""
 
-    def __init__(self, index, params, group_index, n, rank, module=None):
+    def __init__(self, index, params, group_index, n, rank):
         self.index = index
         self.params = params
         self.group_index = group_index
-        self.module = module
         self.numels = [p.numel() for p in params]
         self.numel = sum(self.numels)
         self.chunk = -(-self.numel // n) if self.numel else 0
@@ -83,7 +79,7 @@ class _Unit(object):
         self.rs_handle = None   # reducescatter in flight
         self.reduced = False    # reduced at least once since the last step
         self.grad = None        # this rank's chunk of the averaged gradient
-        self.state = _FULL
+        self.state = zero_stage3.FULL
         self.ag_handle = None
 
     def own(self):
@@ -103,8 +99,9 @@ class ZeroOptimizer(torch.optim.Optimizer):
     its state (stage 1), the gradients (2) and the parameters (3) are sharded over the ranks
     of `process_set`; gradients are averaged over the set, as DistributedOptimizer does.
 
-    model: required for stage 3 (hooks on its modules); stage 3 needs every module that owns
-           parameters to run through its forward (no parameter shared by two modules).
+    model: required for stage 3 (hooks on its modules); stage 3 gathers a parameter only
+           during the forward and backward of the modules that own it (tied parameters: any
+           of them); reading it elsewhere raises a RuntimeError naming it.
     comm_dtype: None, torch.float16 or torch.bfloat16: the dtype gradients travel in
            (prescaled by 1/N before the sum); parameters always travel in their own dtype.
     bucket_cap_mb: the largest unit of stages 1 and 2.
@@ -147,7 +144,12 @@ class ZeroOptimizer(torch.optim.Optimizer):
         for g in self._groups:
             for p in g["params"]:
                 self._param_index[id(p)] = len(self._param_index)
-        self._units = self._make_units(model, int(bucket_cap_mb * 1048576))
+        if stage == 3:
+            self._units, modules, names = zero_stage3.make_units(
+                model, self._groups, self._param_index,
+                lambda i, ps, gi: _Unit(i, ps, gi, self._n, self._rank))
+        else:
+            self._units = self._make_units(int(bucket_cap_mb * 1048576))
         self._check_layout()
         for u in self._units:
             if stage == 3:
@@ -168,40 +170,13 @@ class ZeroOptimizer(torch.optim.Optimizer):
         self.step_memory = None
         if stage >= 2:
             self._hook_gradients()
-        self._order = []        # stage 3: units in the order forward met them
-        self._order_done = False
-        if stage == 3:
-            for u in self._units:
-                self._free(u)
-            self._hook_modules()
+        self._stage3 = zero_stage3.Stage3(self, modules, names, prefetch) if stage == 3 else None
 
     # ---- layout ----
 
-    def _make_units(self, model, cap_bytes):
+    def _make_units(self, cap_bytes):
+        """Stages 1 and 2: buckets of consecutive parameters of one group and dtype."""
         units = []
-        if self.stage == 3:
-            group_of = {id(p): gi for gi, g in enumerate(self._groups) for p in g["params"]}
-            owner = {}
-            for name, m in model.named_modules():
-                direct = [p for p in m.parameters(recurse=False) if id(p) in group_of]
-                for p in direct:
-                    if id(p) in owner:
-                        raise NotImplementedError(
-                            "ZeroOptimizer stage 3: a parameter is shared by modules %r and "
-                            "%r; stage 3 needs each parameter in one module" % (owner[id(p)],
-                                                                                 name))
-                    owner[id(p)] = name
-                by_group = {}
-                for p in direct:
-                    by_group.setdefault((group_of[id(p)], p.dtype), []).append(p)
-                for (gi, _), ps in by_group.items():
-                    units.append(_Unit(len(units), ps, gi, self._n, self._rank, module=m))
-            missing = [i for i, p in ((self._param_index[id(p)], p) for g in self._groups
-                                      for p in g["params"]) if id(p) not in owner]
-            if missing:
-                raise ValueError("ZeroOptimizer stage 3: optimizer parameters %s are not "
-                                 "parameters of model" % missing)
-            return units
         for gi, g in enumerate(self._groups):
             bucket, size = [], 0
             for p in reversed(g["params"]):   # roughly the order backward produces them
@@ -264,8 +239,8 @@ class ZeroOptimizer(torch.optim.Optimizer):
         self._synced = False
         for p in u.params:   # the unit's whole gradients are in `flat` now
             p.grad = None
-        if self.stage == 3 and u.state != _FREE:
-            self._free(u)
+        if self._stage3 is not None:
+            self._stage3.reduced(u)
 
     def _fold(self, u):
         if u.rs_handle is None:
@@ -287,94 +262,18 @@ class ZeroOptimizer(torch.optim.Optimizer):
             u.reduced = False
         self._synced = True
 
-    # ---- parameters (stage 3) ----
-
-    def _gather_async(self, u):
-        if u.state != _FREE:
-            return
-        u.flat.storage().resize_(u.padded)
-        u.ag_handle = _GatherInto(u.shard, u.flat, "zero%d.ag.%d" % (self._id, u.index),
-                                  self.process_set)
-        u.state = _GATHERING
-
-    def _gather(self, u):
-        self._gather_async(u)
-        if u.state == _GATHERING:
-            u.ag_handle.wait()
-            u.ag_handle = None
-            u.state = _FULL
-
-    def _free(self, u):
-        if u.state == _GATHERING:
-            u.ag_handle.wait()
-            u.ag_handle = None
-        u.flat.storage().resize_(0)
-        u.state = _FREE
-
-    def _next_in_order(self, u, step):
-        if not (self._prefetch and self._order_done) or u.index not in self._order:
-            return None
-        i = self._order.index(u.index) + step
-        return self._units[self._order[i]] if 0 <= i < len(self._order) else None
-
-    def _hook_modules(self):
-        for u in self._units:
-            u.module.register_forward_pre_hook(self._make_pre_forward(u))
-            u.module.register_forward_hook(self._make_post_forward(u))
-
-    def _make_pre_forward(self, u):
-        def pre_forward(module, inputs):
-            if not self._order_done:
-                if u.index in self._order:
-                    self._order_done = True
-                else:
-                    self._order.append(u.index)
-            self._gather(u)
-            nxt = self._next_in_order(u, +1)
-            if nxt is not None:
-                self._gather_async(nxt)
-        return pre_forward
-
-    def _make_post_forward(self, u):
-        def post_forward(module, inputs, output):
-            self._free(u)
-            if not torch.is_grad_enabled():
-                return None
-            ts = _tensors_in(output)
-            idx = [i for i, t in enumerate(ts) if t.requires_grad]
-            if not idx:
-                return None
-            wrapped = _PreBackward.apply(self, u.index, *[ts[i] for i in idx])
-            wrapped = wrapped if isinstance(wrapped, tuple) else (wrapped,)
-            for i, w in zip(idx, wrapped):
-                ts[i] = w
-            return _replace_tensors(output, iter(ts))
-        return post_forward
-
-    def _pre_backward(self, unit_index):
-        u = self._units[unit_index]
-        self._order_done = True   # a backward ends the first forward's order
-        self._gather(u)
-        prev = self._next_in_order(u, -1)
-        if prev is not None and not prev.reduced:
-            self._gather_async(prev)
-
     @contextlib.contextmanager
     def gathered(self):
         """Stage 3: every parameter whole inside the block (collective); e.g. for
         model.state_dict() or an evaluation. Other stages: nothing to do."""
-        if self.stage != 3:
+        if self._stage3 is None:
             yield
             return
-        for u in self._units:
-            self._gather_async(u)
-        for u in self._units:
-            self._gather(u)
+        self._stage3.gather_all()
         try:
             yield
         finally:
-            for u in self._units:
-                self._free(u)
+            self._stage3.free_all()
 
     # ---- the optimizer's interface ----
 

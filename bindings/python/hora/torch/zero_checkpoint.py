@@ -44,7 +44,7 @@ def gathered_state(zero, root):
         for p, n in zip(u.params, u.numels):
             if full:
                 state[zero._param_index[id(p)]] = {
-                    k: (v[offset:offset + n].view_as(p).clone()
+                    k: (v[offset:offset + n].view(p.shape).clone()
                         if torch.is_tensor(v) and v.dim() == 1 and v.numel() == u.padded
                         else v) for k, v in full.items()}
             offset += n

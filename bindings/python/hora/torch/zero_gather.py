@@ -26,17 +26,17 @@ class _GatherInto(object):
 
 
 class _PreBackward(torch.autograd.Function):
-    """Identity on a stage-3 unit's outputs; its backward gathers the unit again."""
+    """Identity on a stage-3 module's outputs; its backward gathers the module's units again."""
 
     @staticmethod
-    def forward(ctx, zero, unit_index, *tensors):
-        ctx.zero, ctx.unit_index = zero, unit_index
+    def forward(ctx, stage3, module_index, *tensors):
+        ctx.stage3, ctx.module_index = stage3, module_index
         out = tuple(t.view_as(t) for t in tensors)
         return out if len(out) != 1 else out[0]
 
     @staticmethod
     def backward(ctx, *grads):
-        ctx.zero._pre_backward(ctx.unit_index)
+        ctx.stage3.pre_backward(ctx.module_index)
         return (None, None) + grads
 
 
