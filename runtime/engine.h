@@ -22,8 +22,9 @@
 //     held notices that are due (below).
 // Notice batching (Nagle's rule for the coordinator's path): an enqueuing thread announces
 // its request at once while fewer than CoordinatorClient::kUnbatchedNotices of this rank's
-// notices wait for their plan (a blocking loop, a few async calls: no added latency);
-// otherwise the request stays fresh in the queue and goes out with every other fresh one in
+// notices wait for their plan (a blocking loop, a few async calls: no added latency; sends
+// and recvs, answered only when their peer posts the other side, do not count); otherwise
+// the request stays fresh in the queue and goes out with every other fresh one in
 // one message when the answers bring the count under that, or at the latest after the
 // planner's cycle time (the control thread). A burst (a backward pass of per-parameter calls,
 // broadcast_parameters) then costs rank 0 a few messages per rank instead of one per tensor

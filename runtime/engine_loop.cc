@@ -111,8 +111,17 @@ void Engine::Answered(int answered) {
   }
 }
 
+namespace {
+// A send or a recv is answered when its peer posts the other side, which a pipeline does
+// much later by design: notice batching does not count them as waiting for their plan.
+bool IsTransfer(CollectiveType c) {
+  return c == CollectiveType::kSend || c == CollectiveType::kRecv;
+}
+}  // namespace
+
 void Engine::AnnounceFresh() {
   std::vector<ReadyNotice> notices;
+  int counted = 0;  // notices that count as waiting for their plan (not transfers)
   {
     MutexLock lock(&announce_mu_);
     queue_.AnnounceFresh([&](const Request& r) {
@@ -142,19 +151,21 @@ void Engine::AnnounceFresh() {
                   spec.prescale);
         n.payload = std::move(payload);
       }
+      if (!IsTransfer(spec.collective)) ++counted;
       notices.push_back(std::move(n));
     });
   }
   // Outside announce_mu_: on rank 0 the send runs the coordinator inline, which may complete
   // operations of this rank (and look up their keys) before it returns.
   if (notices.empty()) return;
-  unanswered_.fetch_add(static_cast<int>(notices.size()), std::memory_order_acq_rel);
+  unanswered_.fetch_add(counted, std::memory_order_acq_rel);
   client_->SendReady(std::move(notices));
 }
 
 void Engine::OnPlan(PlanMessage plan) {
   int answered = static_cast<int>(plan.errors.size());
   for (const BucketPlan& b : plan.buckets) {
+    if (IsTransfer(b.collective)) continue;
     for (const BucketPlan::Entry& e : b.entries) answered += e.id >= 0 ? 1 : 0;
   }
   Answered(answered);
