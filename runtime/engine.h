@@ -174,8 +174,8 @@ class Engine : private ProcessSetRuntime::Host {
   void Announce();
   // Sends every fresh request's notice in one message (now).
   void AnnounceFresh();
-  // Plans answered `answered` of this rank's notices: held ones may go now.
-  void Answered(int answered);
+  // `plan` answered some of this rank's notices: held ones may go now.
+  void Answered(const PlanMessage& plan);
   StatusOr<int64_t> EnqueueTransfer(TensorSpec spec, const void* input, void* output, int peer,
                                     int tag, bool send);
   // The key this rank gave tensor id `id`, if any.

@@ -21,6 +21,9 @@ hora_status_t Report(const Status& s);
 // The running engine, or nullptr with the error in *status. The pointer stays valid for the
 // rest of the calling thread's call.
 Engine* Running(hora_status_t* status);
+// The engine whose handles are valid: the running one, else the last one shut down; nullptr
+// with the error in *status before the first hora_init.
+Engine* ForHandles(hora_status_t* status);
 // A TensorSpec from the C tensor: checks pointers and the enum ranges.
 hora_status_t ToSpec(const char* name, const hora_tensor_t* t, CollectiveType c, TensorSpec* spec);
 
