@@ -178,22 +178,23 @@ def main():
     whole = build(args, vocab_padded, grid)
     pipe = None
     gen = torch.Generator().manual_seed(args.seed + 1000 * (grid.dp_rank + 1))
+    def loss_fn(logits, y):
+        return F.cross_entropy(logits[..., :vocab].reshape(-1, vocab), y.reshape(-1))
+
     if args.pp > 1:
+        profile = args.balance == "profile"
         sample = None
-        if args.balance == "profile":    # one micro-batch, from a generator of its own
-            sample, _ = get_batch(train, args.batch_size // args.micro_batches,
-                                  args.block_size, torch.Generator().manual_seed(args.seed))
+        if profile:    # one micro-batch (inputs, targets), from a generator of its own
+            sample = get_batch(train, args.batch_size // args.micro_batches,
+                               args.block_size, torch.Generator().manual_seed(args.seed))
         pipe = hvd.Pipeline.from_sequential(
             whole, grid.pp_set, micro_batches=args.micro_batches, schedule=args.schedule,
-            virtual_stages=args.virtual_stages,
-            balance="profile" if args.balance == "profile" else None, sample=sample)
+            virtual_stages=args.virtual_stages, balance="profile" if profile else None,
+            sample=sample, loss_fn=loss_fn if profile else None)
         model = pipe.stage
     else:
         model = whole
     del whole
-
-    def loss_fn(logits, y):
-        return F.cross_entropy(logits[..., :vocab].reshape(-1, vocab), y.reshape(-1))
 
     opt = torch.optim.AdamW(model.parameters(), lr=args.lr, betas=(0.9, 0.95),
                             weight_decay=0.01)

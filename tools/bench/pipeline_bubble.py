@@ -131,14 +131,15 @@ def main():
         balance = None
     elif balance != "profile":
         balance = [int(c) for c in balance.split(",")]
-    pipe = hvd.Pipeline.from_sequential(
-        whole, grid.pp_set, micro_batches=args.micro_batches, schedule=args.schedule,
-        virtual_stages=v, balance=balance,
-        sample=batch(args, 0)[0][:micro] if balance == "profile" else None)
-    opt = torch.optim.AdamW(pipe.stage.parameters(), lr=1e-3)
-
     def loss_fn(logits, y):
         return F.cross_entropy(logits.reshape(-1, VOCAB), y.reshape(-1))
+
+    profile = balance == "profile"
+    sample = tuple(t[:micro] for t in batch(args, 0)) if profile else None
+    pipe = hvd.Pipeline.from_sequential(
+        whole, grid.pp_set, micro_batches=args.micro_batches, schedule=args.schedule,
+        virtual_stages=v, balance=balance, sample=sample, loss_fn=loss_fn if profile else None)
+    opt = torch.optim.AdamW(pipe.stage.parameters(), lr=1e-3)
 
     stats = []
     t0 = time.time()

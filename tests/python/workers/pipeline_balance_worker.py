@@ -169,6 +169,47 @@ def memory_limit_constrains_the_split():
            contains="go with balance='profile'")
 
 
+def light_model(seed=0):
+    """Eight alike Linear modules: an even split by count is the best cut without a loss."""
+    torch.manual_seed(seed)
+    return nn.Sequential(*[nn.Linear(D, D) for _ in range(7)], nn.Linear(D, 4))
+
+
+def heavy_loss(out, y):
+    """An mse after 1.5 x HEAVY_REPS products by a D x D matrix: the loss alone costs
+    several of light_model's modules."""
+    h = out.repeat(1, D // 4)
+    w = torch.eye(D) * 0.5
+    for _ in range(3 * HEAVY_REPS // 2):
+        h = torch.tanh(h @ w)
+    return mse(h[:, :4], y)
+
+
+@case
+def profile_counts_the_loss_on_the_last_stage():
+    x, y = batch(0)
+    without = hvd.Pipeline.from_sequential(light_model(), balance="profile", sample=x[:MICRO],
+                                           micro_batches=M)
+    withl = hvd.Pipeline.from_sequential(light_model(), balance="profile",
+                                         sample=(x[:MICRO], y[:MICRO]), loss_fn=heavy_loss,
+                                         micro_batches=M)
+    rows = withl.profile
+    check(rows[-1]["loss_s"] > 0 and all(r["loss_s"] == 0 for r in rows[:-1]),
+          "loss_s per module: %s" % [r["loss_s"] for r in rows])
+    check(withl.balance[-1] < without.balance[-1],
+          "the heavy loss did not move modules off the last stage: %s with it, %s without"
+          % (withl.balance, without.balance))
+    every = hvd.allgather(torch.tensor([withl.balance], dtype=torch.int64)).tolist()
+    check(all(row == withl.balance for row in every), "ranks disagree: %s" % every)
+    # the predicted last stage carries the loss
+    check(withl.predicted_stage_s[-1] >= rows[-1]["loss_s"], "predicted %s" %
+          withl.predicted_stage_s)
+    raises(ValueError, hvd.Pipeline.from_sequential, light_model(), balance="profile",
+           sample=x[:MICRO], loss_fn=heavy_loss, contains="needs sample=(inputs, targets)")
+    raises(ValueError, hvd.Pipeline.from_sequential, light_model(), loss_fn=heavy_loss,
+           contains="go with balance='profile'")
+
+
 def timed_steps(pipe, n):
     opt = torch.optim.SGD(pipe.stage.parameters(), lr=0.0)
     step(pipe, opt, 0)     # warm-up

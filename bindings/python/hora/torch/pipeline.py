@@ -114,17 +114,18 @@ class Pipeline(nn.Module):
 
     @classmethod
     def from_sequential(cls, seq, process_set=global_process_set, balance=None, sample=None,
-                        memory_limit=None, virtual_stages=1, **kwargs):
+                        memory_limit=None, virtual_stages=1, loss_fn=None, **kwargs):
         """The stage of an nn.Sequential cut for this rank. balance: None (as even as the
         module count allows), modules per stage, or "profile": every member times each
         module's forward and backward on `sample` (one micro-batch of the first stage's
         input) and the cut minimises the slowest stage (pipeline_balance.py; collective),
-        keeping each stage's predicted memory within `memory_limit` bytes if given. The
-        balance is `pipe.balance`. virtual_stages=v (with schedule="interleaved") cuts
+        keeping each stage's predicted memory within `memory_limit` bytes if given; with
+        loss_fn= (the one train_step gets), sample=(inputs, targets) and the last stage's
+        cost includes the loss's forward and backward. The balance is `pipe.balance`. virtual_stages=v (with schedule="interleaved") cuts
         S*v parts (balance: S*v counts) and gives stage s parts s, S+s, ....
         With "profile", `pipe.predicted_stage_s` holds each part's predicted forward +
         backward seconds per micro-batch and `pipe.profile` the agreed per-module rows
-        (forward_s, backward_s, activation_bytes, parameter_bytes)."""
+        (forward_s, backward_s, loss_s, activation_bytes, parameter_bytes)."""
         set_id = _set_id(process_set)
         n = _set_size(set_id)
         if not isinstance(virtual_stages, int) or virtual_stages < 1:
@@ -138,9 +139,11 @@ class Pipeline(nn.Module):
             balance, predicted, _, rows = profile_balance(
                 list(seq.children()), n * virtual_stages, sample, process_set,
                 micro_batches=kwargs.get("micro_batches", 1),
-                schedule=kwargs.get("schedule", "1f1b"), memory_limit=memory_limit)
-        elif sample is not None or memory_limit is not None:
-            raise ValueError("Pipeline: sample= and memory_limit= go with balance='profile'")
+                schedule=kwargs.get("schedule", "1f1b"), memory_limit=memory_limit,
+                loss_fn=loss_fn)
+        elif sample is not None or memory_limit is not None or loss_fn is not None:
+            raise ValueError("Pipeline: sample=, memory_limit= and loss_fn= go with "
+                             "balance='profile'")
         if balance is not None and len(balance) != n * virtual_stages:
             raise ValueError("Pipeline: balance %s gives %d stages, but the process set %s has "
                              "%d ranks (one stage per rank, %d chunks each)" % (

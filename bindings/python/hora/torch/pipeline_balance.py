@@ -81,13 +81,42 @@ def _module_profile(mod, x, warmup, repeats):
     return statistics.median(fwd), statistics.median(bwd), act, pbytes, y.detach()
 
 
-def profile_modules(modules, sample, warmup=1, repeats=3):
+def _loss_profile(loss_fn, y, target, warmup, repeats):
+    """Median seconds of loss_fn(y, target)'s forward and backward (the last stage's)."""
+    times = []
+    for r in range(warmup + repeats):
+        yin = y.detach()
+        if yin.is_floating_point():
+            yin.requires_grad_(True)
+        t0 = time.perf_counter()
+        loss = loss_fn(yin, target)
+        if not torch.is_tensor(loss) or loss.numel() != 1:
+            raise TypeError("Pipeline: balance='profile': loss_fn must return a scalar tensor, "
+                            "got %s" % (type(loss).__name__ if not torch.is_tensor(loss)
+                                        else "shape %s" % list(loss.shape)))
+        if loss.requires_grad:
+            loss.backward()
+        if r >= warmup:
+            times.append(time.perf_counter() - t0)
+    return statistics.median(times)
+
+
+def profile_modules(modules, sample, warmup=1, repeats=3, loss_fn=None):
     """Per module of `modules` (run in order on `sample`, one micro-batch's input): a dict
-    with forward_s, backward_s (medians over `repeats` after `warmup`), activation_bytes and
-    parameter_bytes. Local: no communication (unless a module itself communicates)."""
+    with forward_s, backward_s (medians over `repeats` after `warmup`), loss_s,
+    activation_bytes and parameter_bytes. With loss_fn, `sample` is (inputs, targets) and the
+    last module's loss_s is loss_fn(output, targets)'s forward and backward (the last stage
+    runs it; 0 elsewhere). Local: no communication (unless a module itself communicates)."""
+    target = None
+    if loss_fn is not None:
+        if not (isinstance(sample, (tuple, list)) and len(sample) == 2):
+            raise ValueError("Pipeline: balance='profile' with loss_fn= needs sample=(inputs, "
+                             "targets) of one micro-batch, got %s" % type(sample).__name__)
+        sample, target = sample
     if not torch.is_tensor(sample):
         raise ValueError("Pipeline: balance='profile' needs sample= a tensor (one micro-batch "
-                        "of the first stage's input), got %s" % type(sample).__name__)
+                         "of the first stage's input), or (inputs, targets) with loss_fn=, "
+                         "got %s" % type(sample).__name__)
     if warmup < 0 or repeats < 1:
         raise ValueError("Pipeline: profile warmup >= 0 and repeats >= 1, got %d, %d"
                          % (warmup, repeats))
@@ -96,11 +125,18 @@ def profile_modules(modules, sample, warmup=1, repeats=3):
     try:
         for mod in modules:
             f, b, act, pb, x = _module_profile(mod, x, warmup, repeats)
-            out.append({"forward_s": f, "backward_s": b, "activation_bytes": act,
-                        "parameter_bytes": pb})
+            out.append({"forward_s": f, "backward_s": b, "loss_s": 0.0,
+                        "activation_bytes": act, "parameter_bytes": pb})
+        if loss_fn is not None and out:
+            out[-1]["loss_s"] = _loss_profile(loss_fn, x, target, warmup, repeats)
     finally:
         _restore(point)
     return out
+
+
+def cost(row):
+    """A module's seconds per micro-batch: forward, backward and (the last one's) loss."""
+    return row["forward_s"] + row["backward_s"] + row.get("loss_s", 0.0)
 
 
 def stage_memory(rows, in_flight):
@@ -151,19 +187,20 @@ def partition(costs, stages, memory=None, memory_limit=None):
     return [bounds[k + 1] - bounds[k] for k in range(stages)]
 
 
-def agreed_profile(modules, sample, process_set, warmup=1, repeats=3):
+def agreed_profile(modules, sample, process_set, warmup=1, repeats=3, loss_fn=None):
     """profile_modules on every member of the set (collective), the times averaged over the
     set, then the first member's times and memory broadcast so that every member holds the
     same numbers bit for bit (and cuts the same way)."""
-    rows = profile_modules(modules, sample, warmup, repeats)
-    t = torch.tensor([[r["forward_s"], r["backward_s"]] for r in rows], dtype=torch.float64)
+    rows = profile_modules(modules, sample, warmup, repeats, loss_fn)
+    t = torch.tensor([[r["forward_s"], r["backward_s"], r["loss_s"]] for r in rows],
+                     dtype=torch.float64)
     t = allreduce(t, op=Average, name="pipeline.profile.times",
                   process_set=process_set)
     set_id = _set_id(process_set)
     root = 0 if set_id == 0 else core.process_set_ranks(set_id)[0]
     t = broadcast(t, root, name="pipeline.profile.agreed", process_set=process_set)
-    for r, (f, b) in zip(rows, t.tolist()):
-        r["forward_s"], r["backward_s"] = f, b
+    for r, (f, b, l) in zip(rows, t.tolist()):
+        r["forward_s"], r["backward_s"], r["loss_s"] = f, b, l
     m = torch.tensor([[r["activation_bytes"], r["parameter_bytes"]] for r in rows],
                      dtype=torch.int64)
     m = broadcast(m, root, name="pipeline.profile.memory", process_set=process_set)
@@ -181,12 +218,13 @@ def in_flight(schedule, stage, stages, micro_batches):
 
 
 def profile_balance(modules, stages, sample, process_set, micro_batches=1, schedule="1f1b",
-                    memory_limit=None, warmup=1, repeats=3):
+                    memory_limit=None, warmup=1, repeats=3, loss_fn=None):
     """The agreed profile (collective) and the balance it gives: (balance, per-stage predicted
-    seconds of one micro-batch's forward + backward, per-stage predicted bytes, the per-module
-    rows of agreed_profile). The set's first member prints them once."""
-    rows = agreed_profile(modules, sample, process_set, warmup, repeats)
-    costs = [r["forward_s"] + r["backward_s"] for r in rows]
+    seconds of one micro-batch's forward + backward (+ the loss on the last), per-stage
+    predicted bytes, the per-module rows of agreed_profile). The set's first member prints
+    them once."""
+    rows = agreed_profile(modules, sample, process_set, warmup, repeats, loss_fn)
+    costs = [cost(r) for r in rows]
 
     def memory(a, b, s):
         return stage_memory(rows[a:b], in_flight(schedule, s, stages, micro_batches))

@@ -40,7 +40,7 @@ from .collective_ops import allgather, allreduce, broadcast, isend, recv, reduce
 from .mpi_ops import Average, Max, synchronize
 from .optimizer import DistributedOptimizer
 from .pipeline import Pipeline
-from .pipeline_balance import partition, profile_modules
+from .pipeline_balance import cost, partition, profile_modules
 from .tensor_parallel import make_grid
 from .zero import ZeroOptimizer
 
@@ -119,14 +119,14 @@ def _nbytes(params):
     return sum(p.numel() * p.element_size() for p in params)
 
 
-def _profile_alone(grid, mods, sample):
-    """Per-module (forward + backward seconds, activation bytes) on `sample`, measured by
-    rank 0's TP group while every other rank waits (the uncontended cost), sent to all."""
+def _profile_alone(grid, mods, sample, loss_fn):
+    """Per-module (forward + backward seconds, the last one's loss included; activation
+    bytes) on `sample` (inputs, targets), measured by rank 0's TP group while every other rank
+    waits (the uncontended cost), sent to all."""
     rows = None
     if grid.dp_rank == 0 and grid.pp_rank == 0:
-        rows = profile_modules(mods, sample, warmup=1, repeats=3)
-        t = torch.tensor([[r["forward_s"] + r["backward_s"], r["activation_bytes"]]
-                          for r in rows], dtype=torch.float64)
+        rows = profile_modules(mods, sample, warmup=1, repeats=3, loss_fn=loss_fn)
+        t = torch.tensor([[cost(r), r["activation_bytes"]] for r in rows], dtype=torch.float64)
     else:
         t = torch.zeros(len(mods), 2, dtype=torch.float64)
     t = broadcast(t, 0, name="plan.profile")
@@ -141,7 +141,7 @@ def _host_bound(work, grid, measured):
     return per_host * work * share / cores
 
 
-def predict(layout, factory, batch, global_batch, measured):
+def predict(layout, factory, batch, loss_fn, global_batch, measured):
     """(seconds, bytes per rank) predicted for `layout` (collective)."""
     grid = make_grid(tp=layout.tp, pp=layout.pp)
     torch.manual_seed(0)
@@ -151,7 +151,7 @@ def predict(layout, factory, batch, global_batch, measured):
     pbytes = _nbytes(model.parameters())
     dp = grid.dp
     if layout.pp == 1:
-        costs, acts = _profile_alone(grid, mods, batch(rows)[0])
+        costs, acts = _profile_alone(grid, mods, batch(rows), loss_fn)
         work = sum(costs)
         compute = max(work, _host_bound(work, grid, measured))
         # what one step moves: stage 3 per module, stages 1/2 and DP the whole gradient
@@ -173,7 +173,7 @@ def predict(layout, factory, batch, global_batch, measured):
         stepped = pbytes // dp if layout.zero else pbytes
         return compute + comm + measured["opt"] * stepped, state + sum(acts)
     m = layout.micro_batches
-    costs, acts = _profile_alone(grid, mods, batch(rows // m)[0])
+    costs, acts = _profile_alone(grid, mods, batch(rows // m), loss_fn)
     pb = [_nbytes(x.parameters()) for x in mods]
     balance = partition(costs, layout.pp)
     stages, a = [], 0
@@ -206,7 +206,8 @@ def measure(layout, factory, batch, loss_fn, global_batch, steps, optimizer):
     if layout.pp > 1:
         m = layout.micro_batches
         pipe = Pipeline.from_sequential(model, grid.pp_set, balance="profile",
-                                        sample=batch(rows // m)[0], micro_batches=m)
+                                        sample=batch(rows // m), loss_fn=loss_fn,
+                                        micro_batches=m)
         model = pipe.stage
     opt = optimizer(model.parameters())
     if layout.zero:
@@ -248,7 +249,7 @@ def plan(factory, batch, loss_fn, global_batch, memory_budget=None, confirm=3, s
                 else os.cpu_count(), "opt": _step_seconds_per_byte(factory, optimizer)}
     rows = []
     for lay in layouts:
-        t, mem = predict(lay, factory, batch, global_batch, measured)
+        t, mem = predict(lay, factory, batch, loss_fn, global_batch, measured)
         mem = int(allreduce(torch.tensor([float(mem)]), op=Max, name="plan.mem").item())
         rows.append({"layout": str(lay), "obj": lay, "predicted_s": t, "memory_bytes": mem,
                      "fits": memory_budget is None or mem <= memory_budget,
