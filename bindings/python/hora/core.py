@@ -275,19 +275,31 @@ def sync_failed(op, process_set=0):
 
 # ---- tensors and handles ----
 
+# One shape array per shape, shared by every descriptor of that shape: the C API copies the
+# descriptor when it enqueues (bindings/c/hora.cc ToSpec), so a read-only array is safe on any
+# thread, and a call on a shape seen before builds no array.
+_shape_arrays = {}
+_SHAPE_CACHE_MAX = 4096
+
+
+def _shape_array(shape):
+    arr = _shape_arrays.get(shape)
+    if arr is None:
+        arr = (ctypes.c_int64 * max(len(shape), 1))(*[int(d) for d in shape])
+        if len(_shape_arrays) < _SHAPE_CACHE_MAX:
+            _shape_arrays[shape] = arr
+    return arr
+
+
 def make_tensor(data_ptr, shape, dtype, device=DEVICE_CPU, device_index=0, stream=None):
     """A hora_tensor_t for a contiguous buffer. Returns the struct; its shape array is kept
     alive as an attribute."""
-    t = _lib.HoraTensor()
-    shape_arr = (ctypes.c_int64 * max(len(shape), 1))(*[int(d) for d in shape])
-    t._shape_arr = shape_arr
-    t.data = data_ptr or None
-    t.shape = ctypes.cast(shape_arr, _lib.c_int64_p)
-    t.ndim = len(shape)
-    t.dtype = dtype
-    t.device = device
-    t.device_index = device_index
-    t.stream = stream or None
+    if type(shape) is not tuple:
+        shape = tuple(shape)
+    arr = _shape_array(shape)
+    t = _lib.HoraTensor(data_ptr or None, arr, len(shape), dtype, device, device_index,
+                        stream or None)
+    t._shape_arr = arr
     return t
 
 
@@ -414,7 +426,7 @@ def _enqueue(fn_name, name, *args, keep=None, hold=None):
                     "it before enqueueing the name again" % hold[0])
             _held.add(hold)
     raw = _lib.c_handle()
-    lib = _lib.lib()
+    lib = _lib._lib or _lib.lib()
     try:
         status = getattr(lib, fn_name)(*args, ctypes.byref(raw))
     except BaseException:

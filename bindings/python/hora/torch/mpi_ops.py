@@ -9,7 +9,6 @@ import torch
 
 from .. import core
 from .. import errors
-from .. import fast_ops
 from . import profiling as _profiling
 from .compression import Compression
 from .refusal import refusing
@@ -289,11 +288,10 @@ def _fast_submit(tensor, name, op):
     if code is None:
         return None
     out = torch.empty_like(tensor)
-    shape = tuple(tensor.shape)
     n = tensor.numel()
-    h = fast_ops.allreduce_cpu_async(core.op_name("allreduce", name, 0),
-                                     tensor.data_ptr() if n else None, shape, code,
-                                     out.data_ptr() if n else None, op, keep=(tensor, out))
+    desc = core.make_tensor(tensor.data_ptr() if n else None, tensor.shape, code)
+    h = core.allreduce_async(core.op_name("allreduce", name, 0), desc,
+                             out.data_ptr() if n else None, op, keep=(tensor, out))
     return h, out
 
 
@@ -360,7 +358,10 @@ def allreduce(tensor, average=None, name=None, compression=Compression.none, op=
                       op):
         fast = _fast_submit(tensor, name, _FAST_OPS[op])
         if fast is not None:
-            fast_ops.wait_release(fast[0])
+            try:
+                fast[0].wait()
+            finally:
+                fast[0].release()
             return fast[1]
     set_id = _set_id(process_set)
     op = _resolve_op(op, average)
