@@ -163,7 +163,9 @@ class TcpCommunicator : public Communicator {
       if (post != nullptr) ScaleInPlace(buf, count, dtype, *post);
       return Status::Ok();
     }
-    if (count * DataTypeSize(dtype) <= options_.small_allreduce_bytes ||
+    const size_t bytes = count * DataTypeSize(dtype);
+    if (bytes <= options_.small_allreduce_bytes ||
+        (size() == 2 && bytes <= options_.pair_doubling_bytes) ||
         count < static_cast<size_t>(size())) {
       return DoublingAllreduce(*links_, options_, data, count, dtype, op, post, &scratch_);
     }
@@ -221,16 +223,18 @@ class TcpCommunicator : public Communicator {
 // others compare theirs.
 Status AgreeOnOptions(const BackendConfig& config, const TcpOptions& o) {
   const std::string mine = std::to_string(o.channels) + " " + std::to_string(o.piece_bytes) + " " +
-                           std::to_string(o.small_allreduce_bytes);
+                           std::to_string(o.small_allreduce_bytes) + " " +
+                           std::to_string(o.pair_doubling_bytes);
   const std::string key = config.key_prefix + "tcp/options";
   if (config.rank == 0) return config.store->Set(key, mine);
   auto theirs = config.store->Get(key, config.timeout);
   if (!theirs.ok()) return theirs.status();
   if (theirs.value() == mine) return Status::Ok();
   return InvalidArgument("tcp: member " + std::to_string(config.rank) +
-                         " has channels, piece bytes and small " + "allreduce bytes '" + mine +
-                         "' but member 0 has '" + theirs.value() + "' (" + kEnvTcpChannels + ", " +
-                         kEnvTcpPieceBytes + " and " + kEnvTcpSmallAllreduceBytes +
+                         " has channels, piece bytes, small allreduce bytes and pair doubling "
+                         "bytes '" + mine + "' but member 0 has '" + theirs.value() + "' (" +
+                         kEnvTcpChannels + ", " + kEnvTcpPieceBytes + ", " +
+                         kEnvTcpSmallAllreduceBytes + " and " + kEnvTcpPairDoublingBytes +
                          " must agree on every rank)");
 }
 

@@ -29,14 +29,17 @@ StatusOr<TcpOptions> TcpOptionsFromEnv(const std::function<const char*(const cha
   TcpOptions o;
   long long channels = o.channels, piece = static_cast<long long>(o.piece_bytes);
   long long small = static_cast<long long>(o.small_allreduce_bytes);
+  long long pair = static_cast<long long>(o.pair_doubling_bytes);
   long long buffer = o.socket_buffer_bytes;
   HORA_RETURN_IF_ERROR(ReadInt(env, kEnvTcpChannels, 1, 64, &channels));
   HORA_RETURN_IF_ERROR(ReadInt(env, kEnvTcpPieceBytes, 64, 1ll << 30, &piece));
   HORA_RETURN_IF_ERROR(ReadInt(env, kEnvTcpSmallAllreduceBytes, 0, 1ll << 40, &small));
+  HORA_RETURN_IF_ERROR(ReadInt(env, kEnvTcpPairDoublingBytes, 0, 1ll << 40, &pair));
   HORA_RETURN_IF_ERROR(ReadInt(env, kEnvTcpSocketBufferBytes, 0, 1ll << 30, &buffer));
   o.channels = static_cast<int>(channels);
   o.piece_bytes = static_cast<size_t>(piece);
   o.small_allreduce_bytes = static_cast<size_t>(small);
+  o.pair_doubling_bytes = static_cast<size_t>(pair);
   o.socket_buffer_bytes = static_cast<int>(buffer);
   return o;
 }

@@ -15,6 +15,7 @@ namespace hora {
 inline constexpr char kEnvTcpChannels[] = "HORA_TCP_CHANNELS";
 inline constexpr char kEnvTcpPieceBytes[] = "HORA_TCP_PIECE_BYTES";
 inline constexpr char kEnvTcpSmallAllreduceBytes[] = "HORA_TCP_SMALL_ALLREDUCE_BYTES";
+inline constexpr char kEnvTcpPairDoublingBytes[] = "HORA_TCP_PAIR_DOUBLING_BYTES";
 inline constexpr char kEnvTcpSocketBufferBytes[] = "HORA_TCP_SOCKET_BUFFER_BYTES";
 
 struct TcpOptions {
@@ -31,6 +32,12 @@ struct TcpOptions {
   // each round: latency); above it, the ring (reduce-scatter then allgather, each byte
   // crosses 2(n-1)/n times: bandwidth). Also the ring when count < members.
   size_t small_allreduce_bytes = 64 << 10;
+  // With two members, recursive doubling is one exchange of the whole buffer: the bytes the
+  // ring moves, in one phase instead of two, but with the reduction after the transfer rather
+  // than overlapped with it. It is taken up to this many bytes (the larger of the two
+  // thresholds applies). 2 netns hosts x 1 rank (docs/benchmarks-cross-host.md): 1 MiB 1.84-2.28
+  // GB/s against the ring's 1.65-1.68, 4 MiB 1.69-1.71 against 1.75-1.79.
+  size_t pair_doubling_bytes = 2 << 20;
   // SO_SNDBUF / SO_RCVBUF of every connection. 0: the kernel's autotuning (tcp_rmem /
   // tcp_wmem), which grows a buffer to the bandwidth-delay product; a fixed size turns
   // autotuning off and is capped by net.core.rmem_max / wmem_max.

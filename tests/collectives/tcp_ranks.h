@@ -18,6 +18,7 @@ inline TcpOptions TinyPieces() {
   o.channels = 3;
   o.piece_bytes = 4096;
   o.small_allreduce_bytes = 0;
+  o.pair_doubling_bytes = 0;  // the ring at two members too
   return o;
 }
 

@@ -129,12 +129,14 @@ TEST_CASE("tcp options from the environment: defaults, values, and errors naming
   vars = {{"HORA_TCP_CHANNELS", "4"},
           {"HORA_TCP_PIECE_BYTES", "1048576"},
           {"HORA_TCP_SMALL_ALLREDUCE_BYTES", "0"},
+          {"HORA_TCP_PAIR_DOUBLING_BYTES", "0"},
           {"HORA_TCP_SOCKET_BUFFER_BYTES", "4194304"}};
   o = TcpOptionsFromEnv(env);
   REQUIRE(o.ok());
   CHECK(o.value().channels == 4);
   CHECK(o.value().piece_bytes == 1048576);
   CHECK(o.value().small_allreduce_bytes == 0);
+  CHECK(o.value().pair_doubling_bytes == 0);
   CHECK(o.value().socket_buffer_bytes == 4194304);
   vars = {{"HORA_TCP_CHANNELS", "0"}};
   o = TcpOptionsFromEnv(env);
