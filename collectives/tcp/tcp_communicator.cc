@@ -232,10 +232,10 @@ Status AgreeOnOptions(const BackendConfig& config, const TcpOptions& o) {
   if (theirs.value() == mine) return Status::Ok();
   return InvalidArgument("tcp: member " + std::to_string(config.rank) +
                          " has channels, piece bytes, small allreduce bytes and pair doubling "
-                         "bytes '" + mine + "' but member 0 has '" + theirs.value() + "' (" +
-                         kEnvTcpChannels + ", " + kEnvTcpPieceBytes + ", " +
-                         kEnvTcpSmallAllreduceBytes + " and " + kEnvTcpPairDoublingBytes +
-                         " must agree on every rank)");
+                         "bytes '" +
+                         mine + "' but member 0 has '" + theirs.value() + "' (" + kEnvTcpChannels +
+                         ", " + kEnvTcpPieceBytes + ", " + kEnvTcpSmallAllreduceBytes + " and " +
+                         kEnvTcpPairDoublingBytes + " must agree on every rank)");
 }
 
 }  // namespace
