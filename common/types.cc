@@ -117,6 +117,19 @@ bool IsPointToPoint(CollectiveType c) {
   return c == CollectiveType::kSend || c == CollectiveType::kRecv;
 }
 
+bool IsOneShotName(const std::string& name) {
+  static const std::string kTransfer = "hora.p2p.";
+  static const std::string kUnnamed = ".noname.";
+  if (name.compare(0, kTransfer.size(), kTransfer) == 0) return true;
+  for (size_t at = name.find(kUnnamed); at != std::string::npos; at = name.find(kUnnamed, at + 1)) {
+    size_t end = at + kUnnamed.size();
+    const size_t digits = end;
+    while (end < name.size() && name[end] >= '0' && name[end] <= '9') ++end;
+    if (end > digits && (end == name.size() || name[end] == '.')) return true;
+  }
+  return false;
+}
+
 std::string DescribeTensor(const TensorKey& key) {
   std::string s = "'" + key.name + "'";
   if (key.process_set != kGlobalProcessSet) {

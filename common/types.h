@@ -110,6 +110,14 @@ std::string DescribeTensor(const TensorKey& key);
 
 bool IsPointToPoint(CollectiveType c);
 
+// Whether a name is made anew for each call and never submitted again: a transfer's
+// ("hora.p2p.<from>><to>.t<tag>.<n>", Engine::EnqueueTransfer) and an unnamed call's (a
+// ".noname.<n>" component: hora/core.py op_name, hora/torch/distributed.py). Once such a name
+// is planned, the rank and the coordinator forget its id and spec, so a job that makes
+// millions of them keeps none; the steady path does not learn it. A name that matches but does
+// repeat only pays its full spec again at its next submission.
+bool IsOneShotName(const std::string& name);
+
 bool operator==(const TensorSpec& a, const TensorSpec& b);
 inline bool operator!=(const TensorSpec& a, const TensorSpec& b) { return !(a == b); }
 

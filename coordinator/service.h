@@ -69,6 +69,10 @@ class CoordinatorService {
   // The port actually bound (useful with port 0).
   virtual int port() const = 0;
 
+  // The names the service keeps a rank's id and spec for, summed over the ranks (one-shot
+  // names are forgotten once planned: IsOneShotName in common/types.h).
+  virtual size_t KnownNames() = 0;
+
   // For the client of the rank in this process (ClientConfig::local_host). Valid until the
   // service is destroyed.
   virtual LocalSessionHost* local_host() = 0;

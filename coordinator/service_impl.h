@@ -86,6 +86,7 @@ class CoordinatorServiceImpl final : public CoordinatorService,
   Status Init();
 
   int port() const override { return port_; }
+  size_t KnownNames() override;
   LocalSessionHost* local_host() override { return this; }
 
   // session_local.cc
@@ -170,6 +171,9 @@ class CoordinatorServiceImpl final : public CoordinatorService,
   void SendPlannerOutputLocked(const SetState& set, PlannerOutput out,
                                std::vector<PlanMessage>* extra, Touched* touched) REQUIRES(mu_);
   void SendExtraLocked(std::vector<PlanMessage>* extra, Touched* touched) REQUIRES(mu_);
+  // After the plans of `out` went out: forgets the ranks' ids and specs of its one-shot names
+  // (IsOneShotName), which no rank submits again.
+  void ForgetOneShotLocked(const SetState& set, const PlannerOutput& out) REQUIRES(mu_);
   void PushPlanLocked(SessionStream& session, const PlanMessage& plan) REQUIRES(mu_);
   BucketPlan PlanForRankLocked(const SetState& set, const PlannedBucket& bucket, int rank,
                                const std::vector<std::string>& inline_results) const REQUIRES(mu_);

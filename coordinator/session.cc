@@ -347,6 +347,33 @@ void CoordinatorServiceImpl::SendPlannerOutputLocked(const SetState& set, Planne
     }
     if (pushed) touched->Add(session);
   }
+  ForgetOneShotLocked(set, out);
+}
+
+void CoordinatorServiceImpl::ForgetOneShotLocked(const SetState& set, const PlannerOutput& out) {
+  auto forget = [&](const std::string& name) {
+    mu_.AssertHeld();
+    if (!IsOneShotName(name)) return;
+    const TensorKey key{set.id, name};
+    for (int r : set.ranks) {
+      RankState& state = ranks_[r];
+      auto it = state.ids.find(key);
+      if (it == state.ids.end()) continue;
+      state.specs.erase(it->second);
+      state.ids.erase(it);
+    }
+  };
+  for (const PlannedBucket& b : out.buckets) {
+    for (const PlannedBucket::Entry& e : b.entries) forget(e.name);
+  }
+  for (const TensorFailure& f : out.failures) forget(f.name);
+}
+
+size_t CoordinatorServiceImpl::KnownNames() {
+  MutexLock lock(&mu_);
+  size_t known = 0;
+  for (const RankState& state : ranks_) known += state.ids.size();
+  return known;
 }
 
 // A plan goes out in as many messages as keep each under half the message limit: under load

@@ -235,8 +235,24 @@ std::optional<Request> Engine::TakeRequest(int32_t id) {
   auto it = id_keys_.find(static_cast<uint32_t>(id));
   if (it == id_keys_.end()) return std::nullopt;
   std::optional<Request> r = queue_.Take(it->second);
-  if (r) recorder_.Started(r->handle, TimelineNowUs());
+  if (!r) return r;
+  recorder_.Started(r->handle, TimelineNowUs());
+  if (IsOneShotName(it->second.name)) {  // planned once: forgotten (common/types.h)
+    ids_.erase(it->second);
+    id_specs_.erase(it->first);
+    id_keys_.erase(it);
+  }
   return r;
+}
+
+Engine::KnownNames Engine::Known() const {
+  KnownNames known;
+  {
+    MutexLock lock(&announce_mu_);
+    known.rank = ids_.size();
+  }
+  if (service_) known.coordinator = service_->KnownNames();
+  return known;
 }
 
 void Engine::Complete(int64_t handle, Status status, OpResult result) {

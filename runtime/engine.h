@@ -145,6 +145,14 @@ class Engine : private ProcessSetRuntime::Host {
   StatusOr<SteadyStats> Steady(int32_t process_set) const;
   // What this rank has told the coordinator (CoordinatorClient::sent).
   ControlCounters ControlSent() const { return client_->sent(); }
+  // The names this rank keeps an id for (one-shot names are forgotten once planned:
+  // IsOneShotName), and on rank 0 the same summed over every rank at its coordinator (0
+  // elsewhere).
+  struct KnownNames {
+    size_t rank = 0;
+    size_t coordinator = 0;
+  };
+  KnownNames Known() const;
 
   // The fusion threshold and cycle time the coordinator plans with, as it last announced them
   // (HORA_AUTOTUNE changes them during the first steps, the same on every rank); before any
@@ -178,8 +186,6 @@ class Engine : private ProcessSetRuntime::Host {
   void Answered(const PlanMessage& plan);
   StatusOr<int64_t> EnqueueTransfer(TensorSpec spec, const void* input, void* output, int peer,
                                     int tag, bool send);
-  // The key this rank gave tensor id `id`, if any.
-  std::optional<TensorKey> KeyOfId(int32_t id);
   // Runs on the thread that delivers plans (see above).
   void OnPlan(PlanMessage plan);
   void OnProcessSetResult(ProcessSetResult result);
@@ -282,7 +288,7 @@ class Engine : private ProcessSetRuntime::Host {
 
   // Tensor ids. New requests are announced by the enqueuing thread itself (no wake-up of
   // another thread on the latency path); plan delivery maps ids back to keys.
-  Mutex announce_mu_;
+  mutable Mutex announce_mu_;
   std::unordered_map<TensorKey, uint32_t, TensorKeyHash> ids_ GUARDED_BY(announce_mu_);
   std::unordered_map<uint32_t, TensorSpec> id_specs_ GUARDED_BY(announce_mu_);  // last announced
   std::unordered_map<uint32_t, TensorKey> id_keys_ GUARDED_BY(announce_mu_);

@@ -68,13 +68,6 @@ void Engine::BackgroundLoop() {
   }
 }
 
-std::optional<TensorKey> Engine::KeyOfId(int32_t id) {
-  MutexLock lock(&announce_mu_);
-  auto it = id_keys_.find(static_cast<uint32_t>(id));
-  if (it == id_keys_.end()) return std::nullopt;
-  return it->second;
-}
-
 void Engine::OnPlan(PlanMessage plan) {
   Answered(plan);
   if (timeline_.on()) {
@@ -82,9 +75,7 @@ void Engine::OnPlan(PlanMessage plan) {
     for (const BucketPlan& b : plan.buckets) timeline_.Planned(b.process_set, b.seq, now);
   }
   for (const TensorErrorNotice& e : plan.errors) {
-    std::optional<TensorKey> key = KeyOfId(e.id);
-    if (!key) continue;
-    if (auto r = queue_.Take(*key)) handles_.Complete(r->handle, e.status);
+    if (auto r = TakeRequest(e.id)) handles_.Complete(r->handle, e.status);
   }
   std::map<int32_t, std::pair<std::shared_ptr<ProcessSetRuntime>, std::vector<BucketPlan>>> by_set;
   for (BucketPlan& bucket : plan.buckets) {

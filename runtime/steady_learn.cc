@@ -20,6 +20,7 @@ void SteadyPath::Learn(const BucketPlan& bucket, const std::vector<const TensorS
   for (size_t i = 0; i < specs.size(); ++i) {
     if (specs[i] == nullptr) continue;
     const TensorSpec& spec = *specs[i];
+    if (IsOneShotName(spec.name)) continue;  // never submitted again: nothing to learn
     if (!Cacheable(bucket, bucket.entries[i], spec) ||
         (fused && !board_->AgreesCheaply() && spec.ByteSize() <= board_->MaxEagerBytes())) {
       learning_.erase(spec.name);

@@ -82,8 +82,9 @@ class HoraProcessGroup(dist.ProcessGroup):
 
     # -- helpers --
     def _next(self, kind):
+        """A name for this call only (".noname.<n>": the runtime forgets it once planned)."""
         self._seq += 1
-        return "c10d.%s.%d.%s" % (self._name, self._seq, kind)
+        return "c10d.%s.%s.noname.%d" % (self._name, kind, self._seq)
 
     def _repeatable(self, kind, t, extra="", rows_alike=True):
         """A name for the n-th call of this signature in this group: the same on every rank
