@@ -1,14 +1,14 @@
 #!/usr/bin/env bash
 # The cross-host limit (issue 29's first step, docs/benchmarks-cross-host.md): on 2 network-
 # namespace hosts (../shared/tools/netns-kit), what TCP carries with 1, 2, 4 and 8 streams
-# (tools/bench/tcp_limit.py, one sender host, one receiver host), then both ways at once
+# (tools/bench/tcp_limit, one sender host, one receiver host), then both ways at once
 # (1 and 4 streams each way, as an allreduce's traffic flows), and what Open MPI's
 # MPI_Allreduce reaches over TCP across them at 1 rank per host (mpi_allreduce_bench,
 # 1 MiB and 64 MiB busbw), and torch's gloo all_reduce the same way. Prints one line per
 # measurement and a markdown table.
 #   tools/bench/cross_host_limit.sh [--mib M] [--rounds R] [--no-mpi]
-# Needs root (namespaces), Open MPI, and //tools/bench:mpi_allreduce_bench built unless
-# --no-mpi. Nothing here asserts a time.
+# Needs root (namespaces), Open MPI, //tools/bench:tcp_limit built, and
+# //tools/bench:mpi_allreduce_bench built unless --no-mpi. Nothing here asserts a time.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 MIB=1024
@@ -23,6 +23,8 @@ while [ $# -gt 0 ]; do
   esac
   shift
 done
+[ -x bazel-bin/tools/bench/tcp_limit ] || {
+  echo "cross_host_limit: build //tools/bench:tcp_limit first" >&2; exit 1; }
 KIT="$(cd ../shared/tools/netns-kit 2>/dev/null && pwd)" || {
   echo "cross_host_limit: ../shared/tools/netns-kit is missing" >&2; exit 1; }
 export NK_PREFIX=hxl NK_NET=10.200.77
@@ -36,10 +38,10 @@ rows=()
 port=47100
 for streams in 1 2 4 8; do
   port=$((port + 1))
-  "$KIT/nk-exec" "$HB" /usr/bin/python3 tools/bench/tcp_limit.py serve --port "$port" \
+  "$KIT/nk-exec" "$HB" bazel-bin/tools/bench/tcp_limit serve --port "$port" \
     --bind "$B" >/dev/null &
   sleep 0.5
-  line="$("$KIT/nk-exec" "$HA" /usr/bin/python3 tools/bench/tcp_limit.py send --to "$B" \
+  line="$("$KIT/nk-exec" "$HA" bazel-bin/tools/bench/tcp_limit send --to "$B" \
     --port "$port" --streams "$streams" --mib "$MIB" --rounds "$ROUNDS" --stop | tail -1)"
   wait
   echo "$line"
@@ -49,14 +51,14 @@ done
 # rate while the other runs.
 for streams in 1 4; do
   port=$((port + 2))
-  "$KIT/nk-exec" "$HB" /usr/bin/python3 tools/bench/tcp_limit.py serve --port "$port" \
+  "$KIT/nk-exec" "$HB" bazel-bin/tools/bench/tcp_limit serve --port "$port" \
     --bind "$B" >/dev/null &
-  "$KIT/nk-exec" "$HA" /usr/bin/python3 tools/bench/tcp_limit.py serve --port "$((port + 1))" \
+  "$KIT/nk-exec" "$HA" bazel-bin/tools/bench/tcp_limit serve --port "$((port + 1))" \
     --bind "$A" >/dev/null &
   sleep 0.5
-  "$KIT/nk-exec" "$HA" /usr/bin/python3 tools/bench/tcp_limit.py send --to "$B" --port "$port" \
+  "$KIT/nk-exec" "$HA" bazel-bin/tools/bench/tcp_limit send --to "$B" --port "$port" \
     --streams "$streams" --mib "$MIB" --rounds "$ROUNDS" --stop >"/tmp/hxl.ab.$$" &
-  "$KIT/nk-exec" "$HB" /usr/bin/python3 tools/bench/tcp_limit.py send --to "$A" \
+  "$KIT/nk-exec" "$HB" bazel-bin/tools/bench/tcp_limit send --to "$A" \
     --port "$((port + 1))" --streams "$streams" --mib "$MIB" --rounds "$ROUNDS" --stop \
     >"/tmp/hxl.ba.$$"
   wait
