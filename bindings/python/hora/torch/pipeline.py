@@ -121,8 +121,9 @@ class Pipeline(nn.Module):
         input) and the cut minimises the slowest stage (pipeline_balance.py; collective),
         keeping each stage's predicted memory within `memory_limit` bytes if given; with
         loss_fn= (the one train_step gets), sample=(inputs, targets) and the last stage's
-        cost includes the loss's forward and backward. The balance is `pipe.balance`. virtual_stages=v (with schedule="interleaved") cuts
-        S*v parts (balance: S*v counts) and gives stage s parts s, S+s, ....
+        cost includes the loss's forward and backward. The balance is `pipe.balance`.
+        virtual_stages=v (with schedule="interleaved") cuts S*v parts (balance: S*v counts)
+        and gives stage s parts s, S+s, ....
         With "profile", `pipe.predicted_stage_s` holds each part's predicted forward +
         backward seconds per micro-batch and `pipe.profile` the agreed per-module rows
         (forward_s, backward_s, loss_s, activation_bytes, parameter_bytes)."""
