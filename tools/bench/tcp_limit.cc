@@ -92,8 +92,7 @@ void Serve(const Args& args) {
   Tune(ls, args.buf_kib);
   const sockaddr_in a = Address(args.bind, args.port);
   if (bind(ls, reinterpret_cast<const sockaddr*>(&a), sizeof(a)) != 0 || listen(ls, 64) != 0) {
-    Die("cannot listen on " + args.bind + ":" + std::to_string(args.port) + ": " +
-        strerror(errno));
+    Die("cannot listen on " + args.bind + ":" + std::to_string(args.port) + ": " + strerror(errno));
   }
   printf("tcp_limit: serving on %s:%d\n", args.bind.c_str(), args.port);
   fflush(stdout);
