@@ -195,6 +195,10 @@ void CoordinatorServiceImpl::HandleReadyLocked(int rank, const proto::WorkerMess
     Status member = CheckMembershipLocked(rank, spec, &set);
     if (!member.ok()) {
       fail(id, member);
+      if (IsOneShotName(spec.name)) {  // failed here, never planned: forgotten now
+        state.ids.erase(TensorKeyOf(spec));
+        state.specs.erase(id);  // `spec` refers into it: last
+      }
       return;
     }
     if (t.has_payload()) state.payloads[TensorKeyOf(spec)] = t.payload();

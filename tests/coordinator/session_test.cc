@@ -299,6 +299,22 @@ TEST_CASE("Tensor errors reach the ranks that submitted, with their ids", "[sess
     CHECK(rec->plans[0].errors[1].id == 5);
     CHECK(Contains(rec->plans[0].errors[1].status.message(), "invalid dtype 77"));
   }
+  SECTION("a one-shot name that fails at submission leaves no id behind; a named one stays") {
+    ReadyNotice once;
+    once.id = 7;
+    once.spec = MakeSpec(5, 0, 2);
+    once.spec->name = "allreduce.noname.3";
+    once.spec->process_set = 9;  // no such set
+    ReadyNotice named = once;
+    named.id = 8;
+    named.spec->name = "w";
+    job.clients[0]->SendReady({once, named});
+    Recorder* rec = job.recorders[0].get();
+    REQUIRE(rec->WaitFor(milliseconds(3000), [&] { return !rec->plans.empty(); }));
+    REQUIRE(rec->plans[0].errors.size() == 2);
+    CHECK(Contains(rec->plans[0].errors[0].status.message(), "does not exist"));
+    CHECK(job.service->KnownNames() == 1);  // "w" alone
+  }
 }
 
 // Round trip of a 4-byte allreduce through the coordinator: SendReady on every rank until the
