@@ -14,7 +14,7 @@ import torch
 import torch.nn as nn
 
 import hora.torch as hvd
-from hora.torch.pipeline_balance import even_times, in_flight, stage_memory
+from hora.torch.pipeline_balance import cost, even_times, in_flight, stage_memory
 import cases
 from cases import case, check, close, raises
 
@@ -232,7 +232,7 @@ def profile_step_against_even_split():
     # the step of the job is its slowest rank's
     e = hvd.allreduce(torch.tensor([statistics.median(te)]), op=hvd.Max).item()
     p = hvd.allreduce(torch.tensor([statistics.median(tp)]), op=hvd.Max).item()
-    costs = [r["forward_s"] + r["backward_s"] for r in prof.profile]
+    costs = [cost(r) for r in prof.profile]
     predicted = max(prof.predicted_stage_s) / max(even_times(costs, hvd.size()))
     if hvd.rank() == 0:
         print("TIMING np=%d even %s %.1f ms profile %s %.1f ms ratio %.2f predicted %.2f"
