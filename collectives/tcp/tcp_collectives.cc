@@ -61,17 +61,25 @@ std::vector<size_t> Offsets(const std::vector<size_t>& sizes) {
   return off;
 }
 
-Status Exchange(Links& links, int peer, char* send, char* recv, size_t bytes, size_t piece,
-                const std::string& what) {
+// `to` sends no more than options.inflight_bytes beyond what `from` has received.
+void Pace(SendStream* to, const RecvStream* from, const TcpOptions& options) {
+  if (options.inflight_bytes == 0) return;
+  to->pace = from;
+  to->window = options.inflight_bytes;
+}
+
+Status Exchange(Links& links, const TcpOptions& options, int peer, char* send, char* recv,
+                size_t bytes, size_t piece, const std::string& what) {
   std::vector<SendStream> sends;
   std::vector<RecvStream> recvs;
-  if (send != nullptr) {
-    sends.push_back(SendTo(peer, links));
-    CutPieces(send, bytes, piece, &sends.back().pieces);
-  }
   if (recv != nullptr) {
     recvs.push_back(RecvFrom(peer, links));
     CutPieces(recv, bytes, piece, &recvs.back().pieces);
+  }
+  if (send != nullptr) {
+    sends.push_back(SendTo(peer, links));
+    CutPieces(send, bytes, piece, &sends.back().pieces);
+    if (recv != nullptr) Pace(&sends.back(), &recvs.back(), options);
   }
   return links.Run(&sends, &recvs, what);
 }
@@ -121,6 +129,7 @@ Status RingAllreduce(Links& links, const TcpOptions& options, char* buf, size_t 
     if (m.kind == 2) ScaleInPlace(m.dst, m.bytes / esize, dtype, *post);
   };
   out.after = &in;
+  Pace(&out, &in, options);
   return links.Run(&sends, &recvs, "allreduce (ring)");
 }
 
@@ -138,10 +147,11 @@ Status DoublingAllreduce(Links& links, const TcpOptions& options, char* buf, siz
   int index = rank - extra;  // among the p; -1: folded into rank + 1
   if (rank < 2 * extra) {
     if (rank % 2 == 0) {
-      HORA_RETURN_IF_ERROR(Exchange(links, rank + 1, buf, nullptr, bytes, piece, what));
+      HORA_RETURN_IF_ERROR(Exchange(links, options, rank + 1, buf, nullptr, bytes, piece, what));
       index = -1;
     } else {
-      HORA_RETURN_IF_ERROR(Exchange(links, rank - 1, nullptr, scratch->data(), bytes, piece, what));
+      HORA_RETURN_IF_ERROR(
+          Exchange(links, options, rank - 1, nullptr, scratch->data(), bytes, piece, what));
       ReduceInto(buf, scratch->data(), count, dtype, op);
       index = rank / 2;
     }
@@ -150,13 +160,14 @@ Status DoublingAllreduce(Links& links, const TcpOptions& options, char* buf, siz
     for (int mask = 1; mask < p; mask <<= 1) {
       const int other = index ^ mask;
       const int peer = other < extra ? other * 2 + 1 : other + extra;
-      HORA_RETURN_IF_ERROR(Exchange(links, peer, buf, scratch->data(), bytes, piece, what));
+      HORA_RETURN_IF_ERROR(
+          Exchange(links, options, peer, buf, scratch->data(), bytes, piece, what));
       ReduceInto(buf, scratch->data(), count, dtype, op);
     }
   }
   if (rank < 2 * extra) {
     const bool even = rank % 2 == 0;
-    HORA_RETURN_IF_ERROR(Exchange(links, even ? rank + 1 : rank - 1, even ? nullptr : buf,
+    HORA_RETURN_IF_ERROR(Exchange(links, options, even ? rank + 1 : rank - 1, even ? nullptr : buf,
                                   even ? buf : nullptr, bytes, piece, what));
   }
   if (post != nullptr) ScaleInPlace(buf, count, dtype, *post);

@@ -264,8 +264,9 @@ StatusOr<std::unique_ptr<Communicator>> CreateTcpCommunicator(const BackendConfi
     if (!mesh.ok()) return mesh.status();
     fds = std::move(mesh).value();
   }
-  auto links = std::make_unique<Links>(config.rank, std::move(members), std::move(fds),
-                                       options.channels, config.timeout);
+  auto links =
+      std::make_unique<Links>(config.rank, std::move(members), std::move(fds), options.channels,
+                              config.timeout, std::chrono::microseconds(options.spin_us));
   return std::unique_ptr<Communicator>(new TcpCommunicator(std::move(links), options));
 }
 

@@ -31,16 +31,21 @@ StatusOr<TcpOptions> TcpOptionsFromEnv(const std::function<const char*(const cha
   long long small = static_cast<long long>(o.small_allreduce_bytes);
   long long pair = static_cast<long long>(o.pair_doubling_bytes);
   long long buffer = o.socket_buffer_bytes;
+  long long inflight = static_cast<long long>(o.inflight_bytes), spin = o.spin_us;
   HORA_RETURN_IF_ERROR(ReadInt(env, kEnvTcpChannels, 1, 64, &channels));
   HORA_RETURN_IF_ERROR(ReadInt(env, kEnvTcpPieceBytes, 64, 1ll << 30, &piece));
   HORA_RETURN_IF_ERROR(ReadInt(env, kEnvTcpSmallAllreduceBytes, 0, 1ll << 40, &small));
   HORA_RETURN_IF_ERROR(ReadInt(env, kEnvTcpPairDoublingBytes, 0, 1ll << 40, &pair));
   HORA_RETURN_IF_ERROR(ReadInt(env, kEnvTcpSocketBufferBytes, 0, 1ll << 30, &buffer));
+  HORA_RETURN_IF_ERROR(ReadInt(env, kEnvTcpInflightBytes, 0, 1ll << 40, &inflight));
+  HORA_RETURN_IF_ERROR(ReadInt(env, kEnvTcpSpinUs, 0, 1000000, &spin));
   o.channels = static_cast<int>(channels);
   o.piece_bytes = static_cast<size_t>(piece);
   o.small_allreduce_bytes = static_cast<size_t>(small);
   o.pair_doubling_bytes = static_cast<size_t>(pair);
   o.socket_buffer_bytes = static_cast<int>(buffer);
+  o.inflight_bytes = static_cast<size_t>(inflight);
+  o.spin_us = static_cast<int>(spin);
   return o;
 }
 
@@ -52,6 +57,7 @@ Status ValidateTcpOptions(const TcpOptions& o) {
     return InvalidArgument("tcp: piece_bytes must be >= 64, got " + std::to_string(o.piece_bytes));
   }
   if (o.socket_buffer_bytes < 0) return InvalidArgument("tcp: socket_buffer_bytes must be >= 0");
+  if (o.spin_us < 0) return InvalidArgument("tcp: spin_us must be >= 0");
   return Status::Ok();
 }
 

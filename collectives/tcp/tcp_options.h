@@ -17,6 +17,8 @@ inline constexpr char kEnvTcpPieceBytes[] = "HORA_TCP_PIECE_BYTES";
 inline constexpr char kEnvTcpSmallAllreduceBytes[] = "HORA_TCP_SMALL_ALLREDUCE_BYTES";
 inline constexpr char kEnvTcpPairDoublingBytes[] = "HORA_TCP_PAIR_DOUBLING_BYTES";
 inline constexpr char kEnvTcpSocketBufferBytes[] = "HORA_TCP_SOCKET_BUFFER_BYTES";
+inline constexpr char kEnvTcpInflightBytes[] = "HORA_TCP_INFLIGHT_BYTES";
+inline constexpr char kEnvTcpSpinUs[] = "HORA_TCP_SPIN_US";
 
 struct TcpOptions {
   // --- Performance ---
@@ -27,7 +29,8 @@ struct TcpOptions {
   int channels = 2;
   // The unit of striping and pipelining: a ring step forwards piece k as soon as it has
   // reduced piece k, while pieces k+1.. are still arriving. Rounded down to whole elements.
-  size_t piece_bytes = 256 << 10;
+  // 64 KiB with the pace below; 256 KiB was better without it.
+  size_t piece_bytes = 64 << 10;
   // Allreduce of at most this many bytes: recursive doubling (log2 n rounds, whole buffer
   // each round: latency); above it, the ring (reduce-scatter then allgather, each byte
   // crosses 2(n-1)/n times: bandwidth). Also the ring when count < members.
@@ -35,13 +38,23 @@ struct TcpOptions {
   // With two members, recursive doubling is one exchange of the whole buffer: the bytes the
   // ring moves, in one phase instead of two, but with the reduction after the transfer rather
   // than overlapped with it. It is taken up to this many bytes (the larger of the two
-  // thresholds applies). 2 netns hosts x 1 rank (docs/benchmarks-cross-host.md): 1 MiB 1.84-2.28
-  // GB/s against the ring's 1.65-1.68, 4 MiB 1.69-1.71 against 1.75-1.79.
-  size_t pair_doubling_bytes = 2 << 20;
+  // thresholds applies). 2 netns hosts x 1 rank, paced (docs/benchmarks-cross-host.md "Paced
+  // exchanges"): even with the ring up to 512 KiB, ahead of it at 1 MiB.
+  size_t pair_doubling_bytes = 512 << 10;
   // SO_SNDBUF / SO_RCVBUF of every connection. 0: the kernel's autotuning (tcp_rmem /
   // tcp_wmem), which grows a buffer to the bandwidth-delay product; a fixed size turns
   // autotuning off and is capped by net.core.rmem_max / wmem_max.
   int socket_buffer_bytes = 0;
+  // Where a member both sends and receives (an exchange with one peer, a ring), at most this
+  // many bytes are sent beyond what has arrived (transfer.h SendStream::pace); 0: no limit.
+  // Bytes that wait in a socket cost more than bytes not yet sent: on 2 netns hosts a C probe's
+  // exchange moved 4.6-4.9 GB/s each way with 128 KiB in flight, 1.6-1.7 without a limit
+  // (docs/benchmarks-cross-host.md "Paced exchanges"). A link whose bandwidth-delay product
+  // is larger (100 Gb/s and up, or a long round trip) wants it larger.
+  size_t inflight_bytes = 96 << 10;
+  // How long a stalled transfer keeps trying (yielding its core between tries) before it
+  // sleeps in poll(), whose wake-up costs 25-60 us on the VMs measured; 0: sleep at once.
+  int spin_us = 300;
 };
 
 // The defaults with what `env` sets (env may be empty: the defaults). INVALID_ARGUMENT

@@ -2,12 +2,14 @@
 #include "collectives/tcp/transfer.h"
 
 #include <poll.h>
+#include <sched.h>
 #include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdint>
 #include <cstring>
 #include <map>
 #include <utility>
@@ -37,19 +39,30 @@ struct Links::Slot {
 
   bool sending() const { return send != nullptr && si < send->pieces.size(); }
   bool receiving() const { return recv != nullptr && ri < recv->pieces.size(); }
+  // Bytes the pace lets this stream send now (SIZE_MAX: unpaced).
+  size_t allowance() const {
+    const RecvStream* pace = send->pace;
+    if (pace == nullptr || pace->received >= pace->total) return SIZE_MAX;
+    const size_t limit = pace->received + send->window;
+    return limit > send->sent ? limit - send->sent : 0;
+  }
+  // A paced stream sends its pieces in order (whatever their lanes): the receiver's next step
+  // waits for whole pieces, and bytes of a later piece would spend the window on them.
   bool send_ready() const {
     return sending() &&
-           (send->after == nullptr || si < send->lag || send->after->done[si - send->lag]);
+           (send->after == nullptr || si < send->lag || send->after->done[si - send->lag]) &&
+           (send->pace == nullptr || (si == send->next && allowance() > 0));
   }
 };
 
 Links::Links(int rank, std::vector<Member> members, std::vector<std::vector<int>> fds, int channels,
-             std::chrono::milliseconds timeout)
+             std::chrono::milliseconds timeout, std::chrono::microseconds spin)
     : rank_(rank),
       members_(std::move(members)),
       fds_(std::move(fds)),
       channels_(channels),
       timeout_(timeout),
+      spin_(spin),
       abort_fd_(eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)) {}
 
 Links::~Links() {
@@ -92,12 +105,15 @@ void Links::Abort(const Status& reason) {
 Status Links::Progress(Slot* s, bool* moved, const std::string& what) {
   while (s->send_ready()) {
     const Piece& p = s->send->pieces[s->si];
-    const ssize_t n = send(s->fd, p.data + s->soff, p.bytes - s->soff, MSG_NOSIGNAL | MSG_DONTWAIT);
+    const size_t len = std::min(p.bytes - s->soff, s->allowance());
+    const ssize_t n = send(s->fd, p.data + s->soff, len, MSG_NOSIGNAL | MSG_DONTWAIT);
     if (n > 0) {
       *moved = true;
       s->soff += static_cast<size_t>(n);
+      s->send->sent += static_cast<size_t>(n);
       if (s->soff == p.bytes) {
         s->soff = 0;
+        s->send->next = s->si + 1;
         s->si += static_cast<size_t>(s->send->lanes);
       }
       continue;
@@ -113,6 +129,7 @@ Status Links::Progress(Slot* s, bool* moved, const std::string& what) {
     if (n > 0) {
       *moved = true;
       s->roff += static_cast<size_t>(n);
+      s->recv->received += static_cast<size_t>(n);
       if (s->roff == p.bytes) {
         s->roff = 0;
         s->recv->done[s->ri] = 1;
@@ -146,6 +163,8 @@ Status Links::Run(std::vector<SendStream>* sends, std::vector<RecvStream>* recvs
   };
   for (RecvStream& r : *recvs) {
     r.done.assign(r.pieces.size(), 0);
+    r.received = r.total = 0;
+    for (const Piece& p : r.pieces) r.total += p.bytes;
     for (int c = 0; c < r.lanes && static_cast<size_t>(c) < r.pieces.size(); ++c) {
       Slot& s = slot_for(r.peer, r.lane0 + c);
       s.recv = &r;
@@ -153,6 +172,7 @@ Status Links::Run(std::vector<SendStream>* sends, std::vector<RecvStream>* recvs
     }
   }
   for (SendStream& st : *sends) {
+    st.sent = st.next = 0;
     for (int c = 0; c < st.lanes && static_cast<size_t>(c) < st.pieces.size(); ++c) {
       Slot& s = slot_for(st.peer, st.lane0 + c);
       s.send = &st;
@@ -162,13 +182,25 @@ Status Links::Run(std::vector<SendStream>* sends, std::vector<RecvStream>* recvs
   std::vector<pollfd> fds;
   Clock::time_point last = Clock::now();
   for (;;) {
-    bool moved = true;
-    while (moved) {
-      moved = false;
+    // Bytes that stopped moving usually move again within microseconds (the peer's next
+    // piece), sooner than poll() would wake this thread: keep trying for spin_ first.
+    Clock::time_point idle_since = Clock::now();
+    for (;;) {
+      bool moved = false;
       for (Slot& s : slots) {
         Status st = Progress(&s, &moved, what);
         if (!st.ok()) return Fail(std::move(st));
       }
+      const Clock::time_point now = Clock::now();
+      if (moved) {
+        idle_since = now;
+        continue;
+      }
+      if (now - idle_since >= spin_) break;
+      bool pending = false;
+      for (const Slot& s : slots) pending = pending || s.sending() || s.receiving();
+      if (!pending) break;
+      sched_yield();  // a member sharing this core runs first
     }
     fds.clear();
     for (const Slot& s : slots) {

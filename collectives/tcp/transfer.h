@@ -47,6 +47,8 @@ struct RecvStream {
   std::vector<Piece> pieces;
   std::function<void(size_t i)> on_piece;  // may be empty
   std::vector<char> done;                  // by Run: done[i] once piece i arrived
+  size_t received = 0;                     // by Run: bytes arrived so far, of `total`
+  size_t total = 0;
 };
 
 struct SendStream {
@@ -57,6 +59,16 @@ struct SendStream {
   // When set, piece i >= lag is sent only after after->done[i - lag].
   const RecvStream* after = nullptr;
   size_t lag = 0;
+  // When set, the pieces go in order and at most `window` bytes beyond what `pace` has
+  // received, until `pace` is complete: what a member sends is clocked by what arrives, so
+  // few bytes wait in the sockets (TcpOptions::inflight_bytes). Only for streams whose
+  // totals match, sent as fast as they arrive (an exchange with one peer, the allreduce's
+  // ring); where one member has far more to send than it receives first (uneven
+  // allgatherv or reducescatter blocks) a pace could stall the ring.
+  const RecvStream* pace = nullptr;
+  size_t window = 0;
+  size_t sent = 0;  // by Run
+  size_t next = 0;  // by Run: the first piece not sent whole
 };
 
 struct Member {
@@ -68,8 +80,10 @@ class Links {
  public:
   // fds[m][c]: channel c to member m (channels + 1 of them for every other member). Takes
   // ownership of the descriptors.
+  // spin: how long Run keeps trying a stalled transfer (yielding the core between tries)
+  // before it sleeps in poll().
   Links(int rank, std::vector<Member> members, std::vector<std::vector<int>> fds, int channels,
-        std::chrono::milliseconds timeout);
+        std::chrono::milliseconds timeout, std::chrono::microseconds spin);
   ~Links();
   Links(const Links&) = delete;
   Links& operator=(const Links&) = delete;
@@ -99,6 +113,7 @@ class Links {
   const std::vector<std::vector<int>> fds_;
   const int channels_;
   const std::chrono::milliseconds timeout_;
+  const std::chrono::microseconds spin_;
   const int abort_fd_;
 
   mutable Mutex mu_;

@@ -19,6 +19,8 @@ inline TcpOptions TinyPieces() {
   o.piece_bytes = 4096;
   o.small_allreduce_bytes = 0;
   o.pair_doubling_bytes = 0;  // the ring at two members too
+  o.inflight_bytes = 1000;    // paced in parts of a piece
+  o.spin_us = 0;              // every stall sleeps in poll()
   return o;
 }
 

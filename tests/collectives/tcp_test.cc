@@ -130,7 +130,9 @@ TEST_CASE("tcp options from the environment: defaults, values, and errors naming
           {"HORA_TCP_PIECE_BYTES", "1048576"},
           {"HORA_TCP_SMALL_ALLREDUCE_BYTES", "0"},
           {"HORA_TCP_PAIR_DOUBLING_BYTES", "0"},
-          {"HORA_TCP_SOCKET_BUFFER_BYTES", "4194304"}};
+          {"HORA_TCP_SOCKET_BUFFER_BYTES", "4194304"},
+          {"HORA_TCP_INFLIGHT_BYTES", "0"},
+          {"HORA_TCP_SPIN_US", "7"}};
   o = TcpOptionsFromEnv(env);
   REQUIRE(o.ok());
   CHECK(o.value().channels == 4);
@@ -138,10 +140,14 @@ TEST_CASE("tcp options from the environment: defaults, values, and errors naming
   CHECK(o.value().small_allreduce_bytes == 0);
   CHECK(o.value().pair_doubling_bytes == 0);
   CHECK(o.value().socket_buffer_bytes == 4194304);
+  CHECK(o.value().inflight_bytes == 0);
+  CHECK(o.value().spin_us == 7);
   vars = {{"HORA_TCP_CHANNELS", "0"}};
   o = TcpOptionsFromEnv(env);
   REQUIRE(o.status().code() == Code::kInvalidArgument);
   CHECK(o.status().message().find("HORA_TCP_CHANNELS=0") != std::string::npos);
+  vars = {{"HORA_TCP_SPIN_US", "-1"}};
+  CHECK(TcpOptionsFromEnv(env).status().message().find("HORA_TCP_SPIN_US=-1") != std::string::npos);
   vars = {{"HORA_TCP_PIECE_BYTES", "12x"}};
   CHECK(TcpOptionsFromEnv(env).status().message().find("HORA_TCP_PIECE_BYTES") !=
         std::string::npos);

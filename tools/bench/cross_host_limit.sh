@@ -2,7 +2,9 @@
 # The cross-host limit (issue 29's first step, docs/benchmarks-cross-host.md): on 2 network-
 # namespace hosts (../shared/tools/netns-kit), what TCP carries with 1, 2, 4 and 8 streams
 # (tools/bench/tcp_limit, one sender host, one receiver host), then both ways at once
-# (1 and 4 streams each way, as an allreduce's traffic flows), and what Open MPI's
+# (1 and 4 streams each way, as an allreduce's traffic flows), the same from one thread with
+# what one end sends paced by what it has received (tcp_limit exchange; windows of 0, 64, 96,
+# 128 and 256 KiB, as TcpOptions::inflight_bytes paces the tcp backend), and what Open MPI's
 # MPI_Allreduce reaches over TCP across them at 1 rank per host (mpi_allreduce_bench,
 # 1 MiB and 64 MiB busbw), and torch's gloo all_reduce the same way. Prints one line per
 # measurement and a markdown table.
@@ -67,6 +69,17 @@ for streams in 1 4; do
   echo "both ways, B->A: $ba"
   med() { sed -E 's/.*median_gbs=([0-9.]+)/\1/' <<<"$1"; }
   rows+=("| TCP both ways at once, $streams stream(s) each way: A->B, B->A | $(med "$ab"), $(med "$ba") |")
+done
+# One connection both ways from one thread, paced by a window (0: unpaced).
+for kib in ${HORA_LIMIT_WINDOWS:-0 64 96 128 256}; do
+  port=$((port + 2))
+  "$KIT/nk-exec" "$HB" bazel-bin/tools/bench/tcp_limit exchange --port "$port" --bind "$B" \
+    --window-kib "$kib" --mib "$MIB" --rounds "$ROUNDS" >"/tmp/hxl.ex.$$" &
+  line="$("$KIT/nk-exec" "$HA" bazel-bin/tools/bench/tcp_limit exchange --port "$port" --to "$B" \
+    --window-kib "$kib" --mib "$MIB" --rounds "$ROUNDS" | tail -1)"
+  wait
+  echo "exchange: $line; other end: $(tail -1 "/tmp/hxl.ex.$$")"; rm -f "/tmp/hxl.ex.$$"
+  rows+=("| TCP exchange both ways from one thread, window $kib KiB (0: unpaced), each way | $(sed -E 's/.*best_gbs=([0-9.]+) median_gbs=([0-9.]+)/\2 (best \1)/' <<<"$line") |")
 done
 if [ "$MPI" = 1 ]; then
   bin=bazel-bin/tools/bench/mpi_allreduce_bench

@@ -3,6 +3,7 @@
 //
 //   tcp_limit serve --port P [--bind ADDR] [--buf-kib K]
 //   tcp_limit send --to ADDR --port P [--streams N] [--mib M] [--buf-kib K] [--rounds R] [--stop]
+//   tcp_limit exchange --port P (--bind ADDR | --to ADDR) [--window-kib W] [--mib M] [--rounds R]
 //
 // The sender connects N streams and pushes M MiB in all, split evenly, R times after one
 // warm-up round; the receiver reads every stream to its end and answers with the byte count,
@@ -11,6 +12,16 @@
 //
 //   TCP_LIMIT streams=N mib=M rounds=R best_gbs=X median_gbs=Y
 //
+// `exchange` is an allreduce's traffic between two hosts: both ends (one listening on --bind,
+// one connecting --to it) send M MiB and receive M MiB at once on one connection, from one
+// thread (non-blocking, poll() when stalled), each sending at most W KiB beyond what it has
+// received (0: no limit), as the tcp backend paces its exchanges (TcpOptions::inflight_bytes),
+// and trying again for up to 300 us (yielding the core) before it sleeps in poll(), as the
+// backend does (TcpOptions::spin_us).
+// The buffers are M MiB each, so the memory traffic is an allreduce's of that size, not a
+// cache-resident loop's. Its line: TCP_EXCHANGE window_kib=W mib=M rounds=R best_gbs=X median_gbs=Y
+// (GB/s each way).
+//
 // GB/s = 1e9 bytes per second of payload. Written in C++ (it replaced a Python tool whose
 // per-stream cost held a stream to 1.8 GB/s where this reads 2.6-2.8 on the same netns
 // hosts). On a real cluster run `serve` on one node and `send` on another with the addresses
@@ -18,6 +29,9 @@
 #include <arpa/inet.h>
 #include <endian.h>
 #include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <sched.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -38,7 +52,7 @@ constexpr size_t kChunk = 4 << 20;
 
 struct Args {
   std::string mode, bind = "0.0.0.0", to;
-  int port = 0, streams = 1, rounds = 3, buf_kib = 0;
+  int port = 0, streams = 1, rounds = 3, buf_kib = 0, window_kib = 128;
   int64_t mib = 1024;
   bool stop = false;
 };
@@ -61,6 +75,16 @@ sockaddr_in Address(const std::string& host, int port) {
   a.sin_port = htons(static_cast<uint16_t>(port));
   if (inet_pton(AF_INET, host.c_str(), &a.sin_addr) != 1) Die("not an IPv4 address: " + host);
   return a;
+}
+
+// "best_gbs=X median_gbs=Y"
+std::string Summary(std::vector<double> rates) {
+  std::sort(rates.begin(), rates.end());
+  const size_t m = rates.size();
+  const double median = m % 2 ? rates[m / 2] : (rates[m / 2 - 1] + rates[m / 2]) / 2;
+  char line[96];
+  snprintf(line, sizeof(line), "best_gbs=%.2f median_gbs=%.2f", rates.back(), median);
+  return line;
 }
 
 bool SendAll(int fd, const void* data, size_t bytes) {
@@ -145,7 +169,7 @@ int Control(const Args& args) {
     close(fd);
     if (errno != ECONNREFUSED || std::chrono::steady_clock::now() > deadline) {
       Die("nothing listens on " + args.to + ":" + std::to_string(args.port) +
-          " (is `serve` running?)");
+          " (is the other end running?)");
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
@@ -211,17 +235,80 @@ void Send(const Args& args) {
     (void)SendAll(ctrl, &zero, sizeof(zero));
     close(ctrl);
   }
-  std::vector<double> sorted = rates;
-  std::sort(sorted.begin(), sorted.end());
-  const size_t m = sorted.size();
-  const double median = m % 2 ? sorted[m / 2] : (sorted[m / 2 - 1] + sorted[m / 2]) / 2;
-  printf("TCP_LIMIT streams=%d mib=%lld rounds=%d best_gbs=%.2f median_gbs=%.2f\n", args.streams,
-         static_cast<long long>(args.mib), args.rounds, sorted.back(), median);
+  printf("TCP_LIMIT streams=%d mib=%lld rounds=%d %s\n", args.streams,
+         static_cast<long long>(args.mib), args.rounds, Summary(rates).c_str());
+}
+
+// One connection, both ways at once from this thread: `total` bytes out and in, at most
+// `window` bytes (0: any number) sent beyond those received. Seconds it took.
+double Exchange(int fd, uint64_t total, uint64_t window, std::vector<char>* out,
+                std::vector<char>* in) {
+  uint64_t sent = 0, got = 0;
+  const auto start = std::chrono::steady_clock::now();
+  auto idle_since = start;
+  while (sent < total || got < total) {
+    bool moved = false;
+    const uint64_t limit = window == 0 || got == total ? total : std::min(total, got + window);
+    if (sent < limit) {
+      const size_t k = static_cast<size_t>(std::min<uint64_t>(limit - sent, kChunk));
+      const ssize_t n = send(fd, out->data() + sent, k, MSG_NOSIGNAL | MSG_DONTWAIT);
+      if (n > 0) sent += static_cast<uint64_t>(n), moved = true;
+      if (n < 0 && errno != EAGAIN && errno != EINTR) Die(std::string("send: ") + strerror(errno));
+    }
+    if (got < total) {
+      const size_t k = static_cast<size_t>(std::min<uint64_t>(total - got, kChunk));
+      const ssize_t n = recv(fd, in->data() + got, k, MSG_DONTWAIT);
+      if (n == 0) Die("the peer closed the connection");
+      if (n > 0) got += static_cast<uint64_t>(n), moved = true;
+      if (n < 0 && errno != EAGAIN && errno != EINTR) Die(std::string("recv: ") + strerror(errno));
+    }
+    const auto now = std::chrono::steady_clock::now();
+    if (moved) idle_since = now;
+    if (now - idle_since < std::chrono::microseconds(300)) {
+      sched_yield();
+      continue;
+    }
+    pollfd p{fd, static_cast<short>(POLLIN | (sent < limit ? POLLOUT : 0)), 0};
+    poll(&p, 1, 1000);
+  }
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+void ExchangeMode(const Args& args) {
+  int fd = -1;
+  if (args.to.empty()) {
+    const int ls = socket(AF_INET, SOCK_STREAM, 0);
+    const int one = 1;
+    setsockopt(ls, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+    const sockaddr_in a = Address(args.bind, args.port);
+    if (bind(ls, reinterpret_cast<const sockaddr*>(&a), sizeof(a)) != 0 || listen(ls, 1) != 0) {
+      Die("cannot listen on " + args.bind + ":" + std::to_string(args.port));
+    }
+    fd = accept(ls, nullptr, nullptr);
+    close(ls);
+  } else {
+    fd = Control(args);
+  }
+  const int one = 1;
+  setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+  Tune(fd, args.buf_kib);
+  const uint64_t total = static_cast<uint64_t>(args.mib) << 20;
+  std::vector<char> out(total, 1), in(total);  // whole buffers, as an allreduce's
+  std::vector<double> rates;
+  for (int r = 0; r <= args.rounds; ++r) {
+    const double seconds =
+        Exchange(fd, total, static_cast<uint64_t>(args.window_kib) << 10, &out, &in);
+    if (r > 0) rates.push_back(static_cast<double>(total) / seconds / 1e9);  // r 0: warm-up
+  }
+  close(fd);
+  printf("TCP_EXCHANGE window_kib=%d mib=%lld rounds=%d %s\n", args.window_kib,
+         static_cast<long long>(args.mib), args.rounds, Summary(rates).c_str());
 }
 
 [[noreturn]] void Usage() {
   Die("usage: tcp_limit serve --port P [--bind ADDR] [--buf-kib K] | tcp_limit send --to ADDR "
-      "--port P [--streams N] [--mib M] [--rounds R] [--buf-kib K] [--stop]");
+      "--port P [--streams N] [--mib M] [--rounds R] [--buf-kib K] [--stop] | tcp_limit exchange "
+      "--port P (--bind ADDR | --to ADDR) [--window-kib W] [--mib M] [--rounds R]");
 }
 
 long long Int(const char* flag, const char* v, long long lo) {
@@ -239,7 +326,7 @@ int main(int argc, char** argv) {
   if (argc < 2) Usage();
   Args args;
   args.mode = argv[1];
-  if (args.mode != "serve" && args.mode != "send") Usage();
+  if (args.mode != "serve" && args.mode != "send" && args.mode != "exchange") Usage();
   for (int i = 2; i < argc; ++i) {
     const std::string f = argv[i];
     if (f == "--stop") {
@@ -260,6 +347,8 @@ int main(int argc, char** argv) {
       args.mib = Int("--mib", v, 1);
     } else if (f == "--rounds") {
       args.rounds = static_cast<int>(Int("--rounds", v, 1));
+    } else if (f == "--window-kib") {
+      args.window_kib = static_cast<int>(Int("--window-kib", v, 0));
     } else if (f == "--buf-kib") {
       args.buf_kib = static_cast<int>(Int("--buf-kib", v, 0));
     } else {
@@ -269,6 +358,8 @@ int main(int argc, char** argv) {
   if (args.port == 0 || (args.mode == "send" && args.to.empty())) Usage();
   if (args.mode == "serve") {
     Serve(args);
+  } else if (args.mode == "exchange") {
+    ExchangeMode(args);
   } else {
     Send(args);
   }
