@@ -26,6 +26,11 @@
 // that member r ends with block r; it reads `in` directly and keeps partial sums in `work`).
 // Broadcast is a chain from the root, each member forwarding a piece as soon as it has it.
 // Alltoallv runs every pair's two directions at once.
+//
+// Pacing (TcpOptions::inflight_bytes): the exchanges of recursive doubling, each pair of an
+// alltoallv and the allreduce's ring send at most that many bytes beyond what they have
+// received. The uneven rings (reduce-scatter, allgatherv) are not paced: a member whose own
+// block is large would wait for bytes that depend on its own (transfer.h SendStream::pace).
 #include "collectives/tcp/tcp_collectives.h"
 
 #include <algorithm>
@@ -261,15 +266,19 @@ Status PairwiseAlltoallv(Links& links, const TcpOptions& options, const char* in
   if (send_bytes[rank] > 0) std::memcpy(out + roff[rank], in + soff[rank], send_bytes[rank]);
   std::vector<SendStream> sends;
   std::vector<RecvStream> recvs;
+  sends.reserve(static_cast<size_t>(n));  // no reallocation: a send points at its pace
+  recvs.reserve(static_cast<size_t>(n));
   for (int m = 0; m < n; ++m) {
     if (m == rank) continue;
-    if (send_bytes[m] > 0) {
-      sends.push_back(SendTo(m, links));
-      CutPieces(const_cast<char*>(in) + soff[m], send_bytes[m], piece, &sends.back().pieces);
-    }
     if (recv_bytes[m] > 0) {
       recvs.push_back(RecvFrom(m, links));
       CutPieces(out + roff[m], recv_bytes[m], piece, &recvs.back().pieces);
+    }
+    if (send_bytes[m] > 0) {
+      sends.push_back(SendTo(m, links));
+      CutPieces(const_cast<char*>(in) + soff[m], send_bytes[m], piece, &sends.back().pieces);
+      // Each pair is an exchange of its own: its pace depends on nothing else.
+      if (recv_bytes[m] > 0) Pace(&sends.back(), &recvs.back(), options);
     }
   }
   return links.Run(&sends, &recvs, "alltoallv");
