@@ -28,9 +28,10 @@
 // Alltoallv runs every pair's two directions at once.
 //
 // Pacing (TcpOptions::inflight_bytes): the exchanges of recursive doubling, each pair of an
-// alltoallv and the allreduce's ring send at most that many bytes beyond what they have
-// received. The uneven rings (reduce-scatter, allgatherv) are not paced: a member whose own
-// block is large would wait for bytes that depend on its own (transfer.h SendStream::pace).
+// alltoallv, the allreduce's ring and the reduce-scatter and allgatherv rings whose blocks
+// are equal (within one element) send at most that many bytes beyond what they have
+// received. Uneven rings are not paced: a member whose own block is large would wait for
+// bytes that depend on its own (transfer.h SendStream::pace).
 #include "collectives/tcp/tcp_collectives.h"
 
 #include <algorithm>
@@ -64,6 +65,12 @@ std::vector<size_t> Offsets(const std::vector<size_t>& sizes) {
   std::vector<size_t> off(sizes.size() + 1, 0);
   for (size_t i = 0; i < sizes.size(); ++i) off[i + 1] = off[i] + sizes[i];
   return off;
+}
+
+// Whether the blocks differ by at most `slack` bytes (a ring that may be paced).
+bool Balanced(const std::vector<size_t>& bytes, size_t slack) {
+  const auto [lo, hi] = std::minmax_element(bytes.begin(), bytes.end());
+  return lo == bytes.end() || *hi - *lo <= slack;
 }
 
 // `to` sends no more than options.inflight_bytes beyond what `from` has received.
@@ -210,6 +217,7 @@ Status RingReducescatter(Links& links, const TcpOptions& options, const char* in
     ReduceInto(from.pieces[i].data, mine[i], from.pieces[i].bytes / esize, dtype, op);
   };
   to.after = &from;
+  if (Balanced(bytes, esize)) Pace(&to, &from, options);
   return links.Run(&sends, &recvs, "reducescatter (ring)");
 }
 
@@ -235,6 +243,7 @@ Status RingAllgatherv(Links& links, const TcpOptions& options, const char* in, c
     }
   }
   sends[0].after = &recvs[0];
+  if (Balanced(bytes_per_rank, 0)) Pace(&sends[0], &recvs[0], options);
   return links.Run(&sends, &recvs, "allgatherv (ring)");
 }
 

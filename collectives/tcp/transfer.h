@@ -63,9 +63,9 @@ struct SendStream {
   // received, until `pace` is complete: what a member sends is clocked by what arrives, so
   // few bytes wait in the sockets (TcpOptions::inflight_bytes). Safe where what arrives never
   // waits for more than the window of what this stream sends: an exchange with one peer, each
-  // pair of an alltoallv, the allreduce's ring (blocks equal within one element). A ring of
-  // uneven blocks (allgatherv, reducescatter) is not: a member with a large block of its own
-  // would wait for bytes that wait for its block.
+  // pair of an alltoallv, a ring of blocks equal within one element. A ring of uneven blocks
+  // (allgatherv, reducescatter) is not: a member with a large block of its own would wait
+  // for bytes that wait for its block.
   const RecvStream* pace = nullptr;
   size_t window = 0;
   size_t sent = 0;  // by Run

@@ -83,7 +83,7 @@ TEST_CASE("broadcast from every root", "[battery]") {
   REQUIRE(JoinFailures(failures) == "");
 }
 
-TEST_CASE("allgatherv with uneven and zero contributions", "[battery]") {
+TEST_CASE("allgatherv with uneven, zero and equal contributions", "[battery]") {
   const int size = GENERATE(1, 2, 3, 4, 7);
   CAPTURE(size);
   auto failures = RunBattery(size, [&](Communicator& comm) -> std::string {
@@ -94,7 +94,8 @@ TEST_CASE("allgatherv with uneven and zero contributions", "[battery]") {
       for (int r = 0; r < n; ++r) v[r] = (r % 3 == 1) ? 0 : c + r;
       layouts.push_back(v);
     }
-    layouts.push_back(std::vector<size_t>(n, 0));  // nothing at all
+    layouts.push_back(std::vector<size_t>(n, 0));      // nothing at all
+    layouts.push_back(std::vector<size_t>(n, 30001));  // equal (a paced ring on tcp)
     std::vector<size_t> one(n, 0);
     one[n - 1] = 777;  // only the last rank contributes
     layouts.push_back(one);
@@ -155,15 +156,18 @@ TEST_CASE("alltoallv with uneven splits", "[battery]") {
   REQUIRE(JoinFailures(failures) == "");
 }
 
-TEST_CASE("reducescatter with uneven counts, every dtype and op", "[battery]") {
+TEST_CASE("reducescatter with uneven and even counts, every dtype and op", "[battery]") {
   const int size = GENERATE(1, 2, 3, 4, 7);
   CAPTURE(size);
   auto failures = RunBattery(size, [&](Communicator& comm) -> std::string {
     const int n = comm.size(), me = comm.rank();
-    for (size_t c : {size_t{0}, size_t{1}, size_t{1001}, size_t{50001}}) {
+    for (size_t c : {size_t{0}, size_t{1}, size_t{1001}, size_t{50001}, size_t{20000}}) {
       std::vector<size_t> counts(n);
       for (int r = 0; r < n; ++r) counts[r] = (r % 2 == 1) ? 0 : c + r;  // zeros included
       if (n == 1) counts[0] = c;
+      if (c == 20000) {  // even but for a remainder (a paced ring on tcp)
+        for (int r = 0; r < n; ++r) counts[r] = c + (r < 2 ? 1 : 0);
+      }
       size_t total = 0, offset = 0;
       for (int r = 0; r < n; ++r) {
         if (r < me) offset += counts[r];
