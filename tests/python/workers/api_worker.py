@@ -208,6 +208,12 @@ def allgather():
     close(hvd.synchronize(hvd.allgather_async(ints[R()], name="ag.int")), torch.cat(ints))
     y = hvd.allgather(torch.zeros(0, 2) if R() == 0 else torch.ones(1, 2))
     check(tuple(y.shape) == (N() - 1, 2), "empty rank")
+    # equal first dimensions: the data plane writes straight into the tensor returned
+    eq = [torch.arange(6, dtype=torch.float64).reshape(2, 3) + 10 * r for r in range(N())]
+    close(hvd.allgather(eq[R()]), torch.cat(eq))
+    g = hvd.grouped_allgather([eq[R()], xs[R()]])
+    close(g[0], torch.cat(eq))
+    close(g[1], torch.cat(xs))
     # autograd: Horovod averages the gradient over ranks, then takes this rank's rows
     x = torch.ones(R() + 1, 2, requires_grad=True)
     y = hvd.allgather(x)

@@ -189,8 +189,13 @@ def synchronize(handle):
             h.release()
 
 
-def _gathered(h, like):
+def _gathered(h, like, guess=None):
+    """The gathered tensor: `guess` itself when the result has its shape (the data plane wrote
+    it there, core.allgather_into_async), else a new tensor the result is copied into."""
     shape = h.result_shape()
+    if guess is not None and tuple(shape) == tuple(guess.shape):
+        h.result_copy(guess.data_ptr(), guess.numel() * guess.element_size())  # copies nothing
+        return guess
     out = torch.empty(shape, dtype=like.dtype, device=like.device)
     h.result_copy(out.data_ptr() if out.numel() else None,
                   out.numel() * out.element_size())
