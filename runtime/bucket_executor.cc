@@ -204,13 +204,20 @@ Status BucketExecutor::StartReducescatter(const BucketPlan& plan, const Request&
     in = lease->data();
   }
   const size_t mine = counts[comm_->rank()];
-  result->data.resize(mine * DataTypeSize(dtype));
+  const size_t mine_bytes = mine * DataTypeSize(dtype);
+  void* out = nullptr;
+  if (r.output_bytes != 0 && r.output_bytes == mine_bytes) {  // the caller's buffer fits
+    out = r.output;
+    result->placed = r.output;
+    result->placed_bytes = mine_bytes;
+  } else {
+    result->data.resize(mine_bytes);
+    out = result->data.data();
+  }
   result->shape = WithFirstDim(r.spec, ReducescatterRows(r.spec, size, comm_->rank()));
   MarkCollective();
-  HORA_RETURN_IF_ERROR(
-      comm_->Reducescatter(in, result->data.data(), counts, dtype, ReductionOp(plan.op)));
+  HORA_RETURN_IF_ERROR(comm_->Reducescatter(in, out, counts, dtype, ReductionOp(plan.op)));
   const Postscale post = FinalPostscale(plan.op, plan.postscale, size);
-  void* out = result->data.data();
   *finish = [lease, out, mine, dtype, post] {
     ScaleInPlace(out, mine, dtype, post);
     return Status::Ok();

@@ -240,8 +240,9 @@ StatusOr<int64_t> Engine::EnqueueIn(const std::shared_ptr<ProcessSetRuntime>& ow
   r.spec = std::move(spec);
   r.input = input;
   r.output = output;
-  r.output_bytes = r.spec.collective == CollectiveType::kAllgather && output != nullptr &&
-                           r.spec.device == Device::kCpu
+  r.output_bytes = (r.spec.collective == CollectiveType::kAllgather ||
+                    r.spec.collective == CollectiveType::kReducescatter) &&
+                           output != nullptr && r.spec.device == Device::kCpu
                        ? output_bytes
                        : 0;
   r.stream = stream;

@@ -298,6 +298,21 @@ hora_status_t hora_reducescatter_async(const char* name, const hora_tensor_t* in
   return Submit(std::move(spec), input->data, nullptr, input->stream, handle);
 }
 
+hora_status_t hora_reducescatter_into_async(const char* name, const hora_tensor_t* input,
+                                            void* output, size_t output_bytes, hora_reduce_op_t op,
+                                            double prescale, double postscale, int32_t process_set,
+                                            hora_handle_t* handle) {
+  if (output == nullptr) return Fail(Code::kInvalidArgument, "output is NULL");
+  hora::TensorSpec spec;
+  if (hora_status_t s = ToSpec(name, input, hora::CollectiveType::kReducescatter, &spec)) return s;
+  if (hora_status_t s = CheckOp(op)) return s;
+  spec.op = static_cast<hora::ReduceOp>(op);
+  spec.prescale = prescale;
+  spec.postscale = postscale;
+  spec.process_set = process_set;
+  return Submit(std::move(spec), input->data, output, input->stream, handle, output_bytes);
+}
+
 hora_status_t hora_alltoall_async(const char* name, const hora_tensor_t* input,
                                   const int64_t* splits, int32_t nsplits, int32_t process_set,
                                   hora_handle_t* handle) {

@@ -194,6 +194,15 @@ HORA_API hora_status_t hora_reducescatter_async(const char* name, const hora_ten
                                                 double postscale, int32_t process_set,
                                                 hora_handle_t* handle);
 
+/* The same, with the caller's buffer for this rank's part (CPU tensors), as
+ * hora_allgather_into_async: a part of exactly output_bytes bytes is written straight into
+ * `output`; else it is held. NULL output: INVALID_ARGUMENT. */
+HORA_API hora_status_t hora_reducescatter_into_async(const char* name, const hora_tensor_t* input,
+                                                     void* output, size_t output_bytes,
+                                                     hora_reduce_op_t op, double prescale,
+                                                     double postscale, int32_t process_set,
+                                                     hora_handle_t* handle);
+
 /* Sends splits[r] rows of the first dimension to rank r (splits == NULL: equal parts; the
  * first dimension must then be divisible by size). nsplits must equal size. Result:
  * hora_result_* (received rows in rank order; hora_result_splits gives rows per sender). */

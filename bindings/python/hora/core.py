@@ -405,6 +405,16 @@ def reducescatter_async(name, tensor, op, prescale=1.0, postscale=1.0, keep=None
                     keep=(tensor, keep), hold=(name, int(process_set)))
 
 
+def reducescatter_into_async(name, tensor, out_ptr, out_bytes, op, prescale=1.0,
+                             postscale=1.0, keep=None, process_set=0):
+    """reducescatter_async whose part the runtime writes straight into out_ptr when it has
+    exactly out_bytes bytes (else it is held; result_copy into out_ptr works either way)."""
+    return _enqueue("hora_reducescatter_into_async", name, _encode_name(name),
+                    ctypes.byref(tensor), out_ptr, int(out_bytes), int(op), float(prescale),
+                    float(postscale), int(process_set), keep=(tensor, keep),
+                    hold=(name, int(process_set)))
+
+
 def alltoall_async(name, tensor, splits=None, keep=None, process_set=0):
     if splits is None:
         arr, n = None, 0

@@ -292,6 +292,14 @@ def reducescatter():
     close(hvd.reducescatter(xs[r]), (total / n)[start:start + counts[r]], msg="average")
     close(hvd.synchronize(hvd.reducescatter_async(xs[r], name="rs", op=hvd.Sum)),
           total[start:start + counts[r]])
+    g = hvd.grouped_reducescatter([xs[r], xs[r].double()], op=hvd.Sum)
+    close(g[0], total[start:start + counts[r]])
+    close(g[1], total.double()[start:start + counts[r]])
+    # fewer rows than ranks: rank 0 keeps the only row, the others an empty part
+    y = hvd.reducescatter(torch.full((1, 2), float(r + 1)), op=hvd.Sum)
+    want = torch.full((1, 2), float(n * (n + 1) // 2)) if r == 0 else torch.zeros(0, 2)
+    check(tuple(y.shape) == tuple(want.shape), "reducescatter of 1 row: shape %s" % (y.shape,))
+    close(y, want)
 
 
 def _shared_dir(tag):

@@ -304,19 +304,32 @@ def _reducescatter_submit(tensors, name, op, prescale, postscale, set_id, group)
         _nonscalar(tensors, "reducescatter")
         wired = [_contig(t) for t in tensors]
     base = core.op_name("grouped_reducescatter" if group else "reducescatter", name, set_id)
-    handles = []
+    size, rank = _set_size(set_id), _set_rank(set_id)
+    handles, parts = [], []
     try:
         for i, c in enumerate(wired):
-            handles.append(core.reducescatter_async(
-                "%s.%d" % (base, i) if group else base, _describe(c), op, prescale, postscale,
-                keep=c, process_set=set_id))
+            op_name = "%s.%d" % (base, i) if group else base
+            # This rank's rows (hora.h: first_dim / size, the first first_dim % size ranks one
+            # more), allocated here on CPU so that the data plane writes them in place.
+            rows = c.shape[0] // size + (1 if rank < c.shape[0] % size else 0)
+            part = None
+            if c.device.type == "cpu" and rows > 0 and c[0].numel() > 0:
+                part = torch.empty((rows,) + tuple(c.shape[1:]), dtype=c.dtype)
+            parts.append(part)
+            if part is None:
+                handles.append(core.reducescatter_async(op_name, _describe(c), op, prescale,
+                                                        postscale, keep=c, process_set=set_id))
+            else:
+                handles.append(core.reducescatter_into_async(
+                    op_name, _describe(c), part.data_ptr(), part.numel() * part.element_size(),
+                    op, prescale, postscale, keep=(c, part), process_set=set_id))
     except BaseException:
         for h in handles:
             h.release()
         raise
 
     def finish(hs):
-        outs = [_gathered(h, c) for h, c in zip(hs, wired)]
+        outs = [_gathered(h, c, p) for h, c, p in zip(hs, wired, parts)]
         return outs if group else outs[0]
 
     return _register(handles, finish, keep=wired)
