@@ -77,6 +77,25 @@ static void collectives(void) {
   CHECK(hora_result_copy(h, gathered, sizeof(gathered)) == HORA_OK && gathered[3] == 4.0f);
   CHECK(hora_release(h) == HORA_OK);
 
+  /* A reducescatter's part into the caller's buffer (this job has one rank: all 4 rows),
+   * the postscale applied there; another size is held. */
+  float part[4] = {0};
+  CHECK(hora_reducescatter_into_async("c.rs", &x, NULL, sizeof(part), HORA_SUM, 1.0, 2.0,
+                                      HORA_GLOBAL_PROCESS_SET, &h) == HORA_ERR_INVALID_ARGUMENT);
+  CHECK(hora_reducescatter_into_async("c.rs", &x, part, sizeof(part), HORA_SUM, 1.0, 2.0,
+                                      HORA_GLOBAL_PROCESS_SET, &h) == HORA_OK);
+  CHECK(hora_wait(h, 30) == HORA_OK);
+  CHECK(part[0] == 2.0f && part[3] == 8.0f); /* before any hora_result_copy */
+  CHECK(hora_result_copy(h, part, sizeof(part)) == HORA_OK && part[1] == 4.0f);
+  CHECK(hora_release(h) == HORA_OK);
+  memset(roomy, 0, sizeof(roomy));
+  CHECK(hora_reducescatter_into_async("c.rs", &x, roomy, sizeof(roomy), HORA_SUM, 1.0, 2.0,
+                                      HORA_GLOBAL_PROCESS_SET, &h) == HORA_OK);
+  CHECK(hora_wait(h, 30) == HORA_OK);
+  CHECK(roomy[0] == 0.0f); /* another size: held, not written */
+  CHECK(hora_result_copy(h, part, sizeof(part)) == HORA_OK && part[2] == 6.0f);
+  CHECK(hora_release(h) == HORA_OK);
+
   CHECK(hora_barrier_async(HORA_GLOBAL_PROCESS_SET, &h) == HORA_OK);
   CHECK(hora_wait(h, 30) == HORA_OK);
   CHECK(hora_release(h) == HORA_OK);
