@@ -297,7 +297,9 @@ def _reducescatter_op(op):
     return op
 
 
-def _reducescatter_submit(tensors, name, op, prescale, postscale, set_id, group):
+def _reducescatter_submit(tensors, name, op, prescale, postscale, set_id, group, into=None):
+    """One reducescatter per tensor. into: for each tensor, a contiguous CPU tensor of this
+    rank's part's dtype and size to receive it (c10d's output), or None: one is allocated."""
     with refusing("grouped_reducescatter" if group else "reducescatter", name, set_id,
                   parts=len(tensors) if group else None):
         raise_if_bad(op)
@@ -312,9 +314,14 @@ def _reducescatter_submit(tensors, name, op, prescale, postscale, set_id, group)
             # This rank's rows (hora.h: first_dim / size, the first first_dim % size ranks one
             # more), allocated here on CPU so that the data plane writes them in place.
             rows = c.shape[0] // size + (1 if rank < c.shape[0] % size else 0)
-            part = None
+            part, shape = None, (rows,) + tuple(c.shape[1:])
+            given = into[i] if into is not None else None
             if c.device.type == "cpu" and rows > 0 and c[0].numel() > 0:
-                part = torch.empty((rows,) + tuple(c.shape[1:]), dtype=c.dtype)
+                if (given is not None and given.device.type == "cpu" and given.dtype == c.dtype
+                        and given.is_contiguous() and given.numel() == rows * c[0].numel()):
+                    part = given.view(shape)
+                else:
+                    part = torch.empty(shape, dtype=c.dtype)
             parts.append(part)
             if part is None:
                 handles.append(core.reducescatter_async(op_name, _describe(c), op, prescale,

@@ -19,6 +19,7 @@ import torch.distributed as dist
 import torch.distributed.distributed_c10d as c10d
 
 from .. import core
+from . import collective_ops
 from . import mpi_ops
 from . import process_sets
 from .c10d_work import DistBackendError, Work, done  # noqa: F401 - DistBackendError re-exported
@@ -229,16 +230,20 @@ class HoraProcessGroup(dist.ProcessGroup):
     def _reduce_rows(self, name, stacked, op, output):
         """Reduces [size, numel] `stacked` over the group; this rank's row lands in output."""
         me = self.rank()
-        if op in (mpi_ops.Sum, mpi_ops.Average):
-            h = mpi_ops.reducescatter_async(stacked, name=name, op=op, process_set=self._set)
+        if op in (mpi_ops.Sum, mpi_ops.Average):  # on CPU the data plane writes into output
+            h = collective_ops._reducescatter_submit(
+                [stacked], name, op, 1.0, 1.0, process_sets._set_id(self._set), group=False,
+                into=[output])
             pick = lambda r: r[0]  # noqa: E731
         else:  # Hora's reducescatter has Sum and Average; the rest reduce everything
             h = mpi_ops.allreduce_async_(stacked, name=name, op=op, process_set=self._set)
             pick = lambda r: r[me]  # noqa: E731
 
         def finish(results):
-            with torch.no_grad():
-                output.copy_(pick(results[0]).view(output.shape))
+            got = pick(results[0])
+            if got.data_ptr() != output.data_ptr():  # else it is output's own storage
+                with torch.no_grad():
+                    output.copy_(got.view(output.shape))
             return [output]
 
         return self._work(name, [h], finish)
