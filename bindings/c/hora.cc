@@ -245,16 +245,31 @@ hora_status_t hora_cross_size(int32_t* out) {
   return TopologyField(out, [](const Engine& e) { return e.self().cross_size; });
 }
 
+namespace {
+
+// The spec of a reduction (allreduce, reducescatter): the tensor's, and the op and scales.
+hora_status_t ReductionSpec(const char* name, const hora_tensor_t* input, hora::CollectiveType type,
+                            hora_reduce_op_t op, double prescale, double postscale,
+                            int32_t process_set, hora::TensorSpec* spec) {
+  if (hora_status_t s = ToSpec(name, input, type, spec)) return s;
+  if (hora_status_t s = CheckOp(op)) return s;
+  spec->op = static_cast<hora::ReduceOp>(op);
+  spec->prescale = prescale;
+  spec->postscale = postscale;
+  spec->process_set = process_set;
+  return HORA_OK;
+}
+
+}  // namespace
+
 hora_status_t hora_allreduce_async(const char* name, const hora_tensor_t* input, void* output,
                                    hora_reduce_op_t op, double prescale, double postscale,
                                    int32_t process_set, hora_handle_t* handle) {
   hora::TensorSpec spec;
-  if (hora_status_t s = ToSpec(name, input, hora::CollectiveType::kAllreduce, &spec)) return s;
-  if (hora_status_t s = CheckOp(op)) return s;
-  spec.op = static_cast<hora::ReduceOp>(op);
-  spec.prescale = prescale;
-  spec.postscale = postscale;
-  spec.process_set = process_set;
+  if (hora_status_t s = ReductionSpec(name, input, hora::CollectiveType::kAllreduce, op, prescale,
+                                      postscale, process_set, &spec)) {
+    return s;
+  }
   return Submit(std::move(spec), input->data, output, input->stream, handle);
 }
 
@@ -289,12 +304,10 @@ hora_status_t hora_reducescatter_async(const char* name, const hora_tensor_t* in
                                        hora_reduce_op_t op, double prescale, double postscale,
                                        int32_t process_set, hora_handle_t* handle) {
   hora::TensorSpec spec;
-  if (hora_status_t s = ToSpec(name, input, hora::CollectiveType::kReducescatter, &spec)) return s;
-  if (hora_status_t s = CheckOp(op)) return s;
-  spec.op = static_cast<hora::ReduceOp>(op);
-  spec.prescale = prescale;
-  spec.postscale = postscale;
-  spec.process_set = process_set;
+  if (hora_status_t s = ReductionSpec(name, input, hora::CollectiveType::kReducescatter, op,
+                                      prescale, postscale, process_set, &spec)) {
+    return s;
+  }
   return Submit(std::move(spec), input->data, nullptr, input->stream, handle);
 }
 
@@ -304,12 +317,10 @@ hora_status_t hora_reducescatter_into_async(const char* name, const hora_tensor_
                                             hora_handle_t* handle) {
   if (output == nullptr) return Fail(Code::kInvalidArgument, "output is NULL");
   hora::TensorSpec spec;
-  if (hora_status_t s = ToSpec(name, input, hora::CollectiveType::kReducescatter, &spec)) return s;
-  if (hora_status_t s = CheckOp(op)) return s;
-  spec.op = static_cast<hora::ReduceOp>(op);
-  spec.prescale = prescale;
-  spec.postscale = postscale;
-  spec.process_set = process_set;
+  if (hora_status_t s = ReductionSpec(name, input, hora::CollectiveType::kReducescatter, op,
+                                      prescale, postscale, process_set, &spec)) {
+    return s;
+  }
   return Submit(std::move(spec), input->data, output, input->stream, handle, output_bytes);
 }
 
