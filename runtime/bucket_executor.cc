@@ -229,11 +229,19 @@ Status BucketExecutor::StartAlltoall(const BucketPlan& plan, const Request& r, O
   auto layout = AlltoallLayout(plan, r.spec, comm_->size());
   if (!layout.ok()) return layout.status();
   const RowLayout& l = layout.value();
-  result->data.resize(l.out_bytes);
+  void* out = nullptr;
+  if (r.output_bytes != 0 && r.output_bytes == l.out_bytes) {  // the caller's buffer fits
+    out = r.output;
+    result->placed = r.output;
+    result->placed_bytes = l.out_bytes;
+  } else {
+    result->data.resize(l.out_bytes);
+    out = result->data.data();
+  }
   result->shape = WithFirstDim(r.spec, l.rows);
   result->splits = plan.entries[0].recv_splits;
   MarkCollective();
-  return comm_->Alltoallv(r.input, l.send_bytes, result->data.data(), l.recv_bytes);
+  return comm_->Alltoallv(r.input, l.send_bytes, out, l.recv_bytes);
 }
 
 // The pair's bucket has root = sender and participants {sender, receiver}; its seq (the

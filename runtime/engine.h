@@ -90,8 +90,8 @@ class Engine : private ProcessSetRuntime::Host {
   // Validates the request (process set and membership, shape, dtype, op, root or peer,
   // splits, buffers) and queues it; returns the handle. The calling thread writes the ready
   // notice itself (see above), so it never waits for other ranks, but it can wait for a slow
-  // stream. `output` is ignored by collectives whose result the runtime holds (alltoall; an
-  // allgather or reducescatter unless output_bytes is its result's size, Request::output_bytes);
+  // stream. `output` is ignored by an allgather, reducescatter or alltoall unless output_bytes
+  // is its result's size (Request::output_bytes): the runtime then holds the result;
   // send reads `input`, recv writes `output`.
   StatusOr<int64_t> Enqueue(TensorSpec spec, const void* input, void* output,
                             void* stream = nullptr, size_t output_bytes = 0);

@@ -241,7 +241,8 @@ StatusOr<int64_t> Engine::EnqueueIn(const std::shared_ptr<ProcessSetRuntime>& ow
   r.input = input;
   r.output = output;
   r.output_bytes = (r.spec.collective == CollectiveType::kAllgather ||
-                    r.spec.collective == CollectiveType::kReducescatter) &&
+                    r.spec.collective == CollectiveType::kReducescatter ||
+                    r.spec.collective == CollectiveType::kAlltoall) &&
                            output != nullptr && r.spec.device == Device::kCpu
                        ? output_bytes
                        : 0;

@@ -25,8 +25,9 @@ namespace hora {
 struct OpResult {
   std::vector<int64_t> shape;
   std::vector<char> data;
-  // Or, when the result was written straight into the caller's buffer (an allgather or a
-  // reducescatter with an output: Request::output_bytes), where it is; data is then empty.
+  // Or, when the result was written straight into the caller's buffer (an allgather,
+  // reducescatter or alltoall with an output: Request::output_bytes), where it is; data is
+  // then empty.
   const void* placed = nullptr;
   size_t placed_bytes = 0;
   std::vector<int64_t> splits;  // alltoall: rows received from each rank

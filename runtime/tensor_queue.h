@@ -29,9 +29,9 @@ struct Request {
   TensorSpec spec;
   const void* input = nullptr;  // caller-owned, valid until the handle is done
   void* output = nullptr;  // allreduce: same shape as input (may equal it); broadcast: in place
-  // allgather, reducescatter: output's size in bytes when the caller gave one
-  // (hora_allgather_into_async, hora_reducescatter_into_async): a CPU result of exactly this
-  // size is written there instead of being held (0: held).
+  // allgather, reducescatter, alltoall: output's size in bytes when the caller gave one
+  // (hora_*_into_async): a CPU result of exactly this size is written there instead of
+  // being held (0: held).
   size_t output_bytes = 0;
   void* stream = nullptr;  // CUDA: the framework's stream the input is ready on
   // Device tensors: an event recorded on `stream` at enqueue time; the bucket's stream waits

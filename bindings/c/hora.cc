@@ -324,22 +324,42 @@ hora_status_t hora_reducescatter_into_async(const char* name, const hora_tensor_
   return Submit(std::move(spec), input->data, output, input->stream, handle, output_bytes);
 }
 
-hora_status_t hora_alltoall_async(const char* name, const hora_tensor_t* input,
-                                  const int64_t* splits, int32_t nsplits, int32_t process_set,
-                                  hora_handle_t* handle) {
-  hora::TensorSpec spec;
-  if (hora_status_t s = ToSpec(name, input, hora::CollectiveType::kAlltoall, &spec)) return s;
+namespace {
+
+hora_status_t AlltoallSpec(const char* name, const hora_tensor_t* input, const int64_t* splits,
+                           int32_t nsplits, int32_t process_set, hora::TensorSpec* spec) {
+  if (hora_status_t s = ToSpec(name, input, hora::CollectiveType::kAlltoall, spec)) return s;
   if (splits != nullptr) {
     if (nsplits < 0 || nsplits > (1 << 20)) {
       return Fail(Code::kInvalidArgument,
                   "nsplits " + std::to_string(nsplits) + " is out of range");
     }
-    spec.splits.assign(splits, splits + nsplits);
+    spec->splits.assign(splits, splits + nsplits);
   } else if (nsplits != 0) {
     return Fail(Code::kInvalidArgument, "splits is NULL but nsplits is " + std::to_string(nsplits));
   }
-  spec.process_set = process_set;
+  spec->process_set = process_set;
+  return HORA_OK;
+}
+
+}  // namespace
+
+hora_status_t hora_alltoall_async(const char* name, const hora_tensor_t* input,
+                                  const int64_t* splits, int32_t nsplits, int32_t process_set,
+                                  hora_handle_t* handle) {
+  hora::TensorSpec spec;
+  if (hora_status_t s = AlltoallSpec(name, input, splits, nsplits, process_set, &spec)) return s;
   return Submit(std::move(spec), input->data, nullptr, input->stream, handle);
+}
+
+hora_status_t hora_alltoall_into_async(const char* name, const hora_tensor_t* input,
+                                       const int64_t* splits, int32_t nsplits, void* output,
+                                       size_t output_bytes, int32_t process_set,
+                                       hora_handle_t* handle) {
+  if (output == nullptr) return Fail(Code::kInvalidArgument, "output is NULL");
+  hora::TensorSpec spec;
+  if (hora_status_t s = AlltoallSpec(name, input, splits, nsplits, process_set, &spec)) return s;
+  return Submit(std::move(spec), input->data, output, input->stream, handle, output_bytes);
 }
 
 const char* hora_error_string(hora_status_t status) {

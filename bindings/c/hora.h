@@ -210,6 +210,14 @@ HORA_API hora_status_t hora_alltoall_async(const char* name, const hora_tensor_t
                                            const int64_t* splits, int32_t nsplits,
                                            int32_t process_set, hora_handle_t* handle);
 
+/* The same, with the caller's buffer for the received rows (CPU tensors), as
+ * hora_allgather_into_async: a result of exactly output_bytes bytes is written straight into
+ * `output`; else it is held. NULL output: INVALID_ARGUMENT. */
+HORA_API hora_status_t hora_alltoall_into_async(const char* name, const hora_tensor_t* input,
+                                                const int64_t* splits, int32_t nsplits,
+                                                void* output, size_t output_bytes,
+                                                int32_t process_set, hora_handle_t* handle);
+
 /* Completes when every rank of the set has called it (the n-th barriers match). */
 HORA_API hora_status_t hora_barrier_async(int32_t process_set, hora_handle_t* handle);
 

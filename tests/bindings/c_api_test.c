@@ -96,6 +96,17 @@ static void collectives(void) {
   CHECK(hora_result_copy(h, part, sizeof(part)) == HORA_OK && part[2] == 6.0f);
   CHECK(hora_release(h) == HORA_OK);
 
+  /* An alltoall's received rows into the caller's buffer (one rank: its own 4 rows). */
+  float rows[4] = {0};
+  CHECK(hora_alltoall_into_async("c.a2a", &x, NULL, 0, NULL, sizeof(rows), HORA_GLOBAL_PROCESS_SET,
+                                 &h) == HORA_ERR_INVALID_ARGUMENT);
+  CHECK(hora_alltoall_into_async("c.a2a", &x, NULL, 0, rows, sizeof(rows), HORA_GLOBAL_PROCESS_SET,
+                                 &h) == HORA_OK);
+  CHECK(hora_wait(h, 30) == HORA_OK);
+  CHECK(rows[0] == 1.0f && rows[3] == 4.0f); /* before any hora_result_copy */
+  CHECK(hora_result_copy(h, rows, sizeof(rows)) == HORA_OK);
+  CHECK(hora_release(h) == HORA_OK);
+
   CHECK(hora_barrier_async(HORA_GLOBAL_PROCESS_SET, &h) == HORA_OK);
   CHECK(hora_wait(h, 30) == HORA_OK);
   CHECK(hora_release(h) == HORA_OK);

@@ -415,12 +415,19 @@ def reducescatter_into_async(name, tensor, out_ptr, out_bytes, op, prescale=1.0,
                     hold=(name, int(process_set)))
 
 
-def alltoall_async(name, tensor, splits=None, keep=None, process_set=0):
+def alltoall_async(name, tensor, splits=None, keep=None, process_set=0, out_ptr=None,
+                   out_bytes=0):
+    """With out_ptr, the received rows are written straight there when they are exactly
+    out_bytes bytes (hora_alltoall_into_async; else held, as without it)."""
     if splits is None:
         arr, n = None, 0
     else:
         n = len(splits)
         arr = (ctypes.c_int64 * max(n, 1))(*[int(s) for s in splits])
+    if out_ptr is not None:
+        return _enqueue("hora_alltoall_into_async", name, _encode_name(name),
+                        ctypes.byref(tensor), arr, n, out_ptr, int(out_bytes), int(process_set),
+                        keep=(tensor, arr, keep), hold=(name, int(process_set)))
     return _enqueue("hora_alltoall_async", name, _encode_name(name), ctypes.byref(tensor),
                     arr, n, int(process_set), keep=(tensor, arr, keep),
                     hold=(name, int(process_set)))

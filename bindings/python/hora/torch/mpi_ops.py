@@ -191,7 +191,8 @@ def synchronize(handle):
 
 def _gathered(h, like, guess=None):
     """The gathered tensor: `guess` itself when the result has its shape (the data plane wrote
-    it there, core.allgather_into_async), else a new tensor the result is copied into."""
+    it there: core.allgather_into_async and the like), else a new tensor the result is copied
+    into."""
     shape = h.result_shape()
     if guess is not None and tuple(shape) == tuple(guess.shape):
         h.result_copy(guess.data_ptr(), guess.numel() * guess.element_size())  # copies nothing
