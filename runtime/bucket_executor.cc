@@ -8,6 +8,21 @@
 #include "runtime/bucket_layout.h"
 
 namespace hora {
+namespace {
+
+// Where a result of `bytes` bytes goes: the caller's buffer when it gave one of exactly that
+// size (Request::output_bytes; the result is then placed), else the result's own data.
+void* ResultBuffer(const Request& r, size_t bytes, OpResult* result) {
+  if (r.output_bytes != 0 && r.output_bytes == bytes) {
+    result->placed = r.output;
+    result->placed_bytes = bytes;
+    return r.output;
+  }
+  result->data.resize(bytes);
+  return result->data.data();
+}
+
+}  // namespace
 
 BucketExecutor::BucketExecutor(Communicator* comm) : comm_(comm), device_(comm->device_ops()) {
   if (device_ != nullptr) device_pool_ = std::make_unique<DeviceFusionPool>(device_);
@@ -177,15 +192,7 @@ Status BucketExecutor::StartAllgather(const BucketPlan& plan, const Request& r, 
   if (!layout.ok()) return layout.status();
   const RowLayout& l = layout.value();
   result->shape = WithFirstDim(r.spec, l.rows);
-  void* out = nullptr;
-  if (r.output_bytes != 0 && r.output_bytes == l.out_bytes) {  // the caller's buffer fits
-    out = r.output;
-    result->placed = r.output;
-    result->placed_bytes = l.out_bytes;
-  } else {
-    result->data.resize(l.out_bytes);
-    out = result->data.data();
-  }
+  void* out = ResultBuffer(r, l.out_bytes, result);
   MarkCollective();
   return comm_->Allgatherv(r.input, out, l.recv_bytes);
 }
@@ -205,15 +212,7 @@ Status BucketExecutor::StartReducescatter(const BucketPlan& plan, const Request&
   }
   const size_t mine = counts[comm_->rank()];
   const size_t mine_bytes = mine * DataTypeSize(dtype);
-  void* out = nullptr;
-  if (r.output_bytes != 0 && r.output_bytes == mine_bytes) {  // the caller's buffer fits
-    out = r.output;
-    result->placed = r.output;
-    result->placed_bytes = mine_bytes;
-  } else {
-    result->data.resize(mine_bytes);
-    out = result->data.data();
-  }
+  void* out = ResultBuffer(r, mine_bytes, result);
   result->shape = WithFirstDim(r.spec, ReducescatterRows(r.spec, size, comm_->rank()));
   MarkCollective();
   HORA_RETURN_IF_ERROR(comm_->Reducescatter(in, out, counts, dtype, ReductionOp(plan.op)));
@@ -229,15 +228,7 @@ Status BucketExecutor::StartAlltoall(const BucketPlan& plan, const Request& r, O
   auto layout = AlltoallLayout(plan, r.spec, comm_->size());
   if (!layout.ok()) return layout.status();
   const RowLayout& l = layout.value();
-  void* out = nullptr;
-  if (r.output_bytes != 0 && r.output_bytes == l.out_bytes) {  // the caller's buffer fits
-    out = r.output;
-    result->placed = r.output;
-    result->placed_bytes = l.out_bytes;
-  } else {
-    result->data.resize(l.out_bytes);
-    out = result->data.data();
-  }
+  void* out = ResultBuffer(r, l.out_bytes, result);
   result->shape = WithFirstDim(r.spec, l.rows);
   result->splits = plan.entries[0].recv_splits;
   MarkCollective();
