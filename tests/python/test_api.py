@@ -4,7 +4,7 @@ import pytest
 
 import harness
 
-CASES = harness.case_names("api_worker")
+CASES = harness.case_names("api_worker") + harness.case_names("api_extras")
 
 
 @pytest.fixture(scope="module", params=[2, 3], ids=["np2", "np3"])
