@@ -385,48 +385,40 @@ def broadcast_async(name, tensor, root, keep=None, process_set=0):
                     hold=(name, int(process_set)))
 
 
-def allgather_async(name, tensor, keep=None, process_set=0):
+# `out` (allgather, reducescatter, alltoall): (pointer, bytes) of the caller's buffer, or None.
+# With it the data plane writes a CPU result of exactly that many bytes straight there
+# (hora_*_into_async); a result of another size is held, as without it (result_copy into the
+# buffer works either way, and copies nothing when the result is already there).
+
+def allgather_async(name, tensor, keep=None, process_set=0, out=None):
+    if out is not None:
+        return _enqueue("hora_allgather_into_async", name, _encode_name(name),
+                        ctypes.byref(tensor), out[0], int(out[1]), int(process_set),
+                        keep=(tensor, keep), hold=(name, int(process_set)))
     return _enqueue("hora_allgather_async", name, _encode_name(name), ctypes.byref(tensor),
                     int(process_set), keep=(tensor, keep), hold=(name, int(process_set)))
 
 
-def allgather_into_async(name, tensor, out_ptr, out_bytes, keep=None, process_set=0):
-    """allgather_async whose result the runtime writes straight into out_ptr when it has
-    exactly out_bytes bytes (else it is held; result_copy into out_ptr works either way)."""
-    return _enqueue("hora_allgather_into_async", name, _encode_name(name), ctypes.byref(tensor),
-                    out_ptr, int(out_bytes), int(process_set), keep=(tensor, keep),
-                    hold=(name, int(process_set)))
-
-
 def reducescatter_async(name, tensor, op, prescale=1.0, postscale=1.0, keep=None,
-                        process_set=0):
+                        process_set=0, out=None):
+    scales = (int(op), float(prescale), float(postscale), int(process_set))
+    if out is not None:
+        return _enqueue("hora_reducescatter_into_async", name, _encode_name(name),
+                        ctypes.byref(tensor), out[0], int(out[1]), *scales,
+                        keep=(tensor, keep), hold=(name, int(process_set)))
     return _enqueue("hora_reducescatter_async", name, _encode_name(name), ctypes.byref(tensor),
-                    int(op), float(prescale), float(postscale), int(process_set),
-                    keep=(tensor, keep), hold=(name, int(process_set)))
+                    *scales, keep=(tensor, keep), hold=(name, int(process_set)))
 
 
-def reducescatter_into_async(name, tensor, out_ptr, out_bytes, op, prescale=1.0,
-                             postscale=1.0, keep=None, process_set=0):
-    """reducescatter_async whose part the runtime writes straight into out_ptr when it has
-    exactly out_bytes bytes (else it is held; result_copy into out_ptr works either way)."""
-    return _enqueue("hora_reducescatter_into_async", name, _encode_name(name),
-                    ctypes.byref(tensor), out_ptr, int(out_bytes), int(op), float(prescale),
-                    float(postscale), int(process_set), keep=(tensor, keep),
-                    hold=(name, int(process_set)))
-
-
-def alltoall_async(name, tensor, splits=None, keep=None, process_set=0, out_ptr=None,
-                   out_bytes=0):
-    """With out_ptr, the received rows are written straight there when they are exactly
-    out_bytes bytes (hora_alltoall_into_async; else held, as without it)."""
+def alltoall_async(name, tensor, splits=None, keep=None, process_set=0, out=None):
     if splits is None:
         arr, n = None, 0
     else:
         n = len(splits)
         arr = (ctypes.c_int64 * max(n, 1))(*[int(s) for s in splits])
-    if out_ptr is not None:
+    if out is not None:
         return _enqueue("hora_alltoall_into_async", name, _encode_name(name),
-                        ctypes.byref(tensor), arr, n, out_ptr, int(out_bytes), int(process_set),
+                        ctypes.byref(tensor), arr, n, out[0], int(out[1]), int(process_set),
                         keep=(tensor, arr, keep), hold=(name, int(process_set)))
     return _enqueue("hora_alltoall_async", name, _encode_name(name), ctypes.byref(tensor),
                     arr, n, int(process_set), keep=(tensor, arr, keep),

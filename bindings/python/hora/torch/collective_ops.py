@@ -10,7 +10,7 @@ from .refusal import refusing
 from .unnamed import blocking
 from .p2p import isend, irecv, send, recv  # noqa: F401 (re-exported)
 from .mpi_ops import (Average, BadOp, Sum, _check_devices, _check_input, _contig, _describe,
-                      _gathered, _invalid, _register, _resolve_op, _set_id, _set_root,
+                      _gathered, _invalid, _placed, _register, _resolve_op, _set_id, _set_root,
                       _set_size, global_process_set, synchronize, allreduce,
                       grouped_allreduce, raise_if_bad)
 
@@ -44,12 +44,8 @@ def _allgather_submit(tensors, name, set_id, group):
             if c.device.type == "cpu" and c.numel() > 0:
                 guess = torch.empty((c.shape[0] * size,) + tuple(c.shape[1:]), dtype=c.dtype)
             guesses.append(guess)
-            if guess is None:
-                handles.append(core.allgather_async(op, _describe(c), keep=c, process_set=set_id))
-            else:
-                handles.append(core.allgather_into_async(
-                    op, _describe(c), guess.data_ptr(), guess.numel() * guess.element_size(),
-                    keep=(c, guess), process_set=set_id))
+            handles.append(core.allgather_async(op, _describe(c), keep=(c, guess),
+                                                process_set=set_id, out=_placed(guess)))
     except BaseException:
         for h in handles:
             h.release()
@@ -246,9 +242,7 @@ def alltoall_async(tensor, splits=None, name=None, process_set=global_process_se
     # straight in a tensor allocated here; any other count is held and copied.
     guess = torch.empty_like(c) if c.device.type == "cpu" and c.numel() > 0 else None
     h = core.alltoall_async(core.op_name("alltoall", name, set_id), _describe(c), split_list,
-                            keep=(c, guess), process_set=set_id,
-                            out_ptr=None if guess is None else guess.data_ptr(),
-                            out_bytes=0 if guess is None else guess.numel() * guess.element_size())
+                            keep=(c, guess), process_set=set_id, out=_placed(guess))
     splits_device = splits.device if isinstance(splits, torch.Tensor) else torch.device("cpu")
 
     def finish(hs):
@@ -328,13 +322,9 @@ def _reducescatter_submit(tensors, name, op, prescale, postscale, set_id, group,
                 else:
                     part = torch.empty(shape, dtype=c.dtype)
             parts.append(part)
-            if part is None:
-                handles.append(core.reducescatter_async(op_name, _describe(c), op, prescale,
-                                                        postscale, keep=c, process_set=set_id))
-            else:
-                handles.append(core.reducescatter_into_async(
-                    op_name, _describe(c), part.data_ptr(), part.numel() * part.element_size(),
-                    op, prescale, postscale, keep=(c, part), process_set=set_id))
+            handles.append(core.reducescatter_async(op_name, _describe(c), op, prescale,
+                                                    postscale, keep=(c, part), process_set=set_id,
+                                                    out=_placed(part)))
     except BaseException:
         for h in handles:
             h.release()

@@ -189,14 +189,9 @@ class HoraProcessGroup(dist.ProcessGroup):
         runtime's result is copied in; FSDP's hot path, without _gather_rows' extra copy."""
         c = mpi_ops._contig(_flat(input_tensor).unsqueeze(0))
         set_id = process_sets._set_id(self._set)
-        nbytes = output.numel() * output.element_size()
-        if output.device.type == "cpu" and nbytes > 0:  # written in place, no second copy
-            h = core.allgather_into_async(core.op_name("allgather", name, set_id),
-                                          mpi_ops._describe(c), output.data_ptr(), nbytes,
-                                          keep=(c, output), process_set=set_id)
-        else:
-            h = core.allgather_async(core.op_name("allgather", name, set_id),
-                                     mpi_ops._describe(c), keep=c, process_set=set_id)
+        h = core.allgather_async(core.op_name("allgather", name, set_id), mpi_ops._describe(c),
+                                 keep=(c, output), process_set=set_id,
+                                 out=mpi_ops._placed(output))  # CPU: written in place
 
         def finish(hs):
             got = 1

@@ -189,10 +189,16 @@ def synchronize(handle):
             h.release()
 
 
+def _placed(t):
+    """core's `out` for tensor t: its buffer when it is a non-empty CPU tensor, else None."""
+    if t is None or t.device.type != "cpu" or t.numel() == 0:
+        return None
+    return t.data_ptr(), t.numel() * t.element_size()
+
+
 def _gathered(h, like, guess=None):
     """The gathered tensor: `guess` itself when the result has its shape (the data plane wrote
-    it there: core.allgather_into_async and the like), else a new tensor the result is copied
-    into."""
+    it there: core's `out`), else a new tensor the result is copied into."""
     shape = h.result_shape()
     if guess is not None and tuple(shape) == tuple(guess.shape):
         h.result_copy(guess.data_ptr(), guess.numel() * guess.element_size())  # copies nothing
