@@ -135,7 +135,8 @@ def case_names(module_name):
         sys.path.insert(0, path)
     import importlib
     mod = importlib.import_module(module_name)
-    if not hasattr(mod, "cases"):
+    registry = sys.modules.get("cases")  # workers register through cases.case
+    if registry is None:
         return []
     # cases.CASES is shared by every worker imported into this process: keep this module's.
-    return [fn.__name__ for fn in mod.cases.CASES if fn.__module__ == mod.__name__]
+    return [fn.__name__ for fn in registry.CASES if fn.__module__ == mod.__name__]
