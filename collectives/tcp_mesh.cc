@@ -23,12 +23,6 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-struct Hello {
-  uint32_t rank;
-  uint32_t channel;
-  uint64_t token;
-};
-
 bool WaitFd(int fd, short events, Clock::time_point deadline) {
   for (;;) {
     pollfd p{fd, events, 0};
@@ -62,12 +56,6 @@ void SetBuffers(int fd, int bytes) {
   setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &bytes, sizeof(bytes));
 }
 
-void Tune(int fd) {
-  const int one = 1;
-  setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-  fcntl(fd, F_SETFL, fcntl(fd, F_GETFL, 0) | O_NONBLOCK);
-}
-
 class MeshBuilder {
  public:
   MeshBuilder(const BackendConfig& config, const MeshSpec& spec)
@@ -79,13 +67,11 @@ class MeshBuilder {
         fds_(static_cast<size_t>(config.size())) {}
 
   StatusOr<std::vector<std::vector<int>>> Run() {
-    StatusOr<std::string> address = BindAddress(config_);
-    if (!address.ok()) return address.status();
-    const int listener = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    if (listener < 0) return Unavailable(spec_.what + ": socket: " + strerror(errno));
-    SetBuffers(listener, spec_.buffer_bytes);  // accepted sockets inherit the sizes
-    Status s = Build(address.value(), listener);
-    close(listener);
+    auto listener =
+        OpenListener(config_, spec_.what, std::max(16, size_ * spec_.channels), spec_.buffer_bytes);
+    if (!listener.ok()) return listener.status();
+    Status s = Build(listener.value());
+    close(listener.value().fd);
     if (!s.ok()) {
       CloseMesh(&fds_);
       return s;
@@ -94,31 +80,24 @@ class MeshBuilder {
   }
 
  private:
-  Status Build(const std::string& address, int listener) {
-    sockaddr_in addr{};
-    addr.sin_family = AF_INET;
-    if (inet_pton(AF_INET, address.c_str(), &addr.sin_addr) != 1) {
-      return InvalidArgument(spec_.what + ": '" + address + "' is not an IPv4 address");
-    }
-    socklen_t len = sizeof(addr);
-    if (bind(listener, reinterpret_cast<sockaddr*>(&addr), len) != 0 ||
-        listen(listener, std::max(16, size_ * spec_.channels)) != 0 ||
-        getsockname(listener, reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
-      return Unavailable(spec_.what + ": cannot listen on " + address + ": " + strerror(errno));
-    }
-    std::random_device random;
-    const uint64_t token = (static_cast<uint64_t>(random()) << 32) ^ random();
-    std::ostringstream mine;
-    mine << address << ' ' << ntohs(addr.sin_port) << ' ' << token;
-    HORA_RETURN_IF_ERROR(config_.store->Set(spec_.key_prefix + std::to_string(rank_), mine.str()));
+  Status Build(const TcpListener& listener) {
+    HORA_RETURN_IF_ERROR(
+        config_.store->Set(spec_.key_prefix + std::to_string(rank_), listener.published));
     for (int m = 0; m < rank_; ++m) {
       if (!spec_.linked[static_cast<size_t>(m)]) continue;
       auto value = config_.store->Get(spec_.key_prefix + std::to_string(m),
                                       std::chrono::milliseconds(RemainingMs(deadline_)));
       if (!value.ok()) return value.status();
-      for (int c = 0; c < spec_.channels; ++c) HORA_RETURN_IF_ERROR(Dial(m, c, value.value()));
+      for (int c = 0; c < spec_.channels; ++c) {
+        auto fd = DialPublished(value.value(), static_cast<uint32_t>(rank_),
+                                static_cast<uint32_t>(c), spec_.buffer_bytes, deadline_,
+                                spec_.what + ": member " + std::to_string(rank_),
+                                "member " + std::to_string(m));
+        if (!fd.ok()) return fd.status();
+        fds_[static_cast<size_t>(m)].push_back(fd.value());
+      }
     }
-    return AcceptAbove(listener, token);
+    return AcceptAbove(listener.fd, listener.token);
   }
 
   Status AcceptAbove(int listener, uint64_t token) {
@@ -145,8 +124,8 @@ class MeshBuilder {
       }
       const int fd = accept4(listener, nullptr, nullptr, SOCK_CLOEXEC);
       if (fd < 0) continue;
-      Tune(fd);
-      Hello hello{};
+      TuneSocket(fd);
+      TcpHello hello{};
       const Clock::time_point hello_deadline =
           std::min(deadline_, Clock::now() + std::chrono::seconds(5));
       const bool ok = Move(fd, &hello, sizeof(hello), false, hello_deadline) &&
@@ -164,41 +143,6 @@ class MeshBuilder {
     return Status::Ok();
   }
 
-  Status Dial(int m, int channel, const std::string& value) {
-    std::istringstream in(value);
-    std::string host;
-    int port = 0;
-    uint64_t token = 0;
-    if (!(in >> host >> port >> token)) {
-      return Internal(spec_.what + ": member " + std::to_string(m) + " published '" + value + "'");
-    }
-    sockaddr_in addr{};
-    addr.sin_family = AF_INET;
-    addr.sin_port = htons(static_cast<uint16_t>(port));
-    inet_pton(AF_INET, host.c_str(), &addr.sin_addr);
-    for (;;) {
-      const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-      if (fd < 0) return Unavailable(spec_.what + ": socket: " + strerror(errno));
-      SetBuffers(fd, spec_.buffer_bytes);
-      if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0) {
-        Tune(fd);
-        Hello hello{static_cast<uint32_t>(rank_), static_cast<uint32_t>(channel), token};
-        if (Move(fd, &hello, sizeof(hello), true, deadline_)) {
-          fds_[static_cast<size_t>(m)].push_back(fd);
-          return Status::Ok();
-        }
-      }
-      const std::string why = strerror(errno);
-      close(fd);
-      if (Clock::now() >= deadline_) {
-        return Unavailable(spec_.what + ": member " + std::to_string(rank_) +
-                           " cannot connect to member " + std::to_string(m) + " at " + host + ":" +
-                           std::to_string(port) + ": " + why);
-      }
-      std::this_thread::sleep_for(std::chrono::milliseconds(20));
-    }
-  }
-
   const BackendConfig& config_;
   const MeshSpec& spec_;
   const int rank_;
@@ -208,6 +152,73 @@ class MeshBuilder {
 };
 
 }  // namespace
+
+void TuneSocket(int fd) {
+  const int one = 1;
+  setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+  fcntl(fd, F_SETFL, fcntl(fd, F_GETFL, 0) | O_NONBLOCK);
+}
+
+StatusOr<TcpListener> OpenListener(const BackendConfig& config, const std::string& what,
+                                   int backlog, int buffer_bytes) {
+  StatusOr<std::string> address = BindAddress(config);
+  if (!address.ok()) return address.status();
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  if (inet_pton(AF_INET, address.value().c_str(), &addr.sin_addr) != 1) {
+    return InvalidArgument(what + ": '" + address.value() + "' is not an IPv4 address");
+  }
+  TcpListener l;
+  l.fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (l.fd < 0) return Unavailable(what + ": socket: " + strerror(errno));
+  SetBuffers(l.fd, buffer_bytes);  // accepted sockets inherit the sizes
+  socklen_t len = sizeof(addr);
+  if (bind(l.fd, reinterpret_cast<sockaddr*>(&addr), len) != 0 || listen(l.fd, backlog) != 0 ||
+      getsockname(l.fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
+    const std::string why = strerror(errno);
+    close(l.fd);
+    return Unavailable(what + ": cannot listen on " + address.value() + ": " + why);
+  }
+  std::random_device random;
+  l.token = (static_cast<uint64_t>(random()) << 32) ^ random();
+  std::ostringstream mine;
+  mine << address.value() << ' ' << ntohs(addr.sin_port) << ' ' << l.token;
+  l.published = mine.str();
+  return l;
+}
+
+StatusOr<int> DialPublished(const std::string& published, uint32_t rank, uint32_t channel,
+                            int buffer_bytes, Clock::time_point deadline, const std::string& what,
+                            const std::string& whom) {
+  std::istringstream in(published);
+  std::string host;
+  int port = 0;
+  uint64_t token = 0;
+  if (!(in >> host >> port >> token)) {
+    return Internal(what + ": " + whom + " published '" + published + "'");
+  }
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<uint16_t>(port));
+  inet_pton(AF_INET, host.c_str(), &addr.sin_addr);
+  for (;;) {
+    const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0) return Unavailable(what + ": socket: " + strerror(errno));
+    SetBuffers(fd, buffer_bytes);
+    if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0) {
+      TuneSocket(fd);
+      TcpHello hello{rank, channel, token};
+      if (Move(fd, &hello, sizeof(hello), true, deadline)) return fd;
+    }
+    const std::string why = strerror(errno);
+    close(fd);
+    if (Clock::now() >= deadline) {
+      return Unavailable(what + " cannot connect to " + whom + " at " + host + ":" +
+                         std::to_string(port) + ": " + why);
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+}
 
 int RemainingMs(Clock::time_point deadline) {
   const auto left =

@@ -38,6 +38,30 @@ StatusOr<std::vector<std::vector<int>>> ConnectMesh(const BackendConfig& config,
 // Closes every descriptor of ConnectMesh's result.
 void CloseMesh(std::vector<std::vector<int>>* fds);
 
+// The pieces ConnectMesh is built from, for links made one at a time (peer_channel.h).
+//
+// A listening socket on BindAddress(config) and what to publish for it: "address port token".
+struct TcpListener {
+  int fd = -1;  // owned by the caller
+  uint64_t token = 0;
+  std::string published;
+};
+StatusOr<TcpListener> OpenListener(const BackendConfig& config, const std::string& what,
+                                   int backlog, int buffer_bytes);
+// What the connecting side sends first: its rank, the channel index, the acceptor's token.
+struct TcpHello {
+  uint32_t rank;
+  uint32_t channel;
+  uint64_t token;
+};
+// Connects to a published "address port token" (retrying until the deadline) and sends
+// TcpHello{rank, channel, token}. `whom` names the acceptor in errors ("member 3").
+StatusOr<int> DialPublished(const std::string& published, uint32_t rank, uint32_t channel,
+                            int buffer_bytes, std::chrono::steady_clock::time_point deadline,
+                            const std::string& what, const std::string& whom);
+// Nagle off, non-blocking (what every socket of a mesh gets).
+void TuneSocket(int fd);
+
 // Milliseconds until `deadline`, clamped to [0, 2^30]: a poll() timeout.
 int RemainingMs(std::chrono::steady_clock::time_point deadline);
 

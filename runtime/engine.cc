@@ -60,6 +60,7 @@ Status Engine::Init() {
 
   std::vector<int> everyone(options_.size);
   for (int r = 0; r < options_.size; ++r) everyone[r] = r;
+  HORA_RETURN_IF_ERROR(OpenPeerTransfers(everyone));  // published before the set's collective
   HORA_RETURN_IF_ERROR(InstallSet(kGlobalProcessSet, std::move(everyone), ""));
 
   SessionCallbacks callbacks;
@@ -164,6 +165,7 @@ Status Engine::Shutdown() {
   }
   sets.clear();
   if (completion_) completion_->Stop();
+  if (peers_) peers_->Abort(aborted);
   FailEverything(aborted);
   Status timeline = timeline_.Stop();
   if (!timeline.ok()) HORA_LOG_WARN("{}", timeline.message());

@@ -64,6 +64,7 @@
 #include "runtime/flight_recorder.h"
 #include "runtime/handle_table.h"
 #include "runtime/options.h"
+#include "runtime/peer_transfers.h"
 #include "runtime/process_set.h"
 #include "runtime/tensor_queue.h"
 #include "runtime/timeline.h"
@@ -219,6 +220,9 @@ class Engine : private ProcessSetRuntime::Host {
   // Builds (members) and registers the set's runtime.
   Status InstallSet(int32_t id, std::vector<int> ranks, const std::string& cpu_operations);
   BackendConfig BackendConfigFor(int32_t id, const std::vector<int>& ranks, int set_rank) const;
+  // The job's point-to-point channel (size > 1) and the transfers over it; before the
+  // global set is built, so that every rank has published its address once any can send.
+  Status OpenPeerTransfers(const std::vector<int>& everyone);
   // The set's steady board and communicator (runtime/steady_path.h): a shared-memory board
   // where the set's communicator `comm` offers one, else a board over a mailbox (members on
   // any hosts); none when HORA_STEADY leaves the steady path off.
@@ -252,6 +256,7 @@ class Engine : private ProcessSetRuntime::Host {
   std::unique_ptr<AddressExchange> exchange_;    // open for the job's life when one was used
   std::unique_ptr<CoordinatorClient> client_;
   std::unique_ptr<CompletionQueue> completion_;
+  std::unique_ptr<PeerTransfers> peers_;  // send and recv
 
   FlightRecorder recorder_;  // before handles_, which records every end in it
   HandleTable handles_;
@@ -283,8 +288,6 @@ class Engine : private ProcessSetRuntime::Host {
   std::chrono::steady_clock::time_point hold_deadline_ GUARDED_BY(mu_);
   std::atomic<bool> holding_{false};  // hold_armed_, read without mu_
   std::atomic<int> unanswered_{0};    // this rank's notices no plan has answered yet
-  // per (set, sender, receiver, tag), transfers enqueued so far
-  std::map<std::tuple<int32_t, int, int, int>, int64_t> transfers_ GUARDED_BY(mu_);
 
   // Tensor ids. New requests are announced by the enqueuing thread itself (no wake-up of
   // another thread on the latency path); plan delivery maps ids back to keys.

@@ -48,6 +48,7 @@ void Engine::BackgroundLoop() {
         for (auto& [id, set] : sets_) sets.push_back(set);
       }
       for (auto& set : sets) set->Abort(error);
+      if (peers_) peers_->Abort(error);
       FailEverything(error);
       continue;
     }
@@ -382,9 +383,10 @@ StatusOr<int64_t> Engine::EnqueueJoin(int32_t process_set) {
   return handle;
 }
 
-// The transfer's name is the same on both sides: the n-th transfer from s to d with tag t.
-// A peer outside the set is this rank's error alone (nothing can be paired); any other bad
-// input is refused under the transfer's name, so the peer's side fails too (Enqueue).
+// A transfer of CPU tensors goes straight to its peer (runtime/peer_transfers.h); one of
+// CUDA tensors through the coordinator, under a name that is the same on both sides: the n-th
+// transfer from s to d with tag t. A peer outside the set is this rank's error alone (nothing
+// can be paired); any other bad input is refused to the peer's side too.
 StatusOr<int64_t> Engine::EnqueueTransfer(TensorSpec spec, const void* input, void* output,
                                           int peer, int tag, bool send) {
   spec.collective = send ? CollectiveType::kSend : CollectiveType::kRecv;
@@ -400,13 +402,26 @@ StatusOr<int64_t> Engine::EnqueueTransfer(TensorSpec spec, const void* input, vo
                            ") of the set, or this rank itself");
   }
   const int from = send ? me : peer, to = send ? peer : me;
-  {
-    MutexLock lock(&mu_);
-    const int64_t n = transfers_[{spec.process_set, from, to, tag}]++;
+  const int64_t n = peers_->Next(spec.process_set, from, to, tag);
+  if (!peers_->Direct(spec)) {
     spec.name = "hora.p2p." + std::to_string(from) + ">" + std::to_string(to) + ".t" +
                 std::to_string(tag) + "." + std::to_string(n);
+    return EnqueueIn(set, std::move(spec), input, output, nullptr);
   }
-  return EnqueueIn(set, std::move(spec), input, output, nullptr);
+  if (halted_.load(std::memory_order_acquire)) {  // the peer fails with the job's error too
+    MutexLock lock(&mu_);
+    if (!error_.ok()) return error_;
+    if (stop_) return Aborted("Hora is shutting down");
+  }
+  if (Status bad = ValidateSpec(spec, *set, input, output); !bad.ok()) {
+    peers_->Refuse(*set, peer, tag, send, n, bad);
+    return bad;
+  }
+  const int64_t handle = handles_.Create();
+  recorder_.Enqueued(handle, spec, TimelineNowUs());
+  if (timeline_.on()) timeline_.Submitted(handle, spec, TimelineNowUs());
+  peers_->Start(*set, spec, input, output, peer, tag, send, n, handle);
+  return handle;
 }
 
 StatusOr<int64_t> Engine::EnqueueSend(TensorSpec spec, const void* input, int peer, int tag) {

@@ -59,6 +59,29 @@ BackendConfig Engine::BackendConfigFor(int32_t id, const std::vector<int>& ranks
   return c;
 }
 
+Status Engine::OpenPeerTransfers(const std::vector<int>& everyone) {
+  PeerTransfers::Hooks hooks;
+  hooks.complete = [this](int64_t handle, Status s) { handles_.Complete(handle, std::move(s)); };
+  hooks.timeline = &timeline_;
+  std::unique_ptr<PeerChannel> channel;
+  if (options_.size > 1) {
+    BackendConfig c = BackendConfigFor(kGlobalProcessSet, everyone, options_.rank);
+    c.key_prefix = "p2p/";
+    PeerChannel::Options o;
+    o.stall = std::chrono::milliseconds(static_cast<int64_t>(options_.stall_timeout_s * 1000));
+    o.on_stall = [this](const Status& s) {
+      (void)FailJob(Status(s.code(), s.message() + " (" + kEnvStallTimeout + ")"));
+    };
+    auto opened = PeerChannel::Open(c, std::move(o));
+    if (!opened.ok()) {
+      return Status(opened.status().code(), "send/recv: " + opened.status().message());
+    }
+    channel = std::move(opened).value();
+  }
+  peers_ = std::make_unique<PeerTransfers>(std::move(channel), std::move(hooks));
+  return Status::Ok();
+}
+
 StatusOr<std::unique_ptr<Communicator>> Engine::CreateDeviceCommunicator(
     int32_t set, const std::vector<int>& ranks, int set_rank, Device device, int index,
     int ordinal) {
