@@ -17,7 +17,10 @@
 // refused it: a size or dtype that differs, a recv refused for bad input), so both sides of a
 // mismatch fail with the same message. The sender's buffer is read until then.
 //
-// Failure. A peer whose connection ends fails what is pending with it, naming it. An
+// Failure. A peer whose connection ends fails what is pending with it, naming it: "shut
+// down" when it closed its channel (a goodbye came first), else "exited or died", which
+// on_lost hears before the operations complete (after a grace in which the job's own
+// verdict, through Abort, takes precedence). An
 // operation pending longer than Options::stall fails with DEADLINE_EXCEEDED naming both
 // sides, and so does a message no recv claimed in that time (on_stall hears of both). Abort
 // fails everything pending and every later call; no output is written after it returns.
@@ -62,6 +65,12 @@ class PeerChannel {
     std::chrono::milliseconds stall{0};
     // An operation or an unclaimed message stalled (after the operation's own Done).
     std::function<void(const Status&)> on_stall;
+    // A peer's connection ended without its goodbye (it died): after lost_grace (unless Abort
+    // came first), on_lost hears of it and what is pending with the peer fails.
+    std::function<void(const Status&)> on_lost;
+    std::chrono::milliseconds lost_grace{0};
+    // How errors name a process ("rank 3 (host a, pid 12)"); null: "rank 3".
+    std::function<std::string(int rank)> name;
   };
 
   // config: rank and global_ranks are the job's (this process and every process), store

@@ -29,7 +29,7 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-enum Kind : uint32_t { kData = 1, kRefusal = 2, kAck = 3 };
+enum Kind : uint32_t { kData = 1, kRefusal = 2, kAck = 3, kBye = 4 };
 
 struct Header {
   uint32_t kind;
@@ -55,6 +55,7 @@ struct Conn {
   // Under the channel's mutex.
   std::deque<Out> out;
   bool dead = false;
+  bool bye = false;  // the peer closed its channel (the loop's)
   // The channel thread's alone: the frame being read.
   enum class In { kHello, kHeader, kBody } in = In::kHeader;
   char head[sizeof(Header)];
@@ -82,7 +83,14 @@ class TcpPeerChannel final : public PeerChannel {
 
   ~TcpPeerChannel() override {
     Abort(Aborted("the point-to-point channel was closed"));
-    for (auto& [id, c] : conns_) close(c->fd);
+    // A goodbye on every connection: a peer with something pending then knows that this
+    // process shut down and did not die.
+    const Header bye{kBye, 0, 0, 0, 0, 0};
+    MutexLock lock(&mu_);
+    for (auto& [id, c] : conns_) {
+      if (c->out.empty() && !c->dead) (void)!send(c->fd, &bye, sizeof(bye), MSG_NOSIGNAL);
+      close(c->fd);
+    }
     close(listener_.fd);
     close(wake_);
   }
@@ -164,6 +172,10 @@ class TcpPeerChannel final : public PeerChannel {
   using Effects = PeerMatch::Effects;
 
   void Run(Effects* e) {
+    if (options_.on_lost) {  // before the operations complete: the job hears it first
+      for (const Status& s : e->lost) options_.on_lost(s);
+    }
+    e->lost.clear();
     for (auto& [done, status] : e->done) done(std::move(status));
     if (options_.on_stall) {
       for (const Status& s : e->stalls) options_.on_stall(s);
@@ -265,17 +277,24 @@ class TcpPeerChannel final : public PeerChannel {
     }
   }
 
-  // The connection failed or ended: nothing more to or from its peer.
+  // The connection failed or ended: nothing more to or from its peer. Without its goodbye
+  // the peer died (or its host is unreachable): on_lost hears of it.
   void Lost(Conn* c, const std::string& how, Effects* e) REQUIRES(mu_) {
     c->dead = true;
     c->out.clear();
-    if (c->peer < 0) return;
-    match_.Lost(
-        c->peer,
-        PeerFailure("the point-to-point connection between rank " + std::to_string(c->peer) +
-                    " and rank " + std::to_string(rank_) + " ended (" + how + "): rank " +
-                    std::to_string(c->peer) + " exited or died"),
-        e);
+    if (c->peer < 0 || !match_.Gone(c->peer).ok()) return;
+    const std::string peer =
+        options_.name ? options_.name(c->peer) : "rank " + std::to_string(c->peer);
+    if (c->bye) {
+      match_.Lost(c->peer, PeerFailure(peer + " shut down with this transfer pending"), e);
+      return;
+    }
+    const Status why =
+        PeerFailure(peer + " exited or died: its point-to-point connection with rank " +
+                    std::to_string(rank_) + " ended (" + how + ")");
+    // The job's verdict may name another culprit (this peer may have exited after its own
+    // error): it has options_.lost_grace to come (Abort) before this one stands.
+    suspects_.emplace(c->peer, std::make_pair(why, Clock::now() + options_.lost_grace));
   }
 
   void Loop() {
@@ -304,7 +323,7 @@ class TcpPeerChannel final : public PeerChannel {
         }
       }
       Run(&e);
-      const int n = poll(fds.data(), fds.size(), 200);
+      const int n = poll(fds.data(), fds.size(), PollMs());
       if (n < 0 && errno != EINTR) break;
       if (fds[1].revents != 0) {
         uint64_t v;
@@ -323,6 +342,18 @@ class TcpPeerChannel final : public PeerChannel {
           Read(c, &e);
         }
       }
+      {
+        MutexLock lock(&mu_);
+        for (auto it = suspects_.begin(); it != suspects_.end();) {
+          if (Clock::now() < it->second.second) {
+            ++it;
+            continue;
+          }
+          match_.Lost(it->first, it->second.first, &e);
+          e.lost.push_back(it->second.first);
+          it = suspects_.erase(it);
+        }
+      }
       if (options_.stall.count() > 0 && Clock::now() >= next_check) {
         next_check = Clock::now() + std::chrono::milliseconds(200);
         MutexLock lock(&mu_);
@@ -331,6 +362,14 @@ class TcpPeerChannel final : public PeerChannel {
       Run(&e);
     }
     FailAll();
+  }
+
+  // Until the loop next has something to check: a suspect's grace, the stall check.
+  int PollMs() {
+    auto until = Clock::now() + std::chrono::milliseconds(200);
+    MutexLock lock(&mu_);
+    for (const auto& [peer, verdict] : suspects_) until = std::min(until, verdict.second);
+    return RemainingMs(until);
   }
 
   void Accept() {
@@ -402,7 +441,7 @@ class TcpPeerChannel final : public PeerChannel {
     {
       MutexLock lock(&mu_);
       if (h.bytes < 0 || (h.kind != kData && h.bytes > kMaxText) || h.kind < kData ||
-          h.kind > kAck) {
+          h.kind > kBye) {
         Lost(c, "it sent a malformed frame", e);
         return false;
       }
@@ -426,7 +465,9 @@ class TcpPeerChannel final : public PeerChannel {
     c->in = Conn::In::kHeader;
     MutexLock lock(&mu_);
     const Status said = h.code == 0 ? Status::Ok() : Status(static_cast<Code>(h.code), c->text);
-    if (h.kind == kAck) {
+    if (h.kind == kBye) {
+      c->bye = true;
+    } else if (h.kind == kAck) {
       match_.Answered(c->peer, key, said, e);
     } else if (h.kind == kRefusal) {
       match_.Refusal(c->peer, key, Status(said.code(), "the sender refused it: " + c->text), e);
@@ -465,6 +506,8 @@ class TcpPeerChannel final : public PeerChannel {
   int next_conn_ GUARDED_BY(mu_) = 0;
   std::map<int, std::unique_ptr<Conn>> conns_ GUARDED_BY(mu_);
   std::map<int, int> dialed_ GUARDED_BY(mu_);  // peer -> connection
+  // Peers whose connection ended without a goodbye: why, and when it stands.
+  std::map<int, std::pair<Status, Clock::time_point>> suspects_ GUARDED_BY(mu_);
 };
 
 }  // namespace

@@ -34,6 +34,7 @@ class PeerMatch {
     std::vector<Answer> answers;                // acknowledgements to write
     std::vector<std::pair<Done, Status>> done;  // callbacks to run, in order
     std::vector<Status> stalls;
+    std::vector<Status> lost;  // peers that died (the transport's)
   };
 
   explicit PeerMatch(int rank) : rank_(rank) {}

@@ -384,7 +384,7 @@ StatusOr<int64_t> Engine::EnqueueJoin(int32_t process_set) {
 }
 
 // A transfer of CPU tensors goes straight to its peer (runtime/peer_transfers.h); one of
-// CUDA tensors through the coordinator, under a name that is the same on both sides: the n-th
+// CUDA tensors through the coordinator, under its name, the same on both sides: the n-th
 // transfer from s to d with tag t. A peer outside the set is this rank's error alone (nothing
 // can be paired); any other bad input is refused to the peer's side too.
 StatusOr<int64_t> Engine::EnqueueTransfer(TensorSpec spec, const void* input, void* output,
@@ -403,11 +403,9 @@ StatusOr<int64_t> Engine::EnqueueTransfer(TensorSpec spec, const void* input, vo
   }
   const int from = send ? me : peer, to = send ? peer : me;
   const int64_t n = peers_->Next(spec.process_set, from, to, tag);
-  if (!peers_->Direct(spec)) {
-    spec.name = "hora.p2p." + std::to_string(from) + ">" + std::to_string(to) + ".t" +
-                std::to_string(tag) + "." + std::to_string(n);
-    return EnqueueIn(set, std::move(spec), input, output, nullptr);
-  }
+  spec.name = "hora.p2p." + std::to_string(from) + ">" + std::to_string(to) + ".t" +
+              std::to_string(tag) + "." + std::to_string(n);  // the timeline's track too
+  if (!peers_->Direct(spec)) return EnqueueIn(set, std::move(spec), input, output, nullptr);
   if (halted_.load(std::memory_order_acquire)) {  // the peer fails with the job's error too
     MutexLock lock(&mu_);
     if (!error_.ok()) return error_;

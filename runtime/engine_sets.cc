@@ -61,7 +61,15 @@ BackendConfig Engine::BackendConfigFor(int32_t id, const std::vector<int>& ranks
 
 Status Engine::OpenPeerTransfers(const std::vector<int>& everyone) {
   PeerTransfers::Hooks hooks;
-  hooks.complete = [this](int64_t handle, Status s) { handles_.Complete(handle, std::move(s)); };
+  // A transfer that fails once the job has failed reports the job's cause (a peer that
+  // exited after its own error is not the culprit).
+  hooks.complete = [this](int64_t handle, Status s) {
+    if (!s.ok()) {
+      Status job = JobError();
+      if (!job.ok()) s = std::move(job);
+    }
+    handles_.Complete(handle, std::move(s));
+  };
   hooks.timeline = &timeline_;
   std::unique_ptr<PeerChannel> channel;
   if (options_.size > 1) {
@@ -71,6 +79,15 @@ Status Engine::OpenPeerTransfers(const std::vector<int>& everyone) {
     o.stall = std::chrono::milliseconds(static_cast<int64_t>(options_.stall_timeout_s * 1000));
     o.on_stall = [this](const Status& s) {
       (void)FailJob(Status(s.code(), s.message() + " (" + kEnvStallTimeout + ")"));
+    };
+    // A peer that died is named by the coordinator too (its session broke) within
+    // milliseconds; a survivor that exits after its own error is not the culprit.
+    o.lost_grace = std::chrono::milliseconds(1000);
+    o.on_lost = [this](const Status& s) { (void)FailJob(s); };
+    o.name = [this](int rank) {
+      const RankInfo& r = topology_.ranks[static_cast<size_t>(rank)];
+      return "rank " + std::to_string(rank) + " (host " + r.hostname + ", pid " +
+             std::to_string(r.pid) + ")";
     };
     auto opened = PeerChannel::Open(c, std::move(o));
     if (!opened.ok()) {

@@ -5,7 +5,11 @@
 // what is pending.
 #include "collectives/peer_channel.h"
 
+#include <sys/socket.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <atomic>
 #include <catch2/catch.hpp>
 #include <chrono>
 #include <cstring>
@@ -16,6 +20,7 @@
 #include <thread>
 #include <vector>
 
+#include "collectives/tcp_mesh.h"
 #include "tests/harness/memory_store.h"
 
 namespace hora {
@@ -163,7 +168,10 @@ TEST_CASE("a refused side fails the other with its reason") {
 
 TEST_CASE("a peer that closes is named by what was pending with it, and by later calls") {
   MemoryStore store;
-  auto ch = Open(3, &store);
+  auto lost = std::make_shared<std::atomic<int>>(0);
+  PeerChannel::Options o;
+  o.on_lost = [lost](const Status&) { ++*lost; };
+  auto ch = Open(3, &store, o);
   const auto a = Filled(10, 1);
   std::vector<float> got(10, -1);
   // Rank 0 has talked with rank 1 both ways; rank 2 has sent to 0 and is still there.
@@ -174,12 +182,12 @@ TEST_CASE("a peer that closes is named by what was pending with it, and by later
   REQUIRE(warm_s.Get().ok());
   ch[0]->Recv(1, Key{0, 0, 1}, Floats(10), got.data(), "recv from 1", r.done());
   ch[0]->Send(1, Key{0, 0, 0}, Floats(10), a.data(), "send to 1", s.done());
-  ch[1].reset();
+  ch[1].reset();  // closed, not dead: its goodbye comes before the end of its connections
   Status rs = r.Get(), ss = s.Get();
   CHECK(rs.code() == Code::kPeerFailure);
-  CHECK(rs.message().find("recv from 1: the point-to-point connection between rank 1 and "
-                          "rank 0 ended") != std::string::npos);
+  CHECK(rs.message() == "recv from 1: rank 1 shut down with this transfer pending");
   CHECK(ss.code() == Code::kPeerFailure);
+  CHECK(ss.message() == "send to 1: rank 1 shut down with this transfer pending");
   Pending later;
   ch[0]->Recv(1, Key{0, 0, 2}, Floats(10), got.data(), "later", later.done());
   CHECK(later.Get().code() == Code::kPeerFailure);
@@ -189,6 +197,64 @@ TEST_CASE("a peer that closes is named by what was pending with it, and by later
   ch[0]->Recv(2, Key{0, 0, 0}, Floats(10), got.data(), "at 0", r2.done());
   REQUIRE(r2.Get().ok());
   REQUIRE(s2.Get().ok());
+  CHECK(*lost == 0);  // a shutdown is no death
+}
+
+TEST_CASE("a connection that ends without a goodbye is a death: on_lost, then the operations") {
+  MemoryStore store;
+  auto lost = std::make_shared<std::vector<std::string>>();
+  auto mu = std::make_shared<std::mutex>();
+  PeerChannel::Options o;
+  o.on_lost = [lost, mu](const Status& s) {
+    std::lock_guard<std::mutex> lock(*mu);
+    lost->push_back(s.message());
+  };
+  auto ch = Open(2, &store, o);
+  std::vector<float> got(10, -1);
+  Pending r;
+  ch[0]->Recv(1, Key{0, 0, 0}, Floats(10), got.data(), "recv from 1", r.done());
+  // Rank 1 as a process that dies: it connects (with the token rank 0 published) and its
+  // connection ends halfway through a header.
+  auto published = store.Get("p2p/0", std::chrono::milliseconds(1000));
+  REQUIRE(published.ok());
+  auto fd =
+      DialPublished(published.value(), 1, 0, 0,
+                    std::chrono::steady_clock::now() + std::chrono::seconds(5), "test", "rank 0");
+  REQUIRE(fd.ok());
+  const char half[8] = {1, 0, 0, 0, 0, 0, 0, 0};
+  REQUIRE(send(fd.value(), half, sizeof(half), MSG_NOSIGNAL) == sizeof(half));
+  close(fd.value());
+  Status rs = r.Get();
+  CHECK(rs.code() == Code::kPeerFailure);
+  const std::string why =
+      "rank 1 exited or died: its point-to-point connection with rank 0 ended (closed)";
+  CHECK(rs.message() == "recv from 1: " + why);
+  std::lock_guard<std::mutex> lock(*mu);
+  CHECK(*lost == std::vector<std::string>{why});
+}
+
+TEST_CASE("within the grace for a lost peer, the job's verdict (Abort) takes precedence") {
+  MemoryStore store;
+  auto lost = std::make_shared<std::atomic<int>>(0);
+  PeerChannel::Options o;
+  o.on_lost = [lost](const Status&) { ++*lost; };
+  o.lost_grace = std::chrono::milliseconds(5000);
+  auto ch = Open(2, &store, o);
+  std::vector<float> got(10, -1);
+  Pending r;
+  ch[0]->Recv(1, Key{0, 0, 0}, Floats(10), got.data(), "recv from 1", r.done());
+  auto published = store.Get("p2p/0", std::chrono::milliseconds(1000));
+  REQUIRE(published.ok());
+  auto fd =
+      DialPublished(published.value(), 1, 0, 0,
+                    std::chrono::steady_clock::now() + std::chrono::seconds(5), "test", "rank 0");
+  REQUIRE(fd.ok());
+  close(fd.value());  // rank 1 "died"
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  CHECK(r.future.wait_for(std::chrono::seconds(0)) != std::future_status::ready);
+  ch[0]->Abort(PeerFailure("rank 7 is lost"));
+  CHECK(r.Get().message() == "recv from 1: rank 7 is lost");
+  CHECK(*lost == 0);
 }
 
 TEST_CASE("a stalled recv, send or message ends in DEADLINE_EXCEEDED naming it") {

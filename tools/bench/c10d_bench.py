@@ -11,6 +11,8 @@ both see the same machine load. Reported per line: the median time of each and g
   collectives  all_reduce, all_gather_into_tensor and reduce_scatter_tensor of float32
                tensors from 4 KiB to 64 MiB (the size is the all_reduce tensor, the gathered
                output and the reduce-scatter input)
+  p2p          send/recv ping-pong between ranks 0 and 1 (the others idle), float32 from
+               4 B to 64 MiB: the time of one way (half a round trip)
   ddp          DistributedDataParallel step (backward with the reducer's allreduces) on
                ResNet-50- and BERT-base-shaped gradients (tools/bench/grad_sync_bench.py's
                ShapeModel: backward does nothing but produce the gradients, so the step is
@@ -77,6 +79,29 @@ def collectives(args, groups, gloo, n):
     return rows
 
 
+def p2p(args, groups, gloo):
+    rank = dist.get_rank()
+    rows = []
+    for size in [4, 4 << 10, 64 << 10, 1 << 20, 16 << 20, 64 << 20]:
+        iters = max(5, min(500, (256 << 20) // size // 8))
+        samples = {name: [] for name in groups}
+        for _ in range(args.rounds):
+            for name, group in groups.items():
+                t = torch.ones(size // 4)
+
+                def pingpong(t=t, group=group):
+                    if rank == 0:
+                        dist.send(t, 1, group=group)
+                        dist.recv(t, 1, group=group)
+                    elif rank == 1:
+                        dist.recv(t, 0, group=group)
+                        dist.send(t, 0, group=group)
+                samples[name].append(time_op(pingpong, iters, gloo) / 2)
+        rows.append(("send/recv one way %s" % human(size),
+                     {k: statistics.median(v) for k, v in samples.items()}))
+    return rows
+
+
 def ddp(args, groups, gloo):
     from torch.nn.parallel import DistributedDataParallel as DDP
     rows = []
@@ -106,7 +131,7 @@ def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--rounds", type=int, default=3, help="alternations of hora and gloo")
     p.add_argument("--steps", type=int, default=5, help="DDP steps per measurement")
-    p.add_argument("--only", choices=["collectives", "ddp"], default=None)
+    p.add_argument("--only", choices=["collectives", "p2p", "ddp"], default=None)
     args = p.parse_args()
     dist.init_process_group("hora")
     n = dist.get_world_size()
@@ -115,6 +140,8 @@ def main():
     rows = []
     if args.only in (None, "collectives"):
         rows += collectives(args, groups, gloo, n)
+    if args.only in (None, "p2p"):
+        rows += p2p(args, groups, gloo)
     if args.only in (None, "ddp"):
         rows += ddp(args, groups, gloo)
     if dist.get_rank() == 0:
