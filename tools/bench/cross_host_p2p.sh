@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# send/recv across hosts (issue 28, "send/recv pairs on the steady path";
+# docs/parallelism-measurements.md): on 2 network-namespace hosts (../shared/tools/netns-kit),
+# 1 rank each, c10d_bench.py's ping-pong of torch.distributed send/recv on the "hora" backend
+# beside the same on torch's gloo, in one job (torch 2.x from /opt/hora/torch2).
+#   tools/bench/cross_host_p2p.sh [--rounds R]
+# Needs root (namespaces) and the hora package (tools/install.sh). Nothing here asserts a time.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+ROUNDS=3
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --rounds) ROUNDS="$2"; shift ;;
+    *) echo "usage: tools/bench/cross_host_p2p.sh [--rounds R]" >&2; exit 2 ;;
+  esac
+  shift
+done
+KIT="$(cd ../shared/tools/netns-kit 2>/dev/null && pwd)" || {
+  echo "cross_host_p2p: ../shared/tools/netns-kit is missing" >&2; exit 1; }
+export NK_PREFIX=hxp NK_NET=10.200.79
+"$KIT/setup.sh" 2 >/dev/null
+trap 'NK_PREFIX=hxp NK_NET=10.200.79 "$KIT/teardown.sh" >/dev/null 2>&1 || true' EXIT
+. "/tmp/netns-kit/state/hxp/env.sh"
+read -r -a NAMES <<<"$NK_HOSTS"
+echo "cross_host_p2p: hosts ${NAMES[0]} and ${NAMES[1]}; $(nproc) cores; kernel $(uname -r)"
+"$KIT/nk-exec" "${NAMES[0]}" tools/launcher/horarun --ssh-config-file "$NK_SSH_CONFIG" \
+  -x PYTHONPATH="$PWD/bindings/python" -x GLOO_SOCKET_IFNAME=eth0 \
+  -np 2 -H "${NAMES[0]}:1,${NAMES[1]}:1" /opt/hora/torch2/bin/python tools/bench/c10d_bench.py \
+  --only p2p --rounds "$ROUNDS"
