@@ -64,6 +64,24 @@ def all_reduce_async_work_and_future():
 
 
 @case
+def futures_complete_without_wait():
+    # DDP's reducer waits on the future only: the completer must finish the Work by itself.
+    ts = [contribution(R, (100,), torch.float32, seed=20 + s) for s in range(3)]
+    works = [dist.all_reduce(t, async_op=True) for t in ts]
+    chained = works[-1].get_future().then(lambda f: f.value()[0].sum().item())
+    for s, w in enumerate(works):
+        got = w.get_future().wait()
+        check(got[0] is ts[s], "the future holds the output tensor")
+        close(ts[s], torch.stack(everyone((100,), torch.float32, seed=20 + s)).sum(0))
+    check(abs(chained.wait() - float(ts[-1].sum())) < 1e-3, "then() runs on the result")
+    # A future asked for after wait() finished the Work is settled at once.
+    t = contribution(R, (5,), torch.float32, seed=30)
+    w = dist.all_reduce(t, async_op=True)
+    w.wait()
+    check(w.get_future().done() and w.get_future().wait()[0] is t)
+
+
+@case
 def all_reduce_non_contiguous_and_empty():
     base = contribution(R, (4, 6), torch.float64, seed=5)
     view = base.t()  # not contiguous

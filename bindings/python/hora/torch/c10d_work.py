@@ -1,11 +1,13 @@
 """The Work objects of the "hora" torch.distributed backend (distributed.py).
 
 A Work holds the hora.torch handles of one torch.distributed call and a `finish` that turns
-their results into what torch expects (the output tensors). One completer thread per process
-finishes Works in the order they were started, so that get_future() completes without anybody
-calling wait() (DDP's reducer only waits on the future). wait() without a timeout finishes the
-Work itself when the completer has not yet (no thread hop on the synchronous path); whoever
-comes first does it, under the Work's lock.
+their results into what torch expects (the output tensors). wait() without a timeout finishes
+the Work on the caller's thread. One completer thread per process finishes Works in the order
+they were started, so that get_future() completes without anybody calling wait() (DDP's reducer
+only waits on the future); it is woken only when a future is asked for or when many Works are
+queued (it keeps an unwaited Work's tensors alive until the Work is done), so a call that is
+waited for (dist.send, dist.all_reduce, ...) costs no thread hop. Whoever comes first finishes
+a Work, under the Work's lock.
 """
 
 import collections
@@ -44,7 +46,7 @@ class Work(dist.Work):
         self._lock = threading.Lock()
         self._outputs = None
         self._error = None
-        self._future = torch.futures.Future()
+        self._future = None  # made by get_future(): most calls are waited for, not futured
         _completer.add(self)
 
     def _complete(self):
@@ -69,10 +71,11 @@ class Work(dist.Work):
         if error is not None:
             text = str(error) if isinstance(error, errors.HoraError) else repr(error)
             self._error = DistBackendError("hora: %s failed: %s" % (self._what, text))
-            self._future.set_exception(self._error)
-        else:
-            self._future.set_result(self._outputs)
-        self._done.set()
+        with _future_lock:
+            self._done.set()
+            future = self._future
+        if future is not None:
+            self._settle(future)
 
     def wait(self, timeout=None):
         seconds = _seconds(timeout)
@@ -123,7 +126,22 @@ class Work(dist.Work):
         return self._outputs
 
     def get_future(self):
-        return self._future
+        with _future_lock:
+            future, fresh = self._future, self._future is None
+            if fresh:
+                future = self._future = torch.futures.Future()
+            done = self._done.is_set()
+        if not done:
+            _completer.wake()
+        elif fresh:  # finished before anybody asked: settle it here
+            self._settle(future)
+        return future
+
+    def _settle(self, future):
+        if self._error is not None:
+            future.set_exception(self._error)
+        else:
+            future.set_result(self._outputs)
 
     def synchronize(self):
         self.wait()
@@ -132,33 +150,51 @@ class Work(dist.Work):
         return -1
 
 
+# Orders a Work's finishing against the creation of its future, so the future is settled once.
+_future_lock = threading.Lock()
+
+
 def done(what, outputs):
     """A Work with nothing to wait for (an empty call)."""
     return Work(what, [], lambda _: outputs)
 
 
 class _Completer(object):
-    """Finishes Works in start order on one daemon thread (started at the first Work)."""
+    """Finishes Works in start order on one daemon thread (started when first woken). Works
+    queue without waking it: it runs when a future is asked for (wake) or when more than
+    _BACKLOG Works wait, and then finishes every queued Work (those already finished by their
+    wait() cost a lock each)."""
+
+    _BACKLOG = 64
 
     def __init__(self):
         self._cv = threading.Condition()
         self._queue = collections.deque()
         self._thread = None
+        self._woken = False
 
     def add(self, work):
+        self._queue.append(work)  # deque.append is atomic: no lock on the hot path
+        if len(self._queue) > self._BACKLOG:
+            self.wake()
+
+    def wake(self):
         with self._cv:
-            self._queue.append(work)
             if self._thread is None:
                 self._thread = threading.Thread(target=self._run, name="hora-c10d-completer",
                                                 daemon=True)
                 self._thread.start()
+            self._woken = True
             self._cv.notify()
 
     def _run(self):
         while True:
             with self._cv:
-                while not self._queue:
+                while not self._woken:
                     self._cv.wait()
+                if not self._queue:
+                    self._woken = False
+                    continue
                 work = self._queue.popleft()
             work._complete()
 
