@@ -2,13 +2,12 @@
 // of a pair, dialed by the sender on its first message; one thread reads every connection
 // and writes what a caller could not write at once.
 //
-// A frame is a Header and `bytes` of body. The sender writes kData (body: the tensor) or
-// kRefusal (body: why); the receiver answers each kData on the same connection with kAck
-// (code 0, or the refusal's code and text) once a recv matched it.
+// The frames and one connection's framing are in peer_wire.h. A message whose recv is posted
+// while its body is arriving (into a buffer of its own) has the rest of its body read straight
+// into the recv's output.
 #include <poll.h>
 #include <sys/eventfd.h>
 #include <sys/socket.h>
-#include <sys/uio.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -21,6 +20,7 @@
 
 #include "collectives/peer_channel.h"
 #include "collectives/peer_match.h"
+#include "collectives/peer_wire.h"
 #include "collectives/tcp_mesh.h"
 #include "common/mutex.h"
 
@@ -28,43 +28,6 @@ namespace hora {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-
-enum Kind : uint32_t { kData = 1, kRefusal = 2, kAck = 3, kBye = 4 };
-
-struct Header {
-  uint32_t kind;
-  int32_t set;
-  int32_t tag;
-  int32_t code;  // kData: the dtype; kAck, kRefusal: the status code (0 = OK)
-  int64_t seq;
-  int64_t bytes;  // the body's size
-};
-constexpr int64_t kMaxText = 1 << 16;
-
-struct Out {
-  Header header;
-  const char* body = nullptr;  // kData: the sender's buffer; else text.data()
-  std::string text;
-  size_t sent = 0;  // of header and body
-};
-
-struct Conn {
-  int id = -1;
-  int fd = -1;
-  int peer = -1;  // -1 until an accepted connection's hello
-  // Under the channel's mutex.
-  std::deque<Out> out;
-  bool dead = false;
-  bool bye = false;  // the peer closed its channel (the loop's)
-  // The channel thread's alone: the frame being read.
-  enum class In { kHello, kHeader, kBody } in = In::kHeader;
-  char head[sizeof(Header)];
-  size_t got = 0;
-  Header header{};
-  char* dest = nullptr;  // where the body goes (a recv's output, an arrival, text); null: dropped
-  size_t left = 0;
-  std::string text;
-};
 
 class TcpPeerChannel final : public PeerChannel {
  public:
@@ -85,11 +48,11 @@ class TcpPeerChannel final : public PeerChannel {
     Abort(Aborted("the point-to-point channel was closed"));
     // A goodbye on every connection: a peer with something pending then knows that this
     // process shut down and did not die.
-    const Header bye{kBye, 0, 0, 0, 0, 0};
+    const PeerHeader bye{kPeerBye, 0, 0, 0, 0, 0};
     MutexLock lock(&mu_);
     for (auto& [id, c] : conns_) {
-      if (c->out.empty() && !c->dead) (void)!send(c->fd, &bye, sizeof(bye), MSG_NOSIGNAL);
-      close(c->fd);
+      if (c->out.empty() && !c->dead) (void)!send(c->fd(), &bye, sizeof(bye), MSG_NOSIGNAL);
+      close(c->fd());
     }
     close(listener_.fd);
     close(wake_);
@@ -106,9 +69,9 @@ class TcpPeerChannel final : public PeerChannel {
         e.done.emplace_back(std::move(done), Status(s.code(), what + ": " + s.message()));
       } else {
         match_.Send(peer, key, std::move(what), std::move(done));
-        Out o;
-        o.header =
-            Header{kData, key.set, key.tag, static_cast<int32_t>(meta.dtype), key.seq, meta.bytes};
+        PeerOut o;
+        o.header = PeerHeader{kPeerData, key.set,   key.tag, static_cast<int32_t>(meta.dtype),
+                              key.seq,   meta.bytes};
         o.body = static_cast<const char*>(data);
         Queue(conn.value(), std::move(o), &e);
       }
@@ -122,14 +85,14 @@ class TcpPeerChannel final : public PeerChannel {
     Effects e;
     {
       MutexLock lock(&mu_);
-      Queue(conn.value(), Text(kRefusal, key, why), &e);
+      Queue(conn.value(), Text(kPeerRefusal, key, why), &e);
     }
     Run(&e);
   }
 
   void Recv(int peer, Key key, Meta meta, void* out, std::string what, Done done) override {
     Effects e;
-    std::string data;
+    std::unique_ptr<char[]> data;
     {
       MutexLock lock(&mu_);
       if (!aborted_.ok()) {
@@ -138,9 +101,14 @@ class TcpPeerChannel final : public PeerChannel {
       } else {
         match_.Recv(peer, key, meta, out, std::move(what), std::move(done), &e, &data);
         Answer(&e);
+        for (int id : e.redirects) {  // its body is arriving: the rest can go straight to out
+          auto it = conns_.find(id);
+          if (it != conns_.end()) it->second->RedirectSoon();
+        }
+        e.redirects.clear();
       }
     }
-    if (!data.empty()) std::memcpy(out, data.data(), data.size());  // it had arrived
+    if (data) std::memcpy(out, data.get(), static_cast<size_t>(meta.bytes));  // it had arrived
     Run(&e);
   }
 
@@ -189,12 +157,12 @@ class TcpPeerChannel final : public PeerChannel {
     (void)!write(wake_, &one, sizeof(one));
   }
 
-  static Out Text(Kind kind, const Key& key, const Status& s) {
-    Out o;
-    o.text = s.message().substr(0, kMaxText);
-    o.header = Header{kind,    key.set,
-                      key.tag, static_cast<int32_t>(s.code()),
-                      key.seq, static_cast<int64_t>(o.text.size())};
+  static PeerOut Text(PeerFrameKind kind, const Key& key, const Status& s) {
+    PeerOut o;
+    o.text = s.message().substr(0, kPeerMaxText);
+    o.header = PeerHeader{kind,    key.set,
+                          key.tag, static_cast<int32_t>(s.code()),
+                          key.seq, static_cast<int64_t>(o.text.size())};
     return o;
   }
 
@@ -220,24 +188,22 @@ class TcpPeerChannel final : public PeerChannel {
                       what + ": rank " + std::to_string(rank_), "rank " + std::to_string(peer));
     if (!fd.ok()) return fd.status();
     MutexLock lock(&mu_);
-    auto c = std::make_unique<Conn>();
-    c->id = next_conn_++;
-    c->fd = fd.value();
+    const int id = next_conn_++;
+    auto c = std::make_unique<PeerConn>(id, fd.value(), /*accepted=*/false);
     c->peer = peer;
-    dialed_[peer] = c->id;
-    const int id = c->id;
+    dialed_[peer] = id;
     conns_[id] = std::move(c);
     Wake();  // the loop reads its acknowledgements
     return id;
   }
 
   // Appends a frame; writes what the socket takes at once when nothing is ahead of it.
-  void Queue(int id, Out o, Effects* e) REQUIRES(mu_) {
+  void Queue(int id, PeerOut o, Effects* e) REQUIRES(mu_) {
     auto it = conns_.find(id);
     if (it == conns_.end() || it->second->dead) return;
-    Conn* c = it->second.get();
+    PeerConn* c = it->second.get();
     c->out.push_back(std::move(o));
-    if (c->out.back().header.kind != kData) c->out.back().body = c->out.back().text.data();
+    if (c->out.back().header.kind != kPeerData) c->out.back().body = c->out.back().text.data();
     if (c->out.size() == 1) Flush(c, e);
     if (!c->out.empty()) Wake();  // the loop waits for room
   }
@@ -246,40 +212,18 @@ class TcpPeerChannel final : public PeerChannel {
   void Answer(Effects* e) REQUIRES(mu_) {
     std::vector<Effects::Answer> answers;
     answers.swap(e->answers);
-    for (const auto& a : answers) Queue(a.conn, Text(kAck, a.key, a.status), e);
+    for (const auto& a : answers) Queue(a.conn, Text(kPeerAck, a.key, a.status), e);
   }
 
   // Writes queued frames until the socket is full.
-  void Flush(Conn* c, Effects* e) REQUIRES(mu_) {
-    while (!c->out.empty() && !c->dead) {
-      Out& o = c->out.front();
-      const size_t total = sizeof(Header) + static_cast<size_t>(o.header.bytes);
-      iovec v[2];
-      int n = 0;
-      if (o.sent < sizeof(Header)) {
-        v[n++] = {reinterpret_cast<char*>(&o.header) + o.sent, sizeof(Header) - o.sent};
-        v[n++] = {const_cast<char*>(o.body), static_cast<size_t>(o.header.bytes)};
-      } else {
-        v[n++] = {const_cast<char*>(o.body) + (o.sent - sizeof(Header)), total - o.sent};
-      }
-      msghdr m{};
-      m.msg_iov = v;
-      m.msg_iovlen = static_cast<size_t>(n);
-      const ssize_t w = sendmsg(c->fd, &m, MSG_NOSIGNAL);
-      if (w < 0 && errno == EINTR) continue;
-      if (w < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return;
-      if (w < 0) {
-        Lost(c, std::string("writing to it failed: ") + strerror(errno), e);
-        return;
-      }
-      o.sent += static_cast<size_t>(w);
-      if (o.sent == total) c->out.pop_front();
-    }
+  void Flush(PeerConn* c, Effects* e) REQUIRES(mu_) {
+    if (c->dead) return;
+    if (std::string why = c->Flush(); !why.empty()) Lost(c, why, e);
   }
 
   // The connection failed or ended: nothing more to or from its peer. Without its goodbye
   // the peer died (or its host is unreachable): on_lost hears of it.
-  void Lost(Conn* c, const std::string& how, Effects* e) REQUIRES(mu_) {
+  void Lost(PeerConn* c, const std::string& how, Effects* e) REQUIRES(mu_) {
     c->dead = true;
     c->out.clear();
     if (c->peer < 0 || !match_.Gone(c->peer).ok()) return;
@@ -301,6 +245,7 @@ class TcpPeerChannel final : public PeerChannel {
     std::vector<pollfd> fds;
     std::vector<int> ids;
     Effects e;
+    Reader reader(this, &e);
     auto next_check = Clock::now();
     for (;;) {
       fds.assign({pollfd{listener_.fd, POLLIN, 0}, pollfd{wake_, POLLIN, 0}});
@@ -309,16 +254,16 @@ class TcpPeerChannel final : public PeerChannel {
         MutexLock lock(&mu_);
         if (!aborted_.ok()) break;
         for (auto it = conns_.begin(); it != conns_.end();) {
-          Conn* c = it->second.get();
+          PeerConn* c = it->second.get();
           if (c->dead) {
-            match_.Closed(c->id, Refused(c->peer), &e);
-            close(c->fd);
+            match_.Closed(c->id(), Refused(c->peer), &e);
+            close(c->fd());
             it = conns_.erase(it);
             continue;
           }
           fds.push_back(
-              pollfd{c->fd, static_cast<short>(POLLIN | (c->out.empty() ? 0 : POLLOUT)), 0});
-          ids.push_back(c->id);
+              pollfd{c->fd(), static_cast<short>(POLLIN | (c->out.empty() ? 0 : POLLOUT)), 0});
+          ids.push_back(c->id());
           ++it;
         }
       }
@@ -335,11 +280,14 @@ class TcpPeerChannel final : public PeerChannel {
         MutexLock lock(&mu_);
         auto it = conns_.find(ids[i]);
         if (it == conns_.end()) continue;
-        Conn* c = it->second.get();
+        PeerConn* c = it->second.get();
         if (fds[i].revents & POLLOUT) Flush(c, &e);
         if (fds[i].revents & (POLLIN | POLLHUP | POLLERR)) {
           lock.Unlock();  // reading writes outputs without the lock
-          Read(c, &e);
+          if (std::string how = c->Read(&reader, scratch_, sizeof(scratch_)); !how.empty()) {
+            MutexLock relock(&mu_);
+            Lost(c, how, &e);
+          }
         }
       }
       {
@@ -377,105 +325,68 @@ class TcpPeerChannel final : public PeerChannel {
       const int fd = accept4(listener_.fd, nullptr, nullptr, SOCK_CLOEXEC);
       if (fd < 0) return;
       TuneSocket(fd);
-      auto c = std::make_unique<Conn>();
-      c->fd = fd;
-      c->in = Conn::In::kHello;
       MutexLock lock(&mu_);
-      c->id = next_conn_++;
-      const int id = c->id;
-      conns_[id] = std::move(c);
+      const int id = next_conn_++;
+      conns_[id] = std::make_unique<PeerConn>(id, fd, /*accepted=*/true);
     }
   }
 
-  // Reads what the connection has; the only reader of every connection.
-  void Read(Conn* c, Effects* e) {
-    for (;;) {
-      char* into;
-      size_t want;
-      if (c->in == Conn::In::kBody) {
-        into = c->dest != nullptr ? c->dest : scratch_;
-        want = c->dest != nullptr ? c->left : std::min(c->left, sizeof(scratch_));
-      } else {
-        const size_t need = c->in == Conn::In::kHello ? sizeof(TcpHello) : sizeof(Header);
-        into = c->head + c->got;
-        want = need - c->got;
-      }
-      const ssize_t r = recv(c->fd, into, want, 0);
-      if (r < 0 && errno == EINTR) continue;
-      if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return;
-      if (r <= 0) {
-        MutexLock lock(&mu_);
-        Lost(c, r == 0 ? "closed" : std::string("reading failed: ") + strerror(errno), e);
-        return;
-      }
-      if (c->in == Conn::In::kBody) {
-        if (c->dest != nullptr) c->dest += r;
-        c->left -= static_cast<size_t>(r);
-        if (c->left == 0) BodyDone(c, e);
-        continue;
-      }
-      c->got += static_cast<size_t>(r);
-      if (c->in == Conn::In::kHello && c->got == sizeof(TcpHello)) {
-        TcpHello hello;
-        std::memcpy(&hello, c->head, sizeof(hello));
-        MutexLock lock(&mu_);
-        if (hello.token != listener_.token || hello.rank >= static_cast<uint32_t>(size_) ||
-            static_cast<int>(hello.rank) == rank_) {
-          c->dead = true;  // not one of ours
-          return;
-        }
-        c->peer = static_cast<int>(hello.rank);
-        c->in = Conn::In::kHeader;
-        c->got = 0;
-      } else if (c->in == Conn::In::kHeader && c->got == sizeof(Header)) {
-        std::memcpy(&c->header, c->head, sizeof(Header));
-        c->got = 0;
-        if (!HeaderDone(c, e)) return;
-      }
-    }
-  }
+  // What the frames read on the loop mean (PeerConn::Reader), with the loop's effects.
+  class Reader final : public PeerConn::Reader {
+   public:
+    Reader(TcpPeerChannel* channel, Effects* e) : ch_(channel), e_(e) {}
 
-  // Decides where the body goes. False when the frame is malformed (the connection is lost).
-  bool HeaderDone(Conn* c, Effects* e) {
-    const Header& h = c->header;
-    {
-      MutexLock lock(&mu_);
-      if (h.bytes < 0 || (h.kind != kData && h.bytes > kMaxText) || h.kind < kData ||
-          h.kind > kBye) {
-        Lost(c, "it sent a malformed frame", e);
+    bool OnHello(PeerConn* c, const TcpHello& hello) override {
+      MutexLock lock(&ch_->mu_);
+      if (hello.token != ch_->listener_.token || hello.rank >= static_cast<uint32_t>(ch_->size_) ||
+          static_cast<int>(hello.rank) == ch_->rank_) {
         return false;
       }
-      c->in = Conn::In::kBody;
-      c->left = static_cast<size_t>(h.bytes);
-      if (h.kind != kData) {
-        c->text.resize(c->left);
-        c->dest = c->text.data();
+      c->peer = static_cast<int>(hello.rank);
+      return true;
+    }
+
+    char* OnData(PeerConn* c) override {
+      const PeerHeader& h = c->header();
+      MutexLock lock(&ch_->mu_);
+      return ch_->match_.Arriving(c->id(), c->peer, Key{h.set, h.tag, h.seq},
+                                  Meta{static_cast<DataType>(h.code), h.bytes}, e_);
+    }
+
+    char* OnRedirect(PeerConn* c, size_t received) override {
+      const PeerHeader& h = c->header();
+      std::unique_ptr<char[]> arrived;
+      char* out;
+      {
+        MutexLock lock(&ch_->mu_);
+        out = ch_->match_.Redirect(c->id(), c->peer, Key{h.set, h.tag, h.seq}, &arrived);
+      }
+      if (out != nullptr && received > 0) std::memcpy(out, arrived.get(), received);
+      return out;
+    }
+
+    void OnFrame(PeerConn* c) override {
+      const PeerHeader& h = c->header();
+      const Key key{h.set, h.tag, h.seq};
+      MutexLock lock(&ch_->mu_);
+      const Status said = h.code == 0 ? Status::Ok() : Status(static_cast<Code>(h.code), c->text());
+      if (h.kind == kPeerBye) {
+        c->bye = true;
+      } else if (h.kind == kPeerAck) {
+        ch_->match_.Answered(c->peer, key, said, e_);
+      } else if (h.kind == kPeerRefusal) {
+        ch_->match_.Refusal(c->peer, key,
+                            Status(said.code(), "the sender refused it: " + c->text()), e_);
       } else {
-        c->dest = match_.Arriving(c->id, c->peer, Key{h.set, h.tag, h.seq},
-                                  Meta{static_cast<DataType>(h.code), h.bytes}, e);
+        ch_->match_.Arrived(c->id(), c->peer, key, e_);
+        ch_->Answer(e_);
       }
     }
-    if (c->left == 0) BodyDone(c, e);
-    return true;
-  }
 
-  void BodyDone(Conn* c, Effects* e) {
-    const Header& h = c->header;
-    const Key key{h.set, h.tag, h.seq};
-    c->in = Conn::In::kHeader;
-    MutexLock lock(&mu_);
-    const Status said = h.code == 0 ? Status::Ok() : Status(static_cast<Code>(h.code), c->text);
-    if (h.kind == kBye) {
-      c->bye = true;
-    } else if (h.kind == kAck) {
-      match_.Answered(c->peer, key, said, e);
-    } else if (h.kind == kRefusal) {
-      match_.Refusal(c->peer, key, Status(said.code(), "the sender refused it: " + c->text), e);
-    } else {
-      match_.Arrived(c->id, c->peer, key, e);
-      Answer(e);
-    }
-  }
+   private:
+    TcpPeerChannel* const ch_;
+    Effects* const e_;
+  };
 
   // After the loop ended: fails everything pending (with the abort's reason).
   void FailAll() {
@@ -504,7 +415,7 @@ class TcpPeerChannel final : public PeerChannel {
   Status aborted_ GUARDED_BY(mu_);
   PeerMatch match_ GUARDED_BY(mu_);
   int next_conn_ GUARDED_BY(mu_) = 0;
-  std::map<int, std::unique_ptr<Conn>> conns_ GUARDED_BY(mu_);
+  std::map<int, std::unique_ptr<PeerConn>> conns_ GUARDED_BY(mu_);
   std::map<int, int> dialed_ GUARDED_BY(mu_);  // peer -> connection
   // Peers whose connection ended without a goodbye: why, and when it stands.
   std::map<int, std::pair<Status, Clock::time_point>> suspects_ GUARDED_BY(mu_);

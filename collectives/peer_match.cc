@@ -47,7 +47,7 @@ Status PeerMatch::Match(const Arrival& a, const RecvOp& op, const Key& key, Effe
 }
 
 bool PeerMatch::Recv(int peer, const Key& key, const Meta& meta, void* out, std::string what,
-                     Done done, Effects* e, std::string* data) {
+                     Done done, Effects* e, std::unique_ptr<char[]>* data) {
   RecvOp op{meta,        static_cast<char*>(out), std::move(what), std::move(done), Status::Ok(),
             Clock::now()};
   auto it = arrivals_.find({peer, key});
@@ -62,6 +62,7 @@ bool PeerMatch::Recv(int peer, const Key& key, const Meta& meta, void* out, std:
     e->done.emplace_back(std::move(op.done), Prefixed(op.what, gone));
     return false;
   }
+  if (it != arrivals_.end() && it->second.refusal.ok()) e->redirects.push_back(it->second.conn);
   recvs_[{peer, key}] = std::move(op);
   return false;
 }
@@ -83,9 +84,9 @@ char* PeerMatch::Arriving(int conn, int peer, const Key& key, const Meta& sent, 
     Arrival& a = arrivals_[{peer, key}];
     a.conn = conn;
     a.meta = sent;
-    a.data.resize(static_cast<size_t>(sent.bytes));
+    a.data.reset(new char[static_cast<size_t>(sent.bytes)]);  // no zeroing: pages stay untouched
     a.since = Clock::now();
-    return a.data.data();
+    return a.data.get();
   }
   Answer& r = reading_[conn];
   r.peer = peer;
@@ -116,11 +117,30 @@ void PeerMatch::Arrived(int conn, int peer, const Key& key, Effects* e) {
   RecvOp op = std::move(posted->second);
   recvs_.erase(posted);
   Status s = Match(it->second, op, key, e);
-  if (s.ok() && !it->second.data.empty()) {
-    std::memcpy(op.out, it->second.data.data(), it->second.data.size());
+  if (s.ok() && it->second.meta.bytes > 0) {
+    std::memcpy(op.out, it->second.data.get(), static_cast<size_t>(it->second.meta.bytes));
   }
   arrivals_.erase(it);
   if (op.done) e->done.emplace_back(std::move(op.done), std::move(s));
+}
+
+char* PeerMatch::Redirect(int conn, int peer, const Key& key, std::unique_ptr<char[]>* arrived) {
+  auto a = arrivals_.find({peer, key});
+  auto posted = recvs_.find({peer, key});
+  if (a == arrivals_.end() || a->second.complete || a->second.conn != conn ||
+      posted == recvs_.end() || !posted->second.done ||
+      !Mismatch(posted->second.what, a->second.meta, posted->second.meta).ok()) {
+    return nullptr;
+  }
+  Answer& r = reading_[conn];  // from here on as if the recv had come first
+  r.peer = peer;
+  r.key = key;
+  r.status = Status::Ok();
+  r.recv = std::move(posted->second);
+  recvs_.erase(posted);
+  *arrived = std::move(a->second.data);
+  arrivals_.erase(a);
+  return r.recv.out;
 }
 
 void PeerMatch::Refusal(int peer, const Key& key, const Status& why, Effects* e) {

@@ -9,6 +9,7 @@
 
 #include <chrono>
 #include <map>
+#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
@@ -34,7 +35,8 @@ class PeerMatch {
     std::vector<Answer> answers;                // acknowledgements to write
     std::vector<std::pair<Done, Status>> done;  // callbacks to run, in order
     std::vector<Status> stalls;
-    std::vector<Status> lost;  // peers that died (the transport's)
+    std::vector<Status> lost;    // peers that died (the transport's)
+    std::vector<int> redirects;  // connections whose arriving body a recv now waits for
   };
 
   explicit PeerMatch(int rank) : rank_(rank) {}
@@ -44,16 +46,23 @@ class PeerMatch {
 
   // A send about to go out: `done` gets the receiver's answer.
   void Send(int peer, const Key& key, std::string what, Done done);
-  // A recv: true when its message had arrived; the caller then copies *data into `out`
-  // (after the lock) before running e->done, which holds its completion.
+  // A recv: true when its message had arrived; the caller then copies *data (meta.bytes,
+  // null when the recv does not take it) into `out` (after the lock) before running e->done,
+  // which holds its completion. A message still arriving puts its connection in
+  // e->redirects: the transport then asks Redirect where the rest of the body goes.
   bool Recv(int peer, const Key& key, const Meta& meta, void* out, std::string what, Done done,
-            Effects* e, std::string* data);
+            Effects* e, std::unique_ptr<char[]>* data);
   void RefuseRecv(int peer, const Key& key, const Status& why, Effects* e);
 
   // The transport's events. Arriving: a data message's header came on connection `conn`;
   // returns where its body goes (null: drop it). Arrived: the body is in place.
   char* Arriving(int conn, int peer, const Key& key, const Meta& sent, Effects* e);
   void Arrived(int conn, int peer, const Key& key, Effects* e);
+  // A recv that takes a message still arriving on `conn` (into its own buffer): the recv's
+  // output, where the rest of the body goes; the buffer moves to *arrived, and the caller
+  // copies what it read so far from there. Null when no such recv waits (or it does not
+  // take the message: the body then arrives whole and Arrived decides).
+  char* Redirect(int conn, int peer, const Key& key, std::unique_ptr<char[]>* arrived);
   void Refusal(int peer, const Key& key, const Status& why, Effects* e);
   void Answered(int peer, const Key& key, const Status& answer, Effects* e);
   // Everything pending with `peer` fails with `why` (its connection ended); a body being read
@@ -87,7 +96,7 @@ class PeerMatch {
   struct Arrival {
     int conn = -1;
     Meta meta;
-    std::string data;
+    std::unique_ptr<char[]> data;  // meta.bytes, uninitialised until read
     bool complete = false;
     Status refusal;
     Clock::time_point since;

@@ -42,7 +42,7 @@ class Work(dist.Work):
         self._what = what
         self._handles = handles
         self._finish = finish
-        self._done = threading.Event()
+        self._finished = False  # set once, under _future_lock, after outputs/error
         self._lock = threading.Lock()
         self._outputs = None
         self._error = None
@@ -51,7 +51,7 @@ class Work(dist.Work):
 
     def _complete(self):
         with self._lock:
-            if not self._done.is_set():
+            if not self._finished:
                 self._finish_now()
 
     def _finish_now(self):
@@ -72,7 +72,7 @@ class Work(dist.Work):
             text = str(error) if isinstance(error, errors.HoraError) else repr(error)
             self._error = DistBackendError("hora: %s failed: %s" % (self._what, text))
         with _future_lock:
-            self._done.set()
+            self._finished = True
             future = self._future
         if future is not None:
             self._settle(future)
@@ -94,7 +94,7 @@ class Work(dist.Work):
         if not self._lock.acquire(blocking=False):
             return
         try:
-            if not self._done.is_set() and all(mpi_ops.poll(h) for h in self._handles):
+            if not self._finished and all(mpi_ops.poll(h) for h in self._handles):
                 self._finish_now()
         finally:
             self._lock.release()
@@ -103,20 +103,20 @@ class Work(dist.Work):
         """Waits up to `seconds`, finishing the Work here once its handles are done (the
         completer may be busy with an older Work that is still running)."""
         deadline = time.monotonic() + seconds
-        while not self._done.is_set():
+        while not self._finished:
             self._try_complete()
             left = deadline - time.monotonic()
-            if self._done.is_set() or left <= 0:
+            if self._finished or left <= 0:
                 break
-            self._done.wait(min(left, 0.001))
-        return self._done.is_set()
+            time.sleep(min(left, 0.0005))
+        return self._finished
 
     def is_completed(self):
         self._try_complete()
-        return self._done.is_set()
+        return self._finished
 
     def is_success(self):
-        return self._done.is_set() and self._error is None
+        return self._finished and self._error is None
 
     def exception(self):
         return self._error
@@ -130,7 +130,7 @@ class Work(dist.Work):
             future, fresh = self._future, self._future is None
             if fresh:
                 future = self._future = torch.futures.Future()
-            done = self._done.is_set()
+            done = self._finished
         if not done:
             _completer.wake()
         elif fresh:  # finished before anybody asked: settle it here
