@@ -8,9 +8,10 @@ The default group runs on hora; a second group of the same ranks on gloo
 both see the same machine load. Reported per line: the median time of each and gloo/hora
 (above 1: hora is faster).
 
-  collectives  all_reduce, all_gather_into_tensor and reduce_scatter_tensor of float32
-               tensors from 4 KiB to 64 MiB (the size is the all_reduce tensor, the gathered
-               output and the reduce-scatter input)
+  collectives  all_reduce, all_gather_into_tensor, reduce_scatter_tensor and
+               all_to_all_single of float32 tensors from 8 B to 64 MiB (the size is the
+               all_reduce tensor, the gathered output, the reduce-scatter input and the
+               all-to-all input)
   p2p          send/recv ping-pong between ranks 0 and 1 (the others idle), float32 from
                4 B to 64 MiB: the time of one way (half a round trip)
   ddp          DistributedDataParallel step (backward with the reducer's allreduces) on
@@ -60,7 +61,8 @@ def collectives(args, groups, gloo, n):
     for size in SIZES:
         count = size // 4
         iters = max(3, min(200, (64 << 20) // size // 4))
-        for kind in ("all_reduce", "all_gather_into_tensor", "reduce_scatter_tensor"):
+        for kind in ("all_reduce", "all_gather_into_tensor", "reduce_scatter_tensor",
+                     "all_to_all_single"):
             samples = {name: [] for name in groups}
             for _ in range(args.rounds):
                 for name, group in groups.items():
@@ -70,9 +72,12 @@ def collectives(args, groups, gloo, n):
                     elif kind == "all_gather_into_tensor":
                         out, inp = torch.empty(count), torch.ones(count // n)
                         fn = lambda: dist.all_gather_into_tensor(out, inp, group=group)  # noqa
-                    else:
+                    elif kind == "reduce_scatter_tensor":
                         inp, out = torch.ones(count), torch.empty(count // n)
                         fn = lambda: dist.reduce_scatter_tensor(out, inp, group=group)  # noqa
+                    else:
+                        inp, out = torch.ones(count), torch.empty(count)
+                        fn = lambda: dist.all_to_all_single(out, inp, group=group)  # noqa
                     samples[name].append(time_op(fn, iters, gloo))
             rows.append(("%s %s" % (kind, human(size)),
                          {k: statistics.median(v) for k, v in samples.items()}))

@@ -191,6 +191,20 @@ def all_to_all_even_and_uneven():
     out = torch.zeros(sum(out_splits))
     dist.all_to_all_single(out, torch.cat(send), out_splits, in_splits)
     close(out, torch.cat(recv))
+    # An output of another shape (filled in place), a non-contiguous one (copied into), one
+    # of the wrong size (an error naming both sizes; the job goes on).
+    grid = torch.zeros(N, 2)
+    dist.all_to_all_single(grid, inp)
+    close(grid.reshape(-1), torch.cat([torch.arange(2 * R, 2 * R + 2, dtype=torch.float32) +
+                                       100 * s for s in range(N)]))
+    strided = torch.zeros(2, N).t()
+    dist.all_to_all_single(strided, inp)
+    close(strided, grid)
+    try:
+        dist.all_to_all_single(torch.zeros(N * 2 + 1), inp)
+        check(False, "an output of the wrong size must fail")
+    except RuntimeError as e:
+        check("into an output of %d" % (N * 2 + 1) in str(e), str(e))
 
 
 @case

@@ -229,9 +229,12 @@ def _splits_list(splits, tensor, n):
     return values
 
 
-def alltoall_async(tensor, splits=None, name=None, process_set=global_process_set):
+def alltoall_async(tensor, splits=None, name=None, process_set=global_process_set,
+                   _output=None):
     """Starts sending splits[r] rows of `tensor` to rank r. synchronize() returns
-    (output, received_splits)."""
+    (output, received_splits). `_output` (c10d's all_to_all_single): a contiguous CPU tensor
+    of `tensor`'s dtype that the received elements fill, returned as the output (a
+    ValueError when they do not fill it)."""
     set_id = _set_id(process_set)
     with refusing("alltoall", name, set_id):
         _nonscalar([tensor], "alltoall")
@@ -240,18 +243,34 @@ def alltoall_async(tensor, splits=None, name=None, process_set=global_process_se
     c = _contig(tensor)
     # On CPU, as many rows received as sent (equal splits everywhere, the usual case) land
     # straight in a tensor allocated here; any other count is held and copied.
-    guess = torch.empty_like(c) if c.device.type == "cpu" and c.numel() > 0 else None
+    if _output is not None:
+        guess = _output
+    else:
+        guess = torch.empty_like(c) if c.device.type == "cpu" and c.numel() > 0 else None
     h = core.alltoall_async(core.op_name("alltoall", name, set_id), _describe(c), split_list,
                             keep=(c, guess), process_set=set_id, out=_placed(guess))
     splits_device = splits.device if isinstance(splits, torch.Tensor) else torch.device("cpu")
 
     def finish(hs):
-        out = _gathered(hs[0], c, guess)
+        out = _gathered(hs[0], c, guess) if _output is None else _filled(hs[0], _output)
         received = torch.tensor(hs[0].result_splits(n), dtype=torch.int32,
                                 device=splits_device)
         return out, received
 
     return _register([h], finish, keep=c)
+
+
+def _filled(h, output):
+    """`output` holding an alltoall's result: written there by the data plane when the sizes
+    agree (nothing to copy), else copied from the held result."""
+    numel = 1
+    for d in h.result_shape():
+        numel *= d
+    if numel != output.numel():
+        raise ValueError("all_to_all_single: received %d elements into an output of %d"
+                         % (numel, output.numel()))
+    h.result_copy(output.data_ptr() if numel else None, numel * output.element_size())
+    return output
 
 
 class HoraAlltoall(torch.autograd.Function):
