@@ -185,7 +185,11 @@ class TcpPeerChannel final : public PeerChannel {
     if (!published.ok()) return published.status();
     auto fd =
         DialPublished(published.value(), static_cast<uint32_t>(rank_), 0, 0, deadline,
-                      what + ": rank " + std::to_string(rank_), "rank " + std::to_string(peer));
+                      what + ": rank " + std::to_string(rank_), "rank " + std::to_string(peer),
+                      [this] {  // the job's verdict ends a dial to a dead peer
+                        MutexLock lock(&mu_);
+                        return aborted_;
+                      });
     if (!fd.ok()) return fd.status();
     MutexLock lock(&mu_);
     const int id = next_conn_++;

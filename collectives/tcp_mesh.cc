@@ -189,7 +189,7 @@ StatusOr<TcpListener> OpenListener(const BackendConfig& config, const std::strin
 
 StatusOr<int> DialPublished(const std::string& published, uint32_t rank, uint32_t channel,
                             int buffer_bytes, Clock::time_point deadline, const std::string& what,
-                            const std::string& whom) {
+                            const std::string& whom, const std::function<Status()>& cancelled) {
   std::istringstream in(published);
   std::string host;
   int port = 0;
@@ -212,6 +212,9 @@ StatusOr<int> DialPublished(const std::string& published, uint32_t rank, uint32_
     }
     const std::string why = strerror(errno);
     close(fd);
+    if (cancelled) {
+      if (Status s = cancelled(); !s.ok()) return s;
+    }
     if (Clock::now() >= deadline) {
       return Unavailable(what + " cannot connect to " + whom + " at " + host + ":" +
                          std::to_string(port) + ": " + why);

@@ -14,6 +14,7 @@
 #define HORA_COLLECTIVES_TCP_MESH_H_
 
 #include <chrono>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -56,9 +57,11 @@ struct TcpHello {
 };
 // Connects to a published "address port token" (retrying until the deadline) and sends
 // TcpHello{rank, channel, token}. `whom` names the acceptor in errors ("member 3").
+// `cancelled` (may be empty), asked before every retry: a non-OK status ends the dial with it.
 StatusOr<int> DialPublished(const std::string& published, uint32_t rank, uint32_t channel,
                             int buffer_bytes, std::chrono::steady_clock::time_point deadline,
-                            const std::string& what, const std::string& whom);
+                            const std::string& what, const std::string& whom,
+                            const std::function<Status()>& cancelled = nullptr);
 // Nagle off, non-blocking (what every socket of a mesh gets).
 void TuneSocket(int fd);
 

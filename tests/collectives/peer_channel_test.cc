@@ -276,6 +276,24 @@ TEST_CASE("within the grace for a lost peer, the job's verdict (Abort) takes pre
   CHECK(*lost == 0);
 }
 
+TEST_CASE("a send to a peer gone before any connection ends with the job's verdict") {
+  // Dialing a dead peer is refused until the dial timeout (10 s here); the verdict ends it.
+  MemoryStore store;
+  auto ch = Open(2, &store);
+  ch[1].reset();  // rank 1 exits: its listener closes
+  const auto a = Filled(10, 1);
+  Pending s;
+  std::thread sender([&] {
+    ch[0]->Send(1, Key{0, 0, 0}, Floats(10), a.data(), "send to rank 1", s.done());
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  ch[0]->Abort(PeerFailure("rank 1 is lost"));
+  Status st = s.Get();
+  sender.join();
+  CHECK(st.code() == Code::kPeerFailure);
+  CHECK(st.message() == "send to rank 1: rank 1 is lost");
+}
+
 TEST_CASE("a stalled recv, send or message ends in DEADLINE_EXCEEDED naming it") {
   MemoryStore store;
   auto stalls = std::make_shared<std::vector<std::string>>();
