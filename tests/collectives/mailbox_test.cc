@@ -16,23 +16,11 @@
 #include <thread>
 #include <vector>
 
+#include "tests/harness/local_config.h"
 #include "tests/harness/memory_store.h"
 
 namespace hora {
 namespace {
-
-BackendConfig ConfigFor(int rank, int size, KvStore* store) {
-  BackendConfig c;
-  c.rank = rank;
-  for (int r = 0; r < size; ++r) {
-    c.global_ranks.push_back(r);
-    c.hostnames.push_back("localhost");
-  }
-  c.store = store;
-  c.key_prefix = "test/";
-  c.timeout = std::chrono::milliseconds(10000);
-  return c;
-}
 
 std::vector<std::unique_ptr<Mailbox>> Open(int size, MemoryStore* store) {
   std::vector<std::unique_ptr<Mailbox>> boxes(size);
@@ -40,7 +28,7 @@ std::vector<std::unique_ptr<Mailbox>> Open(int size, MemoryStore* store) {
   std::vector<std::thread> threads;
   for (int r = 0; r < size; ++r) {
     threads.emplace_back([&, r] {
-      auto box = CreateMailbox(ConfigFor(r, size, store));
+      auto box = CreateMailbox(LocalConfig(r, size, store, "test/"));
       if (box.ok()) {
         boxes[r] = std::move(box.value());
       } else {
@@ -144,7 +132,7 @@ TEST_CASE("members connected to their peers only: a star of 4 around member 1") 
   std::vector<std::thread> threads;
   for (int r = 0; r < 4; ++r) {
     threads.emplace_back([&, r] {
-      auto box = CreateMailbox(ConfigFor(r, 4, &store), peers[static_cast<size_t>(r)]);
+      auto box = CreateMailbox(LocalConfig(r, 4, &store, "test/"), peers[static_cast<size_t>(r)]);
       if (box.ok()) boxes[static_cast<size_t>(r)] = std::move(box).value();
     });
   }
@@ -160,7 +148,8 @@ TEST_CASE("members connected to their peers only: a star of 4 around member 1") 
   CHECK(Collect(boxes[1].get(), 1, &status) == std::vector<std::string>{"3:leaf"});
   CHECK(boxes[0]->PostTo({2}, "x", 1).code() == Code::kInvalidArgument);  // not a peer
   MemoryStore other;
-  CHECK(CreateMailbox(ConfigFor(0, 2, &other), {0}).status().code() == Code::kInvalidArgument);
+  CHECK(CreateMailbox(LocalConfig(0, 2, &other, "test/"), {0}).status().code() ==
+        Code::kInvalidArgument);
 }
 
 TEST_CASE("a member whose mailbox closed is named by the others") {
@@ -202,7 +191,7 @@ TEST_CASE("a connection without the token is not taken for a member") {
   MemoryStore store;
   std::unique_ptr<Mailbox> zero;
   std::thread opener([&] {
-    auto box = CreateMailbox(ConfigFor(0, 2, &store));
+    auto box = CreateMailbox(LocalConfig(0, 2, &store, "test/"));
     if (box.ok()) zero = std::move(box.value());
   });
   // Member 0's address, then a stranger connects with a wrong token before member 1 does.
@@ -220,7 +209,7 @@ TEST_CASE("a connection without the token is not taken for a member") {
   REQUIRE(connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0);
   const char bogus[16] = {1, 0, 0, 0, 0, 0, 0, 0, 7, 7, 7, 7, 7, 7, 7, 7};
   REQUIRE(write(fd, bogus, sizeof(bogus)) == static_cast<ssize_t>(sizeof(bogus)));
-  auto one = CreateMailbox(ConfigFor(1, 2, &store));
+  auto one = CreateMailbox(LocalConfig(1, 2, &store, "test/"));
   opener.join();
   close(fd);
   REQUIRE(one.ok());
@@ -233,7 +222,7 @@ TEST_CASE("a connection without the token is not taken for a member") {
 
 TEST_CASE("a member that never comes ends the others' creation within the timeout") {
   MemoryStore store;
-  BackendConfig c = ConfigFor(0, 2, &store);
+  BackendConfig c = LocalConfig(0, 2, &store, "test/");
   c.timeout = std::chrono::milliseconds(300);
   const auto start = std::chrono::steady_clock::now();
   auto box = CreateMailbox(c);

@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "collectives/tcp_mesh.h"
+#include "tests/harness/local_config.h"
 #include "tests/harness/memory_store.h"
 
 namespace hora {
@@ -33,16 +34,7 @@ std::vector<std::unique_ptr<PeerChannel>> Open(int size, MemoryStore* store,
                                                PeerChannel::Options options = {}) {
   std::vector<std::unique_ptr<PeerChannel>> channels;
   for (int r = 0; r < size; ++r) {
-    BackendConfig c;
-    c.rank = r;
-    for (int m = 0; m < size; ++m) {
-      c.global_ranks.push_back(m);
-      c.hostnames.push_back("localhost");
-    }
-    c.store = store;
-    c.key_prefix = "p2p/";
-    c.timeout = std::chrono::milliseconds(10000);
-    auto ch = PeerChannel::Open(c, options);
+    auto ch = PeerChannel::Open(LocalConfig(r, size, store, "p2p/"), options);
     INFO(ch.status().ToString());
     REQUIRE(ch.ok());
     channels.push_back(std::move(ch).value());
@@ -66,12 +58,37 @@ struct Pending {
   }
 };
 
+// A connection to rank 0's channel as rank 1 would open it (with the token rank 0 published):
+// a stand-in for a process that can then die.
+int DialAsRank1(MemoryStore* store) {
+  auto published = store->Get("p2p/0", std::chrono::milliseconds(1000));
+  REQUIRE(published.ok());
+  auto fd =
+      DialPublished(published.value(), 1, 0, 0,
+                    std::chrono::steady_clock::now() + std::chrono::seconds(5), "test", "rank 0");
+  REQUIRE(fd.ok());
+  return fd.value();
+}
+
 Meta Floats(size_t n) { return Meta{DataType::kFloat32, static_cast<int64_t>(n * sizeof(float))}; }
 
 std::vector<float> Filled(size_t n, float base) {
   std::vector<float> v(n);
   for (size_t i = 0; i < n; ++i) v[i] = base + static_cast<float>(i);
   return v;
+}
+
+// A message of `a` from rank `from` to rank `to` under `key` arrives whole and both sides
+// complete: the connection is (still) in step.
+void Delivered(const std::vector<std::unique_ptr<PeerChannel>>& ch, int from, int to, Key key,
+               const std::vector<float>& a) {
+  std::vector<float> got(a.size(), -1);
+  Pending s, r;
+  ch[static_cast<size_t>(from)]->Send(to, key, Floats(a.size()), a.data(), "send", s.done());
+  ch[static_cast<size_t>(to)]->Recv(from, key, Floats(a.size()), got.data(), "recv", r.done());
+  REQUIRE(r.Get().ok());
+  REQUIRE(s.Get().ok());
+  REQUIRE(got == a);
 }
 
 TEST_CASE("a message meets its recv whichever comes first, by key, not by order") {
@@ -151,12 +168,7 @@ TEST_CASE("a size or dtype that differs fails both sides; the connection stays i
   CHECK(r2.Get().message().find("the dtype differs") != std::string::npos);
   CHECK(s2.Get().code() == Code::kMismatch);
   // The dropped bodies left the stream in step.
-  Pending s3, r3;
-  ch[0]->Send(1, Key{0, 0, 2}, Floats(100), a.data(), "send #2", s3.done());
-  ch[1]->Recv(0, Key{0, 0, 2}, Floats(100), got.data(), "recv #2", r3.done());
-  REQUIRE(r3.Get().ok());
-  REQUIRE(s3.Get().ok());
-  REQUIRE(got == a);
+  Delivered(ch, 0, 1, Key{0, 0, 2}, a);
 }
 
 TEST_CASE("a refused side fails the other with its reason") {
@@ -177,12 +189,7 @@ TEST_CASE("a refused side fails the other with its reason") {
   Status ss = s.Get();
   CHECK(ss.code() == Code::kInvalidArgument);
   CHECK(ss.message() == "send: the receiver refused it: rank 1: no output");
-  Pending s2, r2;
-  ch[0]->Send(1, Key{3, 1, 2}, Floats(10), a.data(), "send 2", s2.done());
-  ch[1]->Recv(0, Key{3, 1, 2}, Floats(10), got.data(), "recv 2", r2.done());
-  REQUIRE(r2.Get().ok());
-  REQUIRE(s2.Get().ok());
-  REQUIRE(got == a);
+  Delivered(ch, 0, 1, Key{3, 1, 2}, a);
 }
 
 TEST_CASE("a peer that closes is named by what was pending with it, and by later calls") {
@@ -232,17 +239,11 @@ TEST_CASE("a connection that ends without a goodbye is a death: on_lost, then th
   std::vector<float> got(10, -1);
   Pending r;
   ch[0]->Recv(1, Key{0, 0, 0}, Floats(10), got.data(), "recv from 1", r.done());
-  // Rank 1 as a process that dies: it connects (with the token rank 0 published) and its
-  // connection ends halfway through a header.
-  auto published = store.Get("p2p/0", std::chrono::milliseconds(1000));
-  REQUIRE(published.ok());
-  auto fd =
-      DialPublished(published.value(), 1, 0, 0,
-                    std::chrono::steady_clock::now() + std::chrono::seconds(5), "test", "rank 0");
-  REQUIRE(fd.ok());
+  // Rank 1 as a process that dies: its connection ends halfway through a header.
+  const int fd = DialAsRank1(&store);
   const char half[8] = {1, 0, 0, 0, 0, 0, 0, 0};
-  REQUIRE(send(fd.value(), half, sizeof(half), MSG_NOSIGNAL) == sizeof(half));
-  close(fd.value());
+  REQUIRE(send(fd, half, sizeof(half), MSG_NOSIGNAL) == sizeof(half));
+  close(fd);
   Status rs = r.Get();
   CHECK(rs.code() == Code::kPeerFailure);
   const std::string why =
@@ -262,13 +263,7 @@ TEST_CASE("within the grace for a lost peer, the job's verdict (Abort) takes pre
   std::vector<float> got(10, -1);
   Pending r;
   ch[0]->Recv(1, Key{0, 0, 0}, Floats(10), got.data(), "recv from 1", r.done());
-  auto published = store.Get("p2p/0", std::chrono::milliseconds(1000));
-  REQUIRE(published.ok());
-  auto fd =
-      DialPublished(published.value(), 1, 0, 0,
-                    std::chrono::steady_clock::now() + std::chrono::seconds(5), "test", "rank 0");
-  REQUIRE(fd.ok());
-  close(fd.value());  // rank 1 "died"
+  close(DialAsRank1(&store));  // rank 1 "died"
   std::this_thread::sleep_for(std::chrono::milliseconds(300));
   CHECK(r.future.wait_for(std::chrono::seconds(0)) != std::future_status::ready);
   ch[0]->Abort(PeerFailure("rank 7 is lost"));

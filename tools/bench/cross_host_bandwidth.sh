@@ -34,17 +34,13 @@ for bin in hora_allreduce_bench mpi_allreduce_bench; do
   [ -x "bazel-bin/tools/bench/$bin" ] || {
     echo "cross_host_bandwidth: build //tools/bench:$bin first" >&2; exit 1; }
 done
-KIT="$(cd ../shared/tools/netns-kit 2>/dev/null && pwd)" || {
-  echo "cross_host_bandwidth: ../shared/tools/netns-kit is missing" >&2; exit 1; }
+. tools/bench/netns_hosts.sh
 HOSTS=2
 for layout in $LAYOUTS; do
   [[ "$layout" =~ ^([0-9]+)x([0-9]+)$ ]] || { echo "cross_host_bandwidth: bad layout $layout" >&2; exit 2; }
   [ "${BASH_REMATCH[1]}" -le "$HOSTS" ] || HOSTS="${BASH_REMATCH[1]}"
 done
-export NK_PREFIX="${BENCH_NK_PREFIX:-h29}" NK_NET="${BENCH_NK_NET:-10.200.29}"
-"$KIT/setup.sh" "$HOSTS" >/dev/null
-trap '"$KIT/teardown.sh" >/dev/null 2>&1 || true' EXIT
-. "/tmp/netns-kit/state/$NK_PREFIX/env.sh"
+netns_hosts cross_host_bandwidth "${BENCH_NK_PREFIX:-h29}" "${BENCH_NK_NET:-10.200.29}" "$HOSTS"
 read -r -a ADDRS <<<"$NK_ADDRS"
 read -r -a NAMES <<<"$NK_HOSTS"
 HA="${NAMES[0]}"

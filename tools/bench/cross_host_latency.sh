@@ -33,17 +33,13 @@ for bin in hora_allreduce_bench mpi_allreduce_bench; do
   [ -x "bazel-bin/tools/bench/$bin" ] || {
     echo "cross_host_latency: build //tools/bench:$bin first" >&2; exit 1; }
 done
-KIT="$(cd ../shared/tools/netns-kit 2>/dev/null && pwd)" || {
-  echo "cross_host_latency: ../shared/tools/netns-kit is missing" >&2; exit 1; }
+. tools/bench/netns_hosts.sh
 HOSTS=2
 for layout in $LAYOUTS; do
   [[ "$layout" =~ ^([0-9]+)x([0-9]+)$ ]] || { echo "cross_host_latency: bad layout $layout" >&2; exit 2; }
   [ "${BASH_REMATCH[1]}" -le "$HOSTS" ] || HOSTS="${BASH_REMATCH[1]}"
 done
-export NK_PREFIX=hxt NK_NET=10.200.78
-"$KIT/setup.sh" "$HOSTS" >/dev/null
-trap 'NK_PREFIX=hxt NK_NET=10.200.78 "$KIT/teardown.sh" >/dev/null 2>&1 || true' EXIT
-. "/tmp/netns-kit/state/hxt/env.sh"
+netns_hosts cross_host_latency hxt 10.200.78 "$HOSTS"
 read -r -a ADDRS <<<"$NK_ADDRS"
 read -r -a NAMES <<<"$NK_HOSTS"
 A="${ADDRS[0]}" B="${ADDRS[1]}" HA="${NAMES[0]}" HB="${NAMES[1]}"

@@ -27,12 +27,8 @@ while [ $# -gt 0 ]; do
 done
 [ -x bazel-bin/tools/bench/tcp_limit ] || {
   echo "cross_host_limit: build //tools/bench:tcp_limit first" >&2; exit 1; }
-KIT="$(cd ../shared/tools/netns-kit 2>/dev/null && pwd)" || {
-  echo "cross_host_limit: ../shared/tools/netns-kit is missing" >&2; exit 1; }
-export NK_PREFIX=hxl NK_NET=10.200.77
-"$KIT/setup.sh" 2 >/dev/null
-trap 'NK_PREFIX=hxl NK_NET=10.200.77 "$KIT/teardown.sh" >/dev/null 2>&1 || true' EXIT
-. "/tmp/netns-kit/state/hxl/env.sh"
+. tools/bench/netns_hosts.sh
+netns_hosts cross_host_limit hxl 10.200.77 2
 read -r A B <<<"$NK_ADDRS"
 read -r HA HB <<<"$NK_HOSTS"
 echo "cross_host_limit: hosts $HA ($A) and $HB ($B); $(nproc) cores; kernel $(uname -r)"

@@ -15,12 +15,8 @@ while [ $# -gt 0 ]; do
   esac
   shift
 done
-KIT="$(cd ../shared/tools/netns-kit 2>/dev/null && pwd)" || {
-  echo "cross_host_p2p: ../shared/tools/netns-kit is missing" >&2; exit 1; }
-export NK_PREFIX=hxp NK_NET=10.200.79
-"$KIT/setup.sh" 2 >/dev/null
-trap 'NK_PREFIX=hxp NK_NET=10.200.79 "$KIT/teardown.sh" >/dev/null 2>&1 || true' EXIT
-. "/tmp/netns-kit/state/hxp/env.sh"
+. tools/bench/netns_hosts.sh
+netns_hosts cross_host_p2p hxp 10.200.79 2
 read -r -a NAMES <<<"$NK_HOSTS"
 echo "cross_host_p2p: hosts ${NAMES[0]} and ${NAMES[1]}; $(nproc) cores; kernel $(uname -r)"
 "$KIT/nk-exec" "${NAMES[0]}" tools/launcher/horarun --ssh-config-file "$NK_SSH_CONFIG" \

@@ -33,12 +33,8 @@ if [ "$HOSTS" = 1 ]; then
   run() { env HORA_STEADY="$1" HORA_BUCKET_CAP_MB=0 PYTHONPATH="$PY_PATH" \
             tools/launcher/horarun -np "$PER" -x MASTER_PORT=29541 "${BENCH[@]}"; }
 else
-  KIT="$(cd ../shared/tools/netns-kit 2>/dev/null && pwd)" || {
-    echo "fused_steady_bench: ../shared/tools/netns-kit is missing" >&2; exit 1; }
-  export NK_PREFIX=hfs NK_NET=10.200.81
-  "$KIT/setup.sh" "$HOSTS" >/dev/null
-  trap 'NK_PREFIX=hfs NK_NET=10.200.81 "$KIT/teardown.sh" >/dev/null 2>&1 || true' EXIT
-  . /tmp/netns-kit/state/hfs/env.sh
+  . tools/bench/netns_hosts.sh
+  netns_hosts fused_steady_bench hfs 10.200.81 "$HOSTS"
   read -r -a NAMES <<<"$NK_HOSTS"
   H=""
   for h in "${NAMES[@]:0:$HOSTS}"; do H="$H${H:+,}$h:$PER"; done
