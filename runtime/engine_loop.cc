@@ -415,7 +415,7 @@ StatusOr<int64_t> Engine::EnqueueTransfer(TensorSpec spec, const void* input, vo
     peers_->Refuse(*set, peer, tag, send, n, bad);
     return bad;
   }
-  const int64_t handle = handles_.Create();
+  const int64_t handle = handles_.Create(PeerTransfers::kWaitYieldUs);
   recorder_.Enqueued(handle, spec, TimelineNowUs());
   if (timeline_.on()) timeline_.Submitted(handle, spec, TimelineNowUs());
   peers_->Start(*set, spec, input, output, peer, tag, send, n, handle);

@@ -1,13 +1,19 @@
 #include "runtime/handle_table.h"
 
+#include <sched.h>
+
+#include <algorithm>
+
 #include "common/mutex.h"
 
 namespace hora {
 
-int64_t HandleTable::Create() {
+int64_t HandleTable::Create(int yield_us) {
   MutexLock lock(&mu_);
   int64_t h = next_++;
-  spare_.Insert(&entries_, h, Entry());
+  Entry e;
+  e.yield_us = yield_us;
+  spare_.Insert(&entries_, h, std::move(e));
   return h;
 }
 
@@ -53,6 +59,18 @@ Status HandleTable::Wait(int64_t handle, std::chrono::duration<double> timeout) 
   MutexLock lock(&mu_);
   auto it = entries_.find(handle);
   if (it == entries_.end()) return NotFound(handle);
+  if (!it->second.done && it->second.yield_us > 0 && timeout.count() != 0) {
+    const auto until = std::chrono::steady_clock::now() +
+                       std::chrono::microseconds(std::min<int64_t>(
+                           it->second.yield_us, static_cast<int64_t>(timeout.count() * 1e6)));
+    do {
+      lock.Unlock();
+      sched_yield();
+      lock.Lock();
+      it = entries_.find(handle);
+    } while (it != entries_.end() && !it->second.done && std::chrono::steady_clock::now() < until);
+    if (it == entries_.end()) return NotFound(handle);
+  }
   auto is_done = [&] {
     mu_.AssertHeld();
     it = entries_.find(handle);

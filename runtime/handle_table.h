@@ -47,7 +47,10 @@ class HandleTable {
   HandleTable(const HandleTable&) = delete;
   HandleTable& operator=(const HandleTable&) = delete;
 
-  int64_t Create();
+  // yield_us: how long a waiter yields its core, checking, before it sleeps: for operations
+  // that usually finish within microseconds of the wait (a transfer's other side is already
+  // in flight), where waking from the condition variable costs more than the operation.
+  int64_t Create(int yield_us = 0);
   // Completes a pending handle; a handle already done or released is left alone.
   void Complete(int64_t handle, Status status, OpResult result);
   void Complete(int64_t handle, Status status);  // no result (the entry's stays empty)
@@ -76,6 +79,7 @@ class HandleTable {
   FlightRecorder* const recorder_;
   struct Entry {
     bool done = false;
+    int yield_us = 0;
     Status status;
     OpResult result;
   };

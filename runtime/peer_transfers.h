@@ -39,6 +39,12 @@ class PeerTransfers {
   PeerTransfers(std::unique_ptr<PeerChannel> channel, Hooks hooks)
       : channel_(std::move(channel)), hooks_(std::move(hooks)) {}
 
+  // How long a thread waiting for a direct transfer yields its core before it sleeps
+  // (HandleTable::Create): the other side is usually microseconds away, and on 2 cores a
+  // condition variable's wake-up cost 4 B ping-pongs 40-46 us one way at the C API against
+  // 31-34 us with the yield (docs/parallelism-measurements.md).
+  static constexpr int kWaitYieldUs = 50;
+
   // Whether a transfer of `spec` goes straight to its peer (else through the coordinator).
   bool Direct(const TensorSpec& spec) const {
     return channel_ != nullptr && spec.device == Device::kCpu;

@@ -53,6 +53,32 @@ TEST_CASE("handles: errors are returned by wait, never reused ids") {
   REQUIRE(b != a);
 }
 
+TEST_CASE("handles: a waiter that yields first sees completion, timeout and release alike") {
+  HandleTable t;
+  // Completed while the waiter yields (its 1 s of yielding would outlast the test otherwise).
+  int64_t h = t.Create(/*yield_us=*/1000000);
+  std::thread completer([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    t.Complete(h, Status(Code::kMismatch, "the size differs"));
+  });
+  Status w = t.Wait(h, std::chrono::seconds(10));
+  completer.join();
+  CHECK(w.code() == Code::kMismatch);
+  CHECK(w.message() == "the size differs");
+  // The wait's own timeout bounds the yielding.
+  int64_t h2 = t.Create(/*yield_us=*/1000000);
+  CHECK(t.Wait(h2, std::chrono::milliseconds(20)).code() == Code::kDeadlineExceeded);
+  // Released by another thread while a waiter yields.
+  std::thread releaser([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    (void)t.Release(h2);
+  });
+  CHECK(t.Wait(h2, std::chrono::seconds(10)).code() == Code::kNotFound);
+  releaser.join();
+  REQUIRE(t.Release(h).ok());
+  CHECK(t.size() == 0);
+}
+
 TEST_CASE("tensor queue rejects a name in flight and frees it on Take") {
   TensorQueue q;
   Request r;
