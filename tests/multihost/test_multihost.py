@@ -222,6 +222,20 @@ def test_collectives_job_one_rank_per_host_on_the_tcp_backend(kit):
     check_clean(kit)
 
 
+def test_send_recv_and_process_sets_across_hosts(kit):
+    # 2 hosts x 2 ranks: process sets, and send/recv rings in every dtype, on the global set
+    # and within sets, with the messages crossing hosts straight between the two ranks (the
+    # point-to-point channel, not rank 0).
+    job = find("tests/integration/process_sets_job")
+    rc, out, err = horarun(kit, ["-np", "4", "-H", hostlist(kit, 2)] + ssh_args(kit) + [job])
+    assert rc == 0, (out + err)[-4000:]
+    done = rank_lines(out)
+    for r in range(4):
+        assert any(re.search(r"rank %d of 4: \d+ checks, 0 failed" % r, l)
+                   for l in done.get(r, [])), (out + err)[-4000:]
+    check_clean(kit)
+
+
 @pytest.mark.parametrize("mode,cross", [("ssh", "tcp"), ("mpi", "mpi")])
 def test_collectives_job_on_the_hierarchical_backend(kit, mode, cross):
     # 2 hosts x 2 ranks: "auto" takes hierarchical (shm in each host, `cross` between them);
