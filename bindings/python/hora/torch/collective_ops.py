@@ -252,7 +252,8 @@ def alltoall_async(tensor, splits=None, name=None, process_set=global_process_se
     splits_device = splits.device if isinstance(splits, torch.Tensor) else torch.device("cpu")
 
     def finish(hs):
-        out = _gathered(hs[0], c, guess) if _output is None else _filled(hs[0], _output)
+        out = (_gathered(hs[0], c, guess) if _output is None else
+               _filled(hs[0], _output, "all_to_all_single"))
         received = torch.tensor(hs[0].result_splits(n), dtype=torch.int32,
                                 device=splits_device)
         return out, received
@@ -260,17 +261,29 @@ def alltoall_async(tensor, splits=None, name=None, process_set=global_process_se
     return _register([h], finish, keep=c)
 
 
-def _filled(h, output):
-    """`output` holding an alltoall's result: written there by the data plane when the sizes
-    agree (nothing to copy), else copied from the held result."""
+def _filled(h, output, what):
+    """`output` holding a result: written there by the data plane when the sizes agree
+    (nothing to copy; CPU), else copied from the held result (a GPU output too)."""
     numel = 1
     for d in h.result_shape():
         numel *= d
     if numel != output.numel():
-        raise ValueError("all_to_all_single: received %d elements into an output of %d"
-                         % (numel, output.numel()))
+        raise ValueError("%s: received %d elements into an output of %d"
+                         % (what, numel, output.numel()))
     h.result_copy(output.data_ptr() if numel else None, numel * output.element_size())
     return output
+
+
+def _allgather_into_async(tensor, output, name, set_id):
+    """An allgather of `tensor` (as one row) whose result lands in `output` (contiguous, of
+    tensor's dtype, set size x tensor.numel() elements); synchronize() returns output. On CPU
+    the data plane writes it there: no result buffer and no copy (c10d's
+    all_gather_into_tensor, ZeroOptimizer's gathers)."""
+    c = _contig(tensor.reshape(1, -1))
+    h = core.allgather_async(core.op_name("allgather", name, set_id), _describe(c),
+                             keep=(c, output), process_set=set_id, out=_placed(output))
+    return _register([h], lambda hs: _filled(hs[0], output, "allgather into a tensor"),
+                     keep=(c, output))
 
 
 class HoraAlltoall(torch.autograd.Function):

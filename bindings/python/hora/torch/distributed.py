@@ -185,26 +185,10 @@ class HoraProcessGroup(dist.ProcessGroup):
 
     def _gather_into(self, name, input_tensor, output):
         """An allgather whose result lands in `output` (contiguous, a dtype the C API takes):
-        on CPU the data plane writes it there (hora_allgather_into_async), on a GPU the
-        runtime's result is copied in; FSDP's hot path, without _gather_rows' extra copy."""
-        c = mpi_ops._contig(_flat(input_tensor).unsqueeze(0))
-        set_id = process_sets._set_id(self._set)
-        h = core.allgather_async(core.op_name("allgather", name, set_id), mpi_ops._describe(c),
-                                 keep=(c, output), process_set=set_id,
-                                 out=mpi_ops._placed(output))  # CPU: written in place
-
-        def finish(hs):
-            got = 1
-            for d in hs[0].result_shape():
-                got *= d
-            if got != output.numel():
-                raise ValueError("all_gather_into_tensor: gathered %d elements into %d"
-                                 % (got, output.numel()))
-            hs[0].result_copy(output.data_ptr() if output.numel() else None,
-                              output.numel() * output.element_size())
-            return output
-
-        return mpi_ops._register([h], finish, keep=(c, output))
+        on CPU the data plane writes it there, on a GPU the runtime's result is copied in;
+        FSDP's hot path, without _gather_rows' extra copy."""
+        return collective_ops._allgather_into_async(
+            input_tensor, output, name, process_sets._set_id(self._set))
 
     all_gather_single = _allgather_base
 

@@ -4,25 +4,20 @@ walk over a module's outputs that finds and re-inserts their tensors."""
 
 import torch
 
-from .mpi_ops import synchronize
-from .collective_ops import allgather_async
+from .mpi_ops import _set_id, synchronize
+from .collective_ops import _allgather_into_async
 
 
 class _GatherInto(object):
-    """An allgather of `src` (1-D, the same size on every member) whose result wait() copies
-    into `dst` (N * src.numel() elements). Only public collectives: the result passes
-    through one temporary the size of dst."""
+    """An allgather of `src` (1-D, the same size on every member) into `dst` (N * src.numel()
+    elements, contiguous): on CPU the data plane writes dst itself, with no temporary the
+    size of dst and no copy out of it; wait() returns dst."""
 
     def __init__(self, src, dst, name, process_set):
-        self.dst = dst
-        self.handle = allgather_async(src.detach().contiguous(), name=name,
-                                      process_set=process_set)
+        self.handle = _allgather_into_async(src.detach(), dst, name, _set_id(process_set))
 
     def wait(self):
-        got = synchronize(self.handle)
-        with torch.no_grad():
-            self.dst.copy_(got.reshape(-1))
-        return self.dst
+        return synchronize(self.handle)
 
 
 class _PreBackward(torch.autograd.Function):
