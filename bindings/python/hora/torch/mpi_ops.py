@@ -109,6 +109,15 @@ def _check_input(tensor, what="tensor"):
     _dtype_code(tensor)
 
 
+def _nonscalar(tensors, what):
+    """_check_input for each tensor, none a scalar, all on one device."""
+    for t in tensors:
+        _check_input(t)
+        if t.dim() == 0:
+            raise _invalid("%s needs tensors with at least one dimension, got a scalar" % what)
+    _check_devices(tensors)
+
+
 def _describe(tensor):
     """hora_tensor_t for a contiguous tensor of a dtype the C API takes."""
     _check_input(tensor)
@@ -194,6 +203,19 @@ def _placed(t):
     if t is None or t.device.type != "cpu" or t.numel() == 0:
         return None
     return t.data_ptr(), t.numel() * t.element_size()
+
+
+def _filled(h, output, what):
+    """`output` holding a result: written there by the data plane when the sizes agree
+    (nothing to copy; CPU), else copied from the held result (a GPU output too)."""
+    numel = 1
+    for d in h.result_shape():
+        numel *= d
+    if numel != output.numel():
+        raise ValueError("%s: received %d elements into an output of %d"
+                         % (what, numel, output.numel()))
+    h.result_copy(output.data_ptr() if numel else None, numel * output.element_size())
+    return output
 
 
 def _gathered(h, like, guess=None):
