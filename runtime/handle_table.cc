@@ -60,9 +60,12 @@ Status HandleTable::Wait(int64_t handle, std::chrono::duration<double> timeout) 
   auto it = entries_.find(handle);
   if (it == entries_.end()) return NotFound(handle);
   if (!it->second.done && it->second.yield_us > 0 && timeout.count() != 0) {
-    const auto until = std::chrono::steady_clock::now() +
-                       std::chrono::microseconds(std::min<int64_t>(
-                           it->second.yield_us, static_cast<int64_t>(timeout.count() * 1e6)));
+    // A negative timeout (no limit of its own) yields the whole budget too.
+    auto budget = std::chrono::microseconds(it->second.yield_us);
+    if (timeout.count() > 0) {
+      budget = std::min(budget, std::chrono::duration_cast<std::chrono::microseconds>(timeout));
+    }
+    const auto until = std::chrono::steady_clock::now() + budget;
     do {
       lock.Unlock();
       sched_yield();

@@ -395,5 +395,6 @@ def join(device=-1, process_set=global_process_set):
 # torch.profiler ranges (profiling.py).
 _profiling.wrap(globals(), [
     "allgather", "allgather_async", "grouped_allgather", "grouped_allgather_async", "broadcast",
-    "broadcast_", "broadcast_async", "broadcast_async_", "reducescatter", "reducescatter_async", "grouped_reducescatter",
-    "grouped_reducescatter_async", "sparse_allreduce_async", "barrier", "join"])
+    "broadcast_", "broadcast_async", "broadcast_async_", "reducescatter", "reducescatter_async",
+    "grouped_reducescatter", "grouped_reducescatter_async", "sparse_allreduce_async", "barrier",
+    "join"])
