@@ -220,6 +220,7 @@ Status Engine::InstallSet(int32_t id, std::vector<int> ranks, const std::string&
         std::chrono::milliseconds(static_cast<int64_t>(options_.stall_warning_s * 1000));
     steady_options.stall_timeout =
         std::chrono::milliseconds(static_cast<int64_t>(options_.stall_timeout_s * 1000));
+    steady_options.fusion_bytes = options_.fusion_threshold_bytes;
     set->Start(std::move(comm).value(), std::move(steady).value(), steady_options);
   }
   MutexLock lock(&sets_mu_);

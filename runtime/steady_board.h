@@ -77,8 +77,15 @@ class SteadyBoard {
   virtual bool GetEager(uint32_t e, uint32_t n, int m, void* data, size_t bytes) const = 0;
 
   // The log slot `index` (0, 1, ...), if written: *e is its entry; *last (if not null) the
-  // member whose offer completed it.
-  virtual bool LogAt(uint64_t index, uint32_t* e, int* last = nullptr) const = 0;
+  // member whose offer completed it; *more (if not null) whether slot index + 1 belongs to
+  // the same group (a group's slots are written at once: all of them readable, or none).
+  // Every member sees the same groups of the instances that are not Eager, and may run a
+  // group's instances together (fused). An Eager instance is a group of its own.
+  virtual bool LogAt(uint64_t index, uint32_t* e, int* last = nullptr,
+                     bool* more = nullptr) const = 0;
+  // This member ran its log up to slot `next` (exclusive). A board that groups instances
+  // decided while this member still runs an earlier group may hold them until then.
+  virtual void Ran(uint64_t /*next*/) {}
 
   virtual uint32_t Bell() const = 0;
   // Sleeps as `role` of this member while the bell still reads `seen`, at most timeout_us.

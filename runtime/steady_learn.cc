@@ -13,29 +13,33 @@ void SteadyPath::Learn(const BucketPlan& bucket, const std::vector<const TensorS
     return;
   }
   // Every member decides the same from the same plan and specs. A fused bucket counts for
-  // each of its tensors as if it had gone alone (the steady path runs them one by one),
-  // except small ones on a board whose agreements cost more than the coordinator's fused
-  // round (SteadyBoard::AgreesCheaply).
+  // each of its tensors (grouped: the steady path runs it fused with the others of its log
+  // group). On a board whose agreements cost more than the coordinator's fused round
+  // (SteadyBoard::AgreesCheaply: messages) a grouped tensor is not Eager: it is agreed on
+  // without its data and runs on comm_, so a set without comm_ leaves the small ones to the
+  // coordinator.
   const bool fused = specs.size() > 1;
   for (size_t i = 0; i < specs.size(); ++i) {
     if (specs[i] == nullptr) continue;
     const TensorSpec& spec = *specs[i];
     if (IsOneShotName(spec.name)) continue;  // never submitted again: nothing to learn
     if (!Cacheable(bucket, bucket.entries[i], spec) ||
-        (fused && !board_->AgreesCheaply() && spec.ByteSize() <= board_->MaxEagerBytes())) {
+        (fused && !board_->AgreesCheaply() && comm_ == nullptr &&
+         spec.ByteSize() <= board_->MaxEagerBytes())) {
       learning_.erase(spec.name);
       continue;
     }
-    LearnOne(spec, bucket.entries[i].id);
+    LearnOne(spec, bucket.entries[i].id, fused);
   }
 }
 
-void SteadyPath::LearnOne(const TensorSpec& spec, int32_t id) {
+void SteadyPath::LearnOne(const TensorSpec& spec, int32_t id, bool grouped) {
   Learning& l = learning_[spec.name];
-  if (l.count > 0 && l.spec == spec) {
+  if (l.count > 0 && l.spec == spec && l.grouped == grouped) {
     ++l.count;
   } else {
     l.spec = spec;
+    l.grouped = grouped;
     l.count = 1;
   }
   if (l.count < options_.warmup) return;
@@ -43,10 +47,14 @@ void SteadyPath::LearnOne(const TensorSpec& spec, int32_t id) {
   if (it == by_name_.end()) {
     if (entries_.size() >= SteadyBoard::kMaxEntries) return;
     by_name_.emplace(spec.name, static_cast<uint32_t>(entries_.size()));
-    entries_.push_back(Entry{spec, id, 0});
+    Entry entry{spec, id, 0};
+    entry.grouped = grouped;
+    entries_.push_back(std::move(entry));
     stats_.entries = static_cast<int64_t>(entries_.size());
-  } else if (entries_[it->second].spec != spec) {
-    entries_[it->second].spec = spec;  // the instance count goes on
+  } else {
+    Entry& entry = entries_[it->second];  // the instance count goes on
+    entry.spec = spec;
+    entry.grouped = grouped;
   }
 }
 
@@ -93,7 +101,8 @@ bool SteadyPath::Cacheable(const BucketPlan& bucket, const BucketPlan::Entry& en
   }
 }
 
-bool SteadyPath::Eager(uint32_t e, const TensorSpec& spec) const {
+bool SteadyPath::Eager(uint32_t e, const Entry& entry, const TensorSpec& spec) const {
+  if (entry.grouped && !board_->AgreesCheaply() && comm_ != nullptr) return false;
   return spec.collective != CollectiveType::kReducescatter &&
          spec.collective != CollectiveType::kAlltoall && board_->Eager(e, spec.ByteSize());
 }

@@ -80,11 +80,42 @@ void NetSteadyBoard::Settle(EntryState* s, uint32_t n, Outcome outcome) {
   }
 }
 
-void NetSteadyBoard::Append(uint32_t e, int last) {
-  const uint64_t index = tail_.load(std::memory_order_relaxed);
-  log_[index % kLogSlots].store(uint64_t{e} | (static_cast<uint64_t>(last + 1) << 32),
+void NetSteadyBoard::Append(uint32_t e, int last, bool more) {
+  const uint64_t index = written_++;
+  log_[index % kLogSlots].store(uint64_t{e} | (more ? kMoreBit : 0) |
+                                    (static_cast<uint64_t>(last + 1) << 32),
                                 std::memory_order_relaxed);
-  tail_.store(index + 1, std::memory_order_release);
+  if (!more) tail_.store(written_, std::memory_order_release);  // the group is readable
+}
+
+void NetSteadyBoard::OrderGroup(const std::vector<Ordered>& group) {
+  Outgoing order{routes_.two_level() ? &routes_.leaders() : nullptr, {}};
+  for (size_t i = 0; i < group.size(); ++i) {
+    const bool more = i + 1 < group.size();
+    Append(group[i].e, group[i].last, more);
+    steady_wire::Put(&order.message, Kind::kOrder, more, 0, group[i].e, group[i].n,
+                     group[i].last, nullptr, 0);
+  }
+  if (routes_.two_level() && !routes_.locals().empty()) {
+    outbox_.push_back(Outgoing{&routes_.locals(), order.message});
+  }
+  outbox_.push_back(std::move(order));
+  group_open_ = true;
+  open_end_ = written_;
+}
+
+void NetSteadyBoard::Ran(uint64_t next) {
+  if (member_ != 0) return;
+  {
+    MutexLock lock(&mu_);
+    if (!group_open_ || next < open_end_) return;
+    group_open_ = false;
+    if (held_orders_.empty()) return;
+    std::vector<Ordered> group;
+    group.swap(held_orders_);
+    OrderGroup(group);
+  }
+  Flush();
 }
 
 NetSteadyBoard::Outcome NetSteadyBoard::Decide(uint32_t e, uint32_t n, int last) {
@@ -110,15 +141,13 @@ NetSteadyBoard::Outcome NetSteadyBoard::Decide(uint32_t e, uint32_t n, int last)
   Settle(&s, n, Outcome::kFast);
   // Every member's offer of n is here; they agree on its size, so on whether it is Eager.
   if (s.slots[n % 2][static_cast<size_t>(member_)].eager) {
-    Append(e, last);
+    Append(e, last, false);
   } else if (member_ == 0) {  // the order of the instances that run on the communicator
-    Append(e, last);
-    Outgoing order{routes_.two_level() ? &routes_.leaders() : nullptr, {}};
-    steady_wire::Put(&order.message, Kind::kOrder, false, 0, e, n, last, nullptr, 0);
-    if (routes_.two_level()) {
-      if (!routes_.locals().empty()) outbox_.push_back(Outgoing{&routes_.locals(), order.message});
+    if (group_open_) {
+      held_orders_.push_back(Ordered{e, n, last});  // ordered together once the group ran
+    } else {
+      OrderGroup({Ordered{e, n, last}});
     }
-    outbox_.push_back(std::move(order));
   }  // else: appended when member 0's ORDER comes
   return Outcome::kFast;
 }
@@ -144,6 +173,7 @@ bool NetSteadyBoard::Drain() const {
   bool slow = false;  // refusals, joins and lost members wake every sleeper
   Status s = box_->Read([&](int sender, const char* data, size_t bytes) {
     MutexLock lock(&self->mu_);
+    Outgoing orders{&routes_.locals(), {}};  // a leader's: member 0's group, for its host
     const bool whole =
         steady_wire::ForEach(data, bytes, [&](const steady_wire::Header& h, const char* body) {
           self->mu_.AssertHeld();  // called back synchronously, under the lock
@@ -159,13 +189,16 @@ bool NetSteadyBoard::Drain() const {
             return;
           }
           if (kind == Kind::kOrder) {  // from member 0: fast, and its place in the common order
+            const bool more = h.eager != 0;  // the group goes on in the next record
             self->Settle(&self->At(h.entry), h.instance, Outcome::kFast);
-            self->Append(h.entry, h.last);
-            if (routes_.two_level() && routes_.leader()) {  // for this host's members
-              Outgoing out{&routes_.locals(), {}};
-              steady_wire::Put(&out.message, Kind::kOrder, false, 0, h.entry, h.instance, h.last,
-                               nullptr, 0);
-              if (!routes_.locals().empty()) self->outbox_.push_back(std::move(out));
+            self->Append(h.entry, h.last, more);
+            if (routes_.two_level() && routes_.leader() && !routes_.locals().empty()) {
+              steady_wire::Put(&orders.message, Kind::kOrder, more, 0, h.entry, h.instance,
+                               h.last, nullptr, 0);
+              if (!more) {  // the whole group, in one message
+                self->outbox_.push_back(std::move(orders));
+                orders = Outgoing{&routes_.locals(), {}};
+              }
             }
             decided = true;
             return;
@@ -276,11 +309,12 @@ bool NetSteadyBoard::GetEager(uint32_t e, uint32_t n, int m, void* data, size_t 
   return true;
 }
 
-bool NetSteadyBoard::LogAt(uint64_t index, uint32_t* e, int* last) const {
+bool NetSteadyBoard::LogAt(uint64_t index, uint32_t* e, int* last, bool* more) const {
   if (index >= tail_.load(std::memory_order_acquire)) return false;
   const uint64_t v = log_[index % kLogSlots].load(std::memory_order_relaxed);
-  *e = static_cast<uint32_t>(v & 0xffffffffu);
+  *e = static_cast<uint32_t>(v & (kMoreBit - 1));
   if (last != nullptr) *last = static_cast<int>(v >> 32) - 1;
+  if (more != nullptr) *more = (v & kMoreBit) != 0;
   return true;
 }
 

@@ -23,7 +23,13 @@
 // that is not Eager to its log and sends ORDER(e, n) to every member; the others append it
 // when that ORDER arrives (member 0 decided it fast, so it is fast for everyone: the offers
 // that made it so need not have reached them yet). That costs the others one more one-way
-// message, not a trip to the coordinator. Without a steady communicator only allreduces of
+// message, not a trip to the coordinator. Member 0 orders in groups, as Horovod fuses what a
+// cycle found ready: what it decides while it has not yet run the last group it ordered
+// waits, and once it ran that group (Ran) all of it goes out as the next group, one message
+// of ORDERs whose records say that the group goes on; every member appends a group whole,
+// so every member sees the same groups and may fuse each (SteadyPath runs the tensors of a
+// group that fit one bucket as one collective). An idle member 0 orders each instance at
+// once, as a group of one. Without a steady communicator only allreduces of
 // at most kEagerBytes are cached (Runs). Each member keeps, per entry and instance parity,
 // every member's last message, as the shared board keeps its eager slots: a member offers
 // n + 2 only after n + 1 completed everywhere it matters (see steady_shm_board.h), so a slot
@@ -97,7 +103,9 @@ class NetSteadyBoard final : public SteadyBoard {
   std::vector<int> Missing(uint32_t e, uint32_t n) const override;
   void PutEager(uint32_t e, uint32_t n, const void* data, size_t bytes) override;
   bool GetEager(uint32_t e, uint32_t n, int m, void* data, size_t bytes) const override;
-  bool LogAt(uint64_t index, uint32_t* e, int* last = nullptr) const override;
+  bool LogAt(uint64_t index, uint32_t* e, int* last = nullptr,
+             bool* more = nullptr) const override;
+  void Ran(uint64_t next) override;
   uint32_t Bell() const override;  // reads what has arrived first (if nobody else is)
   bool Sleep(uint32_t seen, int64_t timeout_us, Role role, bool lazy = false) override;
   void Wake() override { Wake(true); }  // the others wake on this member's messages
@@ -146,7 +154,15 @@ class NetSteadyBoard final : public SteadyBoard {
   Outcome Record(int m, Kind kind, bool eager, uint32_t e, uint32_t n, const char* data,
                  size_t bytes) REQUIRES(mu_);
   Outcome Decide(uint32_t e, uint32_t n, int last) REQUIRES(mu_);
-  void Append(uint32_t e, int last) REQUIRES(mu_);
+  // Writes a log slot; the slots become readable with the last one of its group (!more).
+  void Append(uint32_t e, int last, bool more) REQUIRES(mu_);
+  struct Ordered {  // an instance member 0 decided fast that is not Eager
+    uint32_t e = 0;
+    uint32_t n = 0;
+    int last = -1;
+  };
+  // Member 0: appends `group` to the log as one group and sends its ORDERs in one message.
+  void OrderGroup(const std::vector<Ordered>& group) REQUIRES(mu_);
   // Queues one record of this member's own to where its own messages go.
   void QueueOwn(Kind kind, uint32_t e, uint32_t n, bool eager, const std::vector<char>& data)
       REQUIRES(mu_);
@@ -188,9 +204,17 @@ class NetSteadyBoard final : public SteadyBoard {
   std::vector<Outgoing> outbox_ GUARDED_BY(mu_);
   Mutex flush_mu_;  // one sender of the outbox at a time
   std::atomic<int64_t> next_tick_us_{0};
-  // The log: (entry, last member) per slot; written under mu_, read without it.
+  // The log: (entry, more, last member) per slot; written under mu_, read without it up to
+  // tail_ (the end of the last whole group).
+  static constexpr uint64_t kMoreBit = uint64_t{1} << 31;
   std::unique_ptr<std::atomic<uint64_t>[]> log_;
+  uint64_t written_ GUARDED_BY(mu_) = 0;
   std::atomic<uint64_t> tail_{0};
+  // Member 0: a group it ordered that it has not run yet (it ends at open_end_), and what it
+  // decided since, ordered as the next group once it ran that one (Ran).
+  bool group_open_ GUARDED_BY(mu_) = false;
+  uint64_t open_end_ GUARDED_BY(mu_) = 0;
+  std::vector<Ordered> held_orders_ GUARDED_BY(mu_);
   std::atomic<uint32_t> bell_{0};
   std::atomic<bool> joined_{false};
   std::atomic<int> helpers_{0};

@@ -23,7 +23,7 @@ enum class Kind : uint8_t {
 
 struct Header {
   uint8_t kind;
-  uint8_t eager;  // an offer: its data follows
+  uint8_t eager;  // an offer: its data follows; an ORDER: the next record is of its group
   uint16_t pad;
   uint32_t origin;  // the member whose offer, refusal or join this is
   uint32_t entry;

@@ -9,6 +9,9 @@
 
 #include <chrono>
 #include <cstddef>
+#include <cstdint>
+
+#include "common/limits.h"
 
 namespace hora {
 
@@ -57,6 +60,9 @@ struct SteadyOptions {
   // calls on the offering thread, plus each woken thread's context switch.
   std::chrono::milliseconds min_grace{1};
   std::chrono::milliseconds max_grace{50};
+  // The most bytes of one bucket of fused allreduces (runtime/steady_path.h "Execution"); 0:
+  // every instance runs alone. HORA_FUSION_THRESHOLD, as the coordinator's buckets.
+  int64_t fusion_bytes = kDefaultFusionThresholdBytes;
 };
 
 }  // namespace hora

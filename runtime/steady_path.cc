@@ -69,7 +69,8 @@ Status SteadyPath::Begin(const Lookup& found, Request* request, Ticket* ticket) 
   const uint32_t e = found.entry;
   const size_t bytes = request->spec.ByteSize();
   const void* input = request->input;
-  const bool eager = Eager(e, request->spec);  // before the request moves into pending_
+  bool eager = false;
+  bool fuses = false;
   uint32_t n = 0;
   bool offer = true;
   bool stopping = false;
@@ -92,7 +93,11 @@ Status SteadyPath::Begin(const Lookup& found, Request* request, Ticket* ticket) 
       offer = false;
     } else {
       ticket->deadline = Clock::now() + options_.patience;
-      spare_.Insert(&pending_, e, Pending{n, found.id, ticket->deadline, std::move(*request)});
+      eager = Eager(e, entry, request->spec);  // before the request moves into pending_
+      Pending p{n, found.id, ticket->deadline, std::move(*request)};
+      p.eager = eager;
+      p.fuses = fuses = entry.grouped;
+      spare_.Insert(&pending_, e, std::move(p));
       held_.store(static_cast<int>(pending_.size()), std::memory_order_relaxed);
     }
   }
@@ -115,14 +120,15 @@ Status SteadyPath::Begin(const Lookup& found, Request* request, Ticket* ticket) 
     // This member's offer was the last: the others' threads are waking for it now. Running
     // it here, if nobody else is driving, spares this member's thread a wake-up (only small
     // ones, unless the caller is prompt: the caller of an async call that it overlaps should
-    // not wait for a long transfer).
+    // not wait for a long transfer; nor grouped ones: what the caller submits next while the
+    // set's thread runs this one can join the next group).
     if (prompt_[e].load(std::memory_order_relaxed) != 0 && drive_mu_.TryLock()) {
       if (DriveLog(SIZE_MAX)) {
         ticket->returned = Clock::now();
         if (ticket->large) run_by_enqueue_.fetch_add(1, std::memory_order_relaxed);
       }
       drive_mu_.Unlock();
-    } else {
+    } else if (!fuses) {
       (void)Progress();
     }
     // The board woke only the other members' threads: this member's wake when work is left
@@ -161,6 +167,7 @@ SteadyStats SteadyPath::Stats() const {
   SteadyStats stats = stats_;
   stats.fast = fast_.load(std::memory_order_relaxed);
   stats.run_by_enqueue = run_by_enqueue_.load(std::memory_order_relaxed);
+  stats.fused = fused_.load(std::memory_order_relaxed);
   return stats;
 }
 
@@ -332,32 +339,42 @@ void SteadyPath::Help(const Ticket& ticket, Clock::time_point deadline) {
 
 bool SteadyPath::DriveLog(size_t max_bytes) {
   bool ran = false;
-  uint32_t e = 0;
-  int last = -1;
-  while (board_->LogAt(cursor_, &e, &last)) {
-    Pending claimed;
-    bool held = false;
+  for (;;) {
+    std::vector<Claim>& group = group_;
+    group.clear();
     {
-      // The instance leaves pending_ before the cursor passes its slot, both under mu_:
+      // The instances leave pending_ before the cursor passes their slots, all under mu_:
       // CheckPending, which looks for an unread slot of an instance that was passed on the
       // board (SteadyBoard::State), sees it either pending with its slot unread or not at all.
       MutexLock lock(&mu_);
-      const Entry& entry = entries_[e];
-      if (max_bytes != SIZE_MAX && entry.spec.ByteSize() > max_bytes) break;
-      auto it = pending_.find(e);
-      if (it != pending_.end()) {
-        claimed = std::move(it->second);
-        held = true;
-        Settle(it);
-      } else {
-        claimed.instance = entry.instance;
-        claimed.id = entry.id;
-        claimed.deadline = Clock::now() + options_.patience;
+      uint64_t next = cursor_.load(std::memory_order_relaxed);
+      size_t bytes = 0;
+      uint32_t e = 0;
+      int last = -1;
+      for (bool more = true; more && board_->LogAt(next, &e, &last, &more); ++next) {
+        group.push_back(Claim{e, Pending{}, false, last});
+        bytes += entries_[e].spec.ByteSize();
       }
-      ++cursor_;
+      if (group.empty() || (max_bytes != SIZE_MAX && bytes > max_bytes)) break;
+      for (Claim& c : group) {
+        const Entry& entry = entries_[c.entry];
+        auto it = pending_.find(c.entry);
+        if (it != pending_.end()) {
+          c.pending = std::move(it->second);
+          c.held = true;
+          Settle(it);
+        } else {
+          c.pending.instance = entry.instance;
+          c.pending.id = entry.id;
+          c.pending.deadline = Clock::now() + options_.patience;
+          c.pending.eager = Eager(c.entry, entry, entry.spec);
+        }
+      }
+      cursor_.store(next, std::memory_order_seq_cst);
     }
-    Run(e, &claimed, held, last);
+    RunGroup(&group);
     ran = true;
+    board_->Ran(cursor_.load(std::memory_order_relaxed));
   }
   return ran;
 }

@@ -33,7 +33,11 @@
 // Execution: one thread per set reads the board's log and runs each fast instance in log
 // order on the set's steady communicator (a second communicator of the same backend, so the
 // order of the coordinator's buckets on the first one is untouched), through a
-// BucketExecutor (the same prescale, reduction and postscale as the data-plane path).
+// BucketExecutor (the same prescale, reduction and postscale as the data-plane path). The
+// allreduces of one group of the log (SteadyBoard::LogAt) that the coordinator had fused run
+// fused again: consecutive ones alike in dtype, op and scales, up to
+// SteadyOptions::fusion_bytes, as one bucket; every member sees the same groups, so every
+// member makes the same buckets.
 // Waits spin briefly, then sleep on the board's futex.
 //
 // Thread safety: every public method may be called from any thread.
@@ -71,6 +75,8 @@ struct SteadyStats {
   // Fast instances above the inline size that the enqueuing thread ran (its caller waits
   // promptly: SteadyOptions::prompt_wait).
   int64_t run_by_enqueue = 0;
+  // Of fast: instances that ran fused with others of their log group, in one bucket.
+  int64_t fused = 0;
 };
 
 class SteadyPath {
@@ -165,9 +171,13 @@ class SteadyPath {
     int32_t id = -1;         // this rank's tensor id for the name
     uint32_t instance = 0;   // submissions since the name was cached
     bool fell_back = false;  // an instance fell back since (Begin then asks Host::queued)
+    // Learned from buckets the coordinator fused: its instances may run fused with others
+    // of their group, and on a board whose agreements are not cheap they are not Eager.
+    bool grouped = false;
   };
   struct Learning {
     TensorSpec spec;
+    bool grouped = false;
     int count = 0;
   };
   struct Pending {
@@ -176,28 +186,40 @@ class SteadyPath {
     std::chrono::steady_clock::time_point deadline;
     Request request;      // held until it runs or falls back
     bool warned = false;  // a stall warning was logged (a board that cannot withdraw)
+    bool eager = false;   // offered as Eager (its data on the board)
+    bool fuses = false;   // may run fused with others of its group (Entry::grouped)
+  };
+  // A log slot DriveLog took: its instance, and the request (`held`: pending's, else the
+  // engine's queue's, taken in Run).
+  struct Claim {
+    uint32_t entry = 0;
+    Pending pending;
+    bool held = false;
+    int last = -1;  // the member whose offer completed it
   };
   using PendingMap = std::map<uint32_t, Pending>;  // by entry
   void Loop();
   // Whether the log holds a slot this member has not run yet.
   bool Unread() const;
-  // Under drive_mu_: runs the log's fast instances from cursor_ on, in order, while the next
-  // one is at most max_bytes. True if it ran any.
+  // Under drive_mu_: runs the log's fast instances from cursor_ on, in order, a group at a
+  // time, while the next group is at most max_bytes. True if it ran any.
   bool DriveLog(size_t max_bytes) REQUIRES(drive_mu_);
-  // Runs instance `claimed` of entry e (taken from pending_ by DriveLog; its request, or,
-  // when held is false, the queue's).
-  void Run(uint32_t e, Pending* claimed, bool held, int last_member) REQUIRES(drive_mu_);
+  // Runs one group of the log: its fusable allreduces in buckets, the rest one by one.
+  void RunGroup(std::vector<Claim>* group) REQUIRES(drive_mu_);
+  // Runs claims[0, count) as one bucket (count > 1: fused allreduces, all held).
+  void Run(Claim* claims, size_t count) REQUIRES(drive_mu_);
   // Instance n of an Eager entry e, from every member's input on the board (no exchange on
   // comm_): an allreduce reduces them into r.output, an allgather concatenates them in member
   // order into *result, a broadcast copies the root's into r.output.
   Status RunEager(uint32_t e, uint32_t n, const Request& r, OpResult* result) REQUIRES(drive_mu_);
   // Whether instances of entry e (of `spec`) carry their data on the board: the board's
   // answer, except for reducescatters (their reduction order, hence their bits, stay the
-  // backend's, as on the coordinator's path) and alltoalls, which always run on comm_.
-  bool Eager(uint32_t e, const TensorSpec& spec) const;
-  // One more plan of `spec` (this rank's tensor id `id`) that can be cached: after
-  // SteadyOptions::warmup of them in a row the name is an entry.
-  void LearnOne(const TensorSpec& spec, int32_t id) REQUIRES(mu_);
+  // backend's, as on the coordinator's path), alltoalls, which always run on comm_, and
+  // grouped entries on a board whose agreements are not cheap (they run fused on comm_).
+  bool Eager(uint32_t e, const Entry& entry, const TensorSpec& spec) const;
+  // One more plan of `spec` (this rank's tensor id `id`; `grouped`: in a fused bucket) that
+  // can be cached: after SteadyOptions::warmup of them in a row the name is an entry.
+  void LearnOne(const TensorSpec& spec, int32_t id, bool grouped) REQUIRES(mu_);
   // Whether `entry` (of `spec`) of the set's plan `bucket` can be cached (the same answer on
   // every member).
   bool Cacheable(const BucketPlan& bucket, const BucketPlan::Entry& entry,
@@ -239,6 +261,7 @@ class SteadyPath {
   SteadyStats stats_ GUARDED_BY(mu_);  // but fast and run_by_enqueue: the atomics below
   std::atomic<int64_t> fast_{0};
   std::atomic<int64_t> run_by_enqueue_{0};
+  std::atomic<int64_t> fused_{0};
 
   // Whoever runs fast instances on comm_ holds drive_mu_: the set's thread, or an enqueuing
   // thread whose offer completed an instance (Begin).
@@ -246,6 +269,7 @@ class SteadyPath {
   uint64_t fast_seq_ GUARDED_BY(drive_mu_) = 0;  // the timeline's sequence of fast instances
   std::unique_ptr<BucketExecutor> executor_ GUARDED_BY(drive_mu_);  // on comm_, if any
   std::vector<unsigned char> eager_peer_ GUARDED_BY(drive_mu_);     // RunEager's scratch
+  std::vector<Claim> group_ GUARDED_BY(drive_mu_);                  // DriveLog's scratch
   std::atomic<uint64_t> cursor_{0};  // written under drive_mu_: the next log slot to run
 
   std::atomic<bool> stop_{false};

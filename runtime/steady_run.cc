@@ -8,15 +8,46 @@ namespace {
 using Clock = std::chrono::steady_clock;
 }  // namespace
 
-void SteadyPath::Run(uint32_t e, Pending* claimed, bool held, int last_member) {
-  const Clock::time_point offered = claimed->deadline - options_.patience;
-  const uint32_t instance = claimed->instance;
-  std::optional<Request> taken;
-  if (!held) {
-    taken = host_.take(claimed->id);
+void SteadyPath::RunGroup(std::vector<Claim>* group) {
+  // The same buckets on every member: each member's group holds the same instances in the
+  // same order, with the same specs (each equalled its entry's to be offered).
+  auto spec = [](const Claim& c) -> const TensorSpec& { return c.pending.request.spec; };
+  auto fuses = [&](const Claim& c) {
+    return c.held && c.pending.fuses && !c.pending.eager &&
+           spec(c).collective == CollectiveType::kAllreduce;
+  };
+  std::vector<Claim>& g = *group;
+  for (size_t i = 0; i < g.size();) {
+    size_t j = i + 1;
+    if (fuses(g[i])) {
+      const TensorSpec& first = spec(g[i]);
+      int64_t bytes = static_cast<int64_t>(first.ByteSize());
+      for (; j < g.size() && fuses(g[j]); ++j) {
+        const TensorSpec& next = spec(g[j]);
+        bytes += static_cast<int64_t>(next.ByteSize());
+        if (bytes > options_.fusion_bytes || next.dtype != first.dtype || next.op != first.op ||
+            next.prescale != first.prescale || next.postscale != first.postscale) {
+          break;
+        }
+      }
+    }
+    Run(&g[i], j - i);
+    i = j;
+  }
+}
+
+void SteadyPath::Run(Claim* claims, size_t count) {
+  std::optional<Request> taken;  // a claim not held: the engine's queue holds its request
+  if (!claims[0].held) {
+    taken = host_.take(claims[0].pending.id);
     if (!taken) return;  // failed meanwhile with the job's error
   }
-  const Request* r = held ? &claimed->request : &*taken;
+  std::vector<const Request*> requests;
+  requests.reserve(count);
+  for (size_t i = 0; i < count; ++i) {
+    requests.push_back(claims[i].held ? &claims[i].pending.request : &*taken);
+  }
+  const Request& r = *requests[0];
   std::unique_ptr<TimelineBucket> trace;
   if (timeline_ != nullptr && timeline_->on()) {
     trace = std::make_unique<TimelineBucket>();
@@ -24,68 +55,76 @@ void SteadyPath::Run(uint32_t e, Pending* claimed, bool held, int last_member) {
     trace->process_set = process_set_;
     trace->seq = fast_seq_;
     trace->steady = true;
-    trace->collective = r->spec.collective;
+    trace->collective = r.spec.collective;
     trace->backend = std::string("steady:") + board_->name();
-    trace->bytes = static_cast<int64_t>(r->spec.ByteSize());
-    const int64_t waited = std::max<int64_t>(
-        0, std::chrono::duration_cast<std::chrono::microseconds>(Clock::now() - offered).count());
-    const int last = last_member >= 0 && last_member < static_cast<int>(ranks_.size())
-                         ? ranks_[last_member]
-                         : -1;
-    trace->tensors.push_back({r->handle, trace->bytes, last, waited, waited});
+    const Clock::time_point now = Clock::now();
+    for (size_t i = 0; i < count; ++i) {
+      const Clock::time_point offered = claims[i].pending.deadline - options_.patience;
+      const int64_t waited = std::max<int64_t>(
+          0, std::chrono::duration_cast<std::chrono::microseconds>(now - offered).count());
+      const int m = claims[i].last;
+      const int last = m >= 0 && m < static_cast<int>(ranks_.size()) ? ranks_[m] : -1;
+      const int64_t bytes = static_cast<int64_t>(requests[i]->spec.ByteSize());
+      trace->bytes += bytes;
+      trace->tensors.push_back({requests[i]->handle, bytes, last, waited, waited});
+    }
   }
   ++fast_seq_;
   BucketExecutor::Finish finish;
-  std::vector<OpResult> results;  // the executor's (one entry)
-  OpResult result;
+  std::vector<OpResult> results;  // the executor's, one per entry
   Status status = host_.job_error();
-  if (status.ok() && Eager(e, r->spec)) {
+  if (status.ok() && count == 1 && claims[0].pending.eager) {
     if (trace) trace->collective_us = TimelineNowUs();
-    status = RunEager(e, instance, *r, &result);
+    results.resize(1);
+    status = RunEager(claims[0].entry, claims[0].pending.instance, r, &results[0]);
   } else if (status.ok() && !executor_) {
-    status = Internal("steady path: an instance of '" + r->spec.name + "' is not Eager on the " +
+    status = Internal("steady path: an instance of '" + r.spec.name + "' is not Eager on the " +
                       board_->name() + " board, which runs only Eager ones");
   } else if (status.ok()) {
     // The plan the coordinator would send for it (Learn cached it from such plans).
     BucketPlan plan;
     plan.process_set = process_set_;
-    plan.collective = r->spec.collective;
-    plan.dtype = r->spec.dtype;  // the spec it offered, which equalled the entry's
-    plan.op = r->spec.op;
+    plan.collective = r.spec.collective;
+    plan.dtype = r.spec.dtype;  // the spec it offered, which equalled the entry's
+    plan.op = r.spec.op;
     plan.device = Device::kCpu;
-    plan.prescale = r->spec.prescale;
-    plan.postscale = r->spec.postscale;
-    plan.root = r->spec.root;
-    BucketPlan::Entry pe;
-    pe.id = claimed->id;
-    pe.num_elements = r->spec.NumElements();
-    if (r->spec.collective == CollectiveType::kAllgather) {
-      pe.first_dims.assign(ranks_.size(), r->spec.shape[0]);       // alike on every member
-    } else if (r->spec.collective == CollectiveType::kAlltoall) {  // even splits everywhere
-      pe.recv_splits.assign(ranks_.size(), r->spec.shape[0] / static_cast<int64_t>(ranks_.size()));
+    plan.prescale = r.spec.prescale;
+    plan.postscale = r.spec.postscale;
+    plan.root = r.spec.root;
+    for (size_t i = 0; i < count; ++i) {
+      BucketPlan::Entry pe;
+      pe.id = claims[i].pending.id;
+      pe.num_elements = requests[i]->spec.NumElements();
+      if (r.spec.collective == CollectiveType::kAllgather) {
+        pe.first_dims.assign(ranks_.size(), r.spec.shape[0]);       // alike on every member
+      } else if (r.spec.collective == CollectiveType::kAlltoall) {  // even splits everywhere
+        pe.recv_splits.assign(ranks_.size(), r.spec.shape[0] / static_cast<int64_t>(ranks_.size()));
+      }
+      plan.entries.push_back(std::move(pe));
     }
-    plan.entries.push_back(pe);
-    std::vector<const Request*> requests{r};
     status = executor_->Start(plan, requests, &results, &finish,
                               trace ? &trace->collective_us : nullptr);
   }
   if (trace) trace->collective_done_us = TimelineNowUs();
   if (status.ok() && finish) status = finish();
   finish = nullptr;
-  if (!results.empty()) result = std::move(results[0]);
   if (trace) trace->unpacked_us = TimelineNowUs();
   if (!status.ok()) {
     Status job = host_.job_error();
     status = job.ok() ? host_.bucket_failed(status) : job;
   } else {
-    fast_.fetch_add(1, std::memory_order_relaxed);
+    fast_.fetch_add(static_cast<int64_t>(count), std::memory_order_relaxed);
+    if (count > 1) fused_.fetch_add(static_cast<int64_t>(count), std::memory_order_relaxed);
   }
-  if (trace) {  // before the handle completes (as ProcessSetRuntime::Finish)
+  if (trace) {  // before the handles complete (as ProcessSetRuntime::Finish)
     trace->completed_us = TimelineNowUs();
     if (!status.ok()) trace->error = status.message();
     timeline_->BucketDone(std::move(*trace));
   }
-  host_.complete(r->handle, status, std::move(result));
+  results.resize(count);
+  for (size_t i = 0; i < count; ++i) {
+    host_.complete(requests[i]->handle, status, std::move(results[i]));
+  }
 }
 
 Status SteadyPath::RunEager(uint32_t e, uint32_t n, const Request& r, OpResult* result) {

@@ -206,11 +206,12 @@ void ShmSteadyBoard::Append(uint32_t e, bool eager) {
   Ring(targets);
 }
 
-bool ShmSteadyBoard::LogAt(uint64_t index, uint32_t* e, int* last) const {
+bool ShmSteadyBoard::LogAt(uint64_t index, uint32_t* e, int* last, bool* more) const {
   const uint64_t v = slot(index)->load(std::memory_order_acquire);
   if ((v >> 32) != ((index + 1) & 0xffffffffull)) return false;
   *e = static_cast<uint32_t>(v & 0xffff);
   if (last != nullptr) *last = static_cast<int>((v >> 16) & 0xffff);
+  if (more != nullptr) *more = false;  // every instance is a group of its own
   return true;
 }
 

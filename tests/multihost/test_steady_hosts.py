@@ -120,7 +120,10 @@ def test_steady_training_steps_send_nothing_to_rank_0(kit, steady):
 def test_a_rank_killed_during_steady_calls_is_named_by_every_survivor(kit, victim, relay):
     start = time.monotonic()
     extra = dict(HORA_HOST_RELAY=relay, HORA_STEADY="off" if relay == "on" else "auto")
-    rc, out, err = horarun(kit, ["-np", "4", "-H", hostlist(kit, 2, 2)] + ssh_args(kit) +
+    # --keep-going: without it horarun stops the survivors as soon as the victim dies,
+    # before they print the error this test reads.
+    rc, out, err = horarun(kit, ["-np", "4", "-H", hostlist(kit, 2, 2), "--keep-going"] +
+                           ssh_args(kit) +
                            ["-x", "HORA_LIBRARY", "-x", "PYTHONPATH", "-x", "HORA_HOST_RELAY",
                             "-x", "HORA_STEADY", PY, PROG, "kill", str(CALLS), str(victim)],
                            env=dict(env(), **extra))
