@@ -70,14 +70,24 @@ NetSteadyBoard::Outcome NetSteadyBoard::Record(int m, Kind kind, bool eager, uin
   return Decide(e, n, m);
 }
 
-void NetSteadyBoard::Settle(EntryState* s, uint32_t n, Outcome outcome) {
+void NetSteadyBoard::Settle(EntryState* s, uint32_t n, Outcome outcome, bool ordered) {
+  Slot& own = s->slots[n % 2][static_cast<size_t>(member_)];
+  const bool mine = own.instance == n && own.kind == Kind::kOffer;
   Decision& d = s->decided[n % 2];
-  if (d.instance == n && d.outcome != Outcome::kPending) return;
-  d = Decision{n, outcome};
-  const Slot& own = s->slots[n % 2][static_cast<size_t>(member_)];
-  if (own.instance == n && own.kind == Kind::kOffer) {
-    open_offers_.fetch_sub(1, std::memory_order_acq_rel);
+  if (d.instance == n && d.outcome != Outcome::kPending) {
+    if (ordered && mine && own.awaiting_order) {  // the ORDER it waited for
+      own.awaiting_order = false;
+      open_offers_.fetch_sub(1, std::memory_order_acq_rel);
+    }
+    return;
   }
+  d = Decision{n, outcome};
+  if (!mine) return;
+  if (outcome == Outcome::kFast && !own.eager && member_ != 0 && !ordered) {
+    own.awaiting_order = true;  // still open: the lazy driver reads the connections for it
+    return;
+  }
+  open_offers_.fetch_sub(1, std::memory_order_acq_rel);
 }
 
 void NetSteadyBoard::Append(uint32_t e, int last, bool more) {
@@ -116,6 +126,9 @@ void NetSteadyBoard::Ran(uint64_t next) {
     OrderGroup(group);
   }
   Flush();
+  // The caller runs the group; a helper waiting for one of its instances looks again (it
+  // slept while the instance was held, with nothing in the log to run).
+  Wake(false);
 }
 
 NetSteadyBoard::Outcome NetSteadyBoard::Decide(uint32_t e, uint32_t n, int last) {
@@ -171,7 +184,9 @@ bool NetSteadyBoard::Drain() const {
   if (!read_mu_.TryLock()) return false;
   bool decided = false;
   bool slow = false;  // refusals, joins and lost members wake every sleeper
+  bool read = false;
   Status s = box_->Read([&](int sender, const char* data, size_t bytes) {
+    read = true;
     MutexLock lock(&self->mu_);
     Outgoing orders{&routes_.locals(), {}};  // a leader's: member 0's group, for its host
     const bool whole =
@@ -190,7 +205,7 @@ bool NetSteadyBoard::Drain() const {
           }
           if (kind == Kind::kOrder) {  // from member 0: fast, and its place in the common order
             const bool more = h.eager != 0;  // the group goes on in the next record
-            self->Settle(&self->At(h.entry), h.instance, Outcome::kFast);
+            self->Settle(&self->At(h.entry), h.instance, Outcome::kFast, true);
             self->Append(h.entry, h.last, more);
             if (routes_.two_level() && routes_.leader() && !routes_.locals().empty()) {
               steady_wire::Put(&orders.message, Kind::kOrder, more, 0, h.entry, h.instance,
@@ -223,7 +238,10 @@ bool NetSteadyBoard::Drain() const {
     }
   }
   read_mu_.Unlock();
-  self->Flush();
+  // What reading queued (relays, ORDERs), with the offers deferred meanwhile; deferred ones
+  // also once their time is up.
+  const int64_t deferred = deferred_until_us_.load(std::memory_order_relaxed);
+  if (read || !s.ok() || (deferred != 0 && NowUs() >= deferred)) self->Flush();
   if (decided) self->Wake(slow);
   return decided;
 }
@@ -239,10 +257,20 @@ void NetSteadyBoard::PutEager(uint32_t e, uint32_t n, const void* data, size_t b
 
 NetSteadyBoard::Outcome NetSteadyBoard::Offer(uint32_t e, uint32_t n, bool eager) {
   Outcome o;
+  bool defer = false;
+  bool started = false;  // this offer started a deferral
   {
     MutexLock lock(&mu_);
     Slot& slot = At(e).slots[n % 2][static_cast<size_t>(member_)];
     if (slot.instance != n || !eager) slot.data.clear();  // not Eager: no data rides along
+    // While an earlier offer of this member is open, this one waits to go out with the next
+    // messages (see kDeferUs).
+    defer = open_offers_.load(std::memory_order_acquire) > 0 ||
+            deferred_until_us_.load(std::memory_order_relaxed) != 0;
+    if (slot.awaiting_order) {  // instance n - 2's ORDER never came (its member 0 is gone)
+      slot.awaiting_order = false;
+      open_offers_.fetch_sub(1, std::memory_order_acq_rel);
+    }
     slot.instance = n;
     slot.kind = Kind::kOffer;
     slot.eager = eager;
@@ -250,8 +278,16 @@ NetSteadyBoard::Outcome NetSteadyBoard::Offer(uint32_t e, uint32_t n, bool eager
     QueueOwn(Kind::kOffer, e, n, eager, slot.data);
     o = Decide(e, n, member_);
     RelayInstance(e, n);
+    defer = defer && o == Outcome::kPending;  // else the others may wait for it now
+    if (defer && deferred_until_us_.load(std::memory_order_relaxed) == 0) {
+      deferred_until_us_.store(NowUs() + kDeferUs, std::memory_order_relaxed);
+      started = true;
+    }
   }
-  Flush();
+  if (!defer) Flush();
+  // A sleeper of this member chose its timeout (and, a lazy driver, whether to read the
+  // connections) before: it looks again, to send them in time.
+  if (started) Wake(false);
   if (o == Outcome::kSlow) Wake(true);
   if (o == Outcome::kPending) (void)Drain();
   MutexLock lock(&mu_);
@@ -325,6 +361,10 @@ uint32_t NetSteadyBoard::Bell() const {
 
 bool NetSteadyBoard::Sleep(uint32_t seen, int64_t timeout_us, Role role, bool lazy) {
   if (Bell() != seen) return true;
+  const int64_t deferred = deferred_until_us_.load(std::memory_order_relaxed);
+  if (deferred != 0) {  // wake to send them in time
+    timeout_us = std::max<int64_t>(1, std::min(timeout_us, deferred - NowUs()));
+  }
   int fd = -1;
   {
     MutexLock lock(&sleep_mu_);

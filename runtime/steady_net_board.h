@@ -79,6 +79,12 @@ class NetSteadyBoard final : public SteadyBoard {
   static constexpr int kMaxHosts = 128;
   static constexpr int kMaxMembers = 1024;
   static constexpr int64_t kPartialAfterUs = 250 * 1000;
+  // An offer made while an earlier one of this member is open waits to go out with what this
+  // member sends next (its messages are read, decide or relay something, or another offer
+  // completes an instance), at most this long: a burst of per-parameter allreduces costs a
+  // few messages instead of one per tensor (Horovod sends one bit vector per cycle). The
+  // bound matters only when members submit in different orders.
+  static constexpr int64_t kDeferUs = 1000;
 
   // ordered: the set has a steady communicator (instances larger than the Eager size run on
   // it). hostnames: per member (empty: flat).
@@ -126,6 +132,8 @@ class NetSteadyBoard final : public SteadyBoard {
     uint32_t instance = 0;
     Kind kind = Kind::kNone;
     bool eager = false;  // an offer of an Eager instance (its data here)
+    // This member's own offer, decided fast, not Eager: open until member 0's ORDER comes.
+    bool awaiting_order = false;
     std::vector<char> data;
   };
   struct Outgoing {              // a message to send once mu_ is released, in queue order
@@ -179,6 +187,8 @@ class NetSteadyBoard final : public SteadyBoard {
   void RelayInstance(uint32_t e, uint32_t n) REQUIRES(mu_);
   // Sends what was queued, in queue order (one sender at a time).
   void Flush();
+  static int64_t NowUs();
+
   EntryState& At(uint32_t e) REQUIRES(mu_);
   // Reads what arrived (if no other thread is reading); true if it decided anything.
   bool Drain() const;
@@ -187,8 +197,9 @@ class NetSteadyBoard final : public SteadyBoard {
   // Rings the bell and wakes this member's sleeping helpers; its sleeping drivers too when
   // `everyone` or when it has no helper (EnterHelp .. LeaveHelp) to read the connections.
   void Wake(bool everyone);
-  // Decides instance n (once), counting this member's offer as no longer open.
-  void Settle(EntryState* s, uint32_t n, Outcome outcome) REQUIRES(mu_);
+  // Decides instance n (once), counting this member's offer as no longer open: at once, or,
+  // fast and not Eager on a member other than 0, once its ORDER came (`ordered`).
+  void Settle(EntryState* s, uint32_t n, Outcome outcome, bool ordered = false) REQUIRES(mu_);
 
   const std::unique_ptr<Mailbox> box_;
   const int member_;
@@ -204,6 +215,7 @@ class NetSteadyBoard final : public SteadyBoard {
   std::vector<Outgoing> outbox_ GUARDED_BY(mu_);
   Mutex flush_mu_;  // one sender of the outbox at a time
   std::atomic<int64_t> next_tick_us_{0};
+  std::atomic<int64_t> deferred_until_us_{0};  // offers wait in outbox_ until then (0: none)
   // The log: (entry, more, last member) per slot; written under mu_, read without it up to
   // tail_ (the end of the last whole group).
   static constexpr uint64_t kMoreBit = uint64_t{1} << 31;

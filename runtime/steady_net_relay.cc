@@ -7,15 +7,11 @@
 #include "runtime/steady_net_board.h"
 
 namespace hora {
-namespace {
-
-int64_t NowUs() {
+int64_t NetSteadyBoard::NowUs() {
   return std::chrono::duration_cast<std::chrono::microseconds>(
              std::chrono::steady_clock::now().time_since_epoch())
       .count();
 }
-
-}  // namespace
 
 void NetSteadyBoard::QueueOwn(Kind kind, uint32_t e, uint32_t n, bool eager,
                               const std::vector<char>& data) {
@@ -82,15 +78,25 @@ void NetSteadyBoard::Flush() {
   std::vector<Outgoing> out;
   {
     MutexLock lock(&mu_);
+    deferred_until_us_.store(0, std::memory_order_relaxed);
     if (outbox_.empty()) return;
     out.swap(outbox_);
   }
-  // A failed post (the job is aborting, or a member is gone) shows on the reading side: the
+  // Consecutive messages to the same members go as one (their records follow each other). A
+  // failed post (the job is aborting, or a member is gone) shows on the reading side: the
   // member's connection ends and what waits on it is decided slow.
-  for (const Outgoing& o : out) {
-    Status s = o.to != nullptr ? box_->PostTo(*o.to, o.message.data(), o.message.size())
-                               : box_->Post(o.message.data(), o.message.size());
+  for (size_t i = 0; i < out.size();) {
+    std::vector<char>& message = out[i].message;
+    size_t j = i + 1;
+    for (; j < out.size() && out[j].to == out[i].to &&
+           message.size() + out[j].message.size() <= Mailbox::kMaxMessage;
+         ++j) {
+      message.insert(message.end(), out[j].message.begin(), out[j].message.end());
+    }
+    Status s = out[i].to != nullptr ? box_->PostTo(*out[i].to, message.data(), message.size())
+                                    : box_->Post(message.data(), message.size());
     if (!s.ok()) HORA_LOG_DEBUG("steady path: {}", s.message());
+    i = j;
   }
 }
 
