@@ -6,9 +6,9 @@
 //     per entry decides each instance; a member that waited past the patience withdraws.
 //   - NetSteadyBoard (runtime/steady_net_board.h): members on any hosts; each member sends
 //     its offer or refusal of each instance to every other member (collectives/mailbox.h)
-//     and every member decides from the same messages. An offer cannot be withdrawn, so only
-//     Eager instances (data in the offer: no exchange, so no common order is needed) are
-//     cached, and a stalled instance is reported instead (SteadyPath's stall check).
+//     and every member decides from the same messages; member 0 orders the instances that
+//     are not Eager, in groups. An offer cannot be withdrawn, so a stalled instance is
+//     reported instead (SteadyPath's stall check).
 //
 // What every board guarantees:
 //   - A member's n-th submission of entry e (after e was cached) is instance n. Each instance
@@ -49,9 +49,10 @@ class SteadyBoard {
   virtual bool Eager(uint32_t e, size_t bytes) const = 0;
   virtual size_t MaxEagerBytes() const = 0;
   // Whether an agreement costs less than a share of the coordinator's round for a fused
-  // bucket: then the small tensors of a bucket the coordinator fused are cached one by one
-  // too (each its own agreement), else only its larger ones are (whose collective dominates).
-  // Measured in docs/benchmarks-steady.md "Fused buckets".
+  // bucket: then the small tensors of a bucket the coordinator fused are Eager like any
+  // other; else they are agreed on without their data and run fused with the others of
+  // their log group on the steady communicator (SteadyPath). Measured in
+  // docs/benchmarks-steady.md "Fused buckets".
   virtual bool AgreesCheaply() const = 0;
 
   // This member offers instance n of entry e (eager: its instances are Eager). kFast: this

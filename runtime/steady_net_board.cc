@@ -92,9 +92,9 @@ void NetSteadyBoard::Settle(EntryState* s, uint32_t n, Outcome outcome, bool ord
 
 void NetSteadyBoard::Append(uint32_t e, int last, bool more) {
   const uint64_t index = written_++;
-  log_[index % kLogSlots].store(uint64_t{e} | (more ? kMoreBit : 0) |
-                                    (static_cast<uint64_t>(last + 1) << 32),
-                                std::memory_order_relaxed);
+  log_[index % kLogSlots].store(
+      uint64_t{e} | (more ? kMoreBit : 0) | (static_cast<uint64_t>(last + 1) << 32),
+      std::memory_order_relaxed);
   if (!more) tail_.store(written_, std::memory_order_release);  // the group is readable
 }
 
@@ -103,8 +103,8 @@ void NetSteadyBoard::OrderGroup(const std::vector<Ordered>& group) {
   for (size_t i = 0; i < group.size(); ++i) {
     const bool more = i + 1 < group.size();
     Append(group[i].e, group[i].last, more);
-    steady_wire::Put(&order.message, Kind::kOrder, more, 0, group[i].e, group[i].n,
-                     group[i].last, nullptr, 0);
+    steady_wire::Put(&order.message, Kind::kOrder, more, 0, group[i].e, group[i].n, group[i].last,
+                     nullptr, 0);
   }
   if (routes_.two_level() && !routes_.locals().empty()) {
     outbox_.push_back(Outgoing{&routes_.locals(), order.message});
@@ -208,8 +208,8 @@ bool NetSteadyBoard::Drain() const {
             self->Settle(&self->At(h.entry), h.instance, Outcome::kFast, true);
             self->Append(h.entry, h.last, more);
             if (routes_.two_level() && routes_.leader() && !routes_.locals().empty()) {
-              steady_wire::Put(&orders.message, Kind::kOrder, more, 0, h.entry, h.instance,
-                               h.last, nullptr, 0);
+              steady_wire::Put(&orders.message, Kind::kOrder, more, 0, h.entry, h.instance, h.last,
+                               nullptr, 0);
               if (!more) {  // the whole group, in one message
                 self->outbox_.push_back(std::move(orders));
                 orders = Outgoing{&routes_.locals(), {}};

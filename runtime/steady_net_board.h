@@ -100,7 +100,7 @@ class NetSteadyBoard final : public SteadyBoard {
   }
   bool Eager(uint32_t, size_t bytes) const override { return bytes > 0 && bytes <= eager_bytes_; }
   size_t MaxEagerBytes() const override { return eager_bytes_; }
-  bool AgreesCheaply() const override { return false; }  // a round of messages per instance
+  bool AgreesCheaply() const override { return false; }  // messages per instance
   Outcome Offer(uint32_t e, uint32_t n, bool eager = false) override;
   Outcome Refuse(uint32_t e, uint32_t n) override;
   Outcome State(uint32_t e, uint32_t n, uint64_t unread) const override;
@@ -109,8 +109,7 @@ class NetSteadyBoard final : public SteadyBoard {
   std::vector<int> Missing(uint32_t e, uint32_t n) const override;
   void PutEager(uint32_t e, uint32_t n, const void* data, size_t bytes) override;
   bool GetEager(uint32_t e, uint32_t n, int m, void* data, size_t bytes) const override;
-  bool LogAt(uint64_t index, uint32_t* e, int* last = nullptr,
-             bool* more = nullptr) const override;
+  bool LogAt(uint64_t index, uint32_t* e, int* last = nullptr, bool* more = nullptr) const override;
   void Ran(uint64_t next) override;
   uint32_t Bell() const override;  // reads what has arrived first (if nobody else is)
   bool Sleep(uint32_t seen, int64_t timeout_us, Role role, bool lazy = false) override;

@@ -4,8 +4,8 @@
 //
 // Learning (Learn, on the thread that delivers plans, before the bucket's requests can
 // finish): each tensor of a CPU bucket, every member taking part, nobody joined, counts for
-// its name (a tensor the coordinator fused with others as if it had gone alone, unless it is
-// small and the board's agreements are not cheap: SteadyBoard::AgreesCheaply) when it is an
+// its name (a tensor the coordinator fused with others too, as a grouped entry: see
+// Execution and SteadyBoard::AgreesCheaply) when it is an
 // allreduce, a broadcast or an allgather (every member's first dimension the same) of a size the
 // board runs, or a reducescatter or an alltoall (even splits on every member), with a steady
 // communicator; SteadyOptions::warmup such buckets in a row with the same spec make the name an

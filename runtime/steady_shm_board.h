@@ -80,8 +80,7 @@ class ShmSteadyBoard final : public SteadyBoard {
   Outcome Withdraw(uint32_t e, uint32_t n, uint64_t unread) override;
   void PutEager(uint32_t e, uint32_t n, const void* data, size_t bytes) override;
   bool GetEager(uint32_t e, uint32_t n, int m, void* data, size_t bytes) const override;
-  bool LogAt(uint64_t index, uint32_t* e, int* last = nullptr,
-             bool* more = nullptr) const override;
+  bool LogAt(uint64_t index, uint32_t* e, int* last = nullptr, bool* more = nullptr) const override;
   uint32_t Bell() const override { return header()->bell.load(std::memory_order_acquire); }
   bool Sleep(uint32_t seen, int64_t timeout_us, Role role, bool lazy = false) override;
   void Wake() override;

@@ -86,18 +86,23 @@ def test_calls_through_a_host_relay_across_hosts(kit):
     check_clean(kit)
 
 
-@pytest.mark.parametrize("steady", ["auto", "off"])
-def test_steady_training_steps_send_nothing_to_rank_0(kit, steady):
+# per_tensor: DistributedOptimizer's per-parameter allreduces (HORA_BUCKET_CAP_MB=0,
+# Horovod's way): the coordinator fuses the small ones, which then run fused on the steady
+# path too (design.md "Groups").
+@pytest.mark.parametrize("steady,per_tensor", [("auto", False), ("auto", True), ("off", False)])
+def test_steady_training_steps_send_nothing_to_rank_0(kit, steady, per_tensor):
     # examples/gpt_char_lm.py counts the messages every rank sent to the coordinator during the
     # second half of its steps (hora.control_stats, summed over the ranks). With the steady
     # path none; without it (the check that the count sees them) at least one per step.
     steps = 40
+    extra = dict(HORA_STEADY=steady, HORA_BUCKET_CAP_MB="0" if per_tensor else "64")
     rc, out, err = horarun(kit, ["-np", "8", "-H", hostlist(kit, 4, 2)] + ssh_args(kit) +
-                           ["-x", "HORA_LIBRARY", "-x", "PYTHONPATH", "-x", "HORA_STEADY", PY,
+                           ["-x", "HORA_LIBRARY", "-x", "PYTHONPATH", "-x", "HORA_STEADY",
+                            "-x", "HORA_BUCKET_CAP_MB", PY,
                             os.path.join(ROOT, "examples", "gpt_char_lm.py"),
                             "--steps", str(steps), "--log-every", "5", "--n-layer", "1",
                             "--n-embd", "32", "--batch-size", "4", "--sample-chars", "10",
-                            "--threads", "1"], env=dict(env(), HORA_STEADY=steady))
+                            "--threads", "1"], env=dict(env(), **extra))
     assert rc == 0, out[-3000:] + err[-3000:]
     assert "PASS: every rank holds identical parameters" in out, out[-3000:]
     m = re.search(r"steps (\d+)-(\d+): (\d+) messages to rank 0's coordinator", out)
