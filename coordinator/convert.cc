@@ -150,6 +150,7 @@ void ToProto(const BucketPlan& plan, proto::Bucket* out) {
     pe->set_last_rank(e.last_rank);
     pe->set_lag_us(e.lag_us);
     pe->set_wait_us(e.wait_us);
+    pe->set_layout(e.layout);
   }
 }
 
@@ -195,6 +196,7 @@ Status FromProto(const proto::Bucket& in, BucketPlan* out) {
     e.last_rank = pe.last_rank();
     e.lag_us = pe.lag_us();
     e.wait_us = pe.wait_us();
+    e.layout = pe.layout();
     HORA_RETURN_IF_ERROR(
         CheckDims(pe.first_dims(), (what + ": first_dims").c_str(), &e.first_dims));
     HORA_RETURN_IF_ERROR(

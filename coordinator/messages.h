@@ -47,6 +47,7 @@ struct BucketPlan {
     int64_t num_elements = 0;
     std::vector<int64_t> first_dims;   // allgather: every rank's first dimension
     std::vector<int64_t> recv_splits;  // alltoall: rows received from each rank
+    uint64_t layout = 0;               // digest of every rank's layout, equal on every rank (proto)
     std::string inline_result;         // inline_reduced: the reduced data, before postscale
     // Arrivals at the coordinator (for the timeline): the global rank whose submission came
     // last (-1: unknown), how long after the first rank's it came, and how long after this

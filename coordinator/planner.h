@@ -72,6 +72,7 @@ struct PlannedBucket {
     std::vector<int64_t> first_dims;           // allgather: per rank
     std::vector<std::vector<int64_t>> splits;  // alltoall: splits[sender][receiver], in rows
                                                // (even splits filled in)
+    uint64_t layout = 0;                       // a digest of first_dims and splits (0: neither)
     std::vector<bool> submitted;               // per rank: false where the rank joined instead
     // Arrivals, for the timeline: the rank whose submission completed the name, and per rank
     // its submission time after the first rank's in microseconds (-1 where not submitted).

@@ -282,6 +282,19 @@ PlannedBucket::Entry MakeEntry(const CompleteName& c) {
       e.num_elements = ref.NumElements();
       break;
   }
+  // FNV-1a over the dimensions in order, tagged by collective (never 0 when there are any).
+  uint64_t h = 1469598103934665603ull;
+  auto mix = [&h](int64_t v) {
+    for (int i = 0; i < 8; ++i) {
+      h = (h ^ static_cast<uint64_t>((v >> (8 * i)) & 0xff)) * 1099511628211ull;
+    }
+  };
+  for (int64_t d : e.first_dims) mix(d);
+  for (const std::vector<int64_t>& row : e.splits) {
+    mix(-1);
+    for (int64_t v : row) mix(v);
+  }
+  if (!e.first_dims.empty() || !e.splits.empty()) e.layout = h | 1;
   return e;
 }
 

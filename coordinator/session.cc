@@ -259,6 +259,7 @@ BucketPlan CoordinatorServiceImpl::PlanForRankLocked(
         HORA_LOG_ERROR("coordinator: no id of rank {} for tensor '{}'", rank, e.name);
     }
     entry.num_elements = e.num_elements;
+    entry.layout = e.layout;
     entry.first_dims = e.first_dims;
     if (!e.splits.empty()) {
       entry.recv_splits.reserve(e.splits.size());

@@ -1,5 +1,8 @@
 // The steady path's learning (runtime/steady_path.h "Learning"): which of the coordinator's
 // plans make a name a cache entry, and which entries carry their data on the board.
+#include <algorithm>
+#include <functional>
+
 #include "runtime/steady_path.h"
 
 namespace hora {
@@ -29,19 +32,23 @@ void SteadyPath::Learn(const BucketPlan& bucket, const std::vector<const TensorS
       learning_.erase(spec.name);
       continue;
     }
-    LearnOne(spec, bucket.entries[i].id, fused);
+    LearnOne(spec, bucket.entries[i], fused);
   }
 }
 
-void SteadyPath::LearnOne(const TensorSpec& spec, int32_t id, bool grouped) {
+void SteadyPath::LearnOne(const TensorSpec& spec, const BucketPlan::Entry& planned, bool grouped) {
   Learning& l = learning_[spec.name];
-  if (l.count > 0 && l.spec == spec && l.grouped == grouped) {
+  if (l.count > 0 && l.spec == spec && l.grouped == grouped && l.layout == planned.layout) {
     ++l.count;
   } else {
     l.spec = spec;
     l.grouped = grouped;
+    l.layout = planned.layout;
+    l.dims =
+        spec.collective == CollectiveType::kAlltoall ? planned.recv_splits : planned.first_dims;
     l.count = 1;
   }
+  const int32_t id = planned.id;
   if (l.count < options_.warmup) return;
   auto it = by_name_.find(spec.name);
   if (it == by_name_.end()) {
@@ -49,12 +56,14 @@ void SteadyPath::LearnOne(const TensorSpec& spec, int32_t id, bool grouped) {
     by_name_.emplace(spec.name, static_cast<uint32_t>(entries_.size()));
     Entry entry{spec, id, 0};
     entry.grouped = grouped;
+    entry.dims = l.dims;
     entries_.push_back(std::move(entry));
     stats_.entries = static_cast<int64_t>(entries_.size());
   } else {
     Entry& entry = entries_[it->second];  // the instance count goes on
     entry.spec = spec;
     entry.grouped = grouped;
+    entry.dims = l.dims;
   }
 }
 
@@ -71,28 +80,17 @@ bool SteadyPath::Cacheable(const BucketPlan& bucket, const BucketPlan::Entry& en
       return board_->Runs(bytes);
     case CollectiveType::kReducescatter:
       return comm_ != nullptr && bytes > 0;  // never Eager (SteadyPath::Eager)
-    case CollectiveType::kAlltoall: {
-      // Even splits on every member (so every member receives rows / n from each), never
-      // Eager: on comm_.
-      const std::vector<int64_t>& recv = entry.recv_splits;
-      const int64_t n = static_cast<int64_t>(ranks_.size());
-      if (comm_ == nullptr || bytes == 0 || spec.shape.empty() || spec.shape[0] % n != 0 ||
-          static_cast<int64_t>(recv.size()) != n ||
-          (!spec.splits.empty() && static_cast<int64_t>(spec.splits.size()) != n)) {
-        return false;
-      }
-      for (int64_t i = 0; i < n; ++i) {
-        const int64_t even = spec.shape[0] / n;
-        if (recv[i] != even || (!spec.splits.empty() && spec.splits[i] != even)) return false;
-      }
-      return true;
-    }
+    case CollectiveType::kAlltoall:
+      // Any splits, never Eager: on comm_, with the learned plan's receive splits (every
+      // member decides alike: nothing here depends on this member's own sizes).
+      return comm_ != nullptr && entry.recv_splits.size() == ranks_.size() && entry.layout != 0;
     case CollectiveType::kAllgather: {
-      // Every member's rows alike: each member's input is as large as this one's.
+      // Every member's rows alike: each member's input is as large as this one's, and the
+      // board may carry it. Uneven rows: on comm_, with the learned first dimensions.
       const std::vector<int64_t>& dims = entry.first_dims;
-      if (spec.shape.empty() || dims.size() != ranks_.size()) return false;
+      if (spec.shape.empty() || dims.size() != ranks_.size() || entry.layout == 0) return false;
       for (int64_t d : dims) {
-        if (d != spec.shape[0]) return false;
+        if (d != dims[0]) return comm_ != nullptr;
       }
       return board_->Runs(bytes);
     }
@@ -103,6 +101,11 @@ bool SteadyPath::Cacheable(const BucketPlan& bucket, const BucketPlan::Entry& en
 
 bool SteadyPath::Eager(uint32_t e, const Entry& entry, const TensorSpec& spec) const {
   if (entry.grouped && !board_->AgreesCheaply() && comm_ != nullptr) return false;
+  if (spec.collective == CollectiveType::kAllgather &&
+      std::adjacent_find(entry.dims.begin(), entry.dims.end(), std::not_equal_to<int64_t>()) !=
+          entry.dims.end()) {
+    return false;  // uneven rows: the board's slots hold equal inputs only
+  }
   return spec.collective != CollectiveType::kReducescatter &&
          spec.collective != CollectiveType::kAlltoall && board_->Eager(e, spec.ByteSize());
 }

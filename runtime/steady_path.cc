@@ -369,6 +369,10 @@ bool SteadyPath::DriveLog(size_t max_bytes) {
           c.pending.deadline = Clock::now() + options_.patience;
           c.pending.eager = Eager(c.entry, entry, entry.spec);
         }
+        const CollectiveType kind = entry.spec.collective;
+        if (kind == CollectiveType::kAllgather || kind == CollectiveType::kAlltoall) {
+          c.dims = entry.dims;
+        }
       }
       cursor_.store(next, std::memory_order_seq_cst);
     }

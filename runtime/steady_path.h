@@ -7,9 +7,13 @@
 // its name (a tensor the coordinator fused with others too, as a grouped entry: see
 // Execution and SteadyBoard::AgreesCheaply) when it is an
 // allreduce, a broadcast or an allgather (every member's first dimension the same) of a size the
-// board runs, or a reducescatter or an alltoall (even splits on every member), with a steady
-// communicator; SteadyOptions::warmup such buckets in a row with the same spec make the name an
-// entry of the cache (id: the next free one) or update its spec. Every member receives the same
+// board runs, or, with a steady communicator, a reducescatter, an alltoall (any splits) or an
+// allgather of uneven rows; SteadyOptions::warmup such buckets in a row with the same spec and
+// the same layout digest (BucketPlan::Entry::layout: every member's splits or first dimensions,
+// the same number in every member's plan) make the name an entry of the cache (id: the next
+// free one) or update its spec; the entry keeps the learned plan's sizes, which hold for as
+// long as every member's spec equals its entry's. Nothing in that decision depends on what
+// only this member sees, so every member decides alike. Every member receives the same
 // buckets in the same order, so every member builds the same cache, and a name's cache changes only
 // while one of its instances is in flight on every member, so all members judge their next
 // submission of it against the same entry. A bucket in which some member joined ends learning for
@@ -174,10 +178,16 @@ class SteadyPath {
     // Learned from buckets the coordinator fused: its instances may run fused with others
     // of their group, and on a board whose agreements are not cheap they are not Eager.
     bool grouped = false;
+    // The learned plan's: allgather, every member's first dimension; alltoall, the rows this
+    // member receives from each member. Every member's spec equal to its entry's means every
+    // member's layout is the learned one (the plans' layout digest was the same on all).
+    std::vector<int64_t> dims;
   };
   struct Learning {
     TensorSpec spec;
     bool grouped = false;
+    uint64_t layout = 0;  // BucketPlan::Entry::layout: every member's layout, alike on all
+    std::vector<int64_t> dims;
     int count = 0;
   };
   struct Pending {
@@ -195,7 +205,8 @@ class SteadyPath {
     uint32_t entry = 0;
     Pending pending;
     bool held = false;
-    int last = -1;  // the member whose offer completed it
+    int last = -1;              // the member whose offer completed it
+    std::vector<int64_t> dims;  // Entry::dims (allgather, alltoall)
   };
   using PendingMap = std::map<uint32_t, Pending>;  // by entry
   void Loop();
@@ -217,9 +228,11 @@ class SteadyPath {
   // backend's, as on the coordinator's path), alltoalls, which always run on comm_, and
   // grouped entries on a board whose agreements are not cheap (they run fused on comm_).
   bool Eager(uint32_t e, const Entry& entry, const TensorSpec& spec) const;
-  // One more plan of `spec` (this rank's tensor id `id`; `grouped`: in a fused bucket) that
-  // can be cached: after SteadyOptions::warmup of them in a row the name is an entry.
-  void LearnOne(const TensorSpec& spec, int32_t id, bool grouped) REQUIRES(mu_);
+  // One more plan of `spec` (`planned`: its entry in the plan, with this rank's tensor id;
+  // `grouped`: in a fused bucket) that can be cached: after SteadyOptions::warmup of them in a
+  // row, with the same spec and every member's layout the same, the name is an entry.
+  void LearnOne(const TensorSpec& spec, const BucketPlan::Entry& planned, bool grouped)
+      REQUIRES(mu_);
   // Whether `entry` (of `spec`) of the set's plan `bucket` can be cached (the same answer on
   // every member).
   bool Cacheable(const BucketPlan& bucket, const BucketPlan::Entry& entry,

@@ -96,9 +96,9 @@ void SteadyPath::Run(Claim* claims, size_t count) {
       pe.id = claims[i].pending.id;
       pe.num_elements = requests[i]->spec.NumElements();
       if (r.spec.collective == CollectiveType::kAllgather) {
-        pe.first_dims.assign(ranks_.size(), r.spec.shape[0]);       // alike on every member
-      } else if (r.spec.collective == CollectiveType::kAlltoall) {  // even splits everywhere
-        pe.recv_splits.assign(ranks_.size(), r.spec.shape[0] / static_cast<int64_t>(ranks_.size()));
+        pe.first_dims = claims[i].dims;  // the learned plan's: every member's spec is its own
+      } else if (r.spec.collective == CollectiveType::kAlltoall) {
+        pe.recv_splits = claims[i].dims;
       }
       plan.entries.push_back(std::move(pe));
     }

@@ -89,6 +89,7 @@ TEST_CASE("PlanMessage round-trips and validates codes", "[convert]") {
   b.device = Device::kCuda;
   b.entries.push_back({3, 10, {1, 2}, {}});
   b.entries.push_back({-1, 4, {}, {2, 2}});
+  b.entries[1].layout = 0xfedcba9876543211ull;
   in.buckets.push_back(b);
   in.errors.push_back({5, Status(Code::kMismatch, "shape differs")});
   proto::CoordinatorMessage::Plan p;
@@ -107,6 +108,8 @@ TEST_CASE("PlanMessage round-trips and validates codes", "[convert]") {
   CHECK(out.buckets[0].entries[0].first_dims == std::vector<int64_t>{1, 2});
   CHECK(out.buckets[0].entries[1].id == -1);
   CHECK(out.buckets[0].entries[1].recv_splits == std::vector<int64_t>{2, 2});
+  CHECK(out.buckets[0].entries[1].layout == 0xfedcba9876543211ull);
+  CHECK(out.buckets[0].entries[0].layout == 0);
   REQUIRE(out.errors.size() == 1);
   CHECK(out.errors[0].status.code() == Code::kMismatch);
 

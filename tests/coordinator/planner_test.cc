@@ -221,6 +221,30 @@ TEST_CASE("alltoall carries the splits matrix, filling in even splits", "[planne
   CHECK(e.num_elements == 2);  // one row
 }
 
+// The layout digest: the same in every rank's plan, equal for equal layouts, different when one
+// rank's splits (or first dimension) change, 0 where there is no layout.
+TEST_CASE("a bucket entry's layout digest follows every rank's splits and first dimensions",
+          "[planner]") {
+  auto layout = [](const std::vector<TensorSpec>& specs) {
+    Planner p(Config(static_cast<int>(specs.size())));
+    for (size_t r = 0; r < specs.size(); ++r) p.Submit(static_cast<int>(r), specs[r], At(0));
+    PlannerOutput out = p.Poll(At(0));
+    REQUIRE(out.buckets.size() == 1);
+    return out.buckets[0].entries.at(0).layout;
+  };
+  const uint64_t a = layout({A2a({6, 2}, {1, 2, 3}), A2a({3, 2}, {}), A2a({4, 2}, {0, 0, 4})});
+  CHECK(a != 0);
+  CHECK(layout({A2a({6, 2}, {1, 2, 3}), A2a({3, 2}, {}), A2a({4, 2}, {0, 0, 4})}) == a);
+  CHECK(layout({A2a({6, 2}, {1, 2, 3}), A2a({3, 2}, {}), A2a({4, 2}, {0, 1, 3})}) != a);
+  const uint64_t g = layout({Spec("g", CollectiveType::kAllgather, {2, 3}),
+                             Spec("g", CollectiveType::kAllgather, {1, 3})});
+  CHECK(g != 0);
+  CHECK(g != layout({Spec("g", CollectiveType::kAllgather, {1, 3}),
+                     Spec("g", CollectiveType::kAllgather, {2, 3})}));
+  CHECK(layout({Spec("r", CollectiveType::kAllreduce, {4}),
+                Spec("r", CollectiveType::kAllreduce, {4})}) == 0);
+}
+
 TEST_CASE("bad alltoall splits fail naming the rank", "[planner]") {
   Planner p(Config(3));
   std::string want;

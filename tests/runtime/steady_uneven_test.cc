@@ -1,0 +1,122 @@
+// The steady path with uneven layouts (runtime/steady_path.h "Learning"): an alltoall whose
+// splits differ per rank (rank 0's even, the others' not, as a mixture-of-experts router's
+// are) and an allgather whose ranks contribute different row counts, the same every step,
+// are learned from the coordinator's plans and run on the steady communicator with the
+// learned plan's sizes; a step where one rank alone changes its splits falls back on every
+// rank, and the next steps run on the steady path again. Engines as threads, on one host and
+// on two "hosts"; results equal the coordinator path's bit for bit.
+#include <catch2/catch.hpp>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "tests/runtime/engine_threads.h"
+#include "tests/runtime/steady_harness.h"
+
+namespace hora {
+namespace {
+
+using testing::Layout;
+using testing::RunRanks;
+using testing::WaitBound;
+
+constexpr int kRanks = 3;
+constexpr int kIterations = SteadyOptions{}.warmup + 6;
+constexpr int kChange = SteadyOptions{}.warmup + 2;  // rank 1 routes differently there
+constexpr int64_t kCols = 4;
+
+// Rows rank r sends to each rank at iteration i (6 in all, whatever the step).
+std::vector<int64_t> Splits(int r, int i) {
+  if (r == 0) return {2, 2, 2};
+  if (r == 1) return i == kChange ? std::vector<int64_t>{2, 1, 3} : std::vector<int64_t>{3, 0, 3};
+  return {1, 4, 1};
+}
+
+struct Outcome {
+  std::vector<std::vector<char>> bytes;  // per rank: every result's shape, splits and data
+  std::vector<SteadyStats> stats;
+};
+
+std::string RunUneven(const std::string& steady, const std::string& board, Outcome* out) {
+  out->bytes.assign(kRanks, {});
+  out->stats.assign(kRanks, {});
+  auto errors = RunRanks(
+      kRanks,
+      [&](int r, Engine& e) -> std::string {
+        auto keep = [&](const void* p, size_t n) {
+          const char* c = static_cast<const char*>(p);
+          out->bytes[r].insert(out->bytes[r].end(), c, c + n);
+        };
+        auto run = [&](const TensorSpec& spec, void* in, int i) -> std::string {
+          const std::string what = spec.name + " " + std::to_string(i) + ": ";
+          auto h = e.Enqueue(spec, in, nullptr);
+          if (!h.ok()) return what + h.status().ToString();
+          Status s = e.Wait(h.value(), WaitBound());
+          if (s.ok()) {
+            s = e.handles().WithResult(h.value(), [&](const OpResult& res) {
+              keep(res.shape.data(), res.shape.size() * sizeof(int64_t));
+              keep(res.splits.data(), res.splits.size() * sizeof(int64_t));
+              keep(res.data.data(), res.data.size());
+              return Status::Ok();
+            });
+          }
+          (void)e.Release(h.value());
+          return s.ok() ? "" : what + s.ToString();
+        };
+        for (int i = 0; i < kIterations; ++i) {
+          TensorSpec aa;
+          aa.name = "route";
+          aa.collective = CollectiveType::kAlltoall;
+          aa.splits = Splits(r, i);
+          aa.shape = {6, kCols};
+          std::vector<float> send(static_cast<size_t>(6 * kCols));
+          for (size_t j = 0; j < send.size(); ++j) {
+            send[j] = static_cast<float>(r * 1000 + i * 100 + static_cast<int>(j)) / 3.0f;
+          }
+          std::string failed = run(aa, send.data(), i);
+          if (!failed.empty()) return failed;
+
+          TensorSpec ag;
+          ag.name = "ragged";
+          ag.collective = CollectiveType::kAllgather;
+          ag.shape = {r + 1, kCols};  // 1, 2 and 3 rows
+          std::vector<float> rows(static_cast<size_t>((r + 1) * kCols));
+          for (size_t j = 0; j < rows.size(); ++j) {
+            rows[j] = static_cast<float>(r * 77 + i * 7 + static_cast<int>(j)) / 9.0f;
+          }
+          failed = run(ag, rows.data(), i);
+          if (!failed.empty()) return failed;
+        }
+        out->stats[r] = e.Steady(kGlobalProcessSet).value();
+        return "";
+      },
+      [&](Options* o) { Layout(o, steady, board); });
+  for (int r = 0; r < kRanks; ++r) {
+    if (!errors[r].empty()) return "rank " + std::to_string(r) + ": " + errors[r];
+  }
+  return "";
+}
+
+TEST_CASE("steady path: uneven alltoalls and allgathers run on it with the learned sizes",
+          "[steady]") {
+  const std::string board = GENERATE(as<std::string>{}, "shm", "net", "flat");
+  INFO("board " << board);
+  Outcome off, on;
+  REQUIRE(RunUneven("off", board, &off) == "");
+  REQUIRE(RunUneven("auto", board, &on) == "");
+  for (int r = 0; r < kRanks; ++r) {
+    INFO("rank " << r);
+    REQUIRE(off.bytes[r].size() == on.bytes[r].size());
+    CHECK(std::memcmp(off.bytes[r].data(), on.bytes[r].data(), off.bytes[r].size()) == 0);
+    CHECK(off.stats[r].fast == 0);
+    CHECK(on.stats[r].entries == 2);
+    // Both cached after the warmup; the step where rank 1 routes differently falls back on
+    // every rank (its alltoall; the allgather stays fast), then all run fast again.
+    const int64_t fast_runs = 2 * (kIterations - SteadyOptions{}.warmup) - 1;
+    CHECK(on.stats[r].fast >= fast_runs - 1);
+    CHECK(on.stats[r].slow >= 1);
+  }
+}
+
+}  // namespace
+}  // namespace hora
