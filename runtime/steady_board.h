@@ -87,6 +87,11 @@ class SteadyBoard {
   // This member ran its log up to slot `next` (exclusive). A board that groups instances
   // decided while this member still runs an earlier group may hold them until then.
   virtual void Ran(uint64_t /*next*/) {}
+  // Whether this member holds decided instances that the next Pull would log (a board that
+  // groups: they wait for whoever runs the log to ask, so that what is decided meanwhile
+  // joins them). Pull logs them as one group; false if there were none.
+  virtual bool Pullable() const { return false; }
+  virtual bool Pull() { return false; }
 
   virtual uint32_t Bell() const = 0;
   // Sleeps as `role` of this member while the bell still reads `seen`, at most timeout_us.

@@ -112,6 +112,20 @@ void NetSteadyBoard::OrderGroup(const std::vector<Ordered>& group) {
   outbox_.push_back(std::move(order));
   group_open_ = true;
   open_end_ = written_;
+  pullable_.store(false, std::memory_order_release);
+}
+
+bool NetSteadyBoard::Pull() {
+  if (!Pullable()) return false;
+  {
+    MutexLock lock(&mu_);
+    if (group_open_ || held_orders_.empty()) return false;
+    std::vector<Ordered> group;
+    group.swap(held_orders_);
+    OrderGroup(group);
+  }
+  Flush();
+  return true;
 }
 
 void NetSteadyBoard::Ran(uint64_t next) {
@@ -156,11 +170,8 @@ NetSteadyBoard::Outcome NetSteadyBoard::Decide(uint32_t e, uint32_t n, int last)
   if (s.slots[n % 2][static_cast<size_t>(member_)].eager) {
     Append(e, last, false);
   } else if (member_ == 0) {  // the order of the instances that run on the communicator
-    if (group_open_) {
-      held_orders_.push_back(Ordered{e, n, last});  // ordered together once the group ran
-    } else {
-      OrderGroup({Ordered{e, n, last}});
-    }
+    held_orders_.push_back(Ordered{e, n, last});  // until the runner asks (Pull, Ran)
+    pullable_.store(!group_open_, std::memory_order_release);
   }  // else: appended when member 0's ORDER comes
   return Outcome::kFast;
 }

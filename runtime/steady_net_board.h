@@ -24,12 +24,14 @@
 // when that ORDER arrives (member 0 decided it fast, so it is fast for everyone: the offers
 // that made it so need not have reached them yet). That costs the others one more one-way
 // message, not a trip to the coordinator. Member 0 orders in groups, as Horovod fuses what a
-// cycle found ready: what it decides while it has not yet run the last group it ordered
-// waits, and once it ran that group (Ran) all of it goes out as the next group, one message
-// of ORDERs whose records say that the group goes on; every member appends a group whole,
-// so every member sees the same groups and may fuse each (SteadyPath runs the tensors of a
-// group that fit one bucket as one collective). An idle member 0 orders each instance at
-// once, as a group of one. Without a steady communicator only allreduces of
+// cycle found ready: what it decides waits until whoever runs its log asks for more (Pull,
+// when the log is read to its end and the last group ran; Ran, when the last group ran while
+// more waited), and then all of it goes out as one group, one message of ORDERs whose
+// records say that the group goes on; every member appends a group whole, so every member
+// sees the same groups and may fuse each (SteadyPath runs the tensors of a group that fit one
+// bucket as one collective). A burst of submissions thus becomes one group when member 0's
+// runner wakes after it began; a caller that runs the log itself (a prompt one) pulls at
+// once, so a lone instance waits for nothing. Without a steady communicator only allreduces of
 // at most kEagerBytes are cached (Runs). Each member keeps, per entry and instance parity,
 // every member's last message, as the shared board keeps its eager slots: a member offers
 // n + 2 only after n + 1 completed everywhere it matters (see steady_shm_board.h), so a slot
@@ -111,6 +113,8 @@ class NetSteadyBoard final : public SteadyBoard {
   bool GetEager(uint32_t e, uint32_t n, int m, void* data, size_t bytes) const override;
   bool LogAt(uint64_t index, uint32_t* e, int* last = nullptr, bool* more = nullptr) const override;
   void Ran(uint64_t next) override;
+  bool Pullable() const override { return pullable_.load(std::memory_order_acquire); }
+  bool Pull() override;
   uint32_t Bell() const override;  // reads what has arrived first (if nobody else is)
   bool Sleep(uint32_t seen, int64_t timeout_us, Role role, bool lazy = false) override;
   void Wake() override { Wake(true); }  // the others wake on this member's messages
@@ -226,6 +230,7 @@ class NetSteadyBoard final : public SteadyBoard {
   bool group_open_ GUARDED_BY(mu_) = false;
   uint64_t open_end_ GUARDED_BY(mu_) = 0;
   std::vector<Ordered> held_orders_ GUARDED_BY(mu_);
+  std::atomic<bool> pullable_{false};  // !held_orders_.empty() && !group_open_
   std::atomic<uint32_t> bell_{0};
   std::atomic<bool> joined_{false};
   std::atomic<int> helpers_{0};

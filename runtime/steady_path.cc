@@ -152,7 +152,7 @@ Status SteadyPath::Begin(const Lookup& found, Request* request, Ticket* ticket) 
 
 bool SteadyPath::Unread() const {
   uint32_t e = 0;
-  return board_->LogAt(cursor_.load(std::memory_order_seq_cst), &e);
+  return board_->LogAt(cursor_.load(std::memory_order_seq_cst), &e) || board_->Pullable();
 }
 
 bool SteadyPath::Progress() {
@@ -340,6 +340,10 @@ void SteadyPath::Help(const Ticket& ticket, Clock::time_point deadline) {
 bool SteadyPath::DriveLog(size_t max_bytes) {
   bool ran = false;
   for (;;) {
+    uint32_t probe = 0;  // at the log's end: what the board holds for its runner, if any
+    if (!board_->LogAt(cursor_.load(std::memory_order_relaxed), &probe) && !board_->Pull()) {
+      break;
+    }
     std::vector<Claim>& group = group_;
     group.clear();
     {

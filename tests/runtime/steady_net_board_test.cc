@@ -1,8 +1,8 @@
 // The board over messages (runtime/steady_net_board.h), its members in one thread over real
 // TCP mailboxes: instances that are not Eager enter every member's log in the order member 0
-// decided them, in groups. What member 0 decides while it has not run its last group waits,
-// and goes out as one group once it has (Ran); every member sees the group whole, flat or
-// through the host leaders.
+// decided them, in groups. What member 0 decides waits for its runner to ask (Pull), or, if
+// it has not run its last group, for that (Ran), and then goes out as one group; every member
+// sees the group whole, flat or through the host leaders.
 #include "runtime/steady_net_board.h"
 
 #include <catch2/catch.hpp>
@@ -89,8 +89,13 @@ TEST_CASE("steady board over messages: member 0 orders what it decided meanwhile
     };
   };
 
-  // Instance 1 of entry 0: member 0 is idle, so it orders it at once, a group of its own.
+  // Instance 1 of entry 0: decided, held until member 0's runner asks, then a group of one.
   for (int m = size - 1; m >= 0; --m) (void)boards[m]->Offer(0, 1);
+  REQUIRE(Until(boards, [&] { return boards[0]->Pullable(); }));
+  Slot none;
+  CHECK_FALSE(Logged(*boards[0], 0, &none));
+  REQUIRE(boards[0]->Pull());
+  CHECK_FALSE(boards[0]->Pullable());
   REQUIRE(Until(boards, everyone_logged(0)));
   for (int m = 0; m < size; ++m) {
     Slot s;
@@ -107,6 +112,8 @@ TEST_CASE("steady board over messages: member 0 orders what it decided meanwhile
   REQUIRE(Until(boards, [&] { return boards[0]->Missing(2, 1) == std::vector<int>{0}; }));
   CHECK(boards[0]->Offer(1, 1) == Outcome::kFast);
   CHECK(boards[0]->Offer(2, 1) == Outcome::kFast);
+  CHECK_FALSE(boards[0]->Pullable());  // its group is still open
+  CHECK_FALSE(boards[0]->Pull());
   std::this_thread::sleep_for(std::chrono::milliseconds(300));  // an ORDER would be here
   for (const auto& b : boards) (void)b->Bell();
   for (int m = 0; m < size; ++m) {
@@ -130,9 +137,11 @@ TEST_CASE("steady board over messages: member 0 orders what it decided meanwhile
     CHECK(boards[m]->State(2, 1, 1) == Outcome::kFast);
   }
 
-  // Nothing held any more, and that group ran: the next instance is ordered at once again.
+  // Nothing held any more, and that group ran: the next instance goes out at the next Pull.
   boards[0]->Ran(3);
+  CHECK_FALSE(boards[0]->Pull());
   for (int m = size - 1; m >= 0; --m) (void)boards[m]->Offer(0, 2);
+  REQUIRE(Until(boards, [&] { return boards[0]->Pull(); }));
   REQUIRE(Until(boards, everyone_logged(3)));
   Slot s;
   REQUIRE(Logged(*boards[size - 1], 3, &s));
