@@ -115,14 +115,19 @@ void NetSteadyBoard::OrderGroup(const std::vector<Ordered>& group) {
   pullable_.store(false, std::memory_order_release);
 }
 
+bool NetSteadyBoard::OrderHeld() {
+  if (held_orders_.empty()) return false;
+  std::vector<Ordered> group;
+  group.swap(held_orders_);
+  OrderGroup(group);
+  return true;
+}
+
 bool NetSteadyBoard::Pull() {
   if (!Pullable()) return false;
   {
     MutexLock lock(&mu_);
-    if (group_open_ || held_orders_.empty()) return false;
-    std::vector<Ordered> group;
-    group.swap(held_orders_);
-    OrderGroup(group);
+    if (group_open_ || !OrderHeld()) return false;
   }
   Flush();
   return true;
@@ -134,10 +139,7 @@ void NetSteadyBoard::Ran(uint64_t next) {
     MutexLock lock(&mu_);
     if (!group_open_ || next < open_end_) return;
     group_open_ = false;
-    if (held_orders_.empty()) return;
-    std::vector<Ordered> group;
-    group.swap(held_orders_);
-    OrderGroup(group);
+    if (!OrderHeld()) return;
   }
   Flush();
   // The caller runs the group; a helper waiting for one of its instances looks again (it
@@ -237,6 +239,7 @@ bool NetSteadyBoard::Drain() const {
           self->RelayInstance(h.entry, h.instance);
         });
     if (!whole) HORA_LOG_DEBUG("steady path: a message cut short ({} bytes)", bytes);
+    if (!orders.message.empty()) self->outbox_.push_back(std::move(orders));  // never cut
   });
   if (!s.ok()) {
     MutexLock lock(&self->mu_);

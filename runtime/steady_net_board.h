@@ -174,6 +174,8 @@ class NetSteadyBoard final : public SteadyBoard {
   };
   // Member 0: appends `group` to the log as one group and sends its ORDERs in one message.
   void OrderGroup(const std::vector<Ordered>& group) REQUIRES(mu_);
+  // Member 0: orders what it holds as one group; false if it holds nothing.
+  bool OrderHeld() REQUIRES(mu_);
   // Queues one record of this member's own to where its own messages go.
   void QueueOwn(Kind kind, uint32_t e, uint32_t n, bool eager, const std::vector<char>& data)
       REQUIRES(mu_);
