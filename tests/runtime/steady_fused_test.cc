@@ -30,10 +30,7 @@ constexpr int kIterations = SteadyOptions{}.warmup + 5;
 constexpr int64_t kCounts[] = {16, 16, 16, 16, 6000, 6000};
 constexpr int kTensors = 6;
 
-struct Outcome {
-  std::vector<std::vector<char>> bytes;  // per rank: every output, in order
-  std::vector<SteadyStats> stats;
-};
+using Outcome = testing::SteadyOutcome;
 
 std::string RunFused(const std::string& steady, const std::string& board, Outcome* out) {
   out->bytes.assign(kRanks, {});
@@ -97,19 +94,11 @@ TEST_CASE("steady path: the tensors of a fused bucket are learned and run on it,
   Outcome off, on;
   REQUIRE(RunFused("off", board, &off) == "");
   REQUIRE(RunFused("auto", board, &on) == "");
-  const int learned = kTensors;
-  for (int r = 0; r < kRanks; ++r) {
-    INFO("rank " << r);
-    REQUIRE(off.bytes[r].size() == on.bytes[r].size());
-    CHECK(std::memcmp(off.bytes[r].data(), on.bytes[r].data(), off.bytes[r].size()) == 0);
-    CHECK(off.stats[r].fast == 0);
-    CHECK(on.stats[r].entries == learned);
-    // Cached after SteadyOptions::warmup fused plans; then every submission of a cached name
-    // is an instance (one may fall back past the patience on a loaded machine).
-    const int64_t instances = learned * (kIterations - SteadyOptions{}.warmup);
-    CHECK(on.stats[r].fast + on.stats[r].slow == instances);
-    CHECK(on.stats[r].fast >= instances - 2);
-  }
+  // Cached after SteadyOptions::warmup fused plans; then every submission of a cached name
+  // is an instance (one may fall back past the patience on a loaded machine).
+  const int64_t instances = kTensors * (kIterations - SteadyOptions{}.warmup);
+  testing::CheckLikeOff(off, on, kTensors, instances - 2, 0);
+  for (int r = 0; r < kRanks; ++r) CHECK(on.stats[r].fast + on.stats[r].slow == instances);
   if (board == "net") {
     // Rank 0 submits its six in a burst while the set's thread runs the first one ordered:
     // the rest wait for it and go out as one group (steady_net_board.h), run fused.

@@ -5,10 +5,12 @@
 
 #include <catch2/catch.hpp>
 #include <chrono>
+#include <cstring>
 #include <string>
 #include <vector>
 
 #include "runtime/options.h"
+#include "runtime/steady_path.h"
 #include "tests/harness/hang_bound.h"
 
 namespace hora {
@@ -41,6 +43,29 @@ inline void Layout(Options* o, const std::string& steady, const std::string& boa
   OneHost(o, steady);
   if (board == "net") o->hostname = "host" + std::to_string(o->rank % 2);
   if (board == "flat") o->hostname = "host" + std::to_string(o->rank);
+}
+
+// What a run leaves per rank: every result's bytes in order, and the steady path's counters.
+struct SteadyOutcome {
+  std::vector<std::vector<char>> bytes;
+  std::vector<SteadyStats> stats;
+};
+
+// Per rank: the steady path's run (`on`) gave the coordinator path's results (`off`) bit for
+// bit; `off` ran nothing fast; `on` cached `entries` names, ran at least `min_fast`
+// operations fast and at least `min_slow` the normal way.
+inline void CheckLikeOff(const SteadyOutcome& off, const SteadyOutcome& on, int64_t entries,
+                         int64_t min_fast, int64_t min_slow) {
+  REQUIRE(off.bytes.size() == on.bytes.size());
+  for (size_t r = 0; r < off.bytes.size(); ++r) {
+    INFO("rank " << r);
+    REQUIRE(off.bytes[r].size() == on.bytes[r].size());
+    CHECK(std::memcmp(off.bytes[r].data(), on.bytes[r].data(), off.bytes[r].size()) == 0);
+    CHECK(off.stats[r].fast == 0);
+    CHECK(on.stats[r].entries == entries);
+    CHECK(on.stats[r].fast >= min_fast);
+    CHECK(on.stats[r].slow >= min_slow);
+  }
 }
 
 }  // namespace testing

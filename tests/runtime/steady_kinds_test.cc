@@ -31,10 +31,7 @@ std::vector<float> Rows(int r, int i, int rows) {
   return v;
 }
 
-struct Outcome {
-  std::vector<std::vector<char>> bytes;  // per rank: every result, with its shape
-  std::vector<SteadyStats> stats;
-};
+using Outcome = testing::SteadyOutcome;
 
 // rows: each rank's allgather rows (x 3 floats), and the broadcast's int32 count / 2.
 std::string RunKinds(const std::string& steady, const std::string& board, int64_t rows,
@@ -125,18 +122,10 @@ TEST_CASE("steady path: allgathers, broadcasts, reducescatters, alltoalls run on
   Outcome off, on;
   REQUIRE(RunKinds("off", board, rows, &off) == "");
   REQUIRE(RunKinds("auto", board, rows, &on) == "");
-  for (int r = 0; r < kRanks; ++r) {
-    INFO("rank " << r);
-    REQUIRE(off.bytes[r].size() == on.bytes[r].size());
-    CHECK(std::memcmp(off.bytes[r].data(), on.bytes[r].data(), off.bytes[r].size()) == 0);
-    CHECK(off.stats[r].fast == 0);
-    CHECK(on.stats[r].entries == 4);
-    // All cached after SteadyOptions::warmup plans; the uneven iteration falls back (the allgather,
-    // whose rows changed on rank 2, and nothing else), then all run fast again.
-    const int64_t fast_runs = 4 * (kIterations - SteadyOptions{}.warmup) - 1;
-    CHECK(on.stats[r].fast >= fast_runs - 1);
-    CHECK(on.stats[r].slow >= 1);
-  }
+  // All cached after SteadyOptions::warmup plans; the uneven iteration falls back (the allgather,
+  // whose rows changed on rank 2, and nothing else), then all run fast again.
+  const int64_t fast_runs = 4 * (kIterations - SteadyOptions{}.warmup) - 1;
+  testing::CheckLikeOff(off, on, 4, fast_runs - 1, 1);
 }
 
 }  // namespace

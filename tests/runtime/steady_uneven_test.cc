@@ -32,10 +32,7 @@ std::vector<int64_t> Splits(int r, int i) {
   return {1, 4, 1};
 }
 
-struct Outcome {
-  std::vector<std::vector<char>> bytes;  // per rank: every result's shape, splits and data
-  std::vector<SteadyStats> stats;
-};
+using Outcome = testing::SteadyOutcome;
 
 std::string RunUneven(const std::string& steady, const std::string& board, Outcome* out) {
   out->bytes.assign(kRanks, {});
@@ -104,18 +101,10 @@ TEST_CASE("steady path: uneven alltoalls and allgathers run on it with the learn
   Outcome off, on;
   REQUIRE(RunUneven("off", board, &off) == "");
   REQUIRE(RunUneven("auto", board, &on) == "");
-  for (int r = 0; r < kRanks; ++r) {
-    INFO("rank " << r);
-    REQUIRE(off.bytes[r].size() == on.bytes[r].size());
-    CHECK(std::memcmp(off.bytes[r].data(), on.bytes[r].data(), off.bytes[r].size()) == 0);
-    CHECK(off.stats[r].fast == 0);
-    CHECK(on.stats[r].entries == 2);
-    // Both cached after the warmup; the step where rank 1 routes differently falls back on
-    // every rank (its alltoall; the allgather stays fast), then all run fast again.
-    const int64_t fast_runs = 2 * (kIterations - SteadyOptions{}.warmup) - 1;
-    CHECK(on.stats[r].fast >= fast_runs - 1);
-    CHECK(on.stats[r].slow >= 1);
-  }
+  // Both cached after the warmup; the step where rank 1 routes differently falls back on
+  // every rank (its alltoall; the allgather stays fast), then all run fast again.
+  const int64_t fast_runs = 2 * (kIterations - SteadyOptions{}.warmup) - 1;
+  testing::CheckLikeOff(off, on, 2, fast_runs - 1, 1);
 }
 
 }  // namespace
