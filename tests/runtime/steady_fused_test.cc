@@ -81,10 +81,7 @@ std::string RunFused(const std::string& steady, const std::string& board, Outcom
         Layout(o, steady, board);
         o->fusion_threshold_bytes = kDefaultFusionThresholdBytes;  // Layout turns fusion off
       });
-  for (int r = 0; r < kRanks; ++r) {
-    if (!errors[r].empty()) return "rank " + std::to_string(r) + ": " + errors[r];
-  }
-  return "";
+  return testing::FirstError(errors);
 }
 
 TEST_CASE("steady path: the tensors of a fused bucket are learned and run on it, bit for bit",

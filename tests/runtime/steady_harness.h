@@ -29,6 +29,14 @@ inline void CheckEveryRank(const std::vector<std::string>& errors) {
   }
 }
 
+// The first rank's error, "rank r: ...", or "" when every rank's body returned "".
+inline std::string FirstError(const std::vector<std::string>& errors) {
+  for (size_t r = 0; r < errors.size(); ++r) {
+    if (!errors[r].empty()) return "rank " + std::to_string(r) + ": " + errors[r];
+  }
+  return "";
+}
+
 inline void OneHost(Options* o, const std::string& steady) {
   o->hostname = "steadyhost";  // every rank on one host: shm
   o->fusion_threshold_bytes = 0;

@@ -107,10 +107,7 @@ std::string RunKinds(const std::string& steady, const std::string& board, int64_
         return "";
       },
       [&](Options* o) { Layout(o, steady, board); });
-  for (int r = 0; r < kRanks; ++r) {
-    if (!errors[r].empty()) return "rank " + std::to_string(r) + ": " + errors[r];
-  }
-  return "";
+  return testing::FirstError(errors);
 }
 
 TEST_CASE("steady path: allgathers, broadcasts, reducescatters, alltoalls run on it, bit for bit",

@@ -88,10 +88,7 @@ std::string RunUneven(const std::string& steady, const std::string& board, Outco
         return "";
       },
       [&](Options* o) { Layout(o, steady, board); });
-  for (int r = 0; r < kRanks; ++r) {
-    if (!errors[r].empty()) return "rank " + std::to_string(r) + ": " + errors[r];
-  }
-  return "";
+  return testing::FirstError(errors);
 }
 
 TEST_CASE("steady path: uneven alltoalls and allgathers run on it with the learned sizes",
