@@ -9,9 +9,11 @@ steady path (the board over messages, docs/design.md "Steady state").
     steady_prog.py shape N VICTIM    as loop, but from call N // 2 on rank VICTIM's named
                                      tensor has 2 elements (a mismatch after the plan was
                                      cached); every rank prints "ERROR <message>", exits 1
-    steady_prog.py fused N           N steps of 6 allreduce_async_ calls at once, 4 of 16
+    steady_prog.py fused N [VICTIM]  N steps of 6 allreduce_async_ calls at once, 4 of 16
                                      floats and 2 of 8,192 (the coordinator fuses what is ready
-                                     together), every result checked; prints the counters
+                                     together), every result checked; prints the counters; with
+                                     VICTIM, that rank SIGKILLs itself at step N // 2 and the
+                                     others print "ERROR <message>" and exit 1
 """
 
 import os
@@ -26,12 +28,16 @@ import hora.torch as hvd
 
 def main():
     mode, n = sys.argv[1], int(sys.argv[2])
-    victim = int(sys.argv[3]) if mode in ("kill", "shape") else -1
+    victim = int(sys.argv[3]) if len(sys.argv) > 3 else -1
     hvd.init()
     rank, size = hvd.rank(), hvd.size()
     want = float(size * (size + 1) // 2)
     if mode == "fused":
-        return fused(n, rank, size)
+        try:
+            return fused(n, rank, size, victim)
+        except Exception as e:  # noqa: BLE001 - the test reads the message
+            print("ERROR " + str(e).replace("\n", " "), flush=True)
+            return 1
     try:
         for i in range(n):
             if mode == "kill" and i == n // 2 and rank == victim:
@@ -59,9 +65,11 @@ def main():
     return 0
 
 
-def fused(n, rank, size):
+def fused(n, rank, size, victim):
     counts = [16, 16, 16, 16, 8192, 8192]
     for i in range(n):
+        if i == n // 2 and rank == victim:
+            os.kill(os.getpid(), signal.SIGKILL)
         # Integers: exact in any order of summation.
         ts = [torch.full((c,), float(rank + i + t)) for t, c in enumerate(counts)]
         handles = [hvd.allreduce_async_(t, name="fused.%d" % k, op=hvd.Sum)
