@@ -63,6 +63,11 @@ struct SteadyOptions {
   // The most bytes of one bucket of fused allreduces (runtime/steady_path.h "Execution"); 0:
   // every instance runs alone. HORA_FUSION_THRESHOLD, as the coordinator's buckets.
   int64_t fusion_bytes = kDefaultFusionThresholdBytes;
+  // A larger tensor runs alone, in place: copying it into the fused bucket and out again costs
+  // more than the collective it saves. ResNet-50's gradients one by one at 2 hosts x 2 ranks:
+  // 243 ms a step with this limit, 260-307 ms without, 247-257 ms before fusing at all
+  // (docs/benchmarks-steady.md "Across hosts").
+  size_t fuse_tensor_bytes = 1 << 20;
 };
 
 }  // namespace hora

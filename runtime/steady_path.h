@@ -39,9 +39,9 @@
 // order of the coordinator's buckets on the first one is untouched), through a
 // BucketExecutor (the same prescale, reduction and postscale as the data-plane path). The
 // allreduces of one group of the log (SteadyBoard::LogAt) that the coordinator had fused run
-// fused again: consecutive ones alike in dtype, op and scales, up to
-// SteadyOptions::fusion_bytes, as one bucket; every member sees the same groups, so every
-// member makes the same buckets.
+// fused again: consecutive ones alike in dtype, op and scales, each at most
+// SteadyOptions::fuse_tensor_bytes, up to SteadyOptions::fusion_bytes, as one bucket; every
+// member sees the same groups, so every member makes the same buckets.
 // Waits spin briefly, then sleep on the board's futex.
 //
 // Thread safety: every public method may be called from any thread.

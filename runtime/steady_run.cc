@@ -14,7 +14,8 @@ void SteadyPath::RunGroup(std::vector<Claim>* group) {
   auto spec = [](const Claim& c) -> const TensorSpec& { return c.pending.request.spec; };
   auto fuses = [&](const Claim& c) {
     return c.held && c.pending.fuses && !c.pending.eager &&
-           spec(c).collective == CollectiveType::kAllreduce;
+           spec(c).collective == CollectiveType::kAllreduce &&
+           spec(c).ByteSize() <= options_.fuse_tensor_bytes;
   };
   std::vector<Claim>& g = *group;
   for (size_t i = 0; i < g.size();) {
