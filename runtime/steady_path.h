@@ -283,6 +283,8 @@ class SteadyPath {
   std::unique_ptr<BucketExecutor> executor_ GUARDED_BY(drive_mu_);  // on comm_, if any
   std::vector<unsigned char> eager_peer_ GUARDED_BY(drive_mu_);     // RunEager's scratch
   std::vector<Claim> group_ GUARDED_BY(drive_mu_);                  // DriveLog's scratch
+  std::vector<const Request*> run_requests_ GUARDED_BY(drive_mu_);  // Run's scratch
+  std::vector<OpResult> run_results_ GUARDED_BY(drive_mu_);
   std::atomic<uint64_t> cursor_{0};  // written under drive_mu_: the next log slot to run
 
   std::atomic<bool> stop_{false};

@@ -43,8 +43,8 @@ void SteadyPath::Run(Claim* claims, size_t count) {
     taken = host_.take(claims[0].pending.id);
     if (!taken) return;  // failed meanwhile with the job's error
   }
-  std::vector<const Request*> requests;
-  requests.reserve(count);
+  std::vector<const Request*>& requests = run_requests_;  // no allocation per instance
+  requests.clear();
   for (size_t i = 0; i < count; ++i) {
     requests.push_back(claims[i].held ? &claims[i].pending.request : &*taken);
   }
@@ -72,7 +72,8 @@ void SteadyPath::Run(Claim* claims, size_t count) {
   }
   ++fast_seq_;
   BucketExecutor::Finish finish;
-  std::vector<OpResult> results;  // the executor's, one per entry
+  std::vector<OpResult>& results = run_results_;  // the executor's, one per entry
+  results.clear();
   Status status = host_.job_error();
   if (status.ok() && count == 1 && claims[0].pending.eager) {
     if (trace) trace->collective_us = TimelineNowUs();

@@ -68,6 +68,16 @@ def test_a_fused_buckets_tensors_run_without_rank_0_across_hosts(kit):
     check_clean(kit)
 
 
+def every_survivor_names(victim, ranks, out, err):
+    """Every rank but the victim printed "ERROR ..." first naming the victim's rank."""
+    lines = rank_lines(out)
+    for r in (r for r in range(ranks) if r != victim):
+        errors = [l for l in lines.get(r, []) if l.startswith("ERROR ")]
+        assert errors, "rank %d did not fail: %s" % (r, out[-3000:] + err[-3000:])
+        assert re.search(r"rank %d\b" % victim, errors[0]), errors[0]
+        print("rank %d: %s" % (r, errors[0][:300]))
+
+
 @pytest.mark.parametrize("victim", [1, 2])
 def test_a_rank_killed_during_fused_steady_steps_is_named_by_every_survivor(kit, victim):
     # Rank 1 shares rank 0's host (member 0 orders the groups); rank 2 leads the other host.
@@ -77,11 +87,7 @@ def test_a_rank_killed_during_fused_steady_steps_is_named_by_every_survivor(kit,
                                             "fused", "60", str(victim)], env=env())
     took = time.monotonic() - start
     assert rc != 0, out[-3000:]
-    lines = rank_lines(out)
-    for r in (r for r in range(4) if r != victim):
-        errors = [l for l in lines.get(r, []) if l.startswith("ERROR ")]
-        assert errors, "rank %d did not fail: %s" % (r, out[-3000:] + err[-3000:])
-        assert re.search(r"rank %d\b" % victim, errors[0]), errors[0]
+    every_survivor_names(victim, 4, out, err)
     assert took < 120, took  # docs/failure-model.md's bound plus start and stop: a hang guard
     check_clean(kit)
 
@@ -153,12 +159,7 @@ def test_a_rank_killed_during_steady_calls_is_named_by_every_survivor(kit, victi
                            env=dict(env(), **extra))
     took = time.monotonic() - start
     assert rc != 0, out[-3000:]
-    lines = rank_lines(out)
-    for r in (r for r in range(4) if r != victim):
-        errors = [l for l in lines.get(r, []) if l.startswith("ERROR ")]
-        assert errors, "rank %d did not fail: %s" % (r, out[-3000:] + err[-3000:])
-        assert re.search(r"rank %d\b" % victim, errors[0]), errors[0]
-        print("rank %d: %s" % (r, errors[0][:300]))
+    every_survivor_names(victim, 4, out, err)
     # docs/failure-model.md: a dead rank is named within the heartbeat timeout (30 s) plus
     # the job's start and stop; a hang guard only, not a measurement.
     assert took < 120, took

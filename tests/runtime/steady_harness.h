@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "runtime/engine.h"
 #include "runtime/options.h"
 #include "runtime/steady_path.h"
 #include "tests/harness/hang_bound.h"
@@ -51,6 +52,30 @@ inline void Layout(Options* o, const std::string& steady, const std::string& boa
   OneHost(o, steady);
   if (board == "net") o->hostname = "host" + std::to_string(o->rank % 2);
   if (board == "flat") o->hostname = "host" + std::to_string(o->rank);
+}
+
+// Runs one operation to its end (each wait bounded). Without an output, its result (shape,
+// splits, data) is appended to *keep. "" or what went wrong, naming the operation and step.
+inline std::string RunOne(Engine& e, const TensorSpec& spec, void* in, void* output, int step,
+                          std::vector<char>* keep) {
+  auto append = [keep](const void* p, size_t n) {
+    const char* c = static_cast<const char*>(p);
+    keep->insert(keep->end(), c, c + n);
+  };
+  const std::string what = spec.name + " " + std::to_string(step) + ": ";
+  auto h = e.Enqueue(spec, in, output);
+  if (!h.ok()) return what + h.status().ToString();
+  Status s = e.Wait(h.value(), WaitBound());
+  if (s.ok() && output == nullptr) {
+    s = e.handles().WithResult(h.value(), [&](const OpResult& res) {
+      append(res.shape.data(), res.shape.size() * sizeof(int64_t));
+      append(res.splits.data(), res.splits.size() * sizeof(int64_t));
+      append(res.data.data(), res.data.size());
+      return Status::Ok();
+    });
+  }
+  (void)e.Release(h.value());
+  return s.ok() ? "" : what + s.ToString();
 }
 
 // What a run leaves per rank: every result's bytes in order, and the steady path's counters.

@@ -45,21 +45,9 @@ std::string RunKinds(const std::string& steady, const std::string& board, int64_
           const char* c = static_cast<const char*>(p);
           out->bytes[r].insert(out->bytes[r].end(), c, c + n);
         };
-        // Runs one operation to its end; its result (shape and bytes) kept when it has one.
-        auto run = [&](const TensorSpec& spec, void* in, void* output, int i) -> std::string {
-          const std::string what = spec.name + " " + std::to_string(i) + ": ";
-          auto h = e.Enqueue(spec, in, output);
-          if (!h.ok()) return what + h.status().ToString();
-          Status s = e.Wait(h.value(), WaitBound());
-          if (s.ok() && output == nullptr) {
-            s = e.handles().WithResult(h.value(), [&](const OpResult& res) {
-              keep(res.shape.data(), res.shape.size() * sizeof(int64_t));
-              keep(res.data.data(), res.data.size());
-              return Status::Ok();
-            });
-          }
-          (void)e.Release(h.value());
-          return s.ok() ? "" : what + s.ToString();
+        // Runs one operation to its end; its result kept when it has one.
+        auto run = [&](const TensorSpec& spec, void* in, void* output, int i) {
+          return testing::RunOne(e, spec, in, output, i, &out->bytes[r]);
         };
         for (int i = 0; i < kIterations; ++i) {
           const int64_t n = (r == 2 && i == kUneven) ? rows - 1 : rows;

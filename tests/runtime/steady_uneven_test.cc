@@ -40,25 +40,8 @@ std::string RunUneven(const std::string& steady, const std::string& board, Outco
   auto errors = RunRanks(
       kRanks,
       [&](int r, Engine& e) -> std::string {
-        auto keep = [&](const void* p, size_t n) {
-          const char* c = static_cast<const char*>(p);
-          out->bytes[r].insert(out->bytes[r].end(), c, c + n);
-        };
-        auto run = [&](const TensorSpec& spec, void* in, int i) -> std::string {
-          const std::string what = spec.name + " " + std::to_string(i) + ": ";
-          auto h = e.Enqueue(spec, in, nullptr);
-          if (!h.ok()) return what + h.status().ToString();
-          Status s = e.Wait(h.value(), WaitBound());
-          if (s.ok()) {
-            s = e.handles().WithResult(h.value(), [&](const OpResult& res) {
-              keep(res.shape.data(), res.shape.size() * sizeof(int64_t));
-              keep(res.splits.data(), res.splits.size() * sizeof(int64_t));
-              keep(res.data.data(), res.data.size());
-              return Status::Ok();
-            });
-          }
-          (void)e.Release(h.value());
-          return s.ok() ? "" : what + s.ToString();
+        auto run = [&](const TensorSpec& spec, void* in, int i) {
+          return testing::RunOne(e, spec, in, nullptr, i, &out->bytes[r]);
         };
         for (int i = 0; i < kIterations; ++i) {
           TensorSpec aa;
