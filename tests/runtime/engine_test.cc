@@ -112,14 +112,28 @@ TEST_CASE("engine: a mismatched shape fails on every rank and the job goes on") 
 }
 
 TEST_CASE("engine: a name already in flight is rejected; shutdown fails pending operations") {
-  auto errors = RunRanks(2, [](int rank, Engine& e) -> std::string {
+  // Rank 0 stays up until rank 1 has checked the duplicate: a rank 0 that shut down first
+  // aborts the job, and the duplicate would then be refused as ABORTED instead.
+  std::atomic<bool> checked{false};
+  auto errors = RunRanks(2, [&checked](int rank, Engine& e) -> std::string {
     std::vector<float> a(4, 1.0f);
+    if (rank == 0) {
+      const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+      while (!checked.load()) {
+        if (std::chrono::steady_clock::now() > deadline) return "rank 1 never checked";
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      }
+    }
     if (rank == 1) {
       // Only rank 1 submits: the operation stays pending until shutdown.
       auto h = Allreduce(e, "lonely", &a, ReduceOp::kSum);
       if (!h.ok()) return h.status().ToString();
       auto dup = Allreduce(e, "lonely", &a, ReduceOp::kSum);
-      if (dup.ok() || dup.status().code() != Code::kAlreadyExists) return "duplicate accepted";
+      checked.store(true);
+      if (dup.ok() || dup.status().code() != Code::kAlreadyExists) {
+        return "want ALREADY_EXISTS for the duplicate, got " +
+               (dup.ok() ? std::string("OK") : dup.status().ToString());
+      }
       if (Status down = e.Shutdown(); !down.ok()) return "shutdown: " + down.ToString();
       Status s = e.handles().Wait(h.value(), std::chrono::seconds(10));
       if (s.code() != Code::kAborted) return "want ABORTED after shutdown, got " + s.ToString();
