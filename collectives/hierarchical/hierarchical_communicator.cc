@@ -14,13 +14,23 @@
 // members, grouped by host: exact for integers and min/max, within rounding of a flat
 // allreduce for floating-point sums and products. Counts below L leave some shards empty
 // (those members exchange zero elements across hosts). A zero count returns at once.
+//
+// A buffer of more than HierarchicalOptions::chunk_bytes is cut into chunks of that many
+// bytes, each sharded and run through the three steps as above, and the steps of different
+// chunks overlap (chunk_pipeline.h): the cross-host allreduces on a helper thread, which then
+// drives the cross-host communicator alone until the call returns. Each element goes through
+// the same steps either way, so the bits are those of the unchunked allreduce of the same
+// chunk layout.
 #include "collectives/hierarchical/hierarchical_communicator.h"
 
+#include <cerrno>
+#include <cstdlib>
 #include <mutex>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include "collectives/hierarchical/chunk_pipeline.h"
 #include "collectives/hierarchical/host_layout.h"
 #include "common/mutex.h"
 #include "common/types.h"
@@ -30,10 +40,12 @@ namespace {
 
 class HierarchicalCommunicator : public Communicator {
  public:
-  HierarchicalCommunicator(int rank, int size, std::unique_ptr<Communicator> local,
-                           std::unique_ptr<Communicator> cross, std::unique_ptr<Communicator> flat)
+  HierarchicalCommunicator(int rank, int size, const HierarchicalOptions& options,
+                           std::unique_ptr<Communicator> local, std::unique_ptr<Communicator> cross,
+                           std::unique_ptr<Communicator> flat)
       : rank_(rank),
         size_(size),
+        options_(options),
         local_(std::move(local)),
         cross_(std::move(cross)),
         flat_(std::move(flat)) {}
@@ -102,26 +114,78 @@ class HierarchicalCommunicator : public Communicator {
   }
 
  private:
+  // One chunk of an allreduce: `count` elements at `offset` in the caller's buffer, sharded
+  // over the host's members; this member's shard is at `shard_offset` in shard_.
+  struct Chunk {
+    size_t offset = 0;
+    size_t count = 0;
+    std::vector<size_t> counts;  // per local member
+    size_t shard_offset = 0;
+  };
+
   // Allreduce: reduce-scatter in the host, allreduce of this member's shard across hosts,
-  // allgather in the host; post (may be null) scales the shard before the allgather.
+  // allgather in the host, chunk by chunk (one chunk up to options_.chunk_bytes); post (may be
+  // null) scales the shard before the allgather.
   Status Reduce(void* buf, size_t count, DataType dtype, ReduceOp op, const Postscale* post) {
     HORA_RETURN_IF_ERROR(Error());
     if (count == 0) return Status::Ok();
-    const std::vector<size_t> counts = ShardCounts(count, local_->size());
     const size_t esize = DataTypeSize(dtype);
-    const size_t mine = counts[local_->rank()];
-    shard_.resize(mine * esize);
-    std::vector<size_t> bytes(counts.size());
-    for (size_t i = 0; i < counts.size(); ++i) bytes[i] = counts[i] * esize;
-    const std::string n = " of " + std::to_string(count) + " elements";
-    HORA_RETURN_IF_ERROR(Check(local_->Reducescatter(buf, shard_.data(), counts, dtype, op),
-                               *local_, "allreduce, host-local reducescatter" + n));
-    HORA_RETURN_IF_ERROR(Check(
-        cross_->Allreduce(shard_.data(), mine, dtype, op), *cross_,
-        "allreduce, cross-host allreduce of a " + std::to_string(mine) + "-element shard" + n));
-    if (post != nullptr) ScaleInPlace(shard_.data(), mine, dtype, *post);
-    return Check(local_->Allgatherv(shard_.data(), buf, bytes), *local_,
-                 "allreduce, host-local allgather" + n);
+    const int members = local_->size();
+    const size_t mine = static_cast<size_t>(local_->rank());
+    size_t per_chunk = count;
+    if (options_.chunk_bytes > 0 && count * esize > options_.chunk_bytes) {
+      per_chunk = std::max<size_t>(options_.chunk_bytes / esize, static_cast<size_t>(members));
+    }
+    std::vector<Chunk> chunks;
+    size_t shard_total = 0;
+    for (size_t at = 0; at < count; at += per_chunk) {
+      Chunk c;
+      c.offset = at;
+      c.count = std::min(per_chunk, count - at);
+      c.counts = ShardCounts(c.count, members);
+      c.shard_offset = shard_total;
+      shard_total += c.counts[mine];
+      chunks.push_back(std::move(c));
+    }
+    shard_.resize(shard_total * esize);
+    auto* data = static_cast<uint8_t*>(buf);
+    auto what = [&](const char* phase, size_t k) {
+      std::string w = std::string("allreduce, ") + phase;
+      if (chunks.size() > 1) {
+        w += " of chunk " + std::to_string(k) + " of " + std::to_string(chunks.size());
+      }
+      return w + " (" + std::to_string(chunks[k].counts[mine]) + "-element shard) of " +
+             std::to_string(count) + " elements";
+    };
+    ChunkPhases phases;
+    phases.scatter = [&](size_t k) {
+      const Chunk& c = chunks[k];
+      return Check(
+          local_->Reducescatter(data + c.offset * esize, shard_.data() + c.shard_offset * esize,
+                                c.counts, dtype, op),
+          *local_, what("host-local reducescatter", k));
+    };
+    phases.cross = [&](size_t k) {
+      const Chunk& c = chunks[k];
+      return Check(
+          cross_->Allreduce(shard_.data() + c.shard_offset * esize, c.counts[mine], dtype, op),
+          *cross_, what("cross-host allreduce", k));
+    };
+    phases.gather = [&](size_t k) {
+      const Chunk& c = chunks[k];
+      uint8_t* shard = shard_.data() + c.shard_offset * esize;
+      if (post != nullptr) ScaleInPlace(shard, c.counts[mine], dtype, *post);
+      std::vector<size_t> bytes(c.counts.size());
+      for (size_t i = 0; i < bytes.size(); ++i) bytes[i] = c.counts[i] * esize;
+      return Check(local_->Allgatherv(shard, data + c.offset * esize, bytes), *local_,
+                   what("host-local allgather", k));
+    };
+    if (chunks.size() == 1) {
+      HORA_RETURN_IF_ERROR(phases.scatter(0));
+      HORA_RETURN_IF_ERROR(phases.cross(0));
+      return phases.gather(0);
+    }
+    return RunChunkPipeline(chunks.size(), phases);
   }
 
   Status Error() const {
@@ -155,10 +219,11 @@ class HierarchicalCommunicator : public Communicator {
   // Constant after construction.
   const int rank_;
   const int size_;
+  const HierarchicalOptions options_;
   const std::unique_ptr<Communicator> local_;  // this host's members
   const std::unique_ptr<Communicator> cross_;  // the members of this local index
   const std::unique_ptr<Communicator> flat_;   // every member
-  // Used by the driving thread only.
+  // Used by the driving thread only (and, during a chunked allreduce, by its helper).
   std::vector<uint8_t> shard_;
   // The first failure or the Abort reason; OK while healthy.
   mutable Mutex mu_;
@@ -182,11 +247,47 @@ StatusOr<std::unique_ptr<Communicator>> BuildInner(const std::string& selection,
   return comm;
 }
 
+// The chunk size must be the same on every member (it decides the sequence of collectives):
+// FAILED_PRECONDITION naming the variable and the members that differ from set rank 0's.
+Status CheckSameChunkBytes(Communicator* flat, size_t chunk_bytes) {
+  const uint64_t own = chunk_bytes;
+  std::vector<uint64_t> all(static_cast<size_t>(flat->size()));
+  HORA_RETURN_IF_ERROR(
+      flat->Allgatherv(&own, all.data(), std::vector<size_t>(all.size(), sizeof(uint64_t))));
+  std::string differ;
+  for (size_t r = 1; r < all.size(); ++r) {
+    if (all[r] == all[0]) continue;
+    differ += ", " + std::to_string(all[r]) + " on set rank " + std::to_string(r);
+  }
+  if (differ.empty()) return Status::Ok();
+  return FailedPrecondition(std::string("hierarchical: ") + kEnvHierarchicalChunkBytes +
+                            " must be the same on every member of the set: " +
+                            std::to_string(all[0]) + " on set rank 0" + differ);
+}
+
 }  // namespace
+
+StatusOr<HierarchicalOptions> HierarchicalOptionsFromEnv(
+    const std::function<const char*(const char*)>& env) {
+  HierarchicalOptions o;
+  const char* v = env ? env(kEnvHierarchicalChunkBytes) : nullptr;
+  if (v == nullptr || *v == '\0') return o;
+  char* end = nullptr;
+  errno = 0;
+  const long long parsed = std::strtoll(v, &end, 10);
+  if (errno != 0 || *end != '\0' || parsed < 0 || parsed > (1ll << 40)) {
+    return InvalidArgument(std::string(kEnvHierarchicalChunkBytes) + "=" + v +
+                           ": expected a whole number of bytes in [0, 2^40]");
+  }
+  o.chunk_bytes = static_cast<size_t>(parsed);
+  return o;
+}
 
 StatusOr<std::unique_ptr<Communicator>> CreateHierarchicalCommunicator(
     const BackendConfig& config) {
   HORA_RETURN_IF_ERROR(CanServeHierarchical(config));
+  StatusOr<HierarchicalOptions> options = HierarchicalOptionsFromEnv(config.env);
+  if (!options.ok()) return options.status();
   const HostLayout layout = LayoutOf(config.hostnames, config.rank);
   const std::string base = config.key_prefix + "hier/";
   // Host-local first, then cross-host, then flat: every member builds in this order, and
@@ -204,9 +305,10 @@ StatusOr<std::unique_ptr<Communicator>> CreateHierarchicalCommunicator(
   flat_config.key_prefix = base + "flat/";
   auto flat = BuildInner(cross.value()->name(), "flat", flat_config);
   if (!flat.ok()) return flat.status();
-  return std::unique_ptr<Communicator>(
-      new HierarchicalCommunicator(config.rank, config.size(), std::move(local).value(),
-                                   std::move(cross).value(), std::move(flat).value()));
+  HORA_RETURN_IF_ERROR(CheckSameChunkBytes(flat.value().get(), options.value().chunk_bytes));
+  return std::unique_ptr<Communicator>(new HierarchicalCommunicator(
+      config.rank, config.size(), options.value(), std::move(local).value(),
+      std::move(cross).value(), std::move(flat).value()));
 }
 
 }  // namespace hora

@@ -7,7 +7,8 @@
 //   - flat: every member of the set, on the cross-host group's backend.
 //
 // Allreduce (prose in hierarchical_communicator.cc): reduce-scatter inside the host, an
-// allreduce of this rank's shard across hosts, allgather inside the host. Every other
+// allreduce of this rank's shard across hosts, allgather inside the host; a large buffer in
+// chunks whose phases overlap (HierarchicalOptions::chunk_bytes). Every other
 // collective (broadcast, allgatherv, alltoallv, reducescatter, barrier, send/recv) is the
 // flat communicator's: none of them reduces its cross-host traffic by being staged in the
 // host the way an allreduce does, so a hierarchical version would only add a copy.
@@ -28,6 +29,7 @@
 #ifndef HORA_COLLECTIVES_HIERARCHICAL_HIERARCHICAL_COMMUNICATOR_H_
 #define HORA_COLLECTIVES_HIERARCHICAL_HIERARCHICAL_COMMUNICATOR_H_
 
+#include <functional>
 #include <memory>
 
 #include "collectives/communicator.h"
@@ -38,6 +40,25 @@ namespace hora {
 
 // The registry name.
 inline constexpr char kHierarchicalBackend[] = "hierarchical";
+
+// The environment variable that sets HierarchicalOptions::chunk_bytes (read through
+// BackendConfig::env), in bytes.
+inline constexpr char kEnvHierarchicalChunkBytes[] = "HORA_HIERARCHICAL_CHUNK_BYTES";
+
+struct HierarchicalOptions {
+  // --- Performance ---
+  // An allreduce of more than this many bytes is cut into chunks of this size (whole
+  // elements), and its phases overlap (chunk_pipeline.h): chunk k crosses the hosts while
+  // chunk k+1 is reduced in the host and chunk k-1 gathered. 0: never cut, the three phases
+  // one after the other. The same on every member: creation fails, naming the variable, when
+  // the members' values differ.
+  size_t chunk_bytes = 4 << 20;
+};
+
+// The defaults with what `env` sets (env may be empty); INVALID_ARGUMENT naming the variable
+// for a value that is not a whole number of bytes in [0, 2^40].
+StatusOr<HierarchicalOptions> HierarchicalOptionsFromEnv(
+    const std::function<const char*(const char*)>& env);
 
 // The cross-host groups are built with process_set = kCrossSetBase + config.process_set, so
 // that a backend which keys group creation by the set's id (mpi's MPI_Comm_create_group tag)

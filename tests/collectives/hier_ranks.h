@@ -52,15 +52,20 @@ inline BackendConfig HierConfig(int rank, const std::vector<std::string>& hostna
   return c;
 }
 
-// Creates every member's communicator with `selection` and runs body on each.
+// Creates every member's communicator with `selection` and runs body on each. `tweak` (may
+// be empty) changes each member's config first.
 inline std::vector<std::string> RunHierRanks(
     const std::vector<std::string>& hostnames, const RankBody& body,
     const std::string& selection = "hierarchical",
-    std::chrono::milliseconds timeout = std::chrono::milliseconds(20000)) {
+    std::chrono::milliseconds timeout = std::chrono::milliseconds(20000),
+    const std::function<void(BackendConfig*)>& tweak = nullptr) {
   MemoryStore store;
   const int size = static_cast<int>(hostnames.size());
   std::vector<BackendConfig> configs;
-  for (int r = 0; r < size; ++r) configs.push_back(HierConfig(r, hostnames, &store, timeout));
+  for (int r = 0; r < size; ++r) {
+    configs.push_back(HierConfig(r, hostnames, &store, timeout));
+    if (tweak) tweak(&configs.back());
+  }
   const std::string prefix = configs[0].key_prefix;
   std::vector<std::string> failures(size);
   std::vector<std::thread> threads;

@@ -12,6 +12,7 @@
 #include <thread>
 #include <vector>
 
+#include "collectives/hierarchical/hierarchical_communicator.h"
 #include "tests/collectives/dtype_values.h"
 #include "tests/collectives/hier_ranks.h"
 #include "tests/harness/hang_bound.h"
@@ -193,6 +194,52 @@ TEST_CASE(
   for (int r : {2, 3}) {
     REQUIRE(errors[r].find("hierarchical allreduce, cross-host allreduce") != std::string::npos);
     REQUIRE(errors[r].find("(tcp)") != std::string::npos);
+  }
+  REQUIRE(took < HangBound(timeout));
+}
+
+TEST_CASE(
+    "hierarchical: a member aborted during chunked allreduces; every member fails in "
+    "bound, the others naming the chunk and phase") {
+  const auto timeout = std::chrono::milliseconds(3000);
+  const std::string reason = "rank 0 was told to stop: test";
+  std::vector<std::string> errors(4);
+  std::atomic<Communicator*> first{nullptr};
+  std::thread aborter([&] {
+    while (first.load() == nullptr) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    first.load()->Abort(Aborted(reason));
+  });
+  const auto start = std::chrono::steady_clock::now();
+  auto failures = RunHierRanks(
+      Hosts(2, 2),
+      [&](Communicator& c) -> std::string {
+        if (c.rank() == 0) first = &c;
+        // 4 MiB in 16 KiB chunks, over and over until the abort ends it.
+        std::vector<float> x(1 << 20, 1.0f);
+        Status s;
+        for (int i = 0; i < 1000 && s.ok(); ++i) {
+          s = c.Allreduce(x.data(), x.size(), DataType::kFloat32, ReduceOp::kSum);
+        }
+        if (s.ok()) return "1000 allreduces and no abort";
+        errors[c.rank()] = s.message();
+        return "";
+      },
+      "hierarchical", timeout,
+      [](BackendConfig* c) {
+        c->env = [](const char* name) -> const char* {
+          return std::string(name) == kEnvHierarchicalChunkBytes ? "16384" : nullptr;
+        };
+      });
+  aborter.join();
+  const auto took = std::chrono::steady_clock::now() - start;
+  REQUIRE(JoinFailures(failures) == "");
+  INFO("errors: " << errors[0] << "\n" << errors[1] << "\n" << errors[2] << "\n" << errors[3]);
+  REQUIRE(errors[0] == reason);
+  for (int r : {1, 2, 3}) {
+    REQUIRE(errors[r].find("hierarchical allreduce, ") != std::string::npos);
+    REQUIRE(errors[r].find(" of chunk ") != std::string::npos);
+    REQUIRE(errors[r].find(" of 256 (") != std::string::npos);
   }
   REQUIRE(took < HangBound(timeout));
 }

@@ -6,6 +6,7 @@
 // computed from every rank's known input.
 #include <catch2/catch.hpp>
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -94,6 +95,50 @@ TEST_CASE(
           std::string::npos);
 }
 
+// Every member's BackendConfig::env sets HORA_HIERARCHICAL_CHUNK_BYTES to `value` (rank
+// `odd_rank`, when >= 0, to `odd_value`).
+std::function<void(BackendConfig*)> ChunkBytes(const char* value, int odd_rank = -1,
+                                               const char* odd_value = nullptr) {
+  return [=](BackendConfig* c) {
+    const char* mine = c->rank == odd_rank ? odd_value : value;
+    c->env = [mine](const char* name) -> const char* {
+      return std::string(name) == kEnvHierarchicalChunkBytes ? mine : nullptr;
+    };
+  };
+}
+
+// Allreduces of `counts` elements of every dtype and op, compared byte for byte with the
+// reference, on every layout, with `tweak` applied to the configs.
+std::string EveryDtypeAndOp(const std::vector<size_t>& counts,
+                            const std::function<void(BackendConfig*)>& tweak) {
+  std::string all;
+  for (const auto& hosts : Layouts()) {
+    auto failures = RunHierRanks(
+        hosts,
+        [&counts](Communicator& comm) -> std::string {
+          for (size_t count : counts) {
+            for (DataType t : kAllTypes) {
+              for (ReduceOp op : kAllOps) {
+                const size_t bytes = count * DataTypeSize(t);
+                std::vector<uint8_t> buf(bytes + 1), want(bytes + 1);
+                FillInput(t, op, comm.rank(), buf.data(), count);
+                FillExpected(t, op, comm.size(), want.data(), count);
+                buf[bytes] = want[bytes] = 0xA5;  // guard byte: nothing written past the end
+                RANK_OK(comm.Allreduce(count ? buf.data() : nullptr, count, t, op));
+                RANK_EXPECT(CompareBytes(buf.data(), want.data(), bytes + 1,
+                                         Label("allreduce", t, op, count)));
+              }
+            }
+          }
+          return "";
+        },
+        "hierarchical", std::chrono::milliseconds(20000), tweak);
+    const std::string f = JoinFailures(failures);
+    if (!f.empty()) all += "hosts " + Describe(hosts) + ": " + f + "\n";
+  }
+  return all;
+}
+
 TEST_CASE("hierarchical allreduce: every dtype and op, uneven and empty shards, exact") {
   for (const auto& hosts : Layouts()) {
     auto failures = RunHierRanks(hosts, [](Communicator& comm) -> std::string {
@@ -139,5 +184,49 @@ TEST_CASE("hierarchical allreduce: 16 MiB of floats and 16 MiB of int32, twice")
     });
     INFO("hosts " << Describe(hosts));
     REQUIRE(JoinFailures(failures) == "");
+  }
+}
+
+TEST_CASE("hierarchical allreduce in chunks: every dtype and op, exact, whatever the chunk size") {
+  // 16 KiB chunks: 40003 elements are 3 to 20 chunks, the last one short, by dtype.
+  REQUIRE(EveryDtypeAndOp({1001, 40003}, ChunkBytes("16384")) == "");
+  // One byte: chunks of one element per host member, so the last chunk of 5 or 7 elements
+  // leaves some members' shards empty.
+  REQUIRE(EveryDtypeAndOp({1, 5, 7}, ChunkBytes("1")) == "");
+  // 0: never cut (the three steps one after the other, on the calling thread).
+  REQUIRE(EveryDtypeAndOp({40003}, ChunkBytes("0")) == "");
+}
+
+TEST_CASE(
+    "hierarchical: a chunk size that differs between members fails creation on every "
+    "member, naming the variable") {
+  auto failures = RunHierRanks(
+      Hosts(2, 2), [](Communicator&) -> std::string { return "created"; }, "hierarchical",
+      std::chrono::milliseconds(20000), ChunkBytes("65536", 2, "1024"));
+  for (size_t r = 0; r < failures.size(); ++r) {
+    INFO("rank " << r << ": " << failures[r]);
+    CHECK(failures[r].find("HORA_HIERARCHICAL_CHUNK_BYTES must be the same on every member of "
+                           "the set: 65536 on set rank 0, 1024 on set rank 2") !=
+          std::string::npos);
+  }
+}
+
+TEST_CASE("hierarchical options: the chunk size from the environment, bad values named") {
+  auto env = [](const char* value) {
+    return [value](const char* name) -> const char* {
+      return std::string(name) == kEnvHierarchicalChunkBytes ? value : nullptr;
+    };
+  };
+  CHECK(HierarchicalOptionsFromEnv(nullptr).value().chunk_bytes ==
+        HierarchicalOptions().chunk_bytes);
+  CHECK(HierarchicalOptionsFromEnv(env("0")).value().chunk_bytes == 0);
+  CHECK(HierarchicalOptionsFromEnv(env("1048576")).value().chunk_bytes == 1048576);
+  for (const char* bad : {"-1", "4MiB", "1e6", "2000000000000"}) {
+    auto o = HierarchicalOptionsFromEnv(env(bad));
+    INFO(bad);
+    REQUIRE(!o.ok());
+    CHECK(o.status().code() == Code::kInvalidArgument);
+    CHECK(o.status().message() == std::string("HORA_HIERARCHICAL_CHUNK_BYTES=") + bad +
+                                      ": expected a whole number of bytes in [0, 2^40]");
   }
 }
