@@ -15,14 +15,16 @@
 // allreduce for floating-point sums and products. Counts below L leave some shards empty
 // (those members exchange zero elements across hosts). A zero count returns at once.
 //
-// A buffer of more than HierarchicalOptions::chunk_bytes is cut into chunks of that many
-// bytes, each sharded and run through the three steps as above, and the steps of different
-// chunks overlap (chunk_pipeline.h): the cross-host allreduces on a helper thread, which then
-// drives the cross-host communicator alone until the call returns. Each element goes through
-// the same steps either way, so the bits are those of the unchunked allreduce of the same
-// chunk layout.
+// A buffer of more than the agreed chunk size (HierarchicalOptions::chunk_bytes) is cut into
+// chunks of that many bytes, each sharded and run through the three steps as above, and the
+// steps of different chunks overlap (chunk_pipeline.h): the cross-host allreduces on a helper
+// thread, which drives the cross-host communicator alone until the call returns. Every
+// element is still reduced in its host, then across the hosts; a float sum may round
+// differently than unchunked where the chunking moves the element to another member's shard
+// (HORA_DETERMINISTIC's reductions do not depend on the backend's order).
 #include "collectives/hierarchical/hierarchical_communicator.h"
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdlib>
 #include <mutex>
@@ -32,6 +34,7 @@
 
 #include "collectives/hierarchical/chunk_pipeline.h"
 #include "collectives/hierarchical/host_layout.h"
+#include "common/cpus.h"
 #include "common/mutex.h"
 #include "common/types.h"
 
@@ -40,12 +43,12 @@ namespace {
 
 class HierarchicalCommunicator : public Communicator {
  public:
-  HierarchicalCommunicator(int rank, int size, const HierarchicalOptions& options,
+  HierarchicalCommunicator(int rank, int size, size_t chunk_bytes,
                            std::unique_ptr<Communicator> local, std::unique_ptr<Communicator> cross,
                            std::unique_ptr<Communicator> flat)
       : rank_(rank),
         size_(size),
-        options_(options),
+        chunk_bytes_(chunk_bytes),
         local_(std::move(local)),
         cross_(std::move(cross)),
         flat_(std::move(flat)) {}
@@ -124,7 +127,7 @@ class HierarchicalCommunicator : public Communicator {
   };
 
   // Allreduce: reduce-scatter in the host, allreduce of this member's shard across hosts,
-  // allgather in the host, chunk by chunk (one chunk up to options_.chunk_bytes); post (may be
+  // allgather in the host, chunk by chunk (one chunk up to chunk_bytes_); post (may be
   // null) scales the shard before the allgather.
   Status Reduce(void* buf, size_t count, DataType dtype, ReduceOp op, const Postscale* post) {
     HORA_RETURN_IF_ERROR(Error());
@@ -133,8 +136,8 @@ class HierarchicalCommunicator : public Communicator {
     const int members = local_->size();
     const size_t mine = static_cast<size_t>(local_->rank());
     size_t per_chunk = count;
-    if (options_.chunk_bytes > 0 && count * esize > options_.chunk_bytes) {
-      per_chunk = std::max<size_t>(options_.chunk_bytes / esize, static_cast<size_t>(members));
+    if (chunk_bytes_ > 0 && count * esize > chunk_bytes_) {
+      per_chunk = std::max<size_t>(chunk_bytes_ / esize, static_cast<size_t>(members));
     }
     std::vector<Chunk> chunks;
     size_t shard_total = 0;
@@ -219,7 +222,7 @@ class HierarchicalCommunicator : public Communicator {
   // Constant after construction.
   const int rank_;
   const int size_;
-  const HierarchicalOptions options_;
+  const size_t chunk_bytes_;  // 0: never cut (AgreeChunkBytes: the same on every member)
   const std::unique_ptr<Communicator> local_;  // this host's members
   const std::unique_ptr<Communicator> cross_;  // the members of this local index
   const std::unique_ptr<Communicator> flat_;   // every member
@@ -247,22 +250,36 @@ StatusOr<std::unique_ptr<Communicator>> BuildInner(const std::string& selection,
   return comm;
 }
 
-// The chunk size must be the same on every member (it decides the sequence of collectives):
-// FAILED_PRECONDITION naming the variable and the members that differ from set rank 0's.
-Status CheckSameChunkBytes(Communicator* flat, size_t chunk_bytes) {
-  const uint64_t own = chunk_bytes;
+// The chunk size every member uses (it decides the sequence of collectives, so it must be
+// one for all). Set on a member: it must be set, to the same value, on every member, else
+// FAILED_PRECONDITION naming the variable and the members that differ from set rank 0.
+// Unset everywhere: kAutoChunkBytes if each member proposes it (it has two CPUs for each
+// member on its host), else 0.
+StatusOr<size_t> AgreeChunkBytes(Communicator* flat, const HierarchicalOptions& options,
+                                 int local_members) {
+  constexpr uint64_t kUnset = ~uint64_t{0};
+  const uint64_t own = options.chunk_bytes ? *options.chunk_bytes : kUnset;
   std::vector<uint64_t> all(static_cast<size_t>(flat->size()));
   HORA_RETURN_IF_ERROR(
       flat->Allgatherv(&own, all.data(), std::vector<size_t>(all.size(), sizeof(uint64_t))));
+  auto describe = [&](size_t r) {
+    return (all[r] == kUnset ? std::string("unset") : std::to_string(all[r])) + " on set rank " +
+           std::to_string(r);
+  };
   std::string differ;
   for (size_t r = 1; r < all.size(); ++r) {
-    if (all[r] == all[0]) continue;
-    differ += ", " + std::to_string(all[r]) + " on set rank " + std::to_string(r);
+    if (all[r] != all[0]) differ += ", " + describe(r);
   }
-  if (differ.empty()) return Status::Ok();
-  return FailedPrecondition(std::string("hierarchical: ") + kEnvHierarchicalChunkBytes +
-                            " must be the same on every member of the set: " +
-                            std::to_string(all[0]) + " on set rank 0" + differ);
+  if (!differ.empty()) {
+    return FailedPrecondition(std::string("hierarchical: ") + kEnvHierarchicalChunkBytes +
+                              " must be the same on every member of the set: " + describe(0) +
+                              differ);
+  }
+  if (all[0] != kUnset) return static_cast<size_t>(all[0]);
+  const uint64_t proposed = CpusAvailable() >= 2 * local_members ? kAutoChunkBytes : 0;
+  HORA_RETURN_IF_ERROR(
+      flat->Allgatherv(&proposed, all.data(), std::vector<size_t>(all.size(), sizeof(uint64_t))));
+  return static_cast<size_t>(*std::min_element(all.begin(), all.end()));
 }
 
 }  // namespace
@@ -305,9 +322,11 @@ StatusOr<std::unique_ptr<Communicator>> CreateHierarchicalCommunicator(
   flat_config.key_prefix = base + "flat/";
   auto flat = BuildInner(cross.value()->name(), "flat", flat_config);
   if (!flat.ok()) return flat.status();
-  HORA_RETURN_IF_ERROR(CheckSameChunkBytes(flat.value().get(), options.value().chunk_bytes));
+  StatusOr<size_t> chunk_bytes =
+      AgreeChunkBytes(flat.value().get(), options.value(), local.value()->size());
+  if (!chunk_bytes.ok()) return chunk_bytes.status();
   return std::unique_ptr<Communicator>(new HierarchicalCommunicator(
-      config.rank, config.size(), options.value(), std::move(local).value(),
+      config.rank, config.size(), chunk_bytes.value(), std::move(local).value(),
       std::move(cross).value(), std::move(flat).value()));
 }
 

@@ -31,6 +31,7 @@
 
 #include <functional>
 #include <memory>
+#include <optional>
 
 #include "collectives/communicator.h"
 #include "collectives/registry.h"
@@ -50,10 +51,13 @@ struct HierarchicalOptions {
   // An allreduce of more than this many bytes is cut into chunks of this size (whole
   // elements), and its phases overlap (chunk_pipeline.h): chunk k crosses the hosts while
   // chunk k+1 is reduced in the host and chunk k-1 gathered. 0: never cut, the three phases
-  // one after the other. The same on every member: creation fails, naming the variable, when
-  // the members' values differ.
-  size_t chunk_bytes = 4 << 20;
+  // one after the other. Unset (the default): kAutoChunkBytes where every member has at
+  // least two CPUs for each member on its host (the overlap runs two threads per member, and
+  // each phase keeps a CPU busy), else 0. When set, it must be the same on every member:
+  // creation fails, naming the variable, when the members' values differ.
+  std::optional<size_t> chunk_bytes;
 };
+inline constexpr size_t kAutoChunkBytes = 4 << 20;
 
 // The defaults with what `env` sets (env may be empty); INVALID_ARGUMENT naming the variable
 // for a value that is not a whole number of bytes in [0, 2^40].

@@ -33,6 +33,7 @@
 
 #include "collectives/shm/shm_impl.h"
 #include "common/copy.h"
+#include "common/cpus.h"
 #include "common/logging.h"
 #include "common/mutex.h"
 
@@ -69,13 +70,6 @@ bool ProcessGone(int pid) {
 namespace {
 
 size_t AlignUp(size_t x, size_t a) { return (x + a - 1) / a * a; }
-
-int CpusAvailable() {
-  cpu_set_t set;
-  CPU_ZERO(&set);
-  if (sched_getaffinity(0, sizeof(set), &set) != 0) return 1;
-  return std::max(1, CPU_COUNT(&set));
-}
 
 }  // namespace
 

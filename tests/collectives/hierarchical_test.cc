@@ -200,14 +200,21 @@ TEST_CASE("hierarchical allreduce in chunks: every dtype and op, exact, whatever
 TEST_CASE(
     "hierarchical: a chunk size that differs between members fails creation on every "
     "member, naming the variable") {
-  auto failures = RunHierRanks(
-      Hosts(2, 2), [](Communicator&) -> std::string { return "created"; }, "hierarchical",
-      std::chrono::milliseconds(20000), ChunkBytes("65536", 2, "1024"));
-  for (size_t r = 0; r < failures.size(); ++r) {
-    INFO("rank " << r << ": " << failures[r]);
-    CHECK(failures[r].find("HORA_HIERARCHICAL_CHUNK_BYTES must be the same on every member of "
-                           "the set: 65536 on set rank 0, 1024 on set rank 2") !=
-          std::string::npos);
+  struct Case {
+    const char* odd;  // rank 2's value; nullptr: unset there
+    const char* want;
+  };
+  for (const Case& c : {Case{"1024", "65536 on set rank 0, 1024 on set rank 2"},
+                        Case{nullptr, "65536 on set rank 0, unset on set rank 2"}}) {
+    auto failures = RunHierRanks(
+        Hosts(2, 2), [](Communicator&) -> std::string { return "created"; }, "hierarchical",
+        std::chrono::milliseconds(20000), ChunkBytes("65536", 2, c.odd));
+    for (size_t r = 0; r < failures.size(); ++r) {
+      INFO("rank " << r << ": " << failures[r]);
+      CHECK(failures[r].find(std::string("HORA_HIERARCHICAL_CHUNK_BYTES must be the same on "
+                                         "every member of the set: ") +
+                             c.want) != std::string::npos);
+    }
   }
 }
 
@@ -217,10 +224,10 @@ TEST_CASE("hierarchical options: the chunk size from the environment, bad values
       return std::string(name) == kEnvHierarchicalChunkBytes ? value : nullptr;
     };
   };
-  CHECK(HierarchicalOptionsFromEnv(nullptr).value().chunk_bytes ==
-        HierarchicalOptions().chunk_bytes);
-  CHECK(HierarchicalOptionsFromEnv(env("0")).value().chunk_bytes == 0);
-  CHECK(HierarchicalOptionsFromEnv(env("1048576")).value().chunk_bytes == 1048576);
+  CHECK(!HierarchicalOptionsFromEnv(nullptr).value().chunk_bytes.has_value());
+  CHECK(!HierarchicalOptionsFromEnv(env("")).value().chunk_bytes.has_value());
+  CHECK(HierarchicalOptionsFromEnv(env("0")).value().chunk_bytes == size_t{0});
+  CHECK(HierarchicalOptionsFromEnv(env("1048576")).value().chunk_bytes == size_t{1048576});
   for (const char* bad : {"-1", "4MiB", "1e6", "2000000000000"}) {
     auto o = HierarchicalOptionsFromEnv(env(bad));
     INFO(bad);
