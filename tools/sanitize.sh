@@ -40,6 +40,7 @@ TARGETS=(
   //tests/collectives:registry_test
   //tests/collectives:gloo_test
   //tests/collectives:shm_test
+  //tests/collectives:chunk_pipeline_test
 )
 
 # Instrumented code runs several times slower: medium targets (shm_test) get 15 minutes.

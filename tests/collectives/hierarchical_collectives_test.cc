@@ -205,10 +205,12 @@ TEST_CASE(
   const std::string reason = "rank 0 was told to stop: test";
   std::vector<std::string> errors(4);
   std::atomic<Communicator*> first{nullptr};
+  std::atomic<bool> abort_returned{false};
   std::thread aborter([&] {
     while (first.load() == nullptr) std::this_thread::sleep_for(std::chrono::milliseconds(5));
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
     first.load()->Abort(Aborted(reason));
+    abort_returned = true;
   });
   const auto start = std::chrono::steady_clock::now();
   auto failures = RunHierRanks(
@@ -220,6 +222,10 @@ TEST_CASE(
         Status s;
         for (int i = 0; i < 1000 && s.ok(); ++i) {
           s = c.Allreduce(x.data(), x.size(), DataType::kFloat32, ReduceOp::kSum);
+        }
+        // Rank 0's communicator lives until Abort has returned.
+        while (c.rank() == 0 && !abort_returned) {
+          std::this_thread::sleep_for(std::chrono::milliseconds(1));
         }
         if (s.ok()) return "1000 allreduces and no abort";
         errors[c.rank()] = s.message();
