@@ -35,6 +35,7 @@
 #include "collectives/hierarchical/chunk_pipeline.h"
 #include "collectives/hierarchical/host_layout.h"
 #include "common/cpus.h"
+#include "common/logging.h"
 #include "common/mutex.h"
 #include "common/types.h"
 
@@ -325,6 +326,17 @@ StatusOr<std::unique_ptr<Communicator>> CreateHierarchicalCommunicator(
   StatusOr<size_t> chunk_bytes =
       AgreeChunkBytes(flat.value().get(), options.value(), local.value()->size());
   if (!chunk_bytes.ok()) return chunk_bytes.status();
+  if (config.rank == 0) {
+    if (chunk_bytes.value() > 0) {
+      HORA_LOG_INFO(
+          "hierarchical: allreduces of more than {} bytes go in chunks of that size, "
+          "their phases overlapped ({})",
+          chunk_bytes.value(), kEnvHierarchicalChunkBytes);
+    } else {
+      HORA_LOG_INFO("hierarchical: allreduces are not cut into chunks ({})",
+                    kEnvHierarchicalChunkBytes);
+    }
+  }
   return std::unique_ptr<Communicator>(new HierarchicalCommunicator(
       config.rank, config.size(), chunk_bytes.value(), std::move(local).value(),
       std::move(cross).value(), std::move(flat).value()));

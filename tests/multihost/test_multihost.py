@@ -236,16 +236,26 @@ def test_send_recv_and_process_sets_across_hosts(kit):
     check_clean(kit)
 
 
-@pytest.mark.parametrize("mode,cross", [("ssh", "tcp"), ("mpi", "mpi")])
-def test_collectives_job_on_the_hierarchical_backend(kit, mode, cross):
+@pytest.mark.parametrize("mode,cross,chunk", [("ssh", "tcp", None), ("mpi", "mpi", None),
+                                              ("ssh", "tcp", "4096"), ("mpi", "mpi", "4096")])
+def test_collectives_job_on_the_hierarchical_backend(kit, mode, cross, chunk):
     # 2 hosts x 2 ranks: "auto" takes hierarchical (shm in each host, `cross` between them);
-    # the same battery of every collective x dtype x op against its references.
+    # the same battery of every collective x dtype x op against its references. With `chunk`,
+    # allreduces of more than that many bytes go in chunks whose phases overlap (the
+    # cross-host one on a helper thread: under mpirun, MPI driven from a second thread).
     job = find("tests/integration/collectives_job")
     extra = ["--mpi"] if mode == "mpi" else []
+    env = {"HORA_LOG_LEVEL": "info"}
+    if chunk is not None:
+        env["HORA_HIERARCHICAL_CHUNK_BYTES"] = chunk
+        extra += ["-x", "HORA_HIERARCHICAL_CHUNK_BYTES"]
     rc, out, err = horarun(kit, ["-np", "4", "-H", hostlist(kit, 2)] + extra + ssh_args(kit) +
-                           ["-x", "HORA_LOG_LEVEL", job], env={"HORA_LOG_LEVEL": "info"})
+                           ["-x", "HORA_LOG_LEVEL", job], env=env)
     text = out + err
     assert rc == 0, text[-4000:]
+    if chunk is not None:
+        assert ("hierarchical: allreduces of more than %s bytes go in chunks of that size" %
+                chunk) in text, text[-4000:]
     assert re.search(r"process set 0 \(ranks 0,1,2,3\): cpu operations by hierarchical "
                      r"\(HORA_CPU_OPERATIONS=auto\)", text), text[-4000:]
     assert re.search(r"\(ranks 0,2\): cpu operations by %s \(the hierarchical backend's "
