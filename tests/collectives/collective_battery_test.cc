@@ -11,6 +11,7 @@
 
 #include "common/reduce.h"
 #include "common/types.h"
+#include "tests/collectives/allreduce_exact.h"
 #include "tests/collectives/battery_backend.h"
 #include "tests/collectives/dtype_values.h"
 #include "tests/collectives/rank_threads.h"
@@ -24,21 +25,7 @@ TEST_CASE("allreduce: every dtype and op, exact results", "[battery]") {
   const int size = GENERATE(1, 2, 3, 4, 7);
   CAPTURE(size);
   auto failures = RunBattery(size, [&](Communicator& comm) -> std::string {
-    for (size_t count : {size_t{0}, size_t{1}, size_t{1001}, size_t{300001}}) {
-      for (DataType t : kAllTypes) {
-        for (ReduceOp op : kAllOps) {
-          const size_t bytes = count * DataTypeSize(t);
-          std::vector<uint8_t> buf(bytes + 1), want(bytes + 1);
-          FillInput(t, op, comm.rank(), buf.data(), count);
-          FillExpected(t, op, comm.size(), want.data(), count);
-          buf[bytes] = want[bytes] = 0xA5;  // guard byte: nothing written past the end
-          RANK_OK(comm.Allreduce(count ? buf.data() : nullptr, count, t, op));
-          RANK_EXPECT(
-              CompareBytes(buf.data(), want.data(), bytes + 1, Label("allreduce", t, op, count)));
-        }
-      }
-    }
-    return "";
+    return AllreduceEveryDtypeAndOp(comm, {0, 1, 1001, 300001});
   });
   REQUIRE(JoinFailures(failures) == "");
 }

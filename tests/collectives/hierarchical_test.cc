@@ -12,6 +12,7 @@
 
 #include "collectives/hierarchical/hierarchical_communicator.h"
 #include "collectives/hierarchical/host_layout.h"
+#include "tests/collectives/allreduce_exact.h"
 #include "tests/collectives/dtype_values.h"
 #include "tests/collectives/hier_ranks.h"
 
@@ -107,8 +108,8 @@ std::function<void(BackendConfig*)> ChunkBytes(const char* value, int odd_rank =
   };
 }
 
-// Allreduces of `counts` elements of every dtype and op, compared byte for byte with the
-// reference, on every layout, with `tweak` applied to the configs.
+// AllreduceEveryDtypeAndOp of `counts` on every layout, with `tweak` applied to the configs:
+// "" or each layout's failures.
 std::string EveryDtypeAndOp(const std::vector<size_t>& counts,
                             const std::function<void(BackendConfig*)>& tweak) {
   std::string all;
@@ -116,21 +117,7 @@ std::string EveryDtypeAndOp(const std::vector<size_t>& counts,
     auto failures = RunHierRanks(
         hosts,
         [&counts](Communicator& comm) -> std::string {
-          for (size_t count : counts) {
-            for (DataType t : kAllTypes) {
-              for (ReduceOp op : kAllOps) {
-                const size_t bytes = count * DataTypeSize(t);
-                std::vector<uint8_t> buf(bytes + 1), want(bytes + 1);
-                FillInput(t, op, comm.rank(), buf.data(), count);
-                FillExpected(t, op, comm.size(), want.data(), count);
-                buf[bytes] = want[bytes] = 0xA5;  // guard byte: nothing written past the end
-                RANK_OK(comm.Allreduce(count ? buf.data() : nullptr, count, t, op));
-                RANK_EXPECT(CompareBytes(buf.data(), want.data(), bytes + 1,
-                                         Label("allreduce", t, op, count)));
-              }
-            }
-          }
-          return "";
+          return AllreduceEveryDtypeAndOp(comm, counts);
         },
         "hierarchical", std::chrono::milliseconds(20000), tweak);
     const std::string f = JoinFailures(failures);
@@ -140,28 +127,7 @@ std::string EveryDtypeAndOp(const std::vector<size_t>& counts,
 }
 
 TEST_CASE("hierarchical allreduce: every dtype and op, uneven and empty shards, exact") {
-  for (const auto& hosts : Layouts()) {
-    auto failures = RunHierRanks(hosts, [](Communicator& comm) -> std::string {
-      for (size_t count :
-           {size_t{0}, size_t{1}, size_t{2}, size_t{5}, size_t{1001}, size_t{40003}}) {
-        for (DataType t : kAllTypes) {
-          for (ReduceOp op : kAllOps) {
-            const size_t bytes = count * DataTypeSize(t);
-            std::vector<uint8_t> buf(bytes + 1), want(bytes + 1);
-            FillInput(t, op, comm.rank(), buf.data(), count);
-            FillExpected(t, op, comm.size(), want.data(), count);
-            buf[bytes] = want[bytes] = 0xA5;  // guard byte: nothing written past the end
-            RANK_OK(comm.Allreduce(count ? buf.data() : nullptr, count, t, op));
-            RANK_EXPECT(
-                CompareBytes(buf.data(), want.data(), bytes + 1, Label("allreduce", t, op, count)));
-          }
-        }
-      }
-      return "";
-    });
-    INFO("hosts " << Describe(hosts));
-    REQUIRE(JoinFailures(failures) == "");
-  }
+  REQUIRE(EveryDtypeAndOp({0, 1, 2, 5, 1001, 40003}, nullptr) == "");
 }
 
 TEST_CASE("hierarchical allreduce: 16 MiB of floats and 16 MiB of int32, twice") {
