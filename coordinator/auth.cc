@@ -13,7 +13,7 @@ bool TokenEquals(const std::string& expected, const std::string& given) {
   return diff == 0 && !expected.empty();
 }
 
-grpc::Status CheckToken(const grpc::ServerContext& ctx, const std::string& token,
+grpc::Status CheckToken(const grpc::ServerContextBase& ctx, const std::string& token,
                         const char* method) {
   const auto& metadata = ctx.client_metadata();
   auto it = metadata.find(kTokenMetadataKey);

@@ -19,7 +19,7 @@ constexpr char kTokenMetadataKey[] = "hora-token";
 bool TokenEquals(const std::string& expected, const std::string& given);
 
 // OK when `ctx` carries `token`; otherwise UNAUTHENTICATED (and a warning in the log).
-grpc::Status CheckToken(const grpc::ServerContext& ctx, const std::string& token,
+grpc::Status CheckToken(const grpc::ServerContextBase& ctx, const std::string& token,
                         const char* method);
 
 }  // namespace hora

@@ -75,9 +75,10 @@ class TouchedSessions {
   std::unordered_set<const SessionStream*> seen_;
 };
 
-class CoordinatorServiceImpl final : public CoordinatorService,
-                                     public LocalSessionHost,
-                                     public proto::Coordinator::Service {
+class CoordinatorServiceImpl final
+    : public CoordinatorService,
+      public LocalSessionHost,
+      public proto::Coordinator::WithCallbackMethod_Relay<proto::Coordinator::Service> {
  public:
   explicit CoordinatorServiceImpl(const CoordinatorConfig& config);
   ~CoordinatorServiceImpl() override;
@@ -101,8 +102,10 @@ class CoordinatorServiceImpl final : public CoordinatorService,
   grpc::Status StoreGet(grpc::ServerContext* ctx, const proto::StoreGetRequest* request,
                         proto::StoreGetResponse* response) override;
   grpc::Status Session(grpc::ServerContext* ctx, SessionServerStream* stream) override;
-  // service_relay.cc
-  grpc::Status Relay(grpc::ServerContext* ctx, RelayServerStream* stream) override;
+  // service_relay.cc: a reactor, not a thread per stream (callback API): each message is
+  // handled on the gRPC thread that read it.
+  grpc::ServerBidiReactor<proto::RelayUp, proto::RelayDown>* Relay(
+      grpc::CallbackServerContext* ctx) override;
   // service_clock.cc
   grpc::Status ReadClock(grpc::ServerContext* ctx, const proto::ClockRequest* request,
                          proto::ClockResponse* response) override;
@@ -162,6 +165,7 @@ class CoordinatorServiceImpl final : public CoordinatorService,
                                                     std::function<TimePoint()> write_started);
   void HandleMessage(int rank, const proto::WorkerMessage& message, Touched* touched,
                      bool* goodbye);
+  friend class RelayReactor;  // service_relay.cc
   void HandleReadyLocked(int rank, const proto::WorkerMessage::Ready& ready, TimePoint now,
                          Touched* touched) REQUIRES(mu_);
   // Polls every set's planner (set == nullptr) or one set's, and sends what came out; `extra`

@@ -1,14 +1,19 @@
 // The coordinator's end of a host relay (host_relay.h): one stream carries the sessions of
-// a host's ranks.
+// a host's ranks. It uses gRPC's callback API: no thread of its own per stream, each read
+// handled on the gRPC thread that completed it, each write started by whoever queues while
+// none is in flight (at 1,024 ranks a thread per stream, woken for every read and every plan,
+// cost rank 0 a third of its CPU: docs/coordinator-scale.md).
 //
 // Each relayed rank gets a session like rank 0's local one: its messages are handled by
 // function calls, in its own order, and what the coordinator sends it goes to a sink. The
-// sink queues the message for this stream's writer thread, which sends everything queued as
-// one RelayDown: a plan that completes on a host's 8 ranks costs one write, not 8. Unlike a
+// sink queues the message on the stream's RelayOutbox; what queues while a write is in flight
+// goes in the next write as one RelayDown. Unlike a
 // local session a relayed one is watched: the relay forwards the rank's heartbeats, and a
 // write to the relay that stays blocked counts as the rank not reading.
 #include <algorithm>
-#include <thread>
+#include <atomic>
+#include <functional>
+#include <memory>
 
 #include "common/logging.h"
 #include "common/mutex.h"
@@ -18,22 +23,45 @@
 namespace hora {
 namespace {
 
-// The writer thread of one relay stream. Push never blocks on the network.
-class RelayWriter {
+// What the coordinator sends one relay: the sessions' sinks queue here, from any thread, and
+// whichever queues while no write is in flight starts the next write of everything queued
+// (the reactor's OnWriteDone starts the one after). Shared by the reactor and the sinks, so a
+// sink called after the stream ended finds it closed instead of a freed reactor.
+class RelayOutbox {
  public:
-  RelayWriter(grpc::ServerContext* ctx, RelayServerStream* stream)
-      : ctx_(ctx), stream_(stream), thread_([this] { Loop(); }) {}
-  RelayWriter(const RelayWriter&) = delete;
-  RelayWriter& operator=(const RelayWriter&) = delete;
+  using StartWrite = std::function<void(const proto::RelayDown*)>;
+  explicit RelayOutbox(StartWrite start) : start_(std::move(start)) {}
 
-  // Takes *message's contents (no copy of a plan).
+  // Takes *message's contents (no copy of a plan). Dropped once the stream is closing.
   void Push(int rank, proto::CoordinatorMessage* message) {
     MutexLock lock(&mu_);
-    if (stopping_ || broken_) return;
+    if (closing_ || broken_) return;
     proto::RelayDown::Entry* entry = pending_.add_entries();
     entry->set_rank(rank);
     entry->mutable_message()->Swap(message);
-    cv_.NotifyOne();
+    if (!writing_) StartLocked();
+  }
+
+  // The write in flight ended (ok: sent). True when the reactor may finish now: the reads
+  // are over and nothing more is written.
+  bool WriteDone(bool ok) {
+    MutexLock lock(&mu_);
+    writing_ = false;
+    write_started_ = TimePoint::max();
+    if (!ok) broken_ = true;
+    if (!broken_ && pending_.entries_size() > 0) {
+      StartLocked();
+      return false;
+    }
+    return closing_;
+  }
+
+  // The reads are over: nothing more is queued. True when no write is in flight (the reactor
+  // may finish now); else the last WriteDone says so.
+  bool Close() {
+    MutexLock lock(&mu_);
+    closing_ = true;
+    return !writing_;
   }
 
   TimePoint write_started() const {
@@ -41,124 +69,147 @@ class RelayWriter {
     return write_started_;
   }
 
-  // Writes what is queued, then stops; a write still blocked after `grace` is cancelled.
-  void Stop(std::chrono::milliseconds grace) {
-    {
-      MutexLock lock(&mu_);
-      stopping_ = true;
-      cv_.NotifyOne();
-      if (!cv_.WaitFor(&mu_, grace, [this] {
-            mu_.AssertHeld();
-            return done_;
-          })) {
-        ctx_->TryCancel();
-      }
-    }
-    thread_.join();
-  }
-
  private:
-  void Loop() {
-    MutexLock lock(&mu_);
-    for (;;) {
-      cv_.Wait(&mu_, [this] {
-        mu_.AssertHeld();
-        return stopping_ || pending_.entries_size() > 0;
-      });
-      if (pending_.entries_size() == 0 || broken_) break;  // stopping, nothing left
-      proto::RelayDown batch;
-      batch.Swap(&pending_);
-      write_started_ = Clock::now();
-      lock.Unlock();
-      const bool ok = stream_->Write(batch);
-      lock.Lock();
-      write_started_ = TimePoint::max();
-      if (!ok) broken_ = true;  // the call is over; the handler's Read sees it too
-    }
-    done_ = true;
-    cv_.NotifyAll();
+  // Starts writing everything queued; releases mu_ around the start.
+  void StartLocked() REQUIRES(mu_) {
+    in_flight_.Clear();
+    in_flight_.Swap(&pending_);
+    writing_ = true;
+    write_started_ = Clock::now();
+    mu_.Unlock();
+    start_(&in_flight_);  // in_flight_ is not touched again until WriteDone
+    mu_.Lock();
   }
 
-  grpc::ServerContext* const ctx_;
-  RelayServerStream* const stream_;
+  const StartWrite start_;
   mutable Mutex mu_;
-  CondVar cv_;
   proto::RelayDown pending_ GUARDED_BY(mu_);
+  proto::RelayDown in_flight_;  // owned by the write in flight (writing_)
   TimePoint write_started_ GUARDED_BY(mu_) = TimePoint::max();
-  bool stopping_ GUARDED_BY(mu_) = false;
-  bool broken_ GUARDED_BY(mu_) = false;
-  bool done_ GUARDED_BY(mu_) = false;
-  std::thread thread_;  // last: starts after the members above exist
+  bool writing_ GUARDED_BY(mu_) = false;
+  bool closing_ GUARDED_BY(mu_) = false;  // the reads are over
+  bool broken_ GUARDED_BY(mu_) = false;   // a write failed: the call is over
 };
 
 }  // namespace
 
-grpc::Status CoordinatorServiceImpl::Relay(grpc::ServerContext* ctx, RelayServerStream* stream) {
-  grpc::Status auth = CheckToken(*ctx, config_.token, "Relay");
-  if (!auth.ok()) return auth;
-  RelayWriter writer(ctx, stream);
-  std::unordered_map<int, std::shared_ptr<SessionStream>> sessions;  // open on this relay
-  int relay_rank = -1;
-  proto::RelayUp up;
-  Touched touched;
-  while (stream->Read(&up)) {
-    if (relay_rank < 0) relay_rank = up.relay_rank();
-    for (const proto::RelayUp::Entry& entry : up.entries()) {
+// One relay stream. Reads are handled on the gRPC thread that completed them, one at a time
+// (the next read starts after), so a relay's messages keep their order.
+class RelayReactor final : public grpc::ServerBidiReactor<proto::RelayUp, proto::RelayDown> {
+ public:
+  RelayReactor(CoordinatorServiceImpl* service, grpc::CallbackServerContext* ctx)
+      : service_(service),
+        outbox_(std::make_shared<RelayOutbox>(
+            [this](const proto::RelayDown* batch) { StartWrite(batch); })) {
+    grpc::Status auth = CheckToken(*ctx, service_->config_.token, "Relay");
+    if (!auth.ok()) {
+      outbox_->Close();
+      Finish(auth);
+      return;
+    }
+    StartRead(&up_);
+  }
+
+  void OnReadDone(bool ok) override {
+    if (!ok) {
+      EndSessions();
+      if (outbox_->Close()) FinishOnce();
+      return;
+    }
+    HandleUp();
+    StartRead(&up_);
+  }
+
+  void OnWriteDone(bool ok) override {
+    if (outbox_->WriteDone(ok)) FinishOnce();
+  }
+
+  void OnDone() override { delete this; }
+
+ private:
+  void FinishOnce() {
+    if (finished_.exchange(true)) return;
+    Finish(grpc::Status::OK);
+  }
+
+  void HandleUp() {
+    if (relay_rank_ < 0) relay_rank_ = up_.relay_rank();
+    for (const proto::RelayUp::Entry& entry : up_.entries()) {
       const int rank = entry.rank();
-      auto it = sessions.find(rank);
-      if (it == sessions.end()) {
-        std::shared_ptr<SessionStream> opened = OpenRelayedSession(
+      auto it = sessions_.find(rank);
+      if (it == sessions_.end()) {
+        std::shared_ptr<RelayOutbox> outbox = outbox_;
+        std::shared_ptr<SessionStream> opened = service_->OpenRelayedSession(
             rank, entry.message(),
-            [&writer, rank](proto::CoordinatorMessage& m) { writer.Push(rank, &m); },
-            [&writer] { return writer.write_started(); });
+            [outbox, rank](proto::CoordinatorMessage& m) { outbox->Push(rank, &m); },
+            [outbox] { return outbox->write_started(); });
         if (opened) {
           opened->Flush();  // the first heartbeat: tells the rank its session is open
-          sessions.emplace(rank, std::move(opened));
+          sessions_.emplace(rank, std::move(opened));
         }
         continue;
       }
       const std::shared_ptr<SessionStream> session = it->second;
       if (!entry.closed().empty()) {
         {
-          MutexLock lock(&mu_);
-          if (!aborted_ && !shutting_down_) RankLostLocked(rank, entry.closed());
+          MutexLock lock(&service_->mu_);
+          if (!service_->aborted_ && !service_->shutting_down_) {
+            service_->RankLostLocked(rank, entry.closed());
+          }
         }
-        EndSession(rank, session, false);
-        sessions.erase(it);
+        service_->EndSession(rank, session, false);
+        sessions_.erase(it);
         continue;
       }
       session->Touch(Clock::now());
       bool goodbye = false;
-      HandleMessage(rank, entry.message(), &touched, &goodbye);
-      for (const auto& s : touched) s->Flush();
-      touched.clear();
+      service_->HandleMessage(rank, entry.message(), &touched_, &goodbye);
+      for (const auto& s : touched_) s->Flush();
+      touched_.clear();
       if (goodbye) {
-        EndSession(rank, session, true);
-        sessions.erase(it);
+        service_->EndSession(rank, session, true);
+        sessions_.erase(it);
       }
     }
   }
+
   // The stream is over: the relay's process is gone (or shutting down), and with it the way
   // to every rank still open on it. Its own rank is named first: that is the cause.
-  std::vector<std::pair<int, std::shared_ptr<SessionStream>>> left(sessions.begin(),
-                                                                   sessions.end());
-  std::stable_partition(left.begin(), left.end(),
-                        [relay_rank](const auto& p) { return p.first == relay_rank; });
-  for (const auto& [rank, session] : left) {
-    {
-      MutexLock lock(&mu_);
-      if (!aborted_ && !shutting_down_) {
-        RankLostLocked(rank, rank == relay_rank
-                                 ? std::string("its connection to the coordinator broke (it "
-                                               "relayed its host's ranks)")
-                                 : "its host relay, rank " + std::to_string(relay_rank) +
-                                       ", broke its connection to the coordinator");
+  void EndSessions() {
+    std::vector<std::pair<int, std::shared_ptr<SessionStream>>> left(sessions_.begin(),
+                                                                     sessions_.end());
+    sessions_.clear();
+    const int relay_rank = relay_rank_;
+    std::stable_partition(left.begin(), left.end(),
+                          [relay_rank](const auto& p) { return p.first == relay_rank; });
+    for (const auto& [rank, session] : left) {
+      {
+        MutexLock lock(&service_->mu_);
+        if (!service_->aborted_ && !service_->shutting_down_) {
+          service_->RankLostLocked(
+              rank, rank == relay_rank ? std::string("its connection to the coordinator broke (it "
+                                                     "relayed its host's ranks)")
+                                       : "its host relay, rank " + std::to_string(relay_rank) +
+                                             ", broke its connection to the coordinator");
+        }
       }
+      service_->EndSession(rank, session, false);
     }
-    EndSession(rank, session, false);
   }
-  writer.Stop(std::chrono::seconds(1));
-  return grpc::Status::OK;
+
+  CoordinatorServiceImpl* const service_;
+  const std::shared_ptr<RelayOutbox> outbox_;
+  std::atomic<bool> finished_{false};
+  // Used by the reactions to reads only (one at a time).
+  proto::RelayUp up_;
+  std::unordered_map<int, std::shared_ptr<SessionStream>> sessions_;  // open on this relay
+  int relay_rank_ = -1;
+  TouchedSessions touched_;
+};
+
+grpc::ServerBidiReactor<proto::RelayUp, proto::RelayDown>* CoordinatorServiceImpl::Relay(
+    grpc::CallbackServerContext* ctx) {
+  return new RelayReactor(this, ctx);
 }
 
 std::shared_ptr<SessionStream> CoordinatorServiceImpl::OpenRelayedSession(
