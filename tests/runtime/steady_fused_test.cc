@@ -14,14 +14,11 @@
 #include <vector>
 
 #include "common/limits.h"
-#include "tests/runtime/engine_threads.h"
 #include "tests/runtime/steady_harness.h"
 
 namespace hora {
 namespace {
 
-using testing::Layout;
-using testing::RunRanks;
 using testing::WaitBound;
 
 constexpr int kRanks = 3;
@@ -33,12 +30,10 @@ constexpr int kTensors = 6;
 using Outcome = testing::SteadyOutcome;
 
 std::string RunFused(const std::string& steady, const std::string& board, Outcome* out) {
-  out->bytes.assign(kRanks, {});
-  out->stats.assign(kRanks, {});
   std::atomic<int> submitted{0};  // submissions of the other ranks, all iterations
-  auto errors = RunRanks(
-      kRanks,
-      [&](int r, Engine& e) -> std::string {
+  return testing::RunSteady(
+      kRanks, steady, board, out,
+      [&](int r, Engine& e, std::vector<char>* bytes) -> std::string {
         for (int i = 0; i < kIterations; ++i) {
           if (r == 0) {  // after the others' six: the coordinator fuses what rank 0 completes
             const auto deadline = std::chrono::steady_clock::now() + WaitBound();
@@ -71,17 +66,14 @@ std::string RunFused(const std::string& steady, const std::string& board, Outcom
             if (!s.ok())
               return "grad." + std::to_string(t) + " " + std::to_string(i) + ": " + s.ToString();
             const char* c = reinterpret_cast<const char*>(data[t].data());
-            out->bytes[r].insert(out->bytes[r].end(), c, c + data[t].size() * sizeof(float));
+            bytes->insert(bytes->end(), c, c + data[t].size() * sizeof(float));
           }
         }
-        out->stats[r] = e.Steady(kGlobalProcessSet).value();
         return "";
       },
-      [&](Options* o) {
-        Layout(o, steady, board);
+      [](Options* o) {
         o->fusion_threshold_bytes = kDefaultFusionThresholdBytes;  // Layout turns fusion off
       });
-  return testing::FirstError(errors);
 }
 
 TEST_CASE("steady path: the tensors of a fused bucket are learned and run on it, bit for bit",

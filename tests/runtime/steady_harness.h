@@ -1,4 +1,4 @@
-// Helpers of the steady path's tests (steady_test.cc, steady_prompt_test.cc): engines as
+// Helpers of the steady path's tests (steady_*_test.cc, deterministic_test.cc): engines as
 // threads on one "host" (shm), with a bound on every wait.
 #ifndef HORA_TESTS_RUNTIME_STEADY_HARNESS_H_
 #define HORA_TESTS_RUNTIME_STEADY_HARNESS_H_
@@ -6,6 +6,7 @@
 #include <catch2/catch.hpp>
 #include <chrono>
 #include <cstring>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -13,6 +14,7 @@
 #include "runtime/options.h"
 #include "runtime/steady_path.h"
 #include "tests/harness/hang_bound.h"
+#include "tests/runtime/engine_threads.h"
 
 namespace hora {
 namespace testing {
@@ -83,6 +85,30 @@ struct SteadyOutcome {
   std::vector<std::vector<char>> bytes;
   std::vector<SteadyStats> stats;
 };
+
+// Runs `ranks` engines as threads on `board` (Layout) with HORA_STEADY=`steady`, then
+// `tweak` (may be empty) on each rank's options. body(r, e, bytes) appends every result it
+// keeps to *bytes, which becomes out->bytes[r]; a rank whose body returned "" also leaves its
+// steady counters in out->stats[r]. "" or FirstError.
+inline std::string RunSteady(
+    int ranks, const std::string& steady, const std::string& board, SteadyOutcome* out,
+    const std::function<std::string(int, Engine&, std::vector<char>*)>& body,
+    const std::function<void(Options*)>& tweak = nullptr) {
+  out->bytes.assign(ranks, {});
+  out->stats.assign(ranks, {});
+  auto errors = RunRanks(
+      ranks,
+      [&](int r, Engine& e) -> std::string {
+        std::string failed = body(r, e, &out->bytes[r]);
+        if (failed.empty()) out->stats[r] = e.Steady(kGlobalProcessSet).value();
+        return failed;
+      },
+      [&](Options* o) {
+        Layout(o, steady, board);
+        if (tweak) tweak(o);
+      });
+  return FirstError(errors);
+}
 
 // Per rank: the steady path's run (`on`) gave the coordinator path's results (`off`) bit for
 // bit; `off` ran nothing fast; `on` cached `entries` names, ran at least `min_fast`

@@ -10,14 +10,11 @@
 #include <string>
 #include <vector>
 
-#include "tests/runtime/engine_threads.h"
 #include "tests/runtime/steady_harness.h"
 
 namespace hora {
 namespace {
 
-using testing::Layout;
-using testing::RunRanks;
 using testing::WaitBound;
 
 constexpr int kRanks = 3;
@@ -36,18 +33,15 @@ using Outcome = testing::SteadyOutcome;
 // rows: each rank's allgather rows (x 3 floats), and the broadcast's int32 count / 2.
 std::string RunKinds(const std::string& steady, const std::string& board, int64_t rows,
                      Outcome* out) {
-  out->bytes.assign(kRanks, {});
-  out->stats.assign(kRanks, {});
-  auto errors = RunRanks(
-      kRanks,
-      [&](int r, Engine& e) -> std::string {
+  return testing::RunSteady(
+      kRanks, steady, board, out, [&](int r, Engine& e, std::vector<char>* bytes) -> std::string {
         auto keep = [&](const void* p, size_t n) {
           const char* c = static_cast<const char*>(p);
-          out->bytes[r].insert(out->bytes[r].end(), c, c + n);
+          bytes->insert(bytes->end(), c, c + n);
         };
         // Runs one operation to its end; its result kept when it has one.
         auto run = [&](const TensorSpec& spec, void* in, void* output, int i) {
-          return testing::RunOne(e, spec, in, output, i, &out->bytes[r]);
+          return testing::RunOne(e, spec, in, output, i, bytes);
         };
         for (int i = 0; i < kIterations; ++i) {
           const int64_t n = (r == 2 && i == kUneven) ? rows - 1 : rows;
@@ -91,11 +85,8 @@ std::string RunKinds(const std::string& steady, const std::string& board, int64_
           failed = run(aa, send.data(), nullptr, i);
           if (!failed.empty()) return failed;
         }
-        out->stats[r] = e.Steady(kGlobalProcessSet).value();
         return "";
-      },
-      [&](Options* o) { Layout(o, steady, board); });
-  return testing::FirstError(errors);
+      });
 }
 
 TEST_CASE("steady path: allgathers, broadcasts, reducescatters, alltoalls run on it, bit for bit",

@@ -10,14 +10,11 @@
 #include <string>
 #include <vector>
 
-#include "tests/runtime/engine_threads.h"
 #include "tests/runtime/steady_harness.h"
 
 namespace hora {
 namespace {
 
-using testing::Layout;
-using testing::RunRanks;
 using testing::WaitBound;
 
 constexpr int kRanks = 3;
@@ -35,13 +32,10 @@ std::vector<int64_t> Splits(int r, int i) {
 using Outcome = testing::SteadyOutcome;
 
 std::string RunUneven(const std::string& steady, const std::string& board, Outcome* out) {
-  out->bytes.assign(kRanks, {});
-  out->stats.assign(kRanks, {});
-  auto errors = RunRanks(
-      kRanks,
-      [&](int r, Engine& e) -> std::string {
+  return testing::RunSteady(
+      kRanks, steady, board, out, [&](int r, Engine& e, std::vector<char>* bytes) -> std::string {
         auto run = [&](const TensorSpec& spec, void* in, int i) {
-          return testing::RunOne(e, spec, in, nullptr, i, &out->bytes[r]);
+          return testing::RunOne(e, spec, in, nullptr, i, bytes);
         };
         for (int i = 0; i < kIterations; ++i) {
           TensorSpec aa;
@@ -67,11 +61,8 @@ std::string RunUneven(const std::string& steady, const std::string& board, Outco
           failed = run(ag, rows.data(), i);
           if (!failed.empty()) return failed;
         }
-        out->stats[r] = e.Steady(kGlobalProcessSet).value();
         return "";
-      },
-      [&](Options* o) { Layout(o, steady, board); });
-  return testing::FirstError(errors);
+      });
 }
 
 TEST_CASE("steady path: uneven alltoalls and allgathers run on it with the learned sizes",
