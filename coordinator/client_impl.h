@@ -61,15 +61,19 @@ class ClientImpl final : public CoordinatorClient {
   void AddToken(grpc::ClientContext* ctx) const;
   // The coordinator's address, and the relay's when there is one: for messages.
   std::string Where() const;
-  // Writes one message under write_mu_; false when the stream is over.
-  bool Write(const proto::WorkerMessage& message) EXCLUDES(write_mu_);
+  // Hands one message to the local session, or writes it under write_mu_ (converted for the
+  // wire, in as many messages as the limit asks). Returns how many went out; 0 when the
+  // stream is over.
+  int Write(WorkerMessage message) EXCLUDES(write_mu_);
   // Write, counted in sent(): the messages of the Send* calls.
-  void Send(const proto::WorkerMessage& message) EXCLUDES(write_mu_);
+  void Send(WorkerMessage message) EXCLUDES(write_mu_);
   // Goodbye, then stops the threads (Close, with close_mu_ held).
   void CloseSession() EXCLUDES(mu_, write_mu_);
   void ReaderLoop() EXCLUDES(mu_, write_mu_);
   void HeartbeatLoop() EXCLUDES(mu_, write_mu_);
-  void Dispatch(const proto::CoordinatorMessage& message);
+  // Runs the callback for one message from the coordinator; `converted` says whether it came
+  // from the wire intact (a malformed plan or set result aborts the job).
+  void Dispatch(CoordinatorMessage& message, const Status& converted);
   void FireAbort(const Status& status);
   std::string LostCoordinator(const std::string& why) const;
   // Waits for the coordinator's answer to Hello; on failure stops the threads.

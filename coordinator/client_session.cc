@@ -74,15 +74,16 @@ Status ClientImpl::StartSession(SessionCallbacks callbacks) {
   if (config_.local_host != nullptr) {
     local_ = true;
     return config_.local_host->OpenLocalSession(
-        config_.rank, [this](const proto::CoordinatorMessage& m) { Dispatch(m); });
+        config_.rank, [this](CoordinatorMessage& m) { Dispatch(m, Status::Ok()); });
   }
   session_ctx_ = std::make_unique<grpc::ClientContext>();
   AddToken(session_ctx_.get());
   last_recv_.store(Clock::now().time_since_epoch().count());
   stream_ = stub_->Session(session_ctx_.get());
-  proto::WorkerMessage hello;
-  hello.mutable_hello()->set_rank(config_.rank);
-  if (!Write(hello)) {
+  WorkerMessage hello;
+  hello.kind = WorkerMessage::Kind::kHello;
+  hello.rank = config_.rank;
+  if (!Write(std::move(hello))) {
     MutexLock lock(&write_mu_);  // no other thread yet; taken for the analysis
     grpc::Status st = stream_->Finish();
     writes_done_ = true;
@@ -127,20 +128,28 @@ Status ClientImpl::AwaitSessionOpen() {
   return FromGrpcStatus(st, "session with the coordinator at " + Where());
 }
 
-bool ClientImpl::Write(const proto::WorkerMessage& message) {
+int ClientImpl::Write(WorkerMessage message) {
   if (local_) {
-    if (closing_.load()) return false;
-    config_.local_host->LocalMessage(config_.rank, message);
-    return true;
+    if (closing_.load()) return 0;
+    config_.local_host->LocalMessage(config_.rank, std::move(message));
+    return 1;
   }
+  // Small allreduces carry their data: a Ready that would pass the message limit goes out in
+  // several.
+  const size_t limit = static_cast<size_t>(std::max(config_.max_message_bytes, 2048) - 1024);
   MutexLock lock(&write_mu_);
-  if (!stream_ || writes_done_) return false;
-  return stream_->Write(message);
+  if (!stream_ || writes_done_) return 0;
+  int written = 0;
+  bool ok = true;
+  ToProtoMessages(message, limit, [&](proto::WorkerMessage* wire) {
+    ok = ok && stream_->Write(*wire);
+    written += ok ? 1 : 0;
+  });
+  return written;
 }
 
-void ClientImpl::Send(const proto::WorkerMessage& message) {
-  sent_messages_.fetch_add(1, std::memory_order_relaxed);
-  Write(message);
+void ClientImpl::Send(WorkerMessage message) {
+  sent_messages_.fetch_add(Write(std::move(message)), std::memory_order_relaxed);
 }
 
 ControlCounters ClientImpl::sent() const {
@@ -151,60 +160,53 @@ ControlCounters ClientImpl::sent() const {
 }
 
 void ClientImpl::SendReady(std::vector<ReadyNotice> notices) {
-  // Several messages when the notices (small allreduces carry their data) would pass the
-  // message limit; a notice's share is its own size plus its field's tag and length.
-  const size_t limit = static_cast<size_t>(std::max(config_.max_message_bytes, 2048) - 1024);
-  proto::WorkerMessage message;
-  size_t bytes = 0;
-  for (const ReadyNotice& n : notices) {
-    proto::ReadyTensor one;
-    ToProto(n, &one);
-    const size_t size = one.ByteSizeLong() + 16;
-    if (bytes > 0 && bytes + size > limit) {
-      Send(message);
-      message.Clear();
-      bytes = 0;
-    }
-    *message.mutable_ready()->add_tensors() = std::move(one);
-    bytes += size;
-  }
+  if (notices.empty()) return;
   sent_notices_.fetch_add(static_cast<int64_t>(notices.size()), std::memory_order_relaxed);
-  if (bytes > 0) Send(message);
+  WorkerMessage message;
+  message.kind = WorkerMessage::Kind::kReady;
+  message.ready = std::move(notices);
+  Send(std::move(message));
 }
 
 void ClientImpl::SendJoin(int32_t process_set) {
-  proto::WorkerMessage message;
-  message.mutable_join_op()->set_process_set(process_set);
-  Send(message);
+  WorkerMessage message;
+  message.kind = WorkerMessage::Kind::kJoinOp;
+  message.process_set = process_set;
+  Send(std::move(message));
 }
 
 void ClientImpl::SendProcessSetOp(const ProcessSetOp& op) {
-  proto::WorkerMessage message;
-  ToProto(op, message.mutable_process_set_op());
-  Send(message);
+  WorkerMessage message;
+  message.kind = WorkerMessage::Kind::kProcessSetOp;
+  message.set_op = op;
+  Send(std::move(message));
 }
 
 void ClientImpl::SendFailure(const std::string& text) {
-  proto::WorkerMessage message;
-  message.mutable_failure()->set_message(text);
-  Send(message);
+  WorkerMessage message;
+  message.kind = WorkerMessage::Kind::kFailure;
+  message.text = text;
+  Send(std::move(message));
 }
 
 void ClientImpl::SendDiagnosis(const DiagnosisReport& report) {
-  proto::WorkerMessage message;
-  ToProto(report, message.mutable_diagnosis());
-  Write(message);
+  WorkerMessage message;
+  message.kind = WorkerMessage::Kind::kDiagnosis;
+  message.diagnosis = report;
+  Write(std::move(message));
 }
 
 void ClientImpl::SendDiagnoseAsk(const std::string& why) {
-  proto::WorkerMessage message;
-  message.mutable_diagnose_ask()->set_why(why);
-  Write(message);
+  WorkerMessage message;
+  message.kind = WorkerMessage::Kind::kDiagnoseAsk;
+  message.text = why;
+  Write(std::move(message));
 }
 
 void ClientImpl::ReaderLoop() {
-  proto::CoordinatorMessage message;
-  while (stream_->Read(&message)) {
+  proto::CoordinatorMessage wire;
+  CoordinatorMessage message;
+  while (stream_->Read(&wire)) {
     last_recv_.store(Clock::now().time_since_epoch().count());
     if (!acked_fast_.load(std::memory_order_relaxed)) {
       MutexLock lock(&mu_);
@@ -212,7 +214,8 @@ void ClientImpl::ReaderLoop() {
       acked_fast_.store(true);
       cv_.NotifyAll();
     }
-    Dispatch(message);
+    const Status converted = FromProto(wire, &message);
+    Dispatch(message, converted);
   }
   grpc::Status st;
   {
@@ -234,63 +237,41 @@ void ClientImpl::ReaderLoop() {
   FireAbort(!watchdog.ok() ? watchdog : PeerFailure(LostCoordinator(GrpcStatusText(st))));
 }
 
-void ClientImpl::Dispatch(const proto::CoordinatorMessage& message) {
-  if (message.kind_case() == proto::CoordinatorMessage::kDiagnose) {  // even after an abort
-    DiagnosisRequest request;
-    if (FromProto(message.diagnose(), &request).ok() && callbacks_.on_diagnose) {
-      callbacks_.on_diagnose(std::move(request));
-    }
+void ClientImpl::Dispatch(CoordinatorMessage& message, const Status& converted) {
+  using Kind = CoordinatorMessage::Kind;
+  if (message.kind == Kind::kDiagnose) {  // even after an abort
+    if (converted.ok() && callbacks_.on_diagnose) callbacks_.on_diagnose(message.diagnose);
     return;
   }
   if (abort_fired_.load()) return;  // the job is over; nothing more is delivered
-  switch (message.kind_case()) {
-    case proto::CoordinatorMessage::kPlan: {
-      PlanMessage plan;
-      Status s = FromProto(message.plan(), &plan);
-      if (!s.ok()) {
-        FireAbort(
-            Internal("malformed plan from the coordinator at " + Where() + ": " + s.message()));
-        if (session_ctx_) session_ctx_->TryCancel();
-        return;
-      }
-      if (callbacks_.on_plan) callbacks_.on_plan(std::move(plan));
+  if (!converted.ok()) {
+    FireAbort(Internal(std::string("malformed ") +
+                       (message.kind == Kind::kPlan ? "plan" : "process set result") +
+                       " from the coordinator at " + Where() + ": " + converted.message()));
+    if (session_ctx_) session_ctx_->TryCancel();
+    return;
+  }
+  switch (message.kind) {
+    case Kind::kPlan:
+      if (callbacks_.on_plan) callbacks_.on_plan(std::move(message.plan));
       return;
-    }
-    case proto::CoordinatorMessage::kJoinDone:
+    case Kind::kJoinDone:
       if (callbacks_.on_join_done) {
-        callbacks_.on_join_done(message.join_done().process_set(),
-                                message.join_done().last_joined_rank());
+        callbacks_.on_join_done(message.process_set, message.last_joined_rank);
       }
       return;
-    case proto::CoordinatorMessage::kProcessSetResult: {
-      ProcessSetResult result;
-      Status s = FromProto(message.process_set_result(), &result);
-      if (!s.ok()) {
-        FireAbort(Internal("malformed process set result from the coordinator at " + Where() +
-                           ": " + s.message()));
-        if (session_ctx_) session_ctx_->TryCancel();
-        return;
-      }
-      if (callbacks_.on_process_set) callbacks_.on_process_set(std::move(result));
+    case Kind::kProcessSetResult:
+      if (callbacks_.on_process_set) callbacks_.on_process_set(std::move(message.set_result));
       return;
-    }
-    case proto::CoordinatorMessage::kTuning:
-      if (callbacks_.on_tuning) {
-        const auto& t = message.tuning();
-        callbacks_.on_tuning(
-            TuningNotice{t.fusion_threshold_bytes(), t.cycle_time_us(), t.trial(), t.done()});
-      }
+    case Kind::kTuning:
+      if (callbacks_.on_tuning) callbacks_.on_tuning(message.tuning);
       return;
-    case proto::CoordinatorMessage::kAbort: {
-      Code code;
-      if (!CodeFromWire(message.abort().code(), &code).ok() || code == Code::kOk) {
-        code = Code::kAborted;
-      }
-      FireAbort(Status(code, message.abort().message()));
+    case Kind::kAbort:
+      FireAbort(message.abort);
       return;
-    }
-    default:
-      return;  // heartbeat (or a kind this version does not know)
+    case Kind::kHeartbeat:
+    case Kind::kDiagnose:
+      return;
   }
 }
 
@@ -342,9 +323,9 @@ void ClientImpl::Close() {
 
 void ClientImpl::CloseSession() {
   if (local_) {
-    proto::WorkerMessage bye;
-    bye.mutable_goodbye();
-    config_.local_host->LocalMessage(config_.rank, bye);
+    WorkerMessage bye;
+    bye.kind = WorkerMessage::Kind::kGoodbye;
+    config_.local_host->LocalMessage(config_.rank, std::move(bye));
     closing_.store(true);
     return;
   }

@@ -64,40 +64,25 @@ void ToProto(const TensorSpec& spec, proto::TensorSignature* out) {
 }
 
 Status FromProto(const proto::TensorSignature& in, TensorSpec* out) {
-  const std::string what = "tensor '" + in.name() + "'";
-  if (in.name().empty()) return InvalidArgument("tensor signature without a name");
-  HORA_RETURN_IF_ERROR(CheckEnums(in.collective(), in.dtype(), in.op(), what));
-  if (in.device() != static_cast<int32_t>(Device::kCpu) &&
-      in.device() != static_cast<int32_t>(Device::kCuda)) {
-    return InvalidArgument(what + ": invalid device " + std::to_string(in.device()));
-  }
   if (in.shape_size() > 64) {
-    return InvalidArgument(what + ": shape has " + std::to_string(in.shape_size()) + " dims");
+    return InvalidArgument("tensor '" + in.name() + "': shape has " +
+                           std::to_string(in.shape_size()) + " dims");
   }
-  HORA_RETURN_IF_ERROR(CheckDims(in.shape(), (what + ": shape").c_str(), &out->shape));
-  // The element count must not overflow.
-  int64_t n = 1;
-  for (int64_t d : out->shape) {
-    if (d != 0 && n > kMaxDim / d) return InvalidArgument(what + ": shape is too large");
-    n *= d;
-  }
-  HORA_RETURN_IF_ERROR(CheckDims(in.splits(), (what + ": splits").c_str(), &out->splits));
   out->name = in.name();
   out->collective = static_cast<CollectiveType>(in.collective());
   out->dtype = static_cast<DataType>(in.dtype());
   out->op = static_cast<ReduceOp>(in.op());
+  out->shape.assign(in.shape().begin(), in.shape().end());
   out->device = static_cast<Device>(in.device());
   out->device_index = in.device_index();
   out->root = in.root();
   out->prescale = in.prescale();
   out->postscale = in.postscale();
-  if (in.process_set() < 0) {
-    return InvalidArgument(what + ": invalid process set " + std::to_string(in.process_set()));
-  }
+  out->splits.assign(in.splits().begin(), in.splits().end());
   out->process_set = in.process_set();
   out->peer = in.peer();
   out->refused = in.refused();
-  return Status::Ok();
+  return CheckTensorSpec(*out);
 }
 
 void ToProto(const ReadyNotice& notice, proto::ReadyTensor* out) {

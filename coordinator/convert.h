@@ -10,6 +10,7 @@
 
 #include <grpcpp/support/status.h>
 
+#include <functional>
 #include <string>
 
 #include "common/status.h"
@@ -57,6 +58,22 @@ void ToProto(const DiagnosisRequest& request, proto::CoordinatorMessage::Diagnos
 Status FromProto(const proto::CoordinatorMessage::Diagnose& in, DiagnosisRequest* out);
 void ToProto(const DiagnosisReport& report, proto::DiagnosisReport* out);
 Status FromProto(const proto::DiagnosisReport& in, DiagnosisReport* out);
+
+// The session's messages (convert_session.cc). The core works on the plain structs; the gRPC
+// adapters convert at the edge, where a message for the wire may need several: a plan goes
+// out in as many messages as keep each under `limit` bytes, split between buckets, in order
+// (one Poll under load can emit thousands of buckets, small allreduces carrying their results,
+// and one message past gRPC's limit would fail the write and end the session); a Ready is split
+// between notices. `emit` may take the message's contents.
+void ToProtoMessages(const CoordinatorMessage& in, size_t limit,
+                     const std::function<void(proto::CoordinatorMessage*)>& emit);
+void ToProtoMessages(const WorkerMessage& in, size_t limit,
+                     const std::function<void(proto::WorkerMessage*)>& emit);
+// What did not convert is in the result: a plan or a process set result the worker cannot
+// read is an error (the worker aborts); a worker's bad signature is one refused notice, a
+// bad process set op or diagnosis report the message's `malformed`.
+Status FromProto(const proto::CoordinatorMessage& in, CoordinatorMessage* out);
+void FromProto(const proto::WorkerMessage& in, WorkerMessage* out);
 
 // A Hora status code from the wire (Abort, TensorError); unknown values are an error.
 Status CodeFromWire(int32_t value, Code* out);

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "common/status.h"
@@ -39,6 +40,11 @@ struct ReadyNotice {
   // A small allreduce's data (prescaled), reduced by the coordinator itself.
   std::optional<std::string> payload;
 };
+
+// Whether a rank's tensor signature can be planned: the enums in range, the dimensions and
+// splits non-negative and bounded, the element count without overflow, a name and a set.
+// InvalidArgument names the tensor and the field.
+Status CheckTensorSpec(const TensorSpec& spec);
 
 // One bucket of a plan, as seen by the rank that receives it. Entries use that rank's ids.
 struct BucketPlan {
@@ -126,6 +132,63 @@ struct DiagnosisReport {
 struct PlanMessage {
   std::vector<BucketPlan> buckets;
   std::vector<TensorErrorNotice> errors;
+};
+
+// One message on a rank's session, worker to coordinator: what the coordinator's core handles.
+// Rank 0's client hands it over by a function call; the gRPC adapters (a session stream, a
+// host relay's stream) convert it from proto/coordinator.proto's WorkerMessage.
+struct WorkerMessage {
+  enum class Kind {
+    kHello,  // rank
+    kReady,  // ready, refused
+    kHeartbeat,
+    kGoodbye,
+    kFailure,       // text: the rank's error, which aborts the job
+    kJoinOp,        // process_set: hora_join
+    kProcessSetOp,  // set_op
+    kDiagnoseAsk,   // text: why the rank asks
+    kDiagnosis,     // diagnosis: the answer to a DiagnosisRequest
+    kUnknown,       // a kind this version does not know (logged, ignored)
+  };
+  Kind kind = Kind::kHeartbeat;
+  int32_t rank = 0;
+  std::vector<ReadyNotice> ready;
+  // Notices whose signature did not convert: each fails its tensor on this rank only.
+  std::vector<TensorErrorNotice> refused;
+  std::string text;
+  int32_t process_set = 0;
+  ProcessSetOp set_op;
+  DiagnosisReport diagnosis;
+  Status malformed;      // kProcessSetOp, kDiagnosis: what did not convert from the wire
+  int unknown_kind = 0;  // kUnknown: the wire's tag, for the log
+};
+
+// One message on a rank's session, coordinator to worker.
+struct CoordinatorMessage {
+  enum class Kind {
+    kHeartbeat,
+    kPlan,              // plan
+    kAbort,             // abort: why the job ends (never OK)
+    kJoinDone,          // process_set, last_joined_rank
+    kProcessSetResult,  // set_result
+    kTuning,            // tuning
+    kDiagnose,          // diagnose
+  };
+  Kind kind = Kind::kHeartbeat;
+  PlanMessage plan;
+  Status abort;
+  int32_t process_set = 0;
+  int32_t last_joined_rank = -1;
+  ProcessSetResult set_result;
+  TuningNotice tuning;
+  DiagnosisRequest diagnose;
+
+  static CoordinatorMessage Abort(Status why) {
+    CoordinatorMessage m;
+    m.kind = Kind::kAbort;
+    m.abort = std::move(why);
+    return m;
+  }
 };
 
 }  // namespace hora

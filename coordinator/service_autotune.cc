@@ -38,12 +38,10 @@ void CoordinatorServiceImpl::SendTuningLocked(Touched* touched) {
   const TuningPoint p = tuner_->Current();
   for (RankState& r : ranks_) {
     if (!r.session) continue;
-    proto::CoordinatorMessage message;
-    auto* t = message.mutable_tuning();
-    t->set_fusion_threshold_bytes(p.fusion_threshold_bytes);
-    t->set_cycle_time_us(p.cycle_time_us);
-    t->set_trial(tuner_->trial());
-    t->set_done(tuner_->Done());
+    CoordinatorMessage message;
+    message.kind = CoordinatorMessage::Kind::kTuning;
+    message.tuning =
+        TuningNotice{p.fusion_threshold_bytes, p.cycle_time_us, tuner_->trial(), tuner_->Done()};
     r.session->Push(std::move(message));
     touched->Add(r.session);
   }

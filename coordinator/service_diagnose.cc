@@ -18,7 +18,6 @@
 #include <cstdio>
 
 #include "common/logging.h"
-#include "coordinator/convert.h"
 #include "coordinator/service_diagnosis.h"
 #include "coordinator/service_impl.h"
 
@@ -45,8 +44,9 @@ void CoordinatorServiceImpl::StartDiagnosisLocked(const std::string& reason,
   for (int i = 0; i < config_.size; ++i) {
     const RankState& r = ranks_[i];
     if (!r.session || r.lost) continue;
-    proto::CoordinatorMessage m;
-    ToProto(request, m.mutable_diagnose());
+    CoordinatorMessage m;
+    m.kind = CoordinatorMessage::Kind::kDiagnose;
+    m.diagnose = request;
     r.session->Push(std::move(m));
     ScheduleFlushLocked(r.session);
     round.awaited[i] = true;

@@ -92,7 +92,7 @@ class CoordinatorServiceImpl final
 
   // session_local.cc
   Status OpenLocalSession(int rank, Sink sink) override;
-  void LocalMessage(int rank, const proto::WorkerMessage& message) override;
+  void LocalMessage(int rank, WorkerMessage message) override;
   void Shutdown(const std::string& reason, std::chrono::milliseconds drain) override;
 
   grpc::Status Join(grpc::ServerContext* ctx, const proto::JoinRequest* request,
@@ -156,18 +156,17 @@ class CoordinatorServiceImpl final
 
   // session.cc
   grpc::Status OpenSession(grpc::ServerContext* ctx, SessionServerStream* stream,
-                           const proto::WorkerMessage& hello,
-                           std::shared_ptr<SessionStream>* session);
+                           const WorkerMessage& hello, std::shared_ptr<SessionStream>* session);
   // service_relay.cc: the session of a rank behind a host relay, or nullptr (the sink has
   // been given the Abort that says why).
-  std::shared_ptr<SessionStream> OpenRelayedSession(int rank, const proto::WorkerMessage& hello,
+  std::shared_ptr<SessionStream> OpenRelayedSession(int rank, const WorkerMessage& hello,
                                                     SessionStream::Sink sink,
                                                     std::function<TimePoint()> write_started);
-  void HandleMessage(int rank, const proto::WorkerMessage& message, Touched* touched,
-                     bool* goodbye);
+  // The core's entry for every session's messages (may take `message`'s contents).
+  void HandleMessage(int rank, WorkerMessage& message, Touched* touched, bool* goodbye);
   friend class RelayReactor;  // service_relay.cc
-  void HandleReadyLocked(int rank, const proto::WorkerMessage::Ready& ready, TimePoint now,
-                         Touched* touched) REQUIRES(mu_);
+  void HandleReadyLocked(int rank, WorkerMessage* ready, TimePoint now, Touched* touched)
+      REQUIRES(mu_);
   // Polls every set's planner (set == nullptr) or one set's, and sends what came out; `extra`
   // (indexed by global rank, may be null) adds errors found while reading notices.
   void PollLocked(TimePoint now, SetState* set, std::vector<PlanMessage>* extra, Touched* touched)
@@ -178,7 +177,7 @@ class CoordinatorServiceImpl final
   // After the plans of `out` went out: forgets the ranks' ids and specs of its one-shot names
   // (IsOneShotName), which no rank submits again.
   void ForgetOneShotLocked(const SetState& set, const PlannerOutput& out) REQUIRES(mu_);
-  void PushPlanLocked(SessionStream& session, const PlanMessage& plan) REQUIRES(mu_);
+  void PushPlanLocked(SessionStream& session, PlanMessage plan) REQUIRES(mu_);
   BucketPlan PlanForRankLocked(const SetState& set, const PlannedBucket& bucket, int rank,
                                const std::vector<std::string>& inline_results) const REQUIRES(mu_);
 

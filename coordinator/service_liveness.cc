@@ -88,9 +88,7 @@ void CoordinatorServiceImpl::TimerTickLocked(TimePoint now) {
 void CoordinatorServiceImpl::SendHeartbeatsLocked() {
   for (const RankState& r : ranks_) {
     if (!r.session || r.lost) continue;
-    proto::CoordinatorMessage message;
-    message.mutable_heartbeat();
-    r.session->Push(std::move(message));
+    r.session->Push(CoordinatorMessage());  // a heartbeat
     ScheduleFlushLocked(r.session);
   }
 }
@@ -199,10 +197,7 @@ void CoordinatorServiceImpl::AbortLocked(Code code, const std::string& message, 
   for (int i = 0; i < config_.size; ++i) {
     const RankState& r = ranks_[i];
     if (i == except_rank || !r.session) continue;
-    proto::CoordinatorMessage m;
-    m.mutable_abort()->set_code(static_cast<int32_t>(code));
-    m.mutable_abort()->set_message(message);
-    r.session->Push(std::move(m));
+    r.session->Push(CoordinatorMessage::Abort(Status(code, message)));
     ScheduleFlushLocked(r.session);
   }
 }

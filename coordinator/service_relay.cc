@@ -18,6 +18,7 @@
 #include "common/logging.h"
 #include "common/mutex.h"
 #include "coordinator/auth.h"
+#include "coordinator/convert.h"
 #include "coordinator/service_impl.h"
 
 namespace hora {
@@ -30,16 +31,20 @@ namespace {
 class RelayOutbox {
  public:
   using StartWrite = std::function<void(const proto::RelayDown*)>;
-  explicit RelayOutbox(StartWrite start) : start_(std::move(start)) {}
+  RelayOutbox(size_t wire_limit, StartWrite start)
+      : wire_limit_(wire_limit), start_(std::move(start)) {}
 
-  // Takes *message's contents (no copy of a plan). Dropped once the stream is closing.
-  void Push(int rank, proto::CoordinatorMessage* message) {
-    MutexLock lock(&mu_);
-    if (closing_ || broken_) return;
-    proto::RelayDown::Entry* entry = pending_.add_entries();
-    entry->set_rank(rank);
-    entry->mutable_message()->Swap(message);
-    if (!writing_) StartLocked();
+  // Converts the message for the wire outside the lock (in as many messages as the limit
+  // asks). Dropped once the stream is closing.
+  void Push(int rank, const CoordinatorMessage& message) {
+    ToProtoMessages(message, wire_limit_, [&](proto::CoordinatorMessage* wire) {
+      MutexLock lock(&mu_);
+      if (closing_ || broken_) return;
+      proto::RelayDown::Entry* entry = pending_.add_entries();
+      entry->set_rank(rank);
+      entry->mutable_message()->Swap(wire);
+      if (!writing_) StartLocked();
+    });
   }
 
   // The write in flight ended (ok: sent). True when the reactor may finish now: the reads
@@ -81,6 +86,7 @@ class RelayOutbox {
     mu_.Lock();
   }
 
+  const size_t wire_limit_;
   const StartWrite start_;
   mutable Mutex mu_;
   proto::RelayDown pending_ GUARDED_BY(mu_);
@@ -100,6 +106,7 @@ class RelayReactor final : public grpc::ServerBidiReactor<proto::RelayUp, proto:
   RelayReactor(CoordinatorServiceImpl* service, grpc::CallbackServerContext* ctx)
       : service_(service),
         outbox_(std::make_shared<RelayOutbox>(
+            static_cast<size_t>(service->config_.max_message_bytes) / 2,
             [this](const proto::RelayDown* batch) { StartWrite(batch); })) {
     grpc::Status auth = CheckToken(*ctx, service_->config_.token, "Relay");
     if (!auth.ok()) {
@@ -136,12 +143,12 @@ class RelayReactor final : public grpc::ServerBidiReactor<proto::RelayUp, proto:
     if (relay_rank_ < 0) relay_rank_ = up_.relay_rank();
     for (const proto::RelayUp::Entry& entry : up_.entries()) {
       const int rank = entry.rank();
+      FromProto(entry.message(), &message_);
       auto it = sessions_.find(rank);
       if (it == sessions_.end()) {
         std::shared_ptr<RelayOutbox> outbox = outbox_;
         std::shared_ptr<SessionStream> opened = service_->OpenRelayedSession(
-            rank, entry.message(),
-            [outbox, rank](proto::CoordinatorMessage& m) { outbox->Push(rank, &m); },
+            rank, message_, [outbox, rank](CoordinatorMessage& m) { outbox->Push(rank, m); },
             [outbox] { return outbox->write_started(); });
         if (opened) {
           opened->Flush();  // the first heartbeat: tells the rank its session is open
@@ -163,7 +170,7 @@ class RelayReactor final : public grpc::ServerBidiReactor<proto::RelayUp, proto:
       }
       session->Touch(Clock::now());
       bool goodbye = false;
-      service_->HandleMessage(rank, entry.message(), &touched_, &goodbye);
+      service_->HandleMessage(rank, message_, &touched_, &goodbye);
       for (const auto& s : touched_) s->Flush();
       touched_.clear();
       if (goodbye) {
@@ -202,6 +209,7 @@ class RelayReactor final : public grpc::ServerBidiReactor<proto::RelayUp, proto:
   std::atomic<bool> finished_{false};
   // Used by the reactions to reads only (one at a time).
   proto::RelayUp up_;
+  WorkerMessage message_;  // the entry being handled, converted (its buffers reused)
   std::unordered_map<int, std::shared_ptr<SessionStream>> sessions_;  // open on this relay
   int relay_rank_ = -1;
   TouchedSessions touched_;
@@ -213,17 +221,15 @@ grpc::ServerBidiReactor<proto::RelayUp, proto::RelayDown>* CoordinatorServiceImp
 }
 
 std::shared_ptr<SessionStream> CoordinatorServiceImpl::OpenRelayedSession(
-    int rank, const proto::WorkerMessage& hello, SessionStream::Sink sink,
+    int rank, const WorkerMessage& hello, SessionStream::Sink sink,
     std::function<TimePoint()> write_started) {
   auto refuse = [&](Code code, const std::string& why) {
     HORA_LOG_ERROR("coordinator: refused a relayed session: {}", why);
-    proto::CoordinatorMessage abort;
-    abort.mutable_abort()->set_code(static_cast<int32_t>(code));
-    abort.mutable_abort()->set_message(why);
+    CoordinatorMessage abort = CoordinatorMessage::Abort(Status(code, why));
     sink(abort);
     return nullptr;
   };
-  if (!hello.has_hello() || hello.hello().rank() != rank) {
+  if (hello.kind != WorkerMessage::Kind::kHello || hello.rank != rank) {
     return refuse(Code::kInvalidArgument, "a relayed session for rank " + std::to_string(rank) +
                                               " must start with its Hello");
   }
@@ -254,9 +260,7 @@ std::shared_ptr<SessionStream> CoordinatorServiceImpl::OpenRelayedSession(
   state.had_session = true;
   state.session = std::make_shared<SessionStream>(rank, std::move(sink), std::move(write_started),
                                                   Clock::now());
-  proto::CoordinatorMessage first;
-  first.mutable_heartbeat();
-  state.session->Push(std::move(first));
+  state.session->Push(CoordinatorMessage());  // a heartbeat: the session is open
   WakeTimerLocked(Clock::now() + config_.heartbeat_timeout);
   HORA_LOG_DEBUG("coordinator: relayed session opened by {}", DescribeRank(rank));
   return state.session;

@@ -10,7 +10,6 @@
 #include <algorithm>
 
 #include "common/logging.h"
-#include "coordinator/convert.h"
 #include "coordinator/service_impl.h"
 
 namespace hora {
@@ -185,8 +184,9 @@ void CoordinatorServiceImpl::SendSetResultLocked(int rank, const ProcessSetResul
                                                  Touched* touched) {
   const std::shared_ptr<SessionStream>& session = ranks_[rank].session;
   if (!session) return;
-  proto::CoordinatorMessage message;
-  ToProto(result, message.mutable_process_set_result());
+  CoordinatorMessage message;
+  message.kind = CoordinatorMessage::Kind::kProcessSetResult;
+  message.set_result = result;
   session->Push(std::move(message));
   touched->Add(session);
 }

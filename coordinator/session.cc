@@ -3,7 +3,9 @@
 // Latency path: the handler thread that reads a Ready runs Planner::Submit and Poll inline
 // under mu_, translates every bucket into each rank's view (its own tensor ids), pushes one
 // Plan message per rank into that rank's outbox (under mu_, which fixes the global order), and
-// then, outside mu_, flushes those outboxes itself. No thread hand-off on the way.
+// then, outside mu_, flushes those outboxes itself. No thread hand-off on the way. The gRPC
+// handlers here convert at the edge (convert.h); what they hand the core, and what it queues,
+// are the plain messages of coordinator/messages.h.
 #include <algorithm>
 
 #include "common/logging.h"
@@ -18,8 +20,10 @@ grpc::Status CoordinatorServiceImpl::Session(grpc::ServerContext* ctx,
                                              SessionServerStream* stream) {
   grpc::Status auth = CheckToken(*ctx, config_.token, "Session");
   if (!auth.ok()) return auth;
-  proto::WorkerMessage message;
-  if (!stream->Read(&message)) return grpc::Status::OK;
+  proto::WorkerMessage wire;
+  if (!stream->Read(&wire)) return grpc::Status::OK;
+  WorkerMessage message;
+  FromProto(wire, &message);
   std::shared_ptr<SessionStream> session;
   grpc::Status opened = OpenSession(ctx, stream, message, &session);
   if (!opened.ok()) {
@@ -32,8 +36,9 @@ grpc::Status CoordinatorServiceImpl::Session(grpc::ServerContext* ctx,
   const int rank = session->rank();
   bool goodbye = false;
   Touched touched;
-  while (!goodbye && stream->Read(&message)) {
+  while (!goodbye && stream->Read(&wire)) {
     session->Touch(Clock::now());
+    FromProto(wire, &message);
     HandleMessage(rank, message, &touched, &goodbye);
     for (const auto& s : touched) s->Flush();
     touched.clear();
@@ -44,13 +49,13 @@ grpc::Status CoordinatorServiceImpl::Session(grpc::ServerContext* ctx,
 
 grpc::Status CoordinatorServiceImpl::OpenSession(grpc::ServerContext* ctx,
                                                  SessionServerStream* stream,
-                                                 const proto::WorkerMessage& hello,
+                                                 const WorkerMessage& hello,
                                                  std::shared_ptr<SessionStream>* session) {
   using grpc::StatusCode;
-  if (!hello.has_hello()) {
+  if (hello.kind != WorkerMessage::Kind::kHello) {
     return grpc::Status(StatusCode::INVALID_ARGUMENT, "a session must start with Hello");
   }
-  const int rank = hello.hello().rank();
+  const int rank = hello.rank;
   if (rank < 0 || rank >= config_.size) {
     return grpc::Status(StatusCode::INVALID_ARGUMENT, "Hello from rank " + std::to_string(rank) +
                                                           ", out of range [0, " +
@@ -58,11 +63,9 @@ grpc::Status CoordinatorServiceImpl::OpenSession(grpc::ServerContext* ctx,
   }
   MutexLock lock(&mu_);
   if (aborted_) {  // tell the rank why, as it would have heard with a session
-    proto::CoordinatorMessage abort;
-    abort.mutable_abort()->set_code(static_cast<int32_t>(abort_code_));
-    abort.mutable_abort()->set_message(abort_message_);
+    const CoordinatorMessage abort = CoordinatorMessage::Abort(Status(abort_code_, abort_message_));
     lock.Unlock();
-    stream->Write(abort);
+    ToProtoMessages(abort, 0, [&](proto::CoordinatorMessage* m) { stream->Write(*m); });
     return grpc::Status::OK;
   }
   if (shutting_down_) {
@@ -77,94 +80,90 @@ grpc::Status CoordinatorServiceImpl::OpenSession(grpc::ServerContext* ctx,
     return grpc::Status(StatusCode::ALREADY_EXISTS, DescribeRank(rank) + " already had a session");
   }
   state.had_session = true;
-  state.session = std::make_shared<SessionStream>(rank, ctx, stream, Clock::now());
+  state.session = std::make_shared<SessionStream>(
+      rank, ctx, stream, static_cast<size_t>(config_.max_message_bytes) / 2, Clock::now());
   *session = state.session;
-  proto::CoordinatorMessage first;
-  first.mutable_heartbeat();
-  state.session->Push(std::move(first));
+  state.session->Push(CoordinatorMessage());  // a heartbeat
   WakeTimerLocked(Clock::now() + config_.heartbeat_timeout);
   HORA_LOG_DEBUG("coordinator: session opened by {} from {}", DescribeRank(rank), ctx->peer());
   return grpc::Status::OK;
 }
 
-void CoordinatorServiceImpl::HandleMessage(int rank, const proto::WorkerMessage& message,
-                                           Touched* touched, bool* goodbye) {
-  switch (message.kind_case()) {
-    case proto::WorkerMessage::kHeartbeat:
+void CoordinatorServiceImpl::HandleMessage(int rank, WorkerMessage& message, Touched* touched,
+                                           bool* goodbye) {
+  using Kind = WorkerMessage::Kind;
+  switch (message.kind) {
+    case Kind::kHeartbeat:
       return;
-    case proto::WorkerMessage::kReady: {
+    case Kind::kReady: {
       MutexLock lock(&mu_);
-      if (!aborted_) HandleReadyLocked(rank, message.ready(), Clock::now(), touched);
+      if (!aborted_) HandleReadyLocked(rank, &message, Clock::now(), touched);
       CheckDepartedLocked(Clock::now());
       return;
     }
-    case proto::WorkerMessage::kJoinOp: {
+    case Kind::kJoinOp: {
       MutexLock lock(&mu_);
       if (aborted_) return;
       const TimePoint now = Clock::now();
-      SetState* set = FindSetLocked(message.join_op().process_set());
+      SetState* set = FindSetLocked(message.process_set);
       if (set == nullptr || set->index_of[rank] < 0) {
         HORA_LOG_WARN("coordinator: rank {} joined process set {}, which it is not a member of",
-                      rank, message.join_op().process_set());
+                      rank, message.process_set);
         return;
       }
       set->planner->Join(set->index_of[rank], now);
       PollLocked(now, set, nullptr, touched);
       return;
     }
-    case proto::WorkerMessage::kProcessSetOp: {
+    case Kind::kProcessSetOp: {
       MutexLock lock(&mu_);
       if (aborted_) return;
-      ProcessSetOp op;
-      Status s = FromProto(message.process_set_op(), &op);
-      if (!s.ok()) {
+      if (!message.malformed.ok()) {
         ProcessSetResult r;
-        r.seq = message.process_set_op().seq();
-        r.status = s;
+        r.seq = message.set_op.seq;
+        r.status = message.malformed;
         SendSetResultLocked(rank, r, touched);
         return;
       }
-      HandleSetOpLocked(rank, op, touched);
+      HandleSetOpLocked(rank, message.set_op, touched);
       return;
     }
-    case proto::WorkerMessage::kGoodbye:
+    case Kind::kGoodbye:
       *goodbye = true;
       return;
-    case proto::WorkerMessage::kFailure: {
+    case Kind::kFailure: {
       MutexLock lock(&mu_);
-      const std::string why = DescribeRank(rank) + " failed: " + message.failure().message();
+      const std::string why = DescribeRank(rank) + " failed: " + message.text;
       AbortAfterDiagnosisLocked({Code::kPeerFailure, why, rank, false}, why,
                                 StalledLocked(Clock::now(), {}), true, Clock::now());
       return;
     }
-    case proto::WorkerMessage::kDiagnoseAsk: {
+    case Kind::kDiagnoseAsk: {
       MutexLock lock(&mu_);
       if (shutting_down_) return;
       const TimePoint now = Clock::now();
       // Operations waited for a second or more: younger ones are negotiations in progress.
-      StartDiagnosisLocked("asked by " + DescribeRank(rank) +
-                               (message.diagnose_ask().why().empty()
-                                    ? std::string()
-                                    : ": " + message.diagnose_ask().why().substr(0, 200)),
-                           StalledLocked(now, std::chrono::seconds(1)), true, now);
+      StartDiagnosisLocked(
+          "asked by " + DescribeRank(rank) +
+              (message.text.empty() ? std::string() : ": " + message.text.substr(0, 200)),
+          StalledLocked(now, std::chrono::seconds(1)), true, now);
       for (const auto& r : ranks_) {
         if (r.session) touched->Add(r.session);
       }
       return;
     }
-    case proto::WorkerMessage::kDiagnosis: {
-      DiagnosisReport report;
-      Status s = FromProto(message.diagnosis(), &report);
+    case Kind::kDiagnosis: {
       MutexLock lock(&mu_);
-      if (!s.ok()) {
+      if (!message.malformed.ok()) {
         HORA_LOG_WARN("coordinator: {} sent a malformed diagnosis report: {}", DescribeRank(rank),
-                      s.message());
+                      message.malformed.message());
         return;
       }
-      HandleDiagnosisLocked(rank, std::move(report));
+      HandleDiagnosisLocked(rank, std::move(message.diagnosis));
       return;
     }
-    default: {
+    case Kind::kHello:
+    case Kind::kUnknown: {
       // A broken or hostile client can send these as fast as it can write: log the 1st, 2nd,
       // 4th, 8th, ... so that the coordinator's log stays small (a fuzz run wrote 2,600 a second).
       MutexLock lock(&mu_);
@@ -173,23 +172,24 @@ void CoordinatorServiceImpl::HandleMessage(int rank, const proto::WorkerMessage&
         HORA_LOG_WARN(
             "coordinator: ignored an unexpected message (kind {}) from rank {} ({} so "
             "far; logged at powers of two)",
-            static_cast<int>(message.kind_case()), rank, n);
+            message.kind == Kind::kHello ? 1 : message.unknown_kind, rank, n);
       }
       return;
     }
   }
 }
 
-void CoordinatorServiceImpl::HandleReadyLocked(int rank, const proto::WorkerMessage::Ready& ready,
-                                               TimePoint now, Touched* touched) {
+void CoordinatorServiceImpl::HandleReadyLocked(int rank, WorkerMessage* ready, TimePoint now,
+                                               Touched* touched) {
   RankState& state = ranks_[rank];
   std::vector<PlanMessage> extra;  // errors found here, for this rank
   auto fail = [&](uint32_t id, Status status) {
     if (extra.empty()) extra.resize(config_.size);
     extra[rank].errors.push_back(TensorErrorNotice{static_cast<int32_t>(id), std::move(status)});
   };
+  for (TensorErrorNotice& refused : ready->refused) fail(refused.id, std::move(refused.status));
   std::vector<SetState*> polled;
-  auto submit = [&](uint32_t id, const TensorSpec& spec, const proto::ReadyTensor& t) {
+  auto submit = [&](uint32_t id, const TensorSpec& spec, ReadyNotice& notice) {
     mu_.AssertHeld();  // the lambdas here run inside HandleReadyLocked
     SetState* set = nullptr;
     Status member = CheckMembershipLocked(rank, spec, &set);
@@ -201,32 +201,25 @@ void CoordinatorServiceImpl::HandleReadyLocked(int rank, const proto::WorkerMess
       }
       return;
     }
-    if (t.has_payload()) state.payloads[TensorKeyOf(spec)] = t.payload();
+    if (notice.payload) state.payloads[TensorKeyOf(spec)] = std::move(*notice.payload);
     set->planner->Submit(set->index_of[rank], spec, now, static_cast<int32_t>(id));
     if (std::find(polled.begin(), polled.end(), set) == polled.end()) polled.push_back(set);
   };
-  for (const proto::ReadyTensor& t : ready.tensors()) {
-    if (t.has_signature()) {
-      TensorSpec spec;
-      Status s = FromProto(t.signature(), &spec);
-      if (!s.ok()) {
-        fail(t.id(), s);
-        continue;
-      }
-      state.ids[TensorKeyOf(spec)] = t.id();
-      auto it = state.specs.insert_or_assign(t.id(), std::move(spec)).first;
-      submit(t.id(), it->second, t);
+  for (ReadyNotice& notice : ready->ready) {
+    if (notice.spec) {
+      state.ids[TensorKeyOf(*notice.spec)] = notice.id;
+      auto it = state.specs.insert_or_assign(notice.id, std::move(*notice.spec)).first;
+      submit(notice.id, it->second, notice);
       continue;
     }
-    auto it = state.specs.find(t.id());
+    auto it = state.specs.find(notice.id);
     if (it == state.specs.end()) {
-      fail(t.id(), InvalidArgument("unknown tensor id " + std::to_string(t.id()) + " from rank " +
-                                   std::to_string(rank) +
-                                   " (its first use must carry the "
-                                   "signature)"));
+      fail(notice.id,
+           InvalidArgument("unknown tensor id " + std::to_string(notice.id) + " from rank " +
+                           std::to_string(rank) + " (its first use must carry the signature)"));
       continue;
     }
-    submit(t.id(), it->second, t);
+    submit(notice.id, it->second, notice);
   }
   for (SetState* set : polled) PollLocked(now, set, extra.empty() ? nullptr : &extra, touched);
   if (!extra.empty()) SendExtraLocked(&extra, touched);
@@ -340,13 +333,14 @@ void CoordinatorServiceImpl::SendPlannerOutputLocked(const SetState& set, Planne
     }
     bool pushed = false;
     if (!plan.buckets.empty() || !plan.errors.empty()) {
-      PushPlanLocked(*session, plan);
+      PushPlanLocked(*session, std::move(plan));
       pushed = true;
     }
     if (out.join_done) {
-      proto::CoordinatorMessage message;
-      message.mutable_join_done()->set_last_joined_rank(set.ranks[out.last_joined_rank]);
-      message.mutable_join_done()->set_process_set(set.id);
+      CoordinatorMessage message;
+      message.kind = CoordinatorMessage::Kind::kJoinDone;
+      message.last_joined_rank = set.ranks[out.last_joined_rank];
+      message.process_set = set.id;
       session->Push(std::move(message));
       pushed = true;
     }
@@ -381,38 +375,19 @@ size_t CoordinatorServiceImpl::KnownNames() {
   return known;
 }
 
-// A plan goes out in as many messages as keep each under half the message limit: under load
-// one Poll can emit thousands of buckets (small allreduces carry their results inline), and
-// one message past the limit would fail the write and drop the rank's session. Buckets keep
-// their order; the receiver handles each message as it comes.
-void CoordinatorServiceImpl::PushPlanLocked(SessionStream& session, const PlanMessage& plan) {
-  const size_t limit = static_cast<size_t>(config_.max_message_bytes) / 2;
-  proto::CoordinatorMessage message;
-  size_t bytes = 0;
-  auto flush = [&] {
-    session.Push(std::move(message));
-    message = proto::CoordinatorMessage();
-    bytes = 0;
-  };
-  for (const BucketPlan& b : plan.buckets) {
-    proto::Bucket* pb = message.mutable_plan()->add_buckets();
-    ToProto(b, pb);
-    bytes += pb->ByteSizeLong() + 8;
-    if (bytes >= limit) flush();
-  }
-  for (const TensorErrorNotice& e : plan.errors) {
-    proto::TensorError* pe = message.mutable_plan()->add_errors();
-    ToProto(e, pe);
-    bytes += pe->ByteSizeLong() + 8;
-    if (bytes >= limit) flush();
-  }
-  if (message.has_plan()) flush();
+// The session's adapter splits a plan that would pass the wire's message limit
+// (ToProtoMessages).
+void CoordinatorServiceImpl::PushPlanLocked(SessionStream& session, PlanMessage plan) {
+  CoordinatorMessage message;
+  message.kind = CoordinatorMessage::Kind::kPlan;
+  message.plan = std::move(plan);
+  session.Push(std::move(message));
 }
 
 void CoordinatorServiceImpl::SendExtraLocked(std::vector<PlanMessage>* extra, Touched* touched) {
   for (int r = 0; r < config_.size; ++r) {
     if ((*extra)[r].errors.empty() || !ranks_[r].session) continue;
-    PushPlanLocked(*ranks_[r].session, (*extra)[r]);
+    PushPlanLocked(*ranks_[r].session, std::move((*extra)[r]));
     (*extra)[r].errors.clear();
     touched->Add(ranks_[r].session);
   }

@@ -1,5 +1,7 @@
 // Local sessions: rank 0's client in the coordinator's own process (local_session.h). The
 // same state and message handling as a stream session, with function calls for transport.
+#include <algorithm>
+
 #include "common/logging.h"
 #include "common/mutex.h"
 #include "coordinator/service_impl.h"
@@ -12,9 +14,7 @@ Status CoordinatorServiceImpl::OpenLocalSession(int rank, Sink sink) {
   }
   MutexLock lock(&mu_);
   if (aborted_) {  // tell the rank why, as a stream session would
-    proto::CoordinatorMessage abort;
-    abort.mutable_abort()->set_code(static_cast<int32_t>(abort_code_));
-    abort.mutable_abort()->set_message(abort_message_);
+    CoordinatorMessage abort = CoordinatorMessage::Abort(Status(abort_code_, abort_message_));
     lock.Unlock();
     sink(abort);
     return Status::Ok();
@@ -32,7 +32,7 @@ Status CoordinatorServiceImpl::OpenLocalSession(int rank, Sink sink) {
   return Status::Ok();
 }
 
-void CoordinatorServiceImpl::LocalMessage(int rank, const proto::WorkerMessage& message) {
+void CoordinatorServiceImpl::LocalMessage(int rank, WorkerMessage message) {
   std::shared_ptr<SessionStream> session;
   {
     MutexLock lock(&mu_);
@@ -40,6 +40,17 @@ void CoordinatorServiceImpl::LocalMessage(int rank, const proto::WorkerMessage& 
     session = ranks_[rank].session;
   }
   if (!session || !session->local()) return;
+  // What a gRPC adapter checks as it converts, checked here.
+  if (message.kind == WorkerMessage::Kind::kReady) {
+    auto bad = std::stable_partition(
+        message.ready.begin(), message.ready.end(),
+        [](const ReadyNotice& n) { return !n.spec || CheckTensorSpec(*n.spec).ok(); });
+    for (auto it = bad; it != message.ready.end(); ++it) {
+      message.refused.push_back(
+          TensorErrorNotice{static_cast<int32_t>(it->id), CheckTensorSpec(*it->spec)});
+    }
+    message.ready.erase(bad, message.ready.end());
+  }
   session->Touch(Clock::now());
   bool goodbye = false;
   Touched touched;

@@ -3,12 +3,17 @@
 #include <utility>
 
 #include "common/mutex.h"
+#include "coordinator/convert.h"
 
 namespace hora {
 
 SessionStream::SessionStream(int rank, grpc::ServerContext* ctx, SessionServerStream* stream,
-                             TimePoint now)
-    : rank_(rank), ctx_(ctx), stream_(stream), last_recv_(now.time_since_epoch().count()) {}
+                             size_t wire_limit, TimePoint now)
+    : rank_(rank),
+      ctx_(ctx),
+      stream_(stream),
+      wire_limit_(wire_limit),
+      last_recv_(now.time_since_epoch().count()) {}
 
 SessionStream::SessionStream(int rank, Sink sink, TimePoint now)
     : SessionStream(rank, std::move(sink), nullptr, now) {}
@@ -22,7 +27,7 @@ SessionStream::SessionStream(int rank, Sink sink, std::function<TimePoint()> rel
       relay_write_started_(std::move(relay_write_started)),
       last_recv_(now.time_since_epoch().count()) {}
 
-void SessionStream::Push(proto::CoordinatorMessage message) {
+void SessionStream::Push(CoordinatorMessage message) {
   MutexLock lock(&mu_);
   if (!closed_) outbox_.push_back(std::move(message));
 }
@@ -32,7 +37,7 @@ void SessionStream::Flush() {
   if (flushing_) return;  // the thread that is flushing writes our messages too
   flushing_ = true;
   while (!closed_ && !outbox_.empty()) {
-    proto::CoordinatorMessage message = std::move(outbox_.front());
+    CoordinatorMessage message = std::move(outbox_.front());
     outbox_.pop_front();
     write_started_ = Clock::now();
     lock.Unlock();
@@ -40,7 +45,8 @@ void SessionStream::Flush() {
     if (sink_) {
       sink_(message);
     } else {
-      ok = stream_->Write(message);
+      ToProtoMessages(message, wire_limit_,
+                      [&](proto::CoordinatorMessage* m) { ok = ok && stream_->Write(*m); });
     }
     lock.Lock();
     write_started_ = TimePoint::max();

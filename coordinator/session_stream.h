@@ -1,4 +1,6 @@
-// One rank's session stream as the coordinator writes to it.
+// One rank's session stream as the coordinator writes to it. It queues the core's plain
+// messages (coordinator/messages.h); a gRPC stream converts each to the wire's as it writes it,
+// outside the service lock, and the other kinds hand it to their sink as it is.
 //
 // The sync gRPC API allows one Read and one Write in flight per stream. The session's own
 // handler thread does all the reads; writes come from any thread (the reader of another rank
@@ -24,6 +26,7 @@
 #include <mutex>
 
 #include "common/mutex.h"
+#include "coordinator/messages.h"
 #include "coordinator/planner.h"
 #include "proto/coordinator.pb.h"
 
@@ -35,11 +38,13 @@ using RelayServerStream = grpc::ServerReaderWriter<proto::RelayDown, proto::Rela
 
 class SessionStream {
  public:
-  SessionStream(int rank, grpc::ServerContext* ctx, SessionServerStream* stream, TimePoint now);
+  // A gRPC stream: a message goes out in as many as keep each under `wire_limit` bytes.
+  SessionStream(int rank, grpc::ServerContext* ctx, SessionServerStream* stream, size_t wire_limit,
+                TimePoint now);
   // A local session (rank 0's client in the coordinator's own process): Flush hands each
   // message to `sink` instead of writing it to a stream (the sink may take its contents:
   // nothing reads it after). Local sessions have no heartbeats.
-  using Sink = std::function<void(proto::CoordinatorMessage&)>;
+  using Sink = std::function<void(CoordinatorMessage&)>;
   SessionStream(int rank, Sink sink, TimePoint now);
   // A relayed session (a rank behind a host relay, coordinator/host_relay.h): `sink` queues
   // each message for the relay's stream, whose write in progress `relay_write_started` tells.
@@ -57,7 +62,7 @@ class SessionStream {
   TimePoint last_recv() const { return TimePoint(Clock::duration(last_recv_.load())); }
 
   // Queues a message. Never blocks on the network.
-  void Push(proto::CoordinatorMessage message);
+  void Push(CoordinatorMessage message);
   // Writes every queued message in order. May block on the network (flow control); returns
   // at once when another thread is already flushing or the stream is closed.
   void Flush();
@@ -73,13 +78,14 @@ class SessionStream {
   const int rank_;
   grpc::ServerContext* const ctx_;
   SessionServerStream* const stream_;
+  const size_t wire_limit_ = 0;
   const Sink sink_;
   const std::function<TimePoint()> relay_write_started_;
   std::atomic<Clock::rep> last_recv_;
 
   mutable Mutex mu_;
   CondVar idle_cv_;
-  std::deque<proto::CoordinatorMessage> outbox_ GUARDED_BY(mu_);
+  std::deque<CoordinatorMessage> outbox_ GUARDED_BY(mu_);
   bool flushing_ GUARDED_BY(mu_) = false;
   bool closed_ GUARDED_BY(mu_) = false;
   bool finished_ GUARDED_BY(mu_) = false;

@@ -1,0 +1,207 @@
+// The session's messages <-> their plain structs (convert.h).
+#include "coordinator/convert.h"
+
+namespace hora {
+
+void ToProtoMessages(const CoordinatorMessage& in, size_t limit,
+                     const std::function<void(proto::CoordinatorMessage*)>& emit) {
+  proto::CoordinatorMessage out;
+  switch (in.kind) {
+    case CoordinatorMessage::Kind::kHeartbeat:
+      out.mutable_heartbeat();
+      break;
+    case CoordinatorMessage::Kind::kPlan: {
+      size_t bytes = 0;
+      auto flush = [&] {
+        emit(&out);
+        out.Clear();
+        bytes = 0;
+      };
+      for (const BucketPlan& b : in.plan.buckets) {
+        proto::Bucket* pb = out.mutable_plan()->add_buckets();
+        ToProto(b, pb);
+        bytes += pb->ByteSizeLong() + 8;
+        if (bytes >= limit) flush();
+      }
+      for (const TensorErrorNotice& e : in.plan.errors) {
+        proto::TensorError* pe = out.mutable_plan()->add_errors();
+        ToProto(e, pe);
+        bytes += pe->ByteSizeLong() + 8;
+        if (bytes >= limit) flush();
+      }
+      if (out.has_plan()) emit(&out);
+      return;
+    }
+    case CoordinatorMessage::Kind::kAbort:
+      out.mutable_abort()->set_code(static_cast<int32_t>(in.abort.code()));
+      out.mutable_abort()->set_message(in.abort.message());
+      break;
+    case CoordinatorMessage::Kind::kJoinDone:
+      out.mutable_join_done()->set_last_joined_rank(in.last_joined_rank);
+      out.mutable_join_done()->set_process_set(in.process_set);
+      break;
+    case CoordinatorMessage::Kind::kProcessSetResult:
+      ToProto(in.set_result, out.mutable_process_set_result());
+      break;
+    case CoordinatorMessage::Kind::kTuning: {
+      proto::CoordinatorMessage::Tuning* t = out.mutable_tuning();
+      t->set_fusion_threshold_bytes(in.tuning.fusion_threshold_bytes);
+      t->set_cycle_time_us(in.tuning.cycle_time_us);
+      t->set_trial(in.tuning.trial);
+      t->set_done(in.tuning.done);
+      break;
+    }
+    case CoordinatorMessage::Kind::kDiagnose:
+      ToProto(in.diagnose, out.mutable_diagnose());
+      break;
+  }
+  emit(&out);
+}
+
+Status FromProto(const proto::CoordinatorMessage& in, CoordinatorMessage* out) {
+  using Kind = CoordinatorMessage::Kind;
+  switch (in.kind_case()) {
+    case proto::CoordinatorMessage::kPlan:
+      out->kind = Kind::kPlan;
+      return FromProto(in.plan(), &out->plan);
+    case proto::CoordinatorMessage::kAbort: {
+      out->kind = Kind::kAbort;
+      Code code;
+      if (!CodeFromWire(in.abort().code(), &code).ok() || code == Code::kOk) code = Code::kAborted;
+      out->abort = Status(code, in.abort().message());
+      return Status::Ok();
+    }
+    case proto::CoordinatorMessage::kJoinDone:
+      out->kind = Kind::kJoinDone;
+      out->process_set = in.join_done().process_set();
+      out->last_joined_rank = in.join_done().last_joined_rank();
+      return Status::Ok();
+    case proto::CoordinatorMessage::kProcessSetResult:
+      out->kind = Kind::kProcessSetResult;
+      return FromProto(in.process_set_result(), &out->set_result);
+    case proto::CoordinatorMessage::kTuning: {
+      out->kind = Kind::kTuning;
+      const proto::CoordinatorMessage::Tuning& t = in.tuning();
+      out->tuning =
+          TuningNotice{t.fusion_threshold_bytes(), t.cycle_time_us(), t.trial(), t.done()};
+      return Status::Ok();
+    }
+    case proto::CoordinatorMessage::kDiagnose:
+      out->kind = Kind::kDiagnose;
+      return FromProto(in.diagnose(), &out->diagnose);
+    default:  // a heartbeat, or a kind this version does not know
+      out->kind = Kind::kHeartbeat;
+      return Status::Ok();
+  }
+}
+
+void ToProtoMessages(const WorkerMessage& in, size_t limit,
+                     const std::function<void(proto::WorkerMessage*)>& emit) {
+  using Kind = WorkerMessage::Kind;
+  proto::WorkerMessage out;
+  switch (in.kind) {
+    case Kind::kHello:
+      out.mutable_hello()->set_rank(in.rank);
+      break;
+    case Kind::kReady: {
+      // A notice's share is its own size plus its field's tag and length.
+      size_t bytes = 0;
+      for (const ReadyNotice& n : in.ready) {
+        proto::ReadyTensor one;
+        ToProto(n, &one);
+        const size_t size = one.ByteSizeLong() + 16;
+        if (bytes > 0 && bytes + size > limit) {
+          emit(&out);
+          out.Clear();
+          bytes = 0;
+        }
+        *out.mutable_ready()->add_tensors() = std::move(one);
+        bytes += size;
+      }
+      if (bytes > 0) emit(&out);
+      return;
+    }
+    case Kind::kHeartbeat:
+      out.mutable_heartbeat();
+      break;
+    case Kind::kGoodbye:
+      out.mutable_goodbye();
+      break;
+    case Kind::kFailure:
+      out.mutable_failure()->set_message(in.text);
+      break;
+    case Kind::kJoinOp:
+      out.mutable_join_op()->set_process_set(in.process_set);
+      break;
+    case Kind::kProcessSetOp:
+      ToProto(in.set_op, out.mutable_process_set_op());
+      break;
+    case Kind::kDiagnoseAsk:
+      out.mutable_diagnose_ask()->set_why(in.text);
+      break;
+    case Kind::kDiagnosis:
+      ToProto(in.diagnosis, out.mutable_diagnosis());
+      break;
+    case Kind::kUnknown:
+      return;
+  }
+  emit(&out);
+}
+
+void FromProto(const proto::WorkerMessage& in, WorkerMessage* out) {
+  using Kind = WorkerMessage::Kind;
+  switch (in.kind_case()) {
+    case proto::WorkerMessage::kHello:
+      out->kind = Kind::kHello;
+      out->rank = in.hello().rank();
+      return;
+    case proto::WorkerMessage::kReady:
+      out->kind = Kind::kReady;
+      out->ready.clear();
+      out->refused.clear();
+      out->ready.reserve(in.ready().tensors_size());
+      for (const proto::ReadyTensor& t : in.ready().tensors()) {
+        ReadyNotice notice;
+        Status s = FromProto(t, &notice);
+        if (s.ok()) {
+          out->ready.push_back(std::move(notice));
+        } else {
+          out->refused.push_back(TensorErrorNotice{static_cast<int32_t>(t.id()), std::move(s)});
+        }
+      }
+      return;
+    case proto::WorkerMessage::kHeartbeat:
+      out->kind = Kind::kHeartbeat;
+      return;
+    case proto::WorkerMessage::kGoodbye:
+      out->kind = Kind::kGoodbye;
+      return;
+    case proto::WorkerMessage::kFailure:
+      out->kind = Kind::kFailure;
+      out->text = in.failure().message();
+      return;
+    case proto::WorkerMessage::kJoinOp:
+      out->kind = Kind::kJoinOp;
+      out->process_set = in.join_op().process_set();
+      return;
+    case proto::WorkerMessage::kProcessSetOp:
+      out->kind = Kind::kProcessSetOp;
+      out->malformed = FromProto(in.process_set_op(), &out->set_op);
+      out->set_op.seq = in.process_set_op().seq();  // the answer names it even when malformed
+      return;
+    case proto::WorkerMessage::kDiagnoseAsk:
+      out->kind = Kind::kDiagnoseAsk;
+      out->text = in.diagnose_ask().why();
+      return;
+    case proto::WorkerMessage::kDiagnosis:
+      out->kind = Kind::kDiagnosis;
+      out->malformed = FromProto(in.diagnosis(), &out->diagnosis);
+      return;
+    default:
+      out->kind = Kind::kUnknown;
+      out->unknown_kind = static_cast<int>(in.kind_case());
+      return;
+  }
+}
+
+}  // namespace hora
