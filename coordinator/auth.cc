@@ -1,5 +1,8 @@
 #include "coordinator/auth.h"
 
+#include <fstream>
+#include <sstream>
+
 #include "common/logging.h"
 
 namespace hora {
@@ -25,6 +28,15 @@ grpc::Status CheckToken(const grpc::ServerContextBase& ctx, const std::string& t
   HORA_LOG_WARN("coordinator: refused {} from {}: {}", method, ctx.peer(), why);
   return grpc::Status(grpc::StatusCode::UNAUTHENTICATED,
                       std::string("the coordinator refused the call: ") + why);
+}
+
+Status ReadTlsFile(const std::string& path, const char* what, std::string* out) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return InvalidArgument(std::string("cannot read the TLS ") + what + " '" + path + "'");
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  *out = ss.str();
+  return Status::Ok();
 }
 
 }  // namespace hora

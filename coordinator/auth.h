@@ -1,4 +1,4 @@
-// The job token check that guards every coordinator RPC.
+// The job token check that guards every coordinator RPC, and the TLS files' reading.
 //
 // Every RPC carries the job token in metadata kTokenMetadataKey. The service calls CheckToken at
 // the top of each handler; a missing or different token is refused with UNAUTHENTICATED and
@@ -11,6 +11,8 @@
 
 #include <string>
 
+#include "common/status.h"
+
 namespace hora {
 
 constexpr char kTokenMetadataKey[] = "hora-token";
@@ -21,6 +23,9 @@ bool TokenEquals(const std::string& expected, const std::string& given);
 // OK when `ctx` carries `token`; otherwise UNAUTHENTICATED (and a warning in the log).
 grpc::Status CheckToken(const grpc::ServerContextBase& ctx, const std::string& token,
                         const char* method);
+
+// Reads a PEM file of the job's TLS setup; `what` names it in the error ("certificate").
+Status ReadTlsFile(const std::string& path, const char* what, std::string* out);
 
 }  // namespace hora
 

@@ -3,7 +3,6 @@
 #include <grpcpp/security/credentials.h>
 #include <grpcpp/support/channel_arguments.h>
 
-#include <fstream>
 #include <sstream>
 
 #include "common/logging.h"
@@ -18,23 +17,14 @@ namespace {
 using std::chrono::milliseconds;
 using SystemTime = std::chrono::system_clock::time_point;
 
-Status ReadFile(const std::string& path, const char* what, std::string* out) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return InvalidArgument(std::string("cannot read the TLS ") + what + " '" + path + "'");
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  *out = ss.str();
-  return Status::Ok();
-}
-
 StatusOr<std::shared_ptr<grpc::ChannelCredentials>> MakeCredentials(const TlsFiles& tls) {
   if (!tls.enabled() && tls.ca_file.empty()) return grpc::InsecureChannelCredentials();
   grpc::SslCredentialsOptions options;
   if (!tls.ca_file.empty())
-    HORA_RETURN_IF_ERROR(ReadFile(tls.ca_file, "CA", &options.pem_root_certs));
+    HORA_RETURN_IF_ERROR(ReadTlsFile(tls.ca_file, "CA", &options.pem_root_certs));
   if (!tls.cert_file.empty()) {
-    HORA_RETURN_IF_ERROR(ReadFile(tls.cert_file, "certificate", &options.pem_cert_chain));
-    HORA_RETURN_IF_ERROR(ReadFile(tls.key_file, "key", &options.pem_private_key));
+    HORA_RETURN_IF_ERROR(ReadTlsFile(tls.cert_file, "certificate", &options.pem_cert_chain));
+    HORA_RETURN_IF_ERROR(ReadTlsFile(tls.key_file, "key", &options.pem_private_key));
   }
   return grpc::SslCredentials(options);
 }

@@ -32,6 +32,16 @@ struct Topology {
   std::vector<RankInfo> ranks;  // indexed by rank
 };
 
+// A rank's Join: who it is and what it was started with.
+struct JoinRequest {
+  int32_t rank = 0;
+  int32_t size = 0;
+  std::string hostname;
+  int64_t pid = 0;
+  int32_t protocol_version = 0;
+  std::string options_digest;  // "fusion_threshold=...;cpu_backend=..."
+};
+
 // A worker's notice that one tensor is ready. spec is set the first time `id` is used by this
 // rank; later notices carry the id alone.
 struct ReadyNotice {

@@ -1,62 +1,17 @@
-// CoordinatorService: start, shutdown and small helpers. The handlers live in service_join.cc,
+// CoordinatorCore: start, shutdown and small helpers. The handlers live in service_join.cc,
 // store.cc and session.cc; the timer and sender threads in service_liveness.cc.
-#include <grpcpp/security/server_credentials.h>
-#include <grpcpp/server_builder.h>
-
 #include <algorithm>
 #include <cstdio>
-#include <fstream>
-#include <sstream>
 
 #include "common/logging.h"
 #include "common/mutex.h"
 #include "common/thread_name.h"
-#include "coordinator/grpc_process.h"
-#include "coordinator/service_impl.h"
+#include "coordinator/core.h"
 
 namespace hora {
 namespace {
 
 using std::chrono::milliseconds;
-
-Status ReadFile(const std::string& path, const char* what, std::string* out) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return InvalidArgument(std::string("cannot read the TLS ") + what + " '" + path + "'");
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  *out = ss.str();
-  return Status::Ok();
-}
-
-StatusOr<std::shared_ptr<grpc::ServerCredentials>> MakeCredentials(const TlsFiles& tls) {
-  if (!tls.enabled()) return grpc::InsecureServerCredentials();
-  grpc::SslServerCredentialsOptions options;
-  grpc::SslServerCredentialsOptions::PemKeyCertPair pair;
-  HORA_RETURN_IF_ERROR(ReadFile(tls.cert_file, "certificate", &pair.cert_chain));
-  HORA_RETURN_IF_ERROR(ReadFile(tls.key_file, "key", &pair.private_key));
-  options.pem_key_cert_pairs.push_back(pair);
-  if (!tls.ca_file.empty()) {
-    HORA_RETURN_IF_ERROR(ReadFile(tls.ca_file, "CA", &options.pem_root_certs));
-    options.client_certificate_request = GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY;
-  }
-  return grpc::SslServerCredentials(options);
-}
-
-Status ValidateConfig(const CoordinatorConfig& c) {
-  if (c.size < 1) return InvalidArgument("coordinator: size must be at least 1");
-  if (c.token.empty()) return InvalidArgument("coordinator: the job token must not be empty");
-  if (c.listen_address.empty()) return InvalidArgument("coordinator: no listen address");
-  if (c.heartbeat_interval <= milliseconds(0) || c.heartbeat_timeout <= milliseconds(0)) {
-    return InvalidArgument("coordinator: heartbeat interval and timeout must be positive");
-  }
-  if (c.start_timeout <= milliseconds(0) || c.stall_warning <= milliseconds(0)) {
-    return InvalidArgument("coordinator: start timeout and stall warning must be positive");
-  }
-  if (c.max_message_bytes < 1024) {
-    return InvalidArgument("coordinator: max_message_bytes must be at least 1024");
-  }
-  return Status::Ok();
-}
 
 milliseconds StallCheckInterval(const CoordinatorConfig& c) {
   milliseconds interval = c.stall_warning / 2;
@@ -66,15 +21,7 @@ milliseconds StallCheckInterval(const CoordinatorConfig& c) {
 
 }  // namespace
 
-StatusOr<std::unique_ptr<CoordinatorService>> CoordinatorService::Start(
-    const CoordinatorConfig& config) {
-  HORA_RETURN_IF_ERROR(ValidateConfig(config));
-  auto service = std::make_unique<CoordinatorServiceImpl>(config);
-  HORA_RETURN_IF_ERROR(service->Init());
-  return std::unique_ptr<CoordinatorService>(std::move(service));
-}
-
-CoordinatorServiceImpl::CoordinatorServiceImpl(const CoordinatorConfig& config)
+CoordinatorCore::CoordinatorCore(const CoordinatorConfig& config)
     : config_(config),
       start_time_(Clock::now()),
       start_deadline_(start_time_ + config.start_timeout),
@@ -88,26 +35,12 @@ CoordinatorServiceImpl::CoordinatorServiceImpl(const CoordinatorConfig& config)
   next_stall_check_ = start_time_ + stall_check_interval_;
 }
 
-CoordinatorServiceImpl::~CoordinatorServiceImpl() {
-  Shutdown("the coordinator was destroyed", milliseconds(0));
+CoordinatorCore::~CoordinatorCore() {
+  Drain("the coordinator was destroyed", milliseconds(0));
+  StopThreads();
 }
 
-Status CoordinatorServiceImpl::Init() {
-  PrepareGrpcProcess();
-  StatusOr<std::shared_ptr<grpc::ServerCredentials>> creds = MakeCredentials(config_.tls);
-  if (!creds.ok()) return creds.status();
-  grpc::ServerBuilder builder;
-  builder.AddListeningPort(config_.listen_address, creds.value(), &port_);
-  builder.SetMaxReceiveMessageSize(config_.max_message_bytes);
-  builder.SetMaxSendMessageSize(config_.max_message_bytes);
-  builder.RegisterService(this);
-  server_ = builder.BuildAndStart();
-  if (!server_ || port_ == 0) {
-    server_.reset();
-    return Unavailable("coordinator: cannot listen on " + config_.listen_address);
-  }
-  HORA_LOG_INFO("coordinator: listening on {} (port {}) for {} ranks{}", config_.listen_address,
-                port_, config_.size, config_.tls.enabled() ? " with TLS" : "");
+void CoordinatorCore::Start() {
   timer_thread_ = std::thread([this] {
     SetThreadName("hora-coord-time");
     TimerLoop();
@@ -116,15 +49,12 @@ Status CoordinatorServiceImpl::Init() {
     SetThreadName("hora-coord-send");
     SenderLoop();
   });
-  return Status::Ok();
 }
 
-void CoordinatorServiceImpl::Shutdown(const std::string& reason, milliseconds drain) {
-  MutexLock shutdown_lock(&shutdown_mu_);
-  if (shut_down_ || !server_) return;
-  shut_down_ = true;
+void CoordinatorCore::Drain(const std::string& reason, milliseconds drain) {
   {
     MutexLock lock(&mu_);
+    if (shutting_down_) return;
     // A diagnosis in progress (a rank was lost, and this rank is shutting down because of it)
     // gets the rest of its deadline, so that its report is written.
     if (diagnosis_) {
@@ -149,26 +79,23 @@ void CoordinatorServiceImpl::Shutdown(const std::string& reason, milliseconds dr
       return flush_queue_.empty() && !sender_busy_;
     });
   }
-  {
-    MutexLock lock(&store_mu_);
-    store_closed_ = true;
-    store_cv_.NotifyAll();
-  }
-  // Calls still running after the deadline are cancelled; this returns when all handlers have.
-  server_->Shutdown(std::chrono::system_clock::now() + milliseconds(200));
+  MutexLock lock(&store_mu_);
+  store_closed_ = true;
+  store_cv_.NotifyAll();
+}
+
+void CoordinatorCore::StopThreads() {
   {
     MutexLock lock(&mu_);
     stop_threads_ = true;
     timer_cv_.NotifyAll();
     sender_cv_.NotifyAll();
   }
-  timer_thread_.join();
-  sender_thread_.join();
-  server_->Wait();
-  HORA_LOG_INFO("coordinator: shut down ({})", reason);
+  if (timer_thread_.joinable()) timer_thread_.join();
+  if (sender_thread_.joinable()) sender_thread_.join();
 }
 
-bool CoordinatorServiceImpl::DrainedLocked() const {
+bool CoordinatorCore::DrainedLocked() const {
   for (const RankState& r : ranks_) {
     if (r.session) return false;
     if (topology_ready_ && r.joined && !r.had_session && !r.lost && !aborted_) return false;

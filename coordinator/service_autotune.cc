@@ -6,12 +6,12 @@
 // CSV log is rewritten (a person can read it mid-run; the chosen row is marked at the end).
 #include "common/logging.h"
 #include "coordinator/autotune_log.h"
-#include "coordinator/service_impl.h"
+#include "coordinator/core.h"
 
 namespace hora {
 
-void CoordinatorServiceImpl::ObserveTuningLocked(const PlannerOutput& out, TimePoint now,
-                                                 Touched* touched) {
+void CoordinatorCore::ObserveTuningLocked(const PlannerOutput& out, TimePoint now,
+                                          Touched* touched) {
   bool changed = false;
   for (const PlannedBucket& b : out.buckets) changed = tuner_->Observe(b, now) || changed;
   if (!changed) return;
@@ -34,7 +34,7 @@ void CoordinatorServiceImpl::ObserveTuningLocked(const PlannerOutput& out, TimeP
   SendTuningLocked(touched);
 }
 
-void CoordinatorServiceImpl::SendTuningLocked(Touched* touched) {
+void CoordinatorCore::SendTuningLocked(Touched* touched) {
   const TuningPoint p = tuner_->Current();
   for (RankState& r : ranks_) {
     if (!r.session) continue;

@@ -18,14 +18,14 @@
 #include <cstdio>
 
 #include "common/logging.h"
+#include "coordinator/core.h"
 #include "coordinator/service_diagnosis.h"
-#include "coordinator/service_impl.h"
 
 namespace hora {
 
-void CoordinatorServiceImpl::StartDiagnosisLocked(const std::string& reason,
-                                                  std::vector<StallReport> stalls, bool every_rank,
-                                                  TimePoint now) {
+void CoordinatorCore::StartDiagnosisLocked(const std::string& reason,
+                                           std::vector<StallReport> stalls, bool every_rank,
+                                           TimePoint now) {
   if (!DiagnosisOn()) return;
   if (diagnosis_) {
     if (!stalls.empty()) diagnosis_->stalls = std::move(stalls);
@@ -59,10 +59,10 @@ void CoordinatorServiceImpl::StartDiagnosisLocked(const std::string& reason,
   WakeTimerLocked(diagnosis_->deadline);
 }
 
-void CoordinatorServiceImpl::AbortAfterDiagnosisLocked(DiagnosisRound::PendingAbort abort,
-                                                       const std::string& reason,
-                                                       std::vector<StallReport> stalls,
-                                                       bool every_rank, TimePoint now) {
+void CoordinatorCore::AbortAfterDiagnosisLocked(DiagnosisRound::PendingAbort abort,
+                                                const std::string& reason,
+                                                std::vector<StallReport> stalls, bool every_rank,
+                                                TimePoint now) {
   if (aborted_ || (diagnosis_ && diagnosis_->abort)) return;  // an abort is decided already
   if (!DiagnosisOn()) {
     AbortLocked(abort.code, abort.message, abort.except_rank);
@@ -76,19 +76,19 @@ void CoordinatorServiceImpl::AbortAfterDiagnosisLocked(DiagnosisRound::PendingAb
   }
 }
 
-void CoordinatorServiceImpl::HandleDiagnosisLocked(int rank, DiagnosisReport report) {
+void CoordinatorCore::HandleDiagnosisLocked(int rank, DiagnosisReport report) {
   if (!diagnosis_ || report.id != diagnosis_->id || diagnosis_->reports[rank]) return;
   diagnosis_->reports[rank] = std::move(report);
   StopAwaitingDiagnosisLocked(rank);
 }
 
-void CoordinatorServiceImpl::StopAwaitingDiagnosisLocked(int rank) {
+void CoordinatorCore::StopAwaitingDiagnosisLocked(int rank) {
   if (!diagnosis_ || !diagnosis_->awaited[rank]) return;
   diagnosis_->awaited[rank] = false;
   if (diagnosis_->AwaitsNobody()) FinishDiagnosisLocked();
 }
 
-void CoordinatorServiceImpl::FinishDiagnosisLocked() {
+void CoordinatorCore::FinishDiagnosisLocked() {
   if (!diagnosis_) return;
   DiagnosisRound round = std::move(*diagnosis_);
   diagnosis_.reset();

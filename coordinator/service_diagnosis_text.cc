@@ -1,8 +1,8 @@
 // The diagnosis text (service_diagnosis.h).
 #include <algorithm>
 
+#include "coordinator/core.h"
 #include "coordinator/service_diagnosis.h"
-#include "coordinator/service_impl.h"
 
 namespace hora {
 namespace {

@@ -5,9 +5,7 @@
 
 #include "common/logging.h"
 #include "common/mutex.h"
-#include "coordinator/auth.h"
-#include "coordinator/convert.h"
-#include "coordinator/service_impl.h"
+#include "coordinator/core.h"
 
 namespace hora {
 namespace {
@@ -66,86 +64,72 @@ std::string DescribeDigestDifference(const std::string& coordinator, const std::
          "' on the coordinator";
 }
 
-grpc::Status CoordinatorServiceImpl::ValidateJoin(const proto::JoinRequest& r) const {
-  using grpc::StatusCode;
-  if (r.size() != config_.size) {
-    return grpc::Status(StatusCode::INVALID_ARGUMENT,
-                        "rank " + std::to_string(r.rank()) + " says the job has size " +
-                            std::to_string(r.size()) + " but the coordinator has size " +
-                            std::to_string(config_.size));
+Status CoordinatorCore::ValidateJoin(const JoinRequest& r) const {
+  if (r.size != config_.size) {
+    return InvalidArgument("rank " + std::to_string(r.rank) + " says the job has size " +
+                           std::to_string(r.size) + " but the coordinator has size " +
+                           std::to_string(config_.size));
   }
-  if (r.rank() < 0 || r.rank() >= config_.size) {
-    return grpc::Status(StatusCode::INVALID_ARGUMENT, "rank " + std::to_string(r.rank()) +
-                                                          " is out of range [0, " +
-                                                          std::to_string(config_.size) + ")");
+  if (r.rank < 0 || r.rank >= config_.size) {
+    return InvalidArgument("rank " + std::to_string(r.rank) + " is out of range [0, " +
+                           std::to_string(config_.size) + ")");
   }
-  if (r.protocol_version() != kProtocolVersion) {
-    return grpc::Status(StatusCode::FAILED_PRECONDITION,
-                        "protocol version differs: " + std::to_string(r.protocol_version()) +
-                            " on rank " + std::to_string(r.rank()) + " but " +
-                            std::to_string(kProtocolVersion) + " on the coordinator");
+  if (r.protocol_version != kProtocolVersion) {
+    return FailedPrecondition("protocol version differs: " + std::to_string(r.protocol_version) +
+                              " on rank " + std::to_string(r.rank) + " but " +
+                              std::to_string(kProtocolVersion) + " on the coordinator");
   }
-  if (r.options_digest() != config_.options_digest) {
-    return grpc::Status(
-        StatusCode::FAILED_PRECONDITION,
-        "options differ: " +
-            DescribeDigestDifference(config_.options_digest, r.options_digest(), r.rank()));
+  if (r.options_digest != config_.options_digest) {
+    return FailedPrecondition("options differ: " + DescribeDigestDifference(config_.options_digest,
+                                                                            r.options_digest,
+                                                                            r.rank));
   }
-  return grpc::Status::OK;
+  return Status::Ok();
 }
 
-std::string CoordinatorServiceImpl::DescribeRank(int rank) const {
+std::string CoordinatorCore::DescribeRank(int rank) const {
   const RankState& r = ranks_[rank];
   return "rank " + std::to_string(rank) + " (host " + r.hostname + ", pid " +
          std::to_string(r.pid) + ")";
 }
 
-grpc::Status CoordinatorServiceImpl::Join(grpc::ServerContext* ctx,
-                                          const proto::JoinRequest* request,
-                                          proto::JoinResponse* response) {
-  grpc::Status auth = CheckToken(*ctx, config_.token, "Join");
-  if (!auth.ok()) return auth;
-  grpc::Status valid = ValidateJoin(*request);
+Status CoordinatorCore::Join(const JoinRequest& request, const std::string& peer,
+                             TimePoint call_deadline, Topology* topology) {
+  Status valid = ValidateJoin(request);
   if (!valid.ok()) {
-    HORA_LOG_ERROR("coordinator: refused Join from {}: {}", ctx->peer(), valid.error_message());
+    HORA_LOG_ERROR("coordinator: refused Join from {}: {}", peer, valid.message());
     return valid;
   }
   MutexLock lock(&mu_);
-  const int rank = request->rank();
+  const int rank = request.rank;
   RankState& state = ranks_[rank];
   if (aborted_) {
     if (state.joined && state.had_session && !state.session) {
       // The rank left the aborted job (shutdown) and starts again (init) before rank 0 has
       // replaced this coordinator: it should wait for the new one (Join retries until its
       // deadline), not fail with the old job's error.
-      return grpc::Status(grpc::StatusCode::UNAVAILABLE,
-                          "the coordinator of the previous job, aborted (" + abort_message_ +
-                              "), still runs: waiting for rank 0 to start a new one");
+      return Unavailable("the coordinator of the previous job, aborted (" + abort_message_ +
+                         "), still runs: waiting for rank 0 to start a new one");
     }
-    return grpc::Status(grpc::StatusCode::ABORTED, abort_message_);
+    return Aborted(abort_message_);
   }
-  if (shutting_down_) {
-    return grpc::Status(grpc::StatusCode::UNAVAILABLE, "the coordinator is shutting down");
-  }
-  if (!start_failure_.empty()) {
-    return grpc::Status(grpc::StatusCode::DEADLINE_EXCEEDED, start_failure_);
-  }
+  if (shutting_down_) return Unavailable("the coordinator is shutting down");
+  if (!start_failure_.empty()) return DeadlineExceeded(start_failure_);
   if (state.joined && state.had_session && !state.session && !state.lost) {
     // The rank said goodbye and is starting again (shutdown, then init), while this
     // coordinator still drains the old job: it should wait for the new coordinator.
-    return grpc::Status(grpc::StatusCode::UNAVAILABLE,
-                        "the coordinator of the previous job is shutting down");
+    return Unavailable("the coordinator of the previous job is shutting down");
   }
   if (state.joined) {
     std::string msg = "rank " + std::to_string(rank) + " has already joined as " +
-                      DescribeRank(rank) + "; refused host " + request->hostname() + ", pid " +
-                      std::to_string(request->pid());
+                      DescribeRank(rank) + "; refused host " + request.hostname + ", pid " +
+                      std::to_string(request.pid);
     HORA_LOG_ERROR("coordinator: {}", msg);
-    return grpc::Status(grpc::StatusCode::ALREADY_EXISTS, msg);
+    return Status(Code::kAlreadyExists, msg);
   }
   state.joined = true;
-  state.hostname = request->hostname();
-  state.pid = request->pid();
+  state.hostname = request.hostname;
+  state.pid = request.pid;
   if (++joined_count_ == config_.size) {
     std::vector<RankInfo> infos(config_.size);
     for (int i = 0; i < config_.size; ++i) {
@@ -160,37 +144,26 @@ grpc::Status CoordinatorServiceImpl::Join(grpc::ServerContext* ctx,
     HORA_LOG_INFO("coordinator: all {} ranks joined", config_.size);
     join_cv_.NotifyAll();
   }
-  return WaitForTopology(ctx, response);
+  return WaitForTopologyLocked(call_deadline, topology);
 }
 
-grpc::Status CoordinatorServiceImpl::WaitForTopology(grpc::ServerContext* ctx,
-                                                     proto::JoinResponse* response) {
-  TimePoint deadline = start_deadline_;
-  const auto client_deadline = ctx->deadline();
-  if (client_deadline != std::chrono::system_clock::time_point::max()) {
-    const auto left = client_deadline - std::chrono::system_clock::now();
-    deadline = std::min(deadline, Clock::now() + left);
-  }
-  join_cv_.WaitUntil(&mu_, deadline, [this] {
+Status CoordinatorCore::WaitForTopologyLocked(TimePoint call_deadline, Topology* topology) {
+  join_cv_.WaitUntil(&mu_, std::min(start_deadline_, call_deadline), [this] {
     mu_.AssertHeld();
     return topology_ready_ || !start_failure_.empty() || shutting_down_ || aborted_;
   });
   if (topology_ready_) {
-    ToProto(topology_, response);
-    return grpc::Status::OK;
+    *topology = topology_;
+    return Status::Ok();
   }
-  if (aborted_) return grpc::Status(grpc::StatusCode::ABORTED, abort_message_);
-  if (shutting_down_) {
-    return grpc::Status(grpc::StatusCode::UNAVAILABLE, "the coordinator is shutting down");
-  }
+  if (aborted_) return Aborted(abort_message_);
+  if (shutting_down_) return Unavailable("the coordinator is shutting down");
   if (start_failure_.empty() && Clock::now() >= start_deadline_) FailStartLocked();
-  if (!start_failure_.empty()) {
-    return grpc::Status(grpc::StatusCode::DEADLINE_EXCEEDED, start_failure_);
-  }
-  return grpc::Status(grpc::StatusCode::DEADLINE_EXCEEDED, "the Join call's deadline passed");
+  if (!start_failure_.empty()) return DeadlineExceeded(start_failure_);
+  return DeadlineExceeded("the Join call's deadline passed");
 }
 
-void CoordinatorServiceImpl::FailStartLocked() {
+void CoordinatorCore::FailStartLocked() {
   std::vector<int> missing;
   for (int i = 0; i < config_.size; ++i) {
     if (!ranks_[i].joined) missing.push_back(i);

@@ -9,7 +9,7 @@
 
 #include "common/logging.h"
 #include "common/mutex.h"
-#include "coordinator/service_impl.h"
+#include "coordinator/core.h"
 
 namespace hora {
 namespace {
@@ -30,7 +30,7 @@ std::string DescribeStalls(const std::vector<StallReport>& stalls, size_t cap) {
 
 }  // namespace
 
-void CoordinatorServiceImpl::TimerLoop() {
+void CoordinatorCore::TimerLoop() {
   MutexLock lock(&mu_);
   while (!stop_threads_) {
     const TimePoint now = Clock::now();
@@ -41,14 +41,14 @@ void CoordinatorServiceImpl::TimerLoop() {
   }
 }
 
-void CoordinatorServiceImpl::WakeTimerLocked(TimePoint at) {
+void CoordinatorCore::WakeTimerLocked(TimePoint at) {
   if (at < timer_wake_) {
     timer_wake_ = at;
     timer_cv_.NotifyOne();
   }
 }
 
-TimePoint CoordinatorServiceImpl::NextWakeLocked() const {
+TimePoint CoordinatorCore::NextWakeLocked() const {
   TimePoint wake = std::min({next_heartbeat_, next_stall_check_, NextSetDeadlineLocked()});
   if (diagnosis_) wake = std::min(wake, diagnosis_->deadline);
   if (!topology_ready_ && start_failure_.empty()) wake = std::min(wake, start_deadline_);
@@ -65,7 +65,7 @@ TimePoint CoordinatorServiceImpl::NextWakeLocked() const {
   return wake;
 }
 
-void CoordinatorServiceImpl::TimerTickLocked(TimePoint now) {
+void CoordinatorCore::TimerTickLocked(TimePoint now) {
   if (!topology_ready_ && start_failure_.empty() && now >= start_deadline_) FailStartLocked();
   if (!aborted_ && NextSetDeadlineLocked() <= now) {
     Touched touched;
@@ -85,7 +85,7 @@ void CoordinatorServiceImpl::TimerTickLocked(TimePoint now) {
   }
 }
 
-void CoordinatorServiceImpl::SendHeartbeatsLocked() {
+void CoordinatorCore::SendHeartbeatsLocked() {
   for (const RankState& r : ranks_) {
     if (!r.session || r.lost) continue;
     r.session->Push(CoordinatorMessage());  // a heartbeat
@@ -93,7 +93,7 @@ void CoordinatorServiceImpl::SendHeartbeatsLocked() {
   }
 }
 
-void CoordinatorServiceImpl::CheckLivenessLocked(TimePoint now) {
+void CoordinatorCore::CheckLivenessLocked(TimePoint now) {
   using std::chrono::duration_cast;
   using std::chrono::milliseconds;
   for (int i = 0; i < config_.size && !aborted_; ++i) {
@@ -121,7 +121,7 @@ void CoordinatorServiceImpl::CheckLivenessLocked(TimePoint now) {
 }
 
 // Every set's stalled names, with global ranks and the set in the name.
-std::vector<StallReport> CoordinatorServiceImpl::StalledLocked(
+std::vector<StallReport> CoordinatorCore::StalledLocked(
     TimePoint now, std::chrono::milliseconds older_than) const {
   std::vector<StallReport> all;
   for (const auto& [id, set] : sets_) {
@@ -135,7 +135,7 @@ std::vector<StallReport> CoordinatorServiceImpl::StalledLocked(
   return all;
 }
 
-void CoordinatorServiceImpl::CheckStallsLocked(TimePoint now) {
+void CoordinatorCore::CheckStallsLocked(TimePoint now) {
   std::vector<StallReport> stalls = StalledLocked(now, config_.stall_warning);
   if (!stalls.empty() && now >= next_stall_log_) {
     next_stall_log_ = now + config_.stall_warning / 2;
@@ -155,7 +155,7 @@ void CoordinatorServiceImpl::CheckStallsLocked(TimePoint now) {
   if (diagnosis_) diagnosis_->stalls = std::move(timed_out);  // a round on already: these
 }
 
-void CoordinatorServiceImpl::CheckDepartedLocked(TimePoint now) {
+void CoordinatorCore::CheckDepartedLocked(TimePoint now) {
   if (departed_count_ == 0 || aborted_ || shutting_down_) return;
   // An abort already waits for its diagnosis round: a rank that failed and then shut down
   // must not replace the failure it reported with "it has shut down".
@@ -174,7 +174,7 @@ void CoordinatorServiceImpl::CheckDepartedLocked(TimePoint now) {
   }
 }
 
-void CoordinatorServiceImpl::RankLostLocked(int rank, const std::string& why) {
+void CoordinatorCore::RankLostLocked(int rank, const std::string& why) {
   RankState& state = ranks_[rank];
   if (state.lost) return;
   state.lost = true;
@@ -187,7 +187,7 @@ void CoordinatorServiceImpl::RankLostLocked(int rank, const std::string& why) {
   if (state.session) state.session->Cancel();  // nothing may stay blocked writing to it
 }
 
-void CoordinatorServiceImpl::AbortLocked(Code code, const std::string& message, int except_rank) {
+void CoordinatorCore::AbortLocked(Code code, const std::string& message, int except_rank) {
   if (aborted_) return;
   aborted_ = true;
   abort_message_ = message;
@@ -202,14 +202,14 @@ void CoordinatorServiceImpl::AbortLocked(Code code, const std::string& message, 
   }
 }
 
-void CoordinatorServiceImpl::ScheduleFlushLocked(const std::shared_ptr<SessionStream>& s) {
+void CoordinatorCore::ScheduleFlushLocked(const std::shared_ptr<SessionStream>& s) {
   if (std::find(flush_queue_.begin(), flush_queue_.end(), s) == flush_queue_.end()) {
     flush_queue_.push_back(s);
   }
   sender_cv_.NotifyAll();
 }
 
-void CoordinatorServiceImpl::SenderLoop() {
+void CoordinatorCore::SenderLoop() {
   MutexLock lock(&mu_);
   while (true) {
     sender_cv_.Wait(&mu_, [this] {

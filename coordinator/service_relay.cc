@@ -1,25 +1,21 @@
-// The coordinator's end of a host relay (host_relay.h): one stream carries the sessions of
+// The gRPC adapter's end of a host relay (host_relay.h): one stream carries the sessions of
 // a host's ranks. It uses gRPC's callback API: no thread of its own per stream, each read
 // handled on the gRPC thread that completed it, each write started by whoever queues while
 // none is in flight (at 1,024 ranks a thread per stream, woken for every read and every plan,
 // cost rank 0 a third of its CPU: docs/coordinator-scale.md).
 //
-// Each relayed rank gets a session like rank 0's local one: its messages are handled by
-// function calls, in its own order, and what the coordinator sends it goes to a sink. The
-// sink queues the message on the stream's RelayOutbox; what queues while a write is in flight
-// goes in the next write as one RelayDown. Unlike a
-// local session a relayed one is watched: the relay forwards the rank's heartbeats, and a
-// write to the relay that stays blocked counts as the rank not reading.
+// Each relayed rank gets a session in the core (session_relayed.cc) whose sink queues the
+// message, converted for the wire, on the stream's RelayOutbox; what queues while a write is
+// in flight goes in the next write as one RelayDown.
 #include <algorithm>
 #include <atomic>
 #include <functional>
 #include <memory>
 
-#include "common/logging.h"
 #include "common/mutex.h"
 #include "coordinator/auth.h"
 #include "coordinator/convert.h"
-#include "coordinator/service_impl.h"
+#include "coordinator/grpc_service.h"
 
 namespace hora {
 namespace {
@@ -103,12 +99,13 @@ class RelayOutbox {
 // (the next read starts after), so a relay's messages keep their order.
 class RelayReactor final : public grpc::ServerBidiReactor<proto::RelayUp, proto::RelayDown> {
  public:
-  RelayReactor(CoordinatorServiceImpl* service, grpc::CallbackServerContext* ctx)
-      : service_(service),
+  RelayReactor(CoordinatorCore* core, const CoordinatorConfig& config,
+               grpc::CallbackServerContext* ctx)
+      : core_(core),
         outbox_(std::make_shared<RelayOutbox>(
-            static_cast<size_t>(service->config_.max_message_bytes) / 2,
+            static_cast<size_t>(config.max_message_bytes) / 2,
             [this](const proto::RelayDown* batch) { StartWrite(batch); })) {
-    grpc::Status auth = CheckToken(*ctx, service_->config_.token, "Relay");
+    grpc::Status auth = CheckToken(*ctx, config.token, "Relay");
     if (!auth.ok()) {
       outbox_->Close();
       Finish(auth);
@@ -147,8 +144,12 @@ class RelayReactor final : public grpc::ServerBidiReactor<proto::RelayUp, proto:
       auto it = sessions_.find(rank);
       if (it == sessions_.end()) {
         std::shared_ptr<RelayOutbox> outbox = outbox_;
-        std::shared_ptr<SessionStream> opened = service_->OpenRelayedSession(
-            rank, message_, [outbox, rank](CoordinatorMessage& m) { outbox->Push(rank, m); },
+        std::shared_ptr<SessionStream> opened = core_->OpenRelayedSession(
+            rank, message_,
+            [outbox, rank](CoordinatorMessage& m) {
+              outbox->Push(rank, m);
+              return true;
+            },
             [outbox] { return outbox->write_started(); });
         if (opened) {
           opened->Flush();  // the first heartbeat: tells the rank its session is open
@@ -158,23 +159,18 @@ class RelayReactor final : public grpc::ServerBidiReactor<proto::RelayUp, proto:
       }
       const std::shared_ptr<SessionStream> session = it->second;
       if (!entry.closed().empty()) {
-        {
-          MutexLock lock(&service_->mu_);
-          if (!service_->aborted_ && !service_->shutting_down_) {
-            service_->RankLostLocked(rank, entry.closed());
-          }
-        }
-        service_->EndSession(rank, session, false);
+        core_->RankClosed(rank, entry.closed());
+        core_->EndSession(rank, session, false);
         sessions_.erase(it);
         continue;
       }
       session->Touch(Clock::now());
       bool goodbye = false;
-      service_->HandleMessage(rank, message_, &touched_, &goodbye);
+      core_->HandleMessage(rank, message_, &touched_, &goodbye);
       for (const auto& s : touched_) s->Flush();
       touched_.clear();
       if (goodbye) {
-        service_->EndSession(rank, session, true);
+        core_->EndSession(rank, session, true);
         sessions_.erase(it);
       }
     }
@@ -190,21 +186,16 @@ class RelayReactor final : public grpc::ServerBidiReactor<proto::RelayUp, proto:
     std::stable_partition(left.begin(), left.end(),
                           [relay_rank](const auto& p) { return p.first == relay_rank; });
     for (const auto& [rank, session] : left) {
-      {
-        MutexLock lock(&service_->mu_);
-        if (!service_->aborted_ && !service_->shutting_down_) {
-          service_->RankLostLocked(
-              rank, rank == relay_rank ? std::string("its connection to the coordinator broke (it "
-                                                     "relayed its host's ranks)")
-                                       : "its host relay, rank " + std::to_string(relay_rank) +
-                                             ", broke its connection to the coordinator");
-        }
-      }
-      service_->EndSession(rank, session, false);
+      core_->RankClosed(rank, rank == relay_rank
+                                  ? std::string("its connection to the coordinator broke (it "
+                                                "relayed its host's ranks)")
+                                  : "its host relay, rank " + std::to_string(relay_rank) +
+                                        ", broke its connection to the coordinator");
+      core_->EndSession(rank, session, false);
     }
   }
 
-  CoordinatorServiceImpl* const service_;
+  CoordinatorCore* const core_;
   const std::shared_ptr<RelayOutbox> outbox_;
   std::atomic<bool> finished_{false};
   // Used by the reactions to reads only (one at a time).
@@ -215,55 +206,9 @@ class RelayReactor final : public grpc::ServerBidiReactor<proto::RelayUp, proto:
   TouchedSessions touched_;
 };
 
-grpc::ServerBidiReactor<proto::RelayUp, proto::RelayDown>* CoordinatorServiceImpl::Relay(
+grpc::ServerBidiReactor<proto::RelayUp, proto::RelayDown>* GrpcCoordinator::Relay(
     grpc::CallbackServerContext* ctx) {
-  return new RelayReactor(this, ctx);
-}
-
-std::shared_ptr<SessionStream> CoordinatorServiceImpl::OpenRelayedSession(
-    int rank, const WorkerMessage& hello, SessionStream::Sink sink,
-    std::function<TimePoint()> write_started) {
-  auto refuse = [&](Code code, const std::string& why) {
-    HORA_LOG_ERROR("coordinator: refused a relayed session: {}", why);
-    CoordinatorMessage abort = CoordinatorMessage::Abort(Status(code, why));
-    sink(abort);
-    return nullptr;
-  };
-  if (hello.kind != WorkerMessage::Kind::kHello || hello.rank != rank) {
-    return refuse(Code::kInvalidArgument, "a relayed session for rank " + std::to_string(rank) +
-                                              " must start with its Hello");
-  }
-  if (rank < 0 || rank >= config_.size) {
-    return refuse(Code::kInvalidArgument, "Hello from rank " + std::to_string(rank) +
-                                              ", out of range [0, " + std::to_string(config_.size) +
-                                              ")");
-  }
-  MutexLock lock(&mu_);
-  if (aborted_) {
-    const Code code = abort_code_;
-    const std::string message = abort_message_;
-    lock.Unlock();
-    return refuse(code, message);
-  }
-  if (shutting_down_) {
-    lock.Unlock();
-    return refuse(Code::kUnavailable, "the coordinator is shutting down");
-  }
-  RankState& state = ranks_[rank];
-  if (!state.joined || state.had_session) {
-    const std::string why = state.joined
-                                ? DescribeRank(rank) + " already had a session"
-                                : "rank " + std::to_string(rank) + " opened a session before Join";
-    lock.Unlock();
-    return refuse(Code::kFailedPrecondition, why);
-  }
-  state.had_session = true;
-  state.session = std::make_shared<SessionStream>(rank, std::move(sink), std::move(write_started),
-                                                  Clock::now());
-  state.session->Push(CoordinatorMessage());  // a heartbeat: the session is open
-  WakeTimerLocked(Clock::now() + config_.heartbeat_timeout);
-  HORA_LOG_DEBUG("coordinator: relayed session opened by {}", DescribeRank(rank));
-  return state.session;
+  return new RelayReactor(&core_, config_, ctx);
 }
 
 }  // namespace hora

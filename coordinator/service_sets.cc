@@ -10,7 +10,7 @@
 #include <algorithm>
 
 #include "common/logging.h"
-#include "coordinator/service_impl.h"
+#include "coordinator/core.h"
 
 namespace hora {
 namespace {
@@ -36,13 +36,12 @@ bool SameOp(const ProcessSetOp& a, const ProcessSetOp& b) {
 
 }  // namespace
 
-CoordinatorServiceImpl::SetState* CoordinatorServiceImpl::FindSetLocked(int32_t id) {
+CoordinatorCore::SetState* CoordinatorCore::FindSetLocked(int32_t id) {
   auto it = sets_.find(id);
   return it == sets_.end() ? nullptr : &it->second;
 }
 
-void CoordinatorServiceImpl::AddSetLocked(int32_t id, std::vector<int> ranks,
-                                          std::string cpu_operations) {
+void CoordinatorCore::AddSetLocked(int32_t id, std::vector<int> ranks, std::string cpu_operations) {
   SetState set;
   set.id = id;
   set.index_of.assign(config_.size, -1);
@@ -59,8 +58,7 @@ void CoordinatorServiceImpl::AddSetLocked(int32_t id, std::vector<int> ranks,
   sets_[id] = std::move(set);
 }
 
-Status CoordinatorServiceImpl::CheckMembershipLocked(int rank, const TensorSpec& spec,
-                                                     SetState** set) {
+Status CoordinatorCore::CheckMembershipLocked(int rank, const TensorSpec& spec, SetState** set) {
   *set = FindSetLocked(spec.process_set);
   if (*set != nullptr && (*set)->index_of[rank] >= 0) return Status::Ok();  // the hot path
   const std::string what =
@@ -74,7 +72,7 @@ Status CoordinatorServiceImpl::CheckMembershipLocked(int rank, const TensorSpec&
                          " (ranks " + JoinRanks((*set)->ranks) + ")");
 }
 
-void CoordinatorServiceImpl::HandleSetOpLocked(int rank, const ProcessSetOp& op, Touched* touched) {
+void CoordinatorCore::HandleSetOpLocked(int rank, const ProcessSetOp& op, Touched* touched) {
   RankState& state = ranks_[rank];
   if (op.seq != state.next_set_op) {
     ProcessSetResult r;
@@ -105,7 +103,7 @@ void CoordinatorServiceImpl::HandleSetOpLocked(int rank, const ProcessSetOp& op,
   if (p.received == config_.size) set_ops_.erase(it);
 }
 
-ProcessSetResult CoordinatorServiceImpl::ResolveSetOpLocked(uint64_t seq, const PendingSetOp& p) {
+ProcessSetResult CoordinatorCore::ResolveSetOpLocked(uint64_t seq, const PendingSetOp& p) {
   ProcessSetResult result;
   result.seq = seq;
   const ProcessSetOp& ref = *p.requests[0];
@@ -180,8 +178,8 @@ ProcessSetResult CoordinatorServiceImpl::ResolveSetOpLocked(uint64_t seq, const 
   return result;
 }
 
-void CoordinatorServiceImpl::SendSetResultLocked(int rank, const ProcessSetResult& result,
-                                                 Touched* touched) {
+void CoordinatorCore::SendSetResultLocked(int rank, const ProcessSetResult& result,
+                                          Touched* touched) {
   const std::shared_ptr<SessionStream>& session = ranks_[rank].session;
   if (!session) return;
   CoordinatorMessage message;
@@ -191,7 +189,7 @@ void CoordinatorServiceImpl::SendSetResultLocked(int rank, const ProcessSetResul
   touched->Add(session);
 }
 
-void CoordinatorServiceImpl::CheckSetOpTimeoutsLocked(TimePoint now, Touched* touched) {
+void CoordinatorCore::CheckSetOpTimeoutsLocked(TimePoint now, Touched* touched) {
   for (auto& [seq, p] : set_ops_) {
     if (p.resolved || now < p.first + config_.start_timeout) continue;
     std::vector<int> missing;
@@ -215,7 +213,7 @@ void CoordinatorServiceImpl::CheckSetOpTimeoutsLocked(TimePoint now, Touched* to
   }
 }
 
-TimePoint CoordinatorServiceImpl::NextSetDeadlineLocked() const {
+TimePoint CoordinatorCore::NextSetDeadlineLocked() const {
   TimePoint t = TimePoint::max();
   for (const auto& [id, set] : sets_) t = std::min(t, set.planner->NextDeadline());
   for (const auto& [seq, p] : set_ops_) {

@@ -4,93 +4,53 @@
 // under mu_, translates every bucket into each rank's view (its own tensor ids), pushes one
 // Plan message per rank into that rank's outbox (under mu_, which fixes the global order), and
 // then, outside mu_, flushes those outboxes itself. No thread hand-off on the way. The gRPC
-// handlers here convert at the edge (convert.h); what they hand the core, and what it queues,
-// are the plain messages of coordinator/messages.h.
+// adapter (grpc_service.cc) converts at the edge; what it hands the core, and what the core
+// queues, are the plain messages of coordinator/messages.h.
 #include <algorithm>
 
 #include "common/logging.h"
 #include "common/mutex.h"
-#include "coordinator/auth.h"
-#include "coordinator/convert.h"
-#include "coordinator/service_impl.h"
+#include "coordinator/core.h"
 
 namespace hora {
 
-grpc::Status CoordinatorServiceImpl::Session(grpc::ServerContext* ctx,
-                                             SessionServerStream* stream) {
-  grpc::Status auth = CheckToken(*ctx, config_.token, "Session");
-  if (!auth.ok()) return auth;
-  proto::WorkerMessage wire;
-  if (!stream->Read(&wire)) return grpc::Status::OK;
-  WorkerMessage message;
-  FromProto(wire, &message);
-  std::shared_ptr<SessionStream> session;
-  grpc::Status opened = OpenSession(ctx, stream, message, &session);
-  if (!opened.ok()) {
-    HORA_LOG_ERROR("coordinator: refused a session from {}: {}", ctx->peer(),
-                   opened.error_message());
-    return opened;
-  }
-  if (!session) return grpc::Status::OK;  // the job was aborted; the rank has been told
-  session->Flush();  // the first heartbeat: tells the worker its session is open
-  const int rank = session->rank();
-  bool goodbye = false;
-  Touched touched;
-  while (!goodbye && stream->Read(&wire)) {
-    session->Touch(Clock::now());
-    FromProto(wire, &message);
-    HandleMessage(rank, message, &touched, &goodbye);
-    for (const auto& s : touched) s->Flush();
-    touched.clear();
-  }
-  EndSession(rank, session, goodbye);
-  return grpc::Status::OK;
-}
-
-grpc::Status CoordinatorServiceImpl::OpenSession(grpc::ServerContext* ctx,
-                                                 SessionServerStream* stream,
-                                                 const WorkerMessage& hello,
-                                                 std::shared_ptr<SessionStream>* session) {
-  using grpc::StatusCode;
+Status CoordinatorCore::OpenSession(const WorkerMessage& hello, const std::string& peer,
+                                    SessionStream::Sink sink, std::function<void()> cancel,
+                                    std::shared_ptr<SessionStream>* session) {
   if (hello.kind != WorkerMessage::Kind::kHello) {
-    return grpc::Status(StatusCode::INVALID_ARGUMENT, "a session must start with Hello");
+    return InvalidArgument("a session must start with Hello");
   }
   const int rank = hello.rank;
   if (rank < 0 || rank >= config_.size) {
-    return grpc::Status(StatusCode::INVALID_ARGUMENT, "Hello from rank " + std::to_string(rank) +
-                                                          ", out of range [0, " +
-                                                          std::to_string(config_.size) + ")");
+    return InvalidArgument("Hello from rank " + std::to_string(rank) + ", out of range [0, " +
+                           std::to_string(config_.size) + ")");
   }
   MutexLock lock(&mu_);
   if (aborted_) {  // tell the rank why, as it would have heard with a session
-    const CoordinatorMessage abort = CoordinatorMessage::Abort(Status(abort_code_, abort_message_));
+    CoordinatorMessage abort = CoordinatorMessage::Abort(Status(abort_code_, abort_message_));
     lock.Unlock();
-    ToProtoMessages(abort, 0, [&](proto::CoordinatorMessage* m) { stream->Write(*m); });
-    return grpc::Status::OK;
+    sink(abort);
+    return Status::Ok();
   }
-  if (shutting_down_) {
-    return grpc::Status(StatusCode::UNAVAILABLE, "the coordinator is shutting down");
-  }
+  if (shutting_down_) return Unavailable("the coordinator is shutting down");
   RankState& state = ranks_[rank];
   if (!state.joined) {
-    return grpc::Status(StatusCode::FAILED_PRECONDITION,
-                        "rank " + std::to_string(rank) + " opened a session before Join");
+    return FailedPrecondition("rank " + std::to_string(rank) + " opened a session before Join");
   }
   if (state.had_session) {
-    return grpc::Status(StatusCode::ALREADY_EXISTS, DescribeRank(rank) + " already had a session");
+    return Status(Code::kAlreadyExists, DescribeRank(rank) + " already had a session");
   }
   state.had_session = true;
-  state.session = std::make_shared<SessionStream>(
-      rank, ctx, stream, static_cast<size_t>(config_.max_message_bytes) / 2, Clock::now());
+  state.session = SessionStream::Stream(rank, std::move(sink), std::move(cancel), Clock::now());
   *session = state.session;
-  state.session->Push(CoordinatorMessage());  // a heartbeat
+  state.session->Push(CoordinatorMessage());  // a heartbeat: the session is open
   WakeTimerLocked(Clock::now() + config_.heartbeat_timeout);
-  HORA_LOG_DEBUG("coordinator: session opened by {} from {}", DescribeRank(rank), ctx->peer());
-  return grpc::Status::OK;
+  HORA_LOG_DEBUG("coordinator: session opened by {} from {}", DescribeRank(rank), peer);
+  return Status::Ok();
 }
 
-void CoordinatorServiceImpl::HandleMessage(int rank, WorkerMessage& message, Touched* touched,
-                                           bool* goodbye) {
+void CoordinatorCore::HandleMessage(int rank, WorkerMessage& message, Touched* touched,
+                                    bool* goodbye) {
   using Kind = WorkerMessage::Kind;
   switch (message.kind) {
     case Kind::kHeartbeat:
@@ -179,8 +139,8 @@ void CoordinatorServiceImpl::HandleMessage(int rank, WorkerMessage& message, Tou
   }
 }
 
-void CoordinatorServiceImpl::HandleReadyLocked(int rank, WorkerMessage* ready, TimePoint now,
-                                               Touched* touched) {
+void CoordinatorCore::HandleReadyLocked(int rank, WorkerMessage* ready, TimePoint now,
+                                        Touched* touched) {
   RankState& state = ranks_[rank];
   std::vector<PlanMessage> extra;  // errors found here, for this rank
   auto fail = [&](uint32_t id, Status status) {
@@ -225,7 +185,7 @@ void CoordinatorServiceImpl::HandleReadyLocked(int rank, WorkerMessage* ready, T
   if (!extra.empty()) SendExtraLocked(&extra, touched);
 }
 
-BucketPlan CoordinatorServiceImpl::PlanForRankLocked(
+BucketPlan CoordinatorCore::PlanForRankLocked(
     const SetState& set, const PlannedBucket& bucket, int rank,
     const std::vector<std::string>& inline_results) const {
   BucketPlan plan;
@@ -276,8 +236,8 @@ BucketPlan CoordinatorServiceImpl::PlanForRankLocked(
   return plan;
 }
 
-void CoordinatorServiceImpl::PollLocked(TimePoint now, SetState* only,
-                                        std::vector<PlanMessage>* extra, Touched* touched) {
+void CoordinatorCore::PollLocked(TimePoint now, SetState* only, std::vector<PlanMessage>* extra,
+                                 Touched* touched) {
   auto poll = [&](SetState& set) {
     mu_.AssertHeld();
     PlannerOutput out = set.planner->Poll(now);
@@ -295,9 +255,8 @@ void CoordinatorServiceImpl::PollLocked(TimePoint now, SetState* only,
 // One Plan message per member that has something: the buckets (send/recv only to their two
 // ranks), the failures of names it submitted, and the errors in `extra` for it (which are
 // consumed). join_done goes to every member.
-void CoordinatorServiceImpl::SendPlannerOutputLocked(const SetState& set, PlannerOutput out,
-                                                     std::vector<PlanMessage>* extra,
-                                                     Touched* touched) {
+void CoordinatorCore::SendPlannerOutputLocked(const SetState& set, PlannerOutput out,
+                                              std::vector<PlanMessage>* extra, Touched* touched) {
   const bool any = !out.buckets.empty() || !out.failures.empty() || out.join_done;
   if (!any) return;
   std::vector<std::vector<std::string>> inline_results(out.buckets.size());
@@ -349,7 +308,7 @@ void CoordinatorServiceImpl::SendPlannerOutputLocked(const SetState& set, Planne
   ForgetOneShotLocked(set, out);
 }
 
-void CoordinatorServiceImpl::ForgetOneShotLocked(const SetState& set, const PlannerOutput& out) {
+void CoordinatorCore::ForgetOneShotLocked(const SetState& set, const PlannerOutput& out) {
   auto forget = [&](const std::string& name) {
     mu_.AssertHeld();
     if (!IsOneShotName(name)) return;
@@ -368,7 +327,7 @@ void CoordinatorServiceImpl::ForgetOneShotLocked(const SetState& set, const Plan
   for (const TensorFailure& f : out.failures) forget(f.name);
 }
 
-size_t CoordinatorServiceImpl::KnownNames() {
+size_t CoordinatorCore::KnownNames() {
   MutexLock lock(&mu_);
   size_t known = 0;
   for (const RankState& state : ranks_) known += state.ids.size();
@@ -377,14 +336,14 @@ size_t CoordinatorServiceImpl::KnownNames() {
 
 // The session's adapter splits a plan that would pass the wire's message limit
 // (ToProtoMessages).
-void CoordinatorServiceImpl::PushPlanLocked(SessionStream& session, PlanMessage plan) {
+void CoordinatorCore::PushPlanLocked(SessionStream& session, PlanMessage plan) {
   CoordinatorMessage message;
   message.kind = CoordinatorMessage::Kind::kPlan;
   message.plan = std::move(plan);
   session.Push(std::move(message));
 }
 
-void CoordinatorServiceImpl::SendExtraLocked(std::vector<PlanMessage>* extra, Touched* touched) {
+void CoordinatorCore::SendExtraLocked(std::vector<PlanMessage>* extra, Touched* touched) {
   for (int r = 0; r < config_.size; ++r) {
     if ((*extra)[r].errors.empty() || !ranks_[r].session) continue;
     PushPlanLocked(*ranks_[r].session, std::move((*extra)[r]));
@@ -393,8 +352,8 @@ void CoordinatorServiceImpl::SendExtraLocked(std::vector<PlanMessage>* extra, To
   }
 }
 
-void CoordinatorServiceImpl::EndSession(int rank, const std::shared_ptr<SessionStream>& session,
-                                        bool goodbye) {
+void CoordinatorCore::EndSession(int rank, const std::shared_ptr<SessionStream>& session,
+                                 bool goodbye) {
   {
     MutexLock lock(&mu_);
     RankState& state = ranks_[rank];

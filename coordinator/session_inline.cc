@@ -7,12 +7,12 @@
 // of a round trip plus a data-plane collective (for a 4-byte allreduce that halves latency).
 // Ranks that joined contribute zeros, as in a data-plane allreduce.
 #include "common/reduce.h"
-#include "coordinator/service_impl.h"
+#include "coordinator/core.h"
 
 namespace hora {
 
-std::vector<std::string> CoordinatorServiceImpl::InlineReduceLocked(
-    const SetState& set, const PlannedBucket& bucket) const {
+std::vector<std::string> CoordinatorCore::InlineReduceLocked(const SetState& set,
+                                                             const PlannedBucket& bucket) const {
   if (bucket.collective != CollectiveType::kAllreduce) return {};
   const ReduceOp op = ReductionOp(bucket.op);
   const size_t esize = DataTypeSize(bucket.dtype);
@@ -49,7 +49,7 @@ std::vector<std::string> CoordinatorServiceImpl::InlineReduceLocked(
   return results;
 }
 
-void CoordinatorServiceImpl::DropPayloadsLocked(const SetState& set, const PlannerOutput& out) {
+void CoordinatorCore::DropPayloadsLocked(const SetState& set, const PlannerOutput& out) {
   auto drop = [&](const std::string& name) {
     mu_.AssertHeld();
     const TensorKey key{set.id, name};

@@ -4,11 +4,11 @@
 
 #include "common/logging.h"
 #include "common/mutex.h"
-#include "coordinator/service_impl.h"
+#include "coordinator/core.h"
 
 namespace hora {
 
-Status CoordinatorServiceImpl::OpenLocalSession(int rank, Sink sink) {
+Status CoordinatorCore::OpenLocalSession(int rank, Sink sink) {
   if (rank < 0 || rank >= config_.size) {
     return InvalidArgument("local session for rank " + std::to_string(rank) + ", out of range");
   }
@@ -27,12 +27,18 @@ Status CoordinatorServiceImpl::OpenLocalSession(int rank, Sink sink) {
     return Status(Code::kAlreadyExists, DescribeRank(rank) + " already had a session");
   }
   state.had_session = true;
-  state.session = std::make_shared<SessionStream>(rank, std::move(sink), Clock::now());
+  state.session = SessionStream::Local(
+      rank,
+      [sink](CoordinatorMessage& m) {
+        sink(m);
+        return true;
+      },
+      Clock::now());
   HORA_LOG_DEBUG("coordinator: local session opened by {}", DescribeRank(rank));
   return Status::Ok();
 }
 
-void CoordinatorServiceImpl::LocalMessage(int rank, WorkerMessage message) {
+void CoordinatorCore::LocalMessage(int rank, WorkerMessage message) {
   std::shared_ptr<SessionStream> session;
   {
     MutexLock lock(&mu_);

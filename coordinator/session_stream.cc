@@ -1,29 +1,34 @@
 #include "coordinator/session_stream.h"
 
+#include <memory>
 #include <utility>
 
 #include "common/mutex.h"
-#include "coordinator/convert.h"
 
 namespace hora {
 
-SessionStream::SessionStream(int rank, grpc::ServerContext* ctx, SessionServerStream* stream,
-                             size_t wire_limit, TimePoint now)
-    : rank_(rank),
-      ctx_(ctx),
-      stream_(stream),
-      wire_limit_(wire_limit),
-      last_recv_(now.time_since_epoch().count()) {}
+std::shared_ptr<SessionStream> SessionStream::Stream(int rank, Sink sink,
+                                                     std::function<void()> cancel, TimePoint now) {
+  return std::shared_ptr<SessionStream>(
+      new SessionStream(rank, std::move(sink), std::move(cancel), nullptr, now));
+}
 
-SessionStream::SessionStream(int rank, Sink sink, TimePoint now)
-    : SessionStream(rank, std::move(sink), nullptr, now) {}
+std::shared_ptr<SessionStream> SessionStream::Local(int rank, Sink sink, TimePoint now) {
+  return std::shared_ptr<SessionStream>(
+      new SessionStream(rank, std::move(sink), nullptr, nullptr, now));
+}
 
-SessionStream::SessionStream(int rank, Sink sink, std::function<TimePoint()> relay_write_started,
-                             TimePoint now)
+std::shared_ptr<SessionStream> SessionStream::Relayed(
+    int rank, Sink sink, std::function<TimePoint()> relay_write_started, TimePoint now) {
+  return std::shared_ptr<SessionStream>(
+      new SessionStream(rank, std::move(sink), nullptr, std::move(relay_write_started), now));
+}
+
+SessionStream::SessionStream(int rank, Sink sink, std::function<void()> cancel,
+                             std::function<TimePoint()> relay_write_started, TimePoint now)
     : rank_(rank),
-      ctx_(nullptr),
-      stream_(nullptr),
       sink_(std::move(sink)),
+      cancel_(std::move(cancel)),
       relay_write_started_(std::move(relay_write_started)),
       last_recv_(now.time_since_epoch().count()) {}
 
@@ -34,23 +39,17 @@ void SessionStream::Push(CoordinatorMessage message) {
 
 void SessionStream::Flush() {
   MutexLock lock(&mu_);
-  if (flushing_) return;  // the thread that is flushing writes our messages too
+  if (flushing_) return;  // the thread that is flushing delivers our messages too
   flushing_ = true;
   while (!closed_ && !outbox_.empty()) {
     CoordinatorMessage message = std::move(outbox_.front());
     outbox_.pop_front();
     write_started_ = Clock::now();
     lock.Unlock();
-    bool ok = true;
-    if (sink_) {
-      sink_(message);
-    } else {
-      ToProtoMessages(message, wire_limit_,
-                      [&](proto::CoordinatorMessage* m) { ok = ok && stream_->Write(*m); });
-    }
+    const bool ok = sink_(message);
     lock.Lock();
     write_started_ = TimePoint::max();
-    if (!ok) {  // the call is over; the handler's Read sees it too
+    if (!ok) {  // the call is over; the handler's read sees it too
       outbox_.clear();
       break;
     }
@@ -67,7 +66,7 @@ TimePoint SessionStream::write_started() const {
 
 void SessionStream::Cancel() {
   MutexLock lock(&mu_);
-  if (!finished_ && ctx_ != nullptr) ctx_->TryCancel();
+  if (!finished_ && cancel_) cancel_();
 }
 
 void SessionStream::Close(std::chrono::milliseconds grace) {
@@ -78,8 +77,7 @@ void SessionStream::Close(std::chrono::milliseconds grace) {
         mu_.AssertHeld();
         return !flushing_;
       })) {
-    if (ctx_ != nullptr)
-      ctx_->TryCancel();  // a write is stuck: cancelling the call makes it return
+    if (cancel_) cancel_();  // a write is stuck: cancelling the call makes it return
     idle_cv_.Wait(&mu_, [this] {
       mu_.AssertHeld();
       return !flushing_;

@@ -8,7 +8,7 @@
 #include <catch2/catch.hpp>
 #include <random>
 
-#include "coordinator/service_impl.h"
+#include "coordinator/core.h"
 #include "tests/coordinator/coordinator_test_util.h"
 #include "tests/harness/hang_bound.h"
 

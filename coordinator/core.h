@@ -1,22 +1,24 @@
-// Internal to coordinator/: the implementation class behind CoordinatorService (service.h).
+// Internal to coordinator/: the coordinator's core, everything rank 0 decides, without gRPC or
+// protobuf. The gRPC adapter (grpc_service.h) owns it and calls it with plain messages
+// (coordinator/messages.h) from the wire; rank 0's own client calls it directly
+// (LocalSessionHost).
 //
 // Files: service.cc (start, shutdown), service_join.cc (Join, topology), store.cc (the
-// rendezvous store), session.cc (session streams, ready notices, plan translation),
-// service_liveness.cc (the timer and sender threads: cycle-time flushes, heartbeats, dead
-// ranks, stalls, aborts), service_sets.cc (process sets: one planner per set, collective add
-// and remove), service_autotune.cc (the autotuner: observes the emitted buckets, retunes the
-// planners, tells the ranks).
+// rendezvous store), session.cc (sessions, ready notices, plan translation), session_local.cc
+// (rank 0's session), service_liveness.cc (the timer and sender threads: cycle-time flushes,
+// heartbeats, dead ranks, stalls, aborts), service_sets.cc (process sets: one planner per set,
+// collective add and remove), service_autotune.cc (the autotuner: observes the emitted
+// buckets, retunes the planners, tells the ranks), service_diagnose*.cc (the diagnosis).
 //
-// Threads: gRPC's handler threads (one per call in flight; a session's handler thread reads
-// that rank's stream for the whole job and runs the planner inline on each Ready), the timer
-// thread (waits on timer_cv_ until the next deadline: planner flush, heartbeat, liveness,
-// stall check, start timeout) and the sender thread (flushes session outboxes for the timer
-// thread and Shutdown, so that a rank that stopped reading can never block the timer).
-#ifndef HORA_COORDINATOR_SERVICE_IMPL_H_
-#define HORA_COORDINATOR_SERVICE_IMPL_H_
-
-#include <grpcpp/server.h>
-#include <grpcpp/server_context.h>
+// Threads: the adapter's (one per gRPC call in flight: a session's handler thread reads that
+// rank's stream for the whole job and runs the planner inline on each Ready; a relay's
+// messages are handled on the gRPC thread that read them), rank 0's own threads (its local
+// session), the timer thread (waits on timer_cv_ until the next deadline: planner flush,
+// heartbeat, liveness, stall check, start timeout) and the sender thread (flushes session
+// outboxes for the timer thread and Shutdown, so that a rank that stopped reading can never
+// block the timer).
+#ifndef HORA_COORDINATOR_CORE_H_
+#define HORA_COORDINATOR_CORE_H_
 
 #include <algorithm>
 #include <condition_variable>
@@ -36,7 +38,6 @@
 #include "coordinator/planner.h"
 #include "coordinator/service.h"
 #include "coordinator/session_stream.h"
-#include "proto/coordinator.grpc.pb.h"
 
 namespace hora {
 
@@ -75,40 +76,54 @@ class TouchedSessions {
   std::unordered_set<const SessionStream*> seen_;
 };
 
-class CoordinatorServiceImpl final
-    : public CoordinatorService,
-      public LocalSessionHost,
-      public proto::Coordinator::WithCallbackMethod_Relay<proto::Coordinator::Service> {
+class CoordinatorCore final : public LocalSessionHost {
  public:
-  explicit CoordinatorServiceImpl(const CoordinatorConfig& config);
-  ~CoordinatorServiceImpl() override;
+  explicit CoordinatorCore(const CoordinatorConfig& config);
+  ~CoordinatorCore() override;
 
-  // Builds and starts the gRPC server and the threads.
-  Status Init();
+  // service.cc: starts the timer and sender threads.
+  void Start();
+  // Ends the job as CoordinatorService::Shutdown says, up to the point where the transport
+  // must stop: drains, aborts the ranks still connected and closes the store. The adapter
+  // then stops its server and calls StopThreads.
+  void Drain(const std::string& reason, std::chrono::milliseconds drain);
+  void StopThreads();
 
-  int port() const override { return port_; }
-  size_t KnownNames() override;
-  LocalSessionHost* local_host() override { return this; }
+  size_t KnownNames();
+
+  // service_join.cc: a rank's Join; returns the topology once every rank has joined, waiting
+  // until the start deadline or `call_deadline`. `peer` is for the log.
+  Status Join(const JoinRequest& request, const std::string& peer, TimePoint call_deadline,
+              Topology* topology);
+
+  // store.cc: the rendezvous store. Get waits for the key up to the timeout (or the call's
+  // deadline).
+  Status StoreSet(const std::string& key, const std::string& value, bool erase);
+  StatusOr<std::string> StoreGet(const std::string& key, int64_t timeout_ms,
+                                 TimePoint call_deadline);
+
+  // session.cc: opens the session `hello` asks for, delivered through `sink`; `cancel` ends
+  // its call. An error says why it was refused; OK with no session: the job was aborted and
+  // the sink has been told.
+  Status OpenSession(const WorkerMessage& hello, const std::string& peer, SessionStream::Sink sink,
+                     std::function<void()> cancel, std::shared_ptr<SessionStream>* session);
+  // service_relay.cc: the session of a rank behind a host relay, or nullptr (the sink has
+  // been given the Abort that says why).
+  std::shared_ptr<SessionStream> OpenRelayedSession(int rank, const WorkerMessage& hello,
+                                                    SessionStream::Sink sink,
+                                                    std::function<TimePoint()> write_started);
+  // The core's entry for every session's messages (may take `message`'s contents). The
+  // sessions in `touched` got messages: the caller flushes them.
+  void HandleMessage(int rank, WorkerMessage& message, TouchedSessions* touched, bool* goodbye);
+  // The session's transport broke (the rank is lost unless the job is ending), or the rank said
+  // goodbye.
+  void EndSession(int rank, const std::shared_ptr<SessionStream>& session, bool goodbye);
+  // A relayed rank's connection is gone, for `why` (the relay said so, or its stream broke).
+  void RankClosed(int rank, const std::string& why);
 
   // session_local.cc
   Status OpenLocalSession(int rank, Sink sink) override;
   void LocalMessage(int rank, WorkerMessage message) override;
-  void Shutdown(const std::string& reason, std::chrono::milliseconds drain) override;
-
-  grpc::Status Join(grpc::ServerContext* ctx, const proto::JoinRequest* request,
-                    proto::JoinResponse* response) override;
-  grpc::Status StoreSet(grpc::ServerContext* ctx, const proto::StoreSetRequest* request,
-                        proto::StoreSetResponse* response) override;
-  grpc::Status StoreGet(grpc::ServerContext* ctx, const proto::StoreGetRequest* request,
-                        proto::StoreGetResponse* response) override;
-  grpc::Status Session(grpc::ServerContext* ctx, SessionServerStream* stream) override;
-  // service_relay.cc: a reactor, not a thread per stream (callback API): each message is
-  // handled on the gRPC thread that read it.
-  grpc::ServerBidiReactor<proto::RelayUp, proto::RelayDown>* Relay(
-      grpc::CallbackServerContext* ctx) override;
-  // service_clock.cc
-  grpc::Status ReadClock(grpc::ServerContext* ctx, const proto::ClockRequest* request,
-                         proto::ClockResponse* response) override;
 
  private:
   using Touched = TouchedSessions;
@@ -147,24 +162,13 @@ class CoordinatorServiceImpl final
   };
 
   // service_join.cc
-  grpc::Status ValidateJoin(const proto::JoinRequest& request) const;
-  // Waits (releasing mu_) for every rank's Join, the start deadline or the end.
-  grpc::Status WaitForTopology(grpc::ServerContext* ctx, proto::JoinResponse* response)
-      REQUIRES(mu_);
+  Status ValidateJoin(const JoinRequest& request) const;
+  // Waits (releasing mu_) for every rank's Join, the start deadline, the call's or the end.
+  Status WaitForTopologyLocked(TimePoint call_deadline, Topology* topology) REQUIRES(mu_);
   void FailStartLocked() REQUIRES(mu_);
   std::string DescribeRank(int rank) const REQUIRES(mu_);  // "rank 3 (host h, pid 12)"
 
   // session.cc
-  grpc::Status OpenSession(grpc::ServerContext* ctx, SessionServerStream* stream,
-                           const WorkerMessage& hello, std::shared_ptr<SessionStream>* session);
-  // service_relay.cc: the session of a rank behind a host relay, or nullptr (the sink has
-  // been given the Abort that says why).
-  std::shared_ptr<SessionStream> OpenRelayedSession(int rank, const WorkerMessage& hello,
-                                                    SessionStream::Sink sink,
-                                                    std::function<TimePoint()> write_started);
-  // The core's entry for every session's messages (may take `message`'s contents).
-  void HandleMessage(int rank, WorkerMessage& message, Touched* touched, bool* goodbye);
-  friend class RelayReactor;  // service_relay.cc
   void HandleReadyLocked(int rank, WorkerMessage* ready, TimePoint now, Touched* touched)
       REQUIRES(mu_);
   // Polls every set's planner (set == nullptr) or one set's, and sends what came out; `extra`
@@ -204,7 +208,6 @@ class CoordinatorServiceImpl final
       REQUIRES(mu_);
   void CheckSetOpTimeoutsLocked(TimePoint now, Touched* touched) REQUIRES(mu_);
   TimePoint NextSetDeadlineLocked() const REQUIRES(mu_);
-  void EndSession(int rank, const std::shared_ptr<SessionStream>& session, bool goodbye);
 
   // service_diagnose.cc: one diagnosis round at a time (see there).
   struct DiagnosisRound {
@@ -270,14 +273,9 @@ class CoordinatorServiceImpl final
   const TimePoint start_deadline_;
   const std::chrono::milliseconds stall_check_interval_;
 
-  // Set by Init().
-  std::unique_ptr<grpc::Server> server_;
-  int port_ = 0;
+  // Set by Start().
   std::thread timer_thread_;
   std::thread sender_thread_;
-
-  Mutex shutdown_mu_;  // serializes Shutdown
-  bool shut_down_ GUARDED_BY(shutdown_mu_) = false;
 
   Mutex mu_;
   CondVar join_cv_;                                   // topology ready, start failed, shutting down
@@ -319,4 +317,4 @@ class CoordinatorServiceImpl final
 
 }  // namespace hora
 
-#endif  // HORA_COORDINATOR_SERVICE_IMPL_H_
+#endif  // HORA_COORDINATOR_CORE_H_
