@@ -8,6 +8,7 @@
 // any write and the reader, and the reader reports the loss through on_abort. on_abort runs
 // only on the reader thread, at most once, and never after Close().
 #include <algorithm>
+#include <deque>
 #include <sstream>
 
 #include "common/logging.h"
@@ -137,14 +138,15 @@ int ClientImpl::Write(WorkerMessage message) {
   // Small allreduces carry their data: a Ready that would pass the message limit goes out in
   // several.
   const size_t limit = static_cast<size_t>(std::max(config_.max_message_bytes, 2048) - 1024);
+  std::deque<proto::WorkerMessage> wire;
+  ToProtoMessages(message, limit, [&wire] { return &wire.emplace_back(); });
   MutexLock lock(&write_mu_);
   if (!stream_ || writes_done_) return 0;
   int written = 0;
-  bool ok = true;
-  ToProtoMessages(message, limit, [&](proto::WorkerMessage* wire) {
-    ok = ok && stream_->Write(*wire);
-    written += ok ? 1 : 0;
-  });
+  for (const proto::WorkerMessage& m : wire) {
+    if (!stream_->Write(m)) break;
+    ++written;
+  }
   return written;
 }
 

@@ -64,11 +64,12 @@ Status FromProto(const proto::DiagnosisReport& in, DiagnosisReport* out);
 // out in as many messages as keep each under `limit` bytes, split between buckets, in order
 // (one Poll under load can emit thousands of buckets, small allreduces carrying their results,
 // and one message past gRPC's limit would fail the write and end the session); a Ready is split
-// between notices. `emit` may take the message's contents.
+// between notices. `next` gives each empty message to fill, in order (on the caller's arena,
+// if it likes): a message is complete when `next` is called again, or when this returns.
 void ToProtoMessages(const CoordinatorMessage& in, size_t limit,
-                     const std::function<void(proto::CoordinatorMessage*)>& emit);
+                     const std::function<proto::CoordinatorMessage*()>& next);
 void ToProtoMessages(const WorkerMessage& in, size_t limit,
-                     const std::function<void(proto::WorkerMessage*)>& emit);
+                     const std::function<proto::WorkerMessage*()>& next);
 // What did not convert is in the result: a plan or a process set result the worker cannot
 // read is an error (the worker aborts); a worker's bad signature is one refused notice, a
 // bad process set op or diagnosis report the message's `malformed`.

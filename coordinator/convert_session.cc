@@ -4,47 +4,48 @@
 namespace hora {
 
 void ToProtoMessages(const CoordinatorMessage& in, size_t limit,
-                     const std::function<void(proto::CoordinatorMessage*)>& emit) {
-  proto::CoordinatorMessage out;
-  switch (in.kind) {
-    case CoordinatorMessage::Kind::kHeartbeat:
-      out.mutable_heartbeat();
-      break;
-    case CoordinatorMessage::Kind::kPlan: {
-      size_t bytes = 0;
-      auto flush = [&] {
-        emit(&out);
-        out.Clear();
-        bytes = 0;
-      };
-      for (const BucketPlan& b : in.plan.buckets) {
-        proto::Bucket* pb = out.mutable_plan()->add_buckets();
-        ToProto(b, pb);
-        bytes += pb->ByteSizeLong() + 8;
-        if (bytes >= limit) flush();
-      }
-      for (const TensorErrorNotice& e : in.plan.errors) {
-        proto::TensorError* pe = out.mutable_plan()->add_errors();
-        ToProto(e, pe);
-        bytes += pe->ByteSizeLong() + 8;
-        if (bytes >= limit) flush();
-      }
-      if (out.has_plan()) emit(&out);
-      return;
+                     const std::function<proto::CoordinatorMessage*()>& next) {
+  if (in.kind == CoordinatorMessage::Kind::kPlan) {
+    proto::CoordinatorMessage::Plan* plan = nullptr;
+    size_t bytes = 0;
+    auto open = [&] {  // a new message once the last one reached the limit
+      if (plan != nullptr && bytes < limit) return;
+      plan = next()->mutable_plan();
+      bytes = 0;
+    };
+    for (const BucketPlan& b : in.plan.buckets) {
+      open();
+      proto::Bucket* pb = plan->add_buckets();
+      ToProto(b, pb);
+      bytes += pb->ByteSizeLong() + 8;
     }
+    for (const TensorErrorNotice& e : in.plan.errors) {
+      open();
+      proto::TensorError* pe = plan->add_errors();
+      ToProto(e, pe);
+      bytes += pe->ByteSizeLong() + 8;
+    }
+    return;
+  }
+  proto::CoordinatorMessage* out = next();
+  switch (in.kind) {
+    case CoordinatorMessage::Kind::kPlan:
+    case CoordinatorMessage::Kind::kHeartbeat:
+      out->mutable_heartbeat();
+      break;
     case CoordinatorMessage::Kind::kAbort:
-      out.mutable_abort()->set_code(static_cast<int32_t>(in.abort.code()));
-      out.mutable_abort()->set_message(in.abort.message());
+      out->mutable_abort()->set_code(static_cast<int32_t>(in.abort.code()));
+      out->mutable_abort()->set_message(in.abort.message());
       break;
     case CoordinatorMessage::Kind::kJoinDone:
-      out.mutable_join_done()->set_last_joined_rank(in.last_joined_rank);
-      out.mutable_join_done()->set_process_set(in.process_set);
+      out->mutable_join_done()->set_last_joined_rank(in.last_joined_rank);
+      out->mutable_join_done()->set_process_set(in.process_set);
       break;
     case CoordinatorMessage::Kind::kProcessSetResult:
-      ToProto(in.set_result, out.mutable_process_set_result());
+      ToProto(in.set_result, out->mutable_process_set_result());
       break;
     case CoordinatorMessage::Kind::kTuning: {
-      proto::CoordinatorMessage::Tuning* t = out.mutable_tuning();
+      proto::CoordinatorMessage::Tuning* t = out->mutable_tuning();
       t->set_fusion_threshold_bytes(in.tuning.fusion_threshold_bytes);
       t->set_cycle_time_us(in.tuning.cycle_time_us);
       t->set_trial(in.tuning.trial);
@@ -52,10 +53,9 @@ void ToProtoMessages(const CoordinatorMessage& in, size_t limit,
       break;
     }
     case CoordinatorMessage::Kind::kDiagnose:
-      ToProto(in.diagnose, out.mutable_diagnose());
+      ToProto(in.diagnose, out->mutable_diagnose());
       break;
   }
-  emit(&out);
 }
 
 Status FromProto(const proto::CoordinatorMessage& in, CoordinatorMessage* out) {
@@ -96,56 +96,55 @@ Status FromProto(const proto::CoordinatorMessage& in, CoordinatorMessage* out) {
 }
 
 void ToProtoMessages(const WorkerMessage& in, size_t limit,
-                     const std::function<void(proto::WorkerMessage*)>& emit) {
+                     const std::function<proto::WorkerMessage*()>& next) {
   using Kind = WorkerMessage::Kind;
-  proto::WorkerMessage out;
+  if (in.kind == Kind::kReady) {
+    // A notice's share is its own size plus its field's tag and length.
+    proto::WorkerMessage::Ready* ready = nullptr;
+    size_t bytes = 0;
+    for (const ReadyNotice& n : in.ready) {
+      proto::ReadyTensor one;
+      ToProto(n, &one);
+      const size_t size = one.ByteSizeLong() + 16;
+      if (ready == nullptr || (bytes > 0 && bytes + size > limit)) {
+        ready = next()->mutable_ready();
+        bytes = 0;
+      }
+      *ready->add_tensors() = std::move(one);
+      bytes += size;
+    }
+    return;
+  }
+  if (in.kind == Kind::kUnknown) return;
+  proto::WorkerMessage* out = next();
   switch (in.kind) {
     case Kind::kHello:
-      out.mutable_hello()->set_rank(in.rank);
+      out->mutable_hello()->set_rank(in.rank);
       break;
-    case Kind::kReady: {
-      // A notice's share is its own size plus its field's tag and length.
-      size_t bytes = 0;
-      for (const ReadyNotice& n : in.ready) {
-        proto::ReadyTensor one;
-        ToProto(n, &one);
-        const size_t size = one.ByteSizeLong() + 16;
-        if (bytes > 0 && bytes + size > limit) {
-          emit(&out);
-          out.Clear();
-          bytes = 0;
-        }
-        *out.mutable_ready()->add_tensors() = std::move(one);
-        bytes += size;
-      }
-      if (bytes > 0) emit(&out);
-      return;
-    }
+    case Kind::kReady:
+    case Kind::kUnknown:
     case Kind::kHeartbeat:
-      out.mutable_heartbeat();
+      out->mutable_heartbeat();
       break;
     case Kind::kGoodbye:
-      out.mutable_goodbye();
+      out->mutable_goodbye();
       break;
     case Kind::kFailure:
-      out.mutable_failure()->set_message(in.text);
+      out->mutable_failure()->set_message(in.text);
       break;
     case Kind::kJoinOp:
-      out.mutable_join_op()->set_process_set(in.process_set);
+      out->mutable_join_op()->set_process_set(in.process_set);
       break;
     case Kind::kProcessSetOp:
-      ToProto(in.set_op, out.mutable_process_set_op());
+      ToProto(in.set_op, out->mutable_process_set_op());
       break;
     case Kind::kDiagnoseAsk:
-      out.mutable_diagnose_ask()->set_why(in.text);
+      out->mutable_diagnose_ask()->set_why(in.text);
       break;
     case Kind::kDiagnosis:
-      ToProto(in.diagnosis, out.mutable_diagnosis());
+      ToProto(in.diagnosis, out->mutable_diagnosis());
       break;
-    case Kind::kUnknown:
-      return;
   }
-  emit(&out);
 }
 
 void FromProto(const proto::WorkerMessage& in, WorkerMessage* out) {

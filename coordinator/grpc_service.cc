@@ -5,6 +5,8 @@
 #include <grpcpp/security/server_credentials.h>
 #include <grpcpp/server_builder.h>
 
+#include <deque>
+
 #include "common/logging.h"
 #include "coordinator/auth.h"
 #include "coordinator/convert.h"
@@ -160,10 +162,12 @@ grpc::Status GrpcCoordinator::Session(
   // A message goes out in as many as keep each under half the limit (ToProtoMessages).
   const size_t limit = static_cast<size_t>(config_.max_message_bytes) / 2;
   auto sink = [stream, limit](CoordinatorMessage& m) {
-    bool ok = true;
-    ToProtoMessages(m, limit,
-                    [&](proto::CoordinatorMessage* out) { ok = ok && stream->Write(*out); });
-    return ok;
+    std::deque<proto::CoordinatorMessage> wire;
+    ToProtoMessages(m, limit, [&wire] { return &wire.emplace_back(); });
+    for (const proto::CoordinatorMessage& out : wire) {
+      if (!stream->Write(out)) return false;
+    }
+    return true;
   };
   std::shared_ptr<SessionStream> session;
   Status opened = core_.OpenSession(

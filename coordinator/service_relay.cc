@@ -7,6 +7,8 @@
 // Each relayed rank gets a session in the core (session_relayed.cc) whose sink queues the
 // message, converted for the wire, on the stream's RelayOutbox; what queues while a write is
 // in flight goes in the next write as one RelayDown.
+#include <google/protobuf/arena.h>
+
 #include <algorithm>
 #include <atomic>
 #include <functional>
@@ -28,19 +30,23 @@ class RelayOutbox {
  public:
   using StartWrite = std::function<void(const proto::RelayDown*)>;
   RelayOutbox(size_t wire_limit, StartWrite start)
-      : wire_limit_(wire_limit), start_(std::move(start)) {}
+      : wire_limit_(wire_limit), start_(std::move(start)) {
+    MutexLock lock(&mu_);
+    batches_[pending_].Reset();
+  }
 
-  // Converts the message for the wire outside the lock (in as many messages as the limit
-  // asks). Dropped once the stream is closing.
+  // Converts the message for the wire into the next write's batch (in as many messages as
+  // the limit asks). Dropped once the stream is closing.
   void Push(int rank, const CoordinatorMessage& message) {
-    ToProtoMessages(message, wire_limit_, [&](proto::CoordinatorMessage* wire) {
-      MutexLock lock(&mu_);
-      if (closing_ || broken_) return;
-      proto::RelayDown::Entry* entry = pending_.add_entries();
+    MutexLock lock(&mu_);
+    if (closing_ || broken_) return;
+    proto::RelayDown* pending = batches_[pending_].down;
+    ToProtoMessages(message, wire_limit_, [pending, rank] {
+      proto::RelayDown::Entry* entry = pending->add_entries();
       entry->set_rank(rank);
-      entry->mutable_message()->Swap(wire);
-      if (!writing_) StartLocked();
+      return entry->mutable_message();
     });
+    if (!writing_) StartLocked();
   }
 
   // The write in flight ended (ok: sent). True when the reactor may finish now: the reads
@@ -50,7 +56,7 @@ class RelayOutbox {
     writing_ = false;
     write_started_ = TimePoint::max();
     if (!ok) broken_ = true;
-    if (!broken_ && pending_.entries_size() > 0) {
+    if (!broken_ && batches_[pending_].down->entries_size() > 0) {
       StartLocked();
       return false;
     }
@@ -70,23 +76,45 @@ class RelayOutbox {
     return write_started_;
   }
 
+  // An arena whose first block is `block` (no allocation until it is full).
+  static google::protobuf::ArenaOptions ArenaOn(char* block, size_t size) {
+    google::protobuf::ArenaOptions options;
+    options.initial_block = block;
+    options.initial_block_size = size;
+    return options;
+  }
+
  private:
-  // Starts writing everything queued; releases mu_ around the start.
+  // One write's messages, on an arena of its own: built by bump allocation and freed at once
+  // (per-message allocation and destruction were a fifth of rank 0's CPU at 1,024 ranks).
+  struct Batch {
+    alignas(16) char first_block[64 << 10];
+    google::protobuf::Arena arena{ArenaOn(first_block, sizeof(first_block))};
+    proto::RelayDown* down = nullptr;
+    void Reset() {
+      arena.Reset();
+      down = google::protobuf::Arena::CreateMessage<proto::RelayDown>(&arena);
+    }
+  };
+
+  // Starts writing everything queued, and queues on the other batch from now on (the write
+  // before it is done). Releases mu_ around the start.
   void StartLocked() REQUIRES(mu_) {
-    in_flight_.Clear();
-    in_flight_.Swap(&pending_);
+    const proto::RelayDown* batch = batches_[pending_].down;
+    pending_ = 1 - pending_;
+    batches_[pending_].Reset();
     writing_ = true;
     write_started_ = Clock::now();
     mu_.Unlock();
-    start_(&in_flight_);  // in_flight_ is not touched again until WriteDone
+    start_(batch);  // not touched again until WriteDone
     mu_.Lock();
   }
 
   const size_t wire_limit_;
   const StartWrite start_;
   mutable Mutex mu_;
-  proto::RelayDown pending_ GUARDED_BY(mu_);
-  proto::RelayDown in_flight_;  // owned by the write in flight (writing_)
+  Batch batches_[2] GUARDED_BY(mu_);  // one queued, one in flight
+  int pending_ GUARDED_BY(mu_) = 0;   // the batch that queues
   TimePoint write_started_ GUARDED_BY(mu_) = TimePoint::max();
   bool writing_ GUARDED_BY(mu_) = false;
   bool closing_ GUARDED_BY(mu_) = false;  // the reads are over
@@ -111,7 +139,7 @@ class RelayReactor final : public grpc::ServerBidiReactor<proto::RelayUp, proto:
       Finish(auth);
       return;
     }
-    StartRead(&up_);
+    NextRead();
   }
 
   void OnReadDone(bool ok) override {
@@ -121,7 +149,7 @@ class RelayReactor final : public grpc::ServerBidiReactor<proto::RelayUp, proto:
       return;
     }
     HandleUp();
-    StartRead(&up_);
+    NextRead();
   }
 
   void OnWriteDone(bool ok) override {
@@ -131,14 +159,20 @@ class RelayReactor final : public grpc::ServerBidiReactor<proto::RelayUp, proto:
   void OnDone() override { delete this; }
 
  private:
+  void NextRead() {
+    up_arena_.Reset();
+    up_ = google::protobuf::Arena::CreateMessage<proto::RelayUp>(&up_arena_);
+    StartRead(up_);
+  }
+
   void FinishOnce() {
     if (finished_.exchange(true)) return;
     Finish(grpc::Status::OK);
   }
 
   void HandleUp() {
-    if (relay_rank_ < 0) relay_rank_ = up_.relay_rank();
-    for (const proto::RelayUp::Entry& entry : up_.entries()) {
+    if (relay_rank_ < 0) relay_rank_ = up_->relay_rank();
+    for (const proto::RelayUp::Entry& entry : up_->entries()) {
       const int rank = entry.rank();
       FromProto(entry.message(), &message_);
       auto it = sessions_.find(rank);
@@ -199,7 +233,10 @@ class RelayReactor final : public grpc::ServerBidiReactor<proto::RelayUp, proto:
   const std::shared_ptr<RelayOutbox> outbox_;
   std::atomic<bool> finished_{false};
   // Used by the reactions to reads only (one at a time).
-  proto::RelayUp up_;
+  // Each read is parsed onto an arena, freed at once before the next.
+  alignas(16) char up_block_[64 << 10];
+  google::protobuf::Arena up_arena_{RelayOutbox::ArenaOn(up_block_, sizeof(up_block_))};
+  proto::RelayUp* up_ = nullptr;
   WorkerMessage message_;  // the entry being handled, converted (its buffers reused)
   std::unordered_map<int, std::shared_ptr<SessionStream>> sessions_;  // open on this relay
   int relay_rank_ = -1;
