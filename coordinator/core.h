@@ -5,10 +5,12 @@
 //
 // Files: service.cc (start, shutdown), service_join.cc (Join, topology), store.cc (the
 // rendezvous store), session.cc (sessions, ready notices, plan translation), session_local.cc
-// (rank 0's session), service_liveness.cc (the timer and sender threads: cycle-time flushes,
-// heartbeats, dead ranks, stalls, aborts), service_sets.cc (process sets: one planner per set,
-// collective add and remove), service_autotune.cc (the autotuner: observes the emitted
-// buckets, retunes the planners, tells the ranks), service_diagnose*.cc (the diagnosis).
+// (rank 0's session), session_relayed.cc (the sessions behind host relays), session_inline.cc
+// (small allreduces reduced here), session_stream.cc (a session's outbox), service_liveness.cc (the
+// timer and sender threads: cycle-time flushes, heartbeats, dead ranks, stalls, aborts),
+// service_sets.cc (process sets: one planner per set, collective add and remove),
+// service_autotune.cc (the autotuner: observes the emitted buckets, retunes the planners, tells the
+// ranks), service_diagnose*.cc (the diagnosis).
 //
 // Threads: the adapter's (one per gRPC call in flight: a session's handler thread reads that
 // rank's stream for the whole job and runs the planner inline on each Ready; a relay's
@@ -107,7 +109,7 @@ class CoordinatorCore final : public LocalSessionHost {
   // the sink has been told.
   Status OpenSession(const WorkerMessage& hello, const std::string& peer, SessionStream::Sink sink,
                      std::function<void()> cancel, std::shared_ptr<SessionStream>* session);
-  // service_relay.cc: the session of a rank behind a host relay, or nullptr (the sink has
+  // session_relayed.cc: the session of a rank behind a host relay, or nullptr (the sink has
   // been given the Abort that says why).
   std::shared_ptr<SessionStream> OpenRelayedSession(int rank, const WorkerMessage& hello,
                                                     SessionStream::Sink sink,
@@ -118,7 +120,8 @@ class CoordinatorCore final : public LocalSessionHost {
   // The session's transport broke (the rank is lost unless the job is ending), or the rank said
   // goodbye.
   void EndSession(int rank, const std::shared_ptr<SessionStream>& session, bool goodbye);
-  // A relayed rank's connection is gone, for `why` (the relay said so, or its stream broke).
+  // session_relayed.cc: a relayed rank's connection is gone, for `why` (the relay said so, or
+  // its stream broke).
   void RankClosed(int rank, const std::string& why);
 
   // session_local.cc

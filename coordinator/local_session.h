@@ -3,7 +3,7 @@
 // two network legs, its heartbeats and two thread wake-ups off every operation, and the
 // messages are the core's plain structs: no protobuf on rank 0's own path.
 //
-// Internal to coordinator/: the service implements it, the client uses it; the runtime only
+// Internal to coordinator/: the core implements it, the client uses it; the runtime only
 // passes the pointer from CoordinatorService::local_host() to ClientConfig::local_host.
 #ifndef HORA_COORDINATOR_LOCAL_SESSION_H_
 #define HORA_COORDINATOR_LOCAL_SESSION_H_
