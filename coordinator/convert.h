@@ -65,9 +65,11 @@ Status FromProto(const proto::DiagnosisReport& in, DiagnosisReport* out);
 // (one Poll under load can emit thousands of buckets, small allreduces carrying their results,
 // and one message past gRPC's limit would fail the write and end the session); a Ready is split
 // between notices. `next` gives each empty message to fill, in order (on the caller's arena,
-// if it likes): a message is complete when `next` is called again, or when this returns.
-void ToProtoMessages(const CoordinatorMessage& in, size_t limit,
-                     const std::function<proto::CoordinatorMessage*()>& next);
+// if it likes): a message is complete when `next` is called again, or when this returns. For
+// a plan, `next` is told the size in bytes of the message it completes (about: the buckets'
+// and errors' sizes; 0 on the first call), and the result is the last one's.
+size_t ToProtoMessages(const CoordinatorMessage& in, size_t limit,
+                       const std::function<proto::CoordinatorMessage*(size_t previous)>& next);
 void ToProtoMessages(const WorkerMessage& in, size_t limit,
                      const std::function<proto::WorkerMessage*()>& next);
 // What did not convert is in the result: a plan or a process set result the worker cannot

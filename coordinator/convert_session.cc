@@ -3,14 +3,14 @@
 
 namespace hora {
 
-void ToProtoMessages(const CoordinatorMessage& in, size_t limit,
-                     const std::function<proto::CoordinatorMessage*()>& next) {
+size_t ToProtoMessages(const CoordinatorMessage& in, size_t limit,
+                       const std::function<proto::CoordinatorMessage*(size_t previous)>& next) {
   if (in.kind == CoordinatorMessage::Kind::kPlan) {
     proto::CoordinatorMessage::Plan* plan = nullptr;
     size_t bytes = 0;
     auto open = [&] {  // a new message once the last one reached the limit
       if (plan != nullptr && bytes < limit) return;
-      plan = next()->mutable_plan();
+      plan = next(bytes)->mutable_plan();
       bytes = 0;
     };
     for (const BucketPlan& b : in.plan.buckets) {
@@ -25,9 +25,9 @@ void ToProtoMessages(const CoordinatorMessage& in, size_t limit,
       ToProto(e, pe);
       bytes += pe->ByteSizeLong() + 8;
     }
-    return;
+    return bytes;
   }
-  proto::CoordinatorMessage* out = next();
+  proto::CoordinatorMessage* out = next(0);
   switch (in.kind) {
     case CoordinatorMessage::Kind::kPlan:
     case CoordinatorMessage::Kind::kHeartbeat:
@@ -56,6 +56,7 @@ void ToProtoMessages(const CoordinatorMessage& in, size_t limit,
       ToProto(in.diagnose, out->mutable_diagnose());
       break;
   }
+  return out->ByteSizeLong();
 }
 
 Status FromProto(const proto::CoordinatorMessage& in, CoordinatorMessage* out) {

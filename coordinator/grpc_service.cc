@@ -163,7 +163,7 @@ grpc::Status GrpcCoordinator::Session(
   const size_t limit = static_cast<size_t>(config_.max_message_bytes) / 2;
   auto sink = [stream, limit](CoordinatorMessage& m) {
     std::deque<proto::CoordinatorMessage> wire;
-    ToProtoMessages(m, limit, [&wire] { return &wire.emplace_back(); });
+    ToProtoMessages(m, limit, [&wire](size_t) { return &wire.emplace_back(); });
     for (const proto::CoordinatorMessage& out : wire) {
       if (!stream->Write(out)) return false;
     }

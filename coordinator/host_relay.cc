@@ -185,6 +185,25 @@ class HostRelayImpl final : public HostRelay, public proto::Coordinator::Service
     cv_.NotifyAll();
   }
 
+  // Moves the oldest queued messages into `batch`, as many as keep it under the message limit
+  // (each member's message is under it alone: its client splits at the limit less 1 KiB).
+  void TakeBatchLocked(proto::RelayUp* batch) REQUIRES(mu_) {
+    const size_t limit = static_cast<size_t>(config_.max_message_bytes) - 512;
+    size_t bytes = 0;
+    int take = 0;
+    for (; take < pending_.entries_size(); ++take) {
+      const size_t size = pending_.entries(take).ByteSizeLong() + 8;
+      if (take > 0 && bytes + size > limit) break;
+      bytes += size;
+    }
+    if (take == pending_.entries_size()) {
+      batch->Swap(&pending_);
+      return;
+    }
+    for (int i = 0; i < take; ++i) batch->add_entries()->Swap(pending_.mutable_entries(i));
+    pending_.mutable_entries()->DeleteSubrange(0, take);
+  }
+
   void WriteLoop() {
     MutexLock lock(&mu_);
     bool ok = true;
@@ -195,7 +214,7 @@ class HostRelayImpl final : public HostRelay, public proto::Coordinator::Service
       });
       if (pending_.entries_size() == 0 || !ok) break;
       proto::RelayUp batch;
-      batch.Swap(&pending_);
+      TakeBatchLocked(&batch);
       batch.set_relay_rank(config_.relay_rank);
       lock.Unlock();
       ok = up_->Write(batch);

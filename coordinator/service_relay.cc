@@ -11,8 +11,10 @@
 
 #include <algorithm>
 #include <atomic>
+#include <deque>
 #include <functional>
 #include <memory>
+#include <vector>
 
 #include "common/mutex.h"
 #include "coordinator/auth.h"
@@ -23,29 +25,34 @@ namespace hora {
 namespace {
 
 // What the coordinator sends one relay: the sessions' sinks queue here, from any thread, and
-// whichever queues while no write is in flight starts the next write of everything queued
-// (the reactor's OnWriteDone starts the one after). Shared by the reactor and the sinks, so a
-// sink called after the stream ended finds it closed instead of a freed reactor.
+// whichever queues while no write is in flight starts the next write (the reactor's
+// OnWriteDone starts the one after). A write carries what queued while the one before was in
+// flight, up to a quarter of the message limit and the message that passes it: its ranks'
+// messages together may not pass the limit (relay_test). Shared by the reactor and the sinks,
+// so a sink called after the stream ended finds it closed instead of a freed reactor.
 class RelayOutbox {
  public:
   using StartWrite = std::function<void(const proto::RelayDown*)>;
-  RelayOutbox(size_t wire_limit, StartWrite start)
-      : wire_limit_(wire_limit), start_(std::move(start)) {
-    MutexLock lock(&mu_);
-    batches_[pending_].Reset();
-  }
+  // Each rank's message is split at `max_message_bytes` / 4 (plus a bucket, itself under a
+  // quarter), and a batch closes once past that too: a write stays under 3/4 of the limit.
+  RelayOutbox(int max_message_bytes, StartWrite start)
+      : budget_(static_cast<size_t>(max_message_bytes) / 4), start_(std::move(start)) {}
 
-  // Converts the message for the wire into the next write's batch (in as many messages as
-  // the limit asks). Dropped once the stream is closing.
+  // Converts the message for the wire into the queued batches. Dropped once the stream is
+  // closing.
   void Push(int rank, const CoordinatorMessage& message) {
     MutexLock lock(&mu_);
     if (closing_ || broken_) return;
-    proto::RelayDown* pending = batches_[pending_].down;
-    ToProtoMessages(message, wire_limit_, [pending, rank] {
-      proto::RelayDown::Entry* entry = pending->add_entries();
+    Batch* batch = nullptr;
+    const size_t last = ToProtoMessages(message, budget_, [&](size_t previous) {
+      mu_.AssertHeld();
+      if (batch != nullptr) batch->bytes += previous;
+      batch = QueueingLocked();
+      proto::RelayDown::Entry* entry = batch->down->add_entries();
       entry->set_rank(rank);
       return entry->mutable_message();
     });
+    if (batch != nullptr) batch->bytes += last;
     if (!writing_) StartLocked();
   }
 
@@ -56,7 +63,9 @@ class RelayOutbox {
     writing_ = false;
     write_started_ = TimePoint::max();
     if (!ok) broken_ = true;
-    if (!broken_ && batches_[pending_].down->entries_size() > 0) {
+    Recycle(std::move(queue_.front()));
+    queue_.pop_front();
+    if (!broken_ && !queue_.empty()) {
       StartLocked();
       return false;
     }
@@ -87,24 +96,45 @@ class RelayOutbox {
  private:
   // One write's messages, on an arena of its own: built by bump allocation and freed at once
   // (per-message allocation and destruction were a fifth of rank 0's CPU at 1,024 ranks). The
-  // first block is the stream's own, kept across writes: a relay stream holds 80 KiB with the
-  // reads' (10 MiB at rank 0 for 1,024 ranks by 8; a heap-only arena measured about 8 % worse).
+  // first block is the batch's own, kept while the batch is reused: a relay stream usually
+  // holds two, 80 KiB with the reads' (10 MiB at rank 0 for 1,024 ranks by 8; a heap-only
+  // arena measured about 8 % worse).
   struct Batch {
     alignas(16) char first_block[32 << 10];
     google::protobuf::Arena arena{ArenaOn(first_block, sizeof(first_block))};
     proto::RelayDown* down = nullptr;
+    size_t bytes = 0;  // about, on the wire
+    Batch() { Reset(); }
     void Reset() {
       arena.Reset();
       down = google::protobuf::Arena::CreateMessage<proto::RelayDown>(&arena);
+      bytes = 0;
     }
   };
 
-  // Starts writing everything queued, and queues on the other batch from now on (the write
-  // before it is done). Releases mu_ around the start.
+  // The batch that queues: the last one, unless it is in flight or full.
+  Batch* QueueingLocked() REQUIRES(mu_) {
+    const bool in_flight = writing_ && queue_.size() == 1;
+    if (queue_.empty() || in_flight || queue_.back()->bytes >= budget_) {
+      if (spare_.empty()) {
+        queue_.push_back(std::make_unique<Batch>());
+      } else {
+        queue_.push_back(std::move(spare_.back()));
+        spare_.pop_back();
+      }
+    }
+    return queue_.back().get();
+  }
+
+  void Recycle(std::unique_ptr<Batch> batch) REQUIRES(mu_) {
+    if (spare_.size() >= 2) return;  // a burst's extra batches are freed
+    batch->Reset();
+    spare_.push_back(std::move(batch));
+  }
+
+  // Starts writing the oldest batch. Releases mu_ around the start.
   void StartLocked() REQUIRES(mu_) {
-    const proto::RelayDown* batch = batches_[pending_].down;
-    pending_ = 1 - pending_;
-    batches_[pending_].Reset();
+    const proto::RelayDown* batch = queue_.front()->down;
     writing_ = true;
     write_started_ = Clock::now();
     mu_.Unlock();
@@ -112,11 +142,11 @@ class RelayOutbox {
     mu_.Lock();
   }
 
-  const size_t wire_limit_;
+  const size_t budget_;
   const StartWrite start_;
   mutable Mutex mu_;
-  Batch batches_[2] GUARDED_BY(mu_);  // one queued, one in flight
-  int pending_ GUARDED_BY(mu_) = 0;   // the batch that queues
+  std::deque<std::unique_ptr<Batch>> queue_ GUARDED_BY(mu_);  // the first in flight if writing_
+  std::vector<std::unique_ptr<Batch>> spare_ GUARDED_BY(mu_);
   TimePoint write_started_ GUARDED_BY(mu_) = TimePoint::max();
   bool writing_ GUARDED_BY(mu_) = false;
   bool closing_ GUARDED_BY(mu_) = false;  // the reads are over
@@ -133,7 +163,7 @@ class RelayReactor final : public grpc::ServerBidiReactor<proto::RelayUp, proto:
                grpc::CallbackServerContext* ctx)
       : core_(core),
         outbox_(std::make_shared<RelayOutbox>(
-            static_cast<size_t>(config.max_message_bytes) / 2,
+            config.max_message_bytes,
             [this](const proto::RelayDown* batch) { StartWrite(batch); })) {
     grpc::Status auth = CheckToken(*ctx, config.token, "Relay");
     if (!auth.ok()) {

@@ -60,6 +60,7 @@ struct RelayJob {
     for (int r = 0; r < real; ++r) {
       configs.push_back(RelayClient(config, service->port(), r));
       configs[r].heartbeat_timeout = heartbeat_timeout;
+      configs[r].max_message_bytes = config.max_message_bytes;
     }
     configs[0].local_host = service->local_host();
     std::thread other;
@@ -149,6 +150,44 @@ TEST_CASE("host relay: a host's ranks negotiate through it with their own ids") 
 }
 
 // Ranks 0-2 are clients; rank 3 is a raw stream to the relay that ends without Goodbye.
+TEST_CASE("host relay: the host's messages together may pass the message limit") {
+  // Each rank's burst and each rank's plans fit the limit, as the client and the coordinator
+  // split them; the relay's stream carries the three relayed ranks' at once, and must not
+  // put them in one message past the limit (a write past it breaks the stream, and every rank
+  // of the host would be reported lost).
+  const int size = 4;
+  const int kTensors = 400;  // about 10 KiB of notices and of plan per rank
+  RelayJob job;
+  job.config.max_message_bytes = 16 << 10;
+  job.config.planner.fusion_threshold_bytes = 1 << 10;  // small buckets: plans split between them
+  job.Start(size, milliseconds(5000));
+  auto& recorders = job.recorders;
+  auto send = [&](int r) {
+    std::vector<ReadyNotice> notices;
+    for (int t = 0; t < kTensors; ++t) notices.push_back(Notice(t, r));
+    job.clients[r]->SendReady(std::move(notices));
+  };
+  // The relayed ranks first; rank 0's notices then complete every tensor at once, so the
+  // plans for the three relayed ranks queue together.
+  RunRanks(size - 1, [&](int i) { send(i + 1); });
+  std::this_thread::sleep_for(milliseconds(300));
+  send(0);
+  for (int r = 0; r < size; ++r) {
+    INFO("rank " << r);
+    size_t entries = 0;
+    REQUIRE(recorders[r]->WaitFor(milliseconds(20000), [&] {
+      entries = 0;
+      for (const PlanMessage& p : recorders[r]->plans) {
+        for (const BucketPlan& b : p.buckets) entries += b.entries.size();
+      }
+      return entries == static_cast<size_t>(kTensors) || !recorders[r]->aborts.empty();
+    }));
+    CHECK(recorders[r]->aborts.empty());
+    CHECK(entries == static_cast<size_t>(kTensors));
+  }
+  job.Stop({3, 2, 1, 0});
+}
+
 TEST_CASE("host relay: a rank that dies behind the relay is named on every rank") {
   RelayJob job;
   std::unique_ptr<RawRank> direct;  // rank 3's Join, straight to the coordinator
