@@ -3,49 +3,78 @@
 
 namespace hora {
 
+namespace {
+
+// A plan in as many messages as keep each under `limit` (ToProtoMessages).
+size_t PlanMessages(const PlanMessage& in, size_t limit,
+                    const std::function<proto::CoordinatorMessage*(size_t previous)>& next) {
+  proto::CoordinatorMessage::Plan* plan = nullptr;
+  size_t bytes = 0;
+  auto open = [&] {  // a new message once the last one reached the limit
+    if (plan != nullptr && bytes < limit) return;
+    plan = next(bytes)->mutable_plan();
+    bytes = 0;
+  };
+  for (const BucketPlan& b : in.buckets) {
+    open();
+    proto::Bucket* pb = plan->add_buckets();
+    ToProto(b, pb);
+    bytes += pb->ByteSizeLong() + 8;
+  }
+  for (const TensorErrorNotice& e : in.errors) {
+    open();
+    proto::TensorError* pe = plan->add_errors();
+    ToProto(e, pe);
+    bytes += pe->ByteSizeLong() + 8;
+  }
+  return bytes;
+}
+
+// A Ready in as many messages as keep each under `limit`; a notice's share is its own size
+// plus its field's tag and length.
+void ReadyMessages(const std::vector<ReadyNotice>& notices, size_t limit,
+                   const std::function<proto::WorkerMessage*()>& next) {
+  proto::WorkerMessage::Ready* ready = nullptr;
+  size_t bytes = 0;
+  for (const ReadyNotice& n : notices) {
+    proto::ReadyTensor one;
+    ToProto(n, &one);
+    const size_t size = one.ByteSizeLong() + 16;
+    if (ready == nullptr || (bytes > 0 && bytes + size > limit)) {
+      ready = next()->mutable_ready();
+      bytes = 0;
+    }
+    *ready->add_tensors() = std::move(one);
+    bytes += size;
+  }
+}
+
+}  // namespace
+
 size_t ToProtoMessages(const CoordinatorMessage& in, size_t limit,
                        const std::function<proto::CoordinatorMessage*(size_t previous)>& next) {
-  if (in.kind == CoordinatorMessage::Kind::kPlan) {
-    proto::CoordinatorMessage::Plan* plan = nullptr;
-    size_t bytes = 0;
-    auto open = [&] {  // a new message once the last one reached the limit
-      if (plan != nullptr && bytes < limit) return;
-      plan = next(bytes)->mutable_plan();
-      bytes = 0;
-    };
-    for (const BucketPlan& b : in.plan.buckets) {
-      open();
-      proto::Bucket* pb = plan->add_buckets();
-      ToProto(b, pb);
-      bytes += pb->ByteSizeLong() + 8;
-    }
-    for (const TensorErrorNotice& e : in.plan.errors) {
-      open();
-      proto::TensorError* pe = plan->add_errors();
-      ToProto(e, pe);
-      bytes += pe->ByteSizeLong() + 8;
-    }
-    return bytes;
-  }
-  proto::CoordinatorMessage* out = next(0);
+  proto::CoordinatorMessage* out = nullptr;
   switch (in.kind) {
     case CoordinatorMessage::Kind::kPlan:
+      return PlanMessages(in.plan, limit, next);
     case CoordinatorMessage::Kind::kHeartbeat:
-      out->mutable_heartbeat();
+      (out = next(0))->mutable_heartbeat();
       break;
     case CoordinatorMessage::Kind::kAbort:
+      out = next(0);
       out->mutable_abort()->set_code(static_cast<int32_t>(in.abort.code()));
       out->mutable_abort()->set_message(in.abort.message());
       break;
     case CoordinatorMessage::Kind::kJoinDone:
+      out = next(0);
       out->mutable_join_done()->set_last_joined_rank(in.last_joined_rank);
       out->mutable_join_done()->set_process_set(in.process_set);
       break;
     case CoordinatorMessage::Kind::kProcessSetResult:
-      ToProto(in.set_result, out->mutable_process_set_result());
+      ToProto(in.set_result, (out = next(0))->mutable_process_set_result());
       break;
     case CoordinatorMessage::Kind::kTuning: {
-      proto::CoordinatorMessage::Tuning* t = out->mutable_tuning();
+      proto::CoordinatorMessage::Tuning* t = (out = next(0))->mutable_tuning();
       t->set_fusion_threshold_bytes(in.tuning.fusion_threshold_bytes);
       t->set_cycle_time_us(in.tuning.cycle_time_us);
       t->set_trial(in.tuning.trial);
@@ -53,10 +82,10 @@ size_t ToProtoMessages(const CoordinatorMessage& in, size_t limit,
       break;
     }
     case CoordinatorMessage::Kind::kDiagnose:
-      ToProto(in.diagnose, out->mutable_diagnose());
+      ToProto(in.diagnose, (out = next(0))->mutable_diagnose());
       break;
   }
-  return out->ByteSizeLong();
+  return out == nullptr ? 0 : out->ByteSizeLong();
 }
 
 Status FromProto(const proto::CoordinatorMessage& in, CoordinatorMessage* out) {
@@ -99,52 +128,36 @@ Status FromProto(const proto::CoordinatorMessage& in, CoordinatorMessage* out) {
 void ToProtoMessages(const WorkerMessage& in, size_t limit,
                      const std::function<proto::WorkerMessage*()>& next) {
   using Kind = WorkerMessage::Kind;
-  if (in.kind == Kind::kReady) {
-    // A notice's share is its own size plus its field's tag and length.
-    proto::WorkerMessage::Ready* ready = nullptr;
-    size_t bytes = 0;
-    for (const ReadyNotice& n : in.ready) {
-      proto::ReadyTensor one;
-      ToProto(n, &one);
-      const size_t size = one.ByteSizeLong() + 16;
-      if (ready == nullptr || (bytes > 0 && bytes + size > limit)) {
-        ready = next()->mutable_ready();
-        bytes = 0;
-      }
-      *ready->add_tensors() = std::move(one);
-      bytes += size;
-    }
-    return;
-  }
-  if (in.kind == Kind::kUnknown) return;
-  proto::WorkerMessage* out = next();
   switch (in.kind) {
     case Kind::kHello:
-      out->mutable_hello()->set_rank(in.rank);
-      break;
+      next()->mutable_hello()->set_rank(in.rank);
+      return;
     case Kind::kReady:
-    case Kind::kUnknown:
+      ReadyMessages(in.ready, limit, next);
+      return;
     case Kind::kHeartbeat:
-      out->mutable_heartbeat();
-      break;
+      next()->mutable_heartbeat();
+      return;
     case Kind::kGoodbye:
-      out->mutable_goodbye();
-      break;
+      next()->mutable_goodbye();
+      return;
     case Kind::kFailure:
-      out->mutable_failure()->set_message(in.text);
-      break;
+      next()->mutable_failure()->set_message(in.text);
+      return;
     case Kind::kJoinOp:
-      out->mutable_join_op()->set_process_set(in.process_set);
-      break;
+      next()->mutable_join_op()->set_process_set(in.process_set);
+      return;
     case Kind::kProcessSetOp:
-      ToProto(in.set_op, out->mutable_process_set_op());
-      break;
+      ToProto(in.set_op, next()->mutable_process_set_op());
+      return;
     case Kind::kDiagnoseAsk:
-      out->mutable_diagnose_ask()->set_why(in.text);
-      break;
+      next()->mutable_diagnose_ask()->set_why(in.text);
+      return;
     case Kind::kDiagnosis:
-      ToProto(in.diagnosis, out->mutable_diagnosis());
-      break;
+      ToProto(in.diagnosis, next()->mutable_diagnosis());
+      return;
+    case Kind::kUnknown:  // nothing a worker sends
+      return;
   }
 }
 
