@@ -29,8 +29,11 @@ struct TcpOptions {
   int channels = 2;
   // The unit of striping and pipelining: a ring step forwards piece k as soon as it has
   // reduced piece k, while pieces k+1.. are still arriving. Rounded down to whole elements.
-  // 64 KiB with the pace below; 256 KiB was better without it.
-  size_t piece_bytes = 64 << 10;
+  // With the pace below, 128 KiB pieces and a 256 KiB window moved 1, 4 and 64 MiB
+  // allreduces between 2 netns hosts 15-25 % faster than 64 KiB and 96 KiB (the data plane's
+  // median, alternated runs: docs/benchmarks-cross-host.md "Larger pieces"); 256 KiB pieces
+  // with the same window were bistable at 64 MiB.
+  size_t piece_bytes = 128 << 10;
   // Allreduce of at most this many bytes: recursive doubling (log2 n rounds, whole buffer
   // each round: latency); above it, the ring (reduce-scatter then allgather, each byte
   // crosses 2(n-1)/n times: bandwidth). Also the ring when count < members.
@@ -49,9 +52,9 @@ struct TcpOptions {
   // many bytes are sent beyond what has arrived (transfer.h SendStream::pace); 0: no limit.
   // Bytes that wait in a socket cost more than bytes not yet sent: on 2 netns hosts a C probe's
   // exchange moved 4.6-4.9 GB/s each way with 128 KiB in flight, 1.6-1.7 without a limit
-  // (docs/benchmarks-cross-host.md "Paced exchanges"). A link whose bandwidth-delay product
-  // is larger (100 Gb/s and up, or a long round trip) wants it larger.
-  size_t inflight_bytes = 96 << 10;
+  // (docs/benchmarks-cross-host.md "Paced exchanges"). Two pieces. A link whose
+  // bandwidth-delay product is larger (100 Gb/s and up, or a long round trip) wants it larger.
+  size_t inflight_bytes = 256 << 10;
   // How long a stalled transfer keeps trying (yielding its core between tries) before it
   // sleeps in poll(), whose wake-up costs 25-60 us on the VMs measured; 0: sleep at once.
   int spin_us = 300;
