@@ -114,7 +114,7 @@ def build_parser(version):
                    help="ssh port of the other hosts")
     p.add_argument("-i", "--ssh-identity-file", metavar="FILE", help="ssh's -i")
     p.add_argument("--ssh-config-file", metavar="FILE", help="ssh's -F")
-    p.add_argument("--network-interface", dest="nics", type=_nics, metavar="NIC[,NIC]",
+    p.add_argument("--network-interface", "--network-interfaces", dest="nics", type=_nics, metavar="NIC[,NIC]",
                    help="interfaces for the coordinator and the data plane (the first one "
                         "a host has)")
     p.add_argument("--output-filename", metavar="DIR",
@@ -135,7 +135,7 @@ def build_parser(version):
                         "rank k of L gets the k-th of L contiguous slices; nothing is bound "
                         "on a host with fewer CPUs than ranks); with --mpi, mpirun's own "
                         "--bind-to core. Default none")
-    p.add_argument("--check-build", action="store_true",
+    p.add_argument("-cb", "--check-build", action="store_true",
                    help="print the backends, CUDA and NCCL this build has, and exit")
     p.add_argument("-x", dest="env", action="append", default=[], metavar="NAME[=VALUE]",
                    help="set NAME=VALUE, or pass NAME from this environment, in every rank "
@@ -178,7 +178,7 @@ def build_parser(version):
                         "one running, if left out) for a report of every rank (what it waits "
                         "for, its last operation, its Python stacks), print it and exit; the "
                         "job goes on (docs/failure-model.md, Diagnosis)")
-    p.add_argument("--version", action="version", version="horarun (Hora) " + version)
+    p.add_argument("-v", "--version", action="version", version="horarun (Hora) " + version)
     horovod_flags.add_flags(p)
     p.add_argument("command", nargs=argparse.REMAINDER, metavar="command [args...]",
                    help="the program every rank runs")

@@ -9,6 +9,8 @@ hvd.elastic.run re-forms Hora with each one (bindings/python/hora/elastic_client
     workers of that host are stopped (SIGTERM, SIGKILL after --grace); the survivors are not
     restarted: they get the next generation when they ask for it.
   - A host the discovery script no longer prints has its workers stopped the same way.
+  - The first generation starts once --min-np slots are offered, on every usable slot up to
+    --max-np (no limit without it), as horovodrun's driver does.
   - Free slots on offered hosts get new workers, up to --max-np; they join at the next
     generation, which the running workers notice at their next commit.
   - Every live member of the newest generation asking for a newer one (a collective that
@@ -269,7 +271,8 @@ class Driver:
                 return 1
             time.sleep(DISCOVERY_INTERVAL_S)
             self.offered = self.source.poll()
-        self._grow(min(self.s.np, self.s.max_np or self.s.np))
+        # As horovodrun's driver: the first generation takes every usable slot, up to --max-np.
+        self._grow(self.s.max_np or 1 << 30)
         self._publish()
         next_poll = time.monotonic() + DISCOVERY_INTERVAL_S
         pending = False

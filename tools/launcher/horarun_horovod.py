@@ -27,6 +27,37 @@ _IGNORED = {
     "--tcp": (False, "Hora's control plane is always TCP (gRPC)"),
     "--binding-args": (True, "pass mpirun's binding options with --mpi-args"),
     "--prefix-output-with-timestamp": (False, "horarun prefixes lines with the rank only"),
+    "--torus-allreduce": (False, "NCCL's torus allreduce is not built; across hosts Hora's "
+                          "allreduce is hierarchical (--hierarchical-allreduce)"),
+    "--no-torus-allreduce": (False, "Hora has no torus allreduce"),
+    "--no-autotune": (False, "Hora tunes only with --autotune"),
+    "--autotune-bayes-opt-max-samples": (True, "Hora's autotuner searches a fixed grid "
+                                         "(docs/autotune.md)"),
+    "--autotune-gaussian-process-noise": (True, "Hora's autotuner searches a fixed grid "
+                                          "(docs/autotune.md)"),
+    "--no-timeline-mark-cycles": (False, "Hora's timeline has no cycle marks"),
+    "--stall-check": (False, "the stall check is on unless --no-stall-check"),
+    "--no-mpi-threads-disable": (False, "Hora's MPI backend always asks for "
+                                 "MPI_THREAD_MULTIPLE"),
+    "--log-with-timestamp": (False, "Hora's log lines carry no timestamp"),
+    "--log-without-timestamp": (False, "Hora's log lines carry no timestamp"),
+    "--log-hide-timestamp": (False, "Hora's log lines carry no timestamp"),
+    "--no-log-hide-timestamp": (False, "Hora's log lines carry no timestamp"),
+}
+
+# flag -> why horarun refuses it (a usage error naming the flag, rather than a job that
+# runs otherwise than the command line says)
+_REFUSED = {
+    "--config-file": "Horovod's YAML settings file is not read; give the settings as "
+                     "horarun flags or HORA_* variables (docs/options.md)",
+    "--jsrun": "jsrun (LSF) does not start Hora jobs; use --mpi, -H or --hostfile",
+}
+
+# horovodrun's other spellings of the flags above
+_ALIASES = {
+    "--min-np": ["--min-num-proc"],
+    "--max-np": ["--max-num-proc"],
+    "--prefix-output-with-timestamp": ["-prefix-timestamp"],
 }
 
 # flag -> (dest, type, nargs, help)
@@ -63,14 +94,17 @@ def add_flags(parser):
         else:
             g.add_argument(flag, dest=_dest(flag), action="store_true")
     for flag, (takes_value, _) in _IGNORED.items():
+        names = [flag] + _ALIASES.get(flag, [])
         if takes_value:
-            g.add_argument(flag, dest=_dest(flag), metavar="VALUE")
+            g.add_argument(*names, dest=_dest(flag), metavar="VALUE")
         else:
-            g.add_argument(flag, dest=_dest(flag), action="store_true")
+            g.add_argument(*names, dest=_dest(flag), action="store_true")
+    for flag in _REFUSED:
+        g.add_argument(flag, dest=_dest(flag), nargs="?", const=True, help=argparse.SUPPRESS)
     e = parser.add_argument_group("elastic mode (horovodrun's elastic flags)")
     for flag, (dest, kind, nargs, text) in _ELASTIC.items():
-        e.add_argument(flag, dest="elastic_" + dest, type=kind, nargs=nargs, help=text,
-                       metavar=("LO", "HI") if nargs == 2 else "VALUE")
+        e.add_argument(flag, *_ALIASES.get(flag, []), dest="elastic_" + dest, type=kind,
+                       nargs=nargs, help=text, metavar=("LO", "HI") if nargs == 2 else "VALUE")
     e.add_argument("--slots", dest="elastic_slots", type=int, help=argparse.SUPPRESS)
 
 
@@ -82,6 +116,9 @@ def flag_env(args):
     """(the HORA_* variables of the horovodrun flags given, notes for stderr); raises
     ValueError for a bad value."""
     env, notes = {}, []
+    for flag, why in _REFUSED.items():
+        if getattr(args, _dest(flag)) is not None:
+            raise ValueError("%s is not supported: %s" % (flag, why))
     for flag, (var, value) in _APPLY.items():
         given = getattr(args, _dest(flag))
         if given is None or given is False:

@@ -49,12 +49,27 @@ class HostsUpdatedInterrupt(RuntimeError):
         self.skip_sync = skip_sync
 
 
+class _HostUpdates:
+    """State._host_messages: empty() until horarun's elastic driver has decided a generation
+    newer than the one this process joined (one short request to the driver per call; always
+    empty outside elastic mode). Not collective: commit() still decides on every rank alike."""
+
+    def empty(self):
+        return (not elastic_client.active()
+                or elastic_client.newest_generation() <= elastic_client.generation())
+
+
 class State:
     """What `run` keeps across a reset: save() at commit, restore() after a failure, sync()
     before the function (re)starts. Subclasses define the three."""
 
     def __init__(self):
         self._reset_callbacks = []
+        # Horovod's private names, which its own elastic scripts read (rank 0 waits on
+        # `_host_messages.empty()` for the driver's notice of a host change, after setting
+        # `_last_updated_timestamp` to 0). Here the notice is the driver's newer generation.
+        self._host_messages = _HostUpdates()
+        self._last_updated_timestamp = 0
 
     def register_reset_callbacks(self, callbacks):
         """Functions called after each reset, before the sync (e.g. to rescale the learning
