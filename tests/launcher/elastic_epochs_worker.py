@@ -1,9 +1,10 @@
 """An elastic training job written the way Horovod's own elastic scripts are, for
 test_elastic_scenarios.py: DistributedOptimizer under hvd.elastic.run with a TorchState, a
 commit after every batch, and after each epoch rank 0 appends one JSON line to --log (epoch,
-its first rank in the job, size, how many times train() began, host). --exit "EPOCH:START_RANK,..." makes the workers that started as those ranks
-raise at the first batch of EPOCH. --await-hosts makes rank 0 wait after the epochs listed
-for horarun's notice of a host change through Horovod's `state._host_messages.empty()`."""
+its first rank in the job, size, how many times train() began, host). --exit
+"EPOCH:START_RANK,..." makes the workers that started as those ranks raise at the first batch
+of EPOCH. --await-hosts makes rank 0 wait after the epochs listed for horarun's notice of a
+host change through Horovod's `state._host_messages.empty()`."""
 
 import argparse
 import json
