@@ -20,6 +20,7 @@ p.add_argument("--log", required=True)
 p.add_argument("--epochs", type=int, default=3)
 p.add_argument("--batches", type=int, default=5)
 p.add_argument("--exit", default="")
+p.add_argument("--batch-sleep", type=float, default=0.0, help="seconds after each batch")
 p.add_argument("--await-hosts", default="", help="epochs after which a host change comes")
 args = p.parse_args()
 
@@ -52,6 +53,7 @@ def train(state):
             optimizer.step()
             state.batch += 1
             state.commit()
+            time.sleep(args.batch_sleep)
         if hvd.rank() == 0:
             with open(args.log, "a") as f:
                 f.write(json.dumps({"epoch": state.epoch, "start_rank": start_rank,

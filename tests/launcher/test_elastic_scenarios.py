@@ -68,6 +68,20 @@ def test_hosts_added_and_removed_are_announced_through_host_messages(tmp_path):
                                (2, 2, 2, 3, "127.0.0.1")], (epochs, err[-3000:])
 
 
+def test_a_generation_without_survivors_starts_over_and_says_so(tmp_path):
+    # The only host is dropped after epoch 0 and another one offered: horovodrun's driver
+    # ends such a job ("No hosts from previous set remaining"); horarun warns and the new
+    # workers train from their initial state.
+    rc, epochs, out, err = run(
+        tmp_path, [["localhost:2"], ["127.0.0.1:2"]], ["-np", "2", "--max-num-proc", "4"],
+        ["--batch-sleep", "0.2"])
+    assert rc == 0, (out + err)[-4000:]
+    assert "no worker of generation 0 is left; generation 1 starts from its workers' " \
+           "initial state" in err, err[-3000:]
+    assert summary(epochs)[0] == (0, 0, 2, 1, "localhost"), epochs
+    assert summary(epochs)[-3:] == [(e, 0, 2, 1, "127.0.0.1") for e in range(3)], epochs
+
+
 def test_every_failing_host_ends_the_job_with_the_failure_code(tmp_path):
     rc, epochs, out, err = run(
         tmp_path, [["localhost:2", "127.0.0.1:2"]],

@@ -13,6 +13,10 @@ hvd.elastic.run re-forms Hora with each one (bindings/python/hora/elastic_client
     --max-np (no limit without it), as horovodrun's driver does.
   - Free slots on offered hosts get new workers, up to --max-np; they join at the next
     generation, which the running workers notice at their next commit.
+  - A new generation waits for the workers being stopped to exit; a worker that exits 0
+    (even while being stopped) has finished the job: no generation follows, and workers
+    that joined none are stopped. A generation with no member of the last one starts from
+    its workers' initial state, with a warning (horovodrun's driver ends the job there).
   - Every live member of the newest generation asking for a newer one (a collective that
     failed on every rank with all of them alive) makes a new generation of the same members.
   - Each new generation after the first is a reset; more than --reset-limit of them end the
@@ -170,6 +174,12 @@ class Driver:
             prev = [(w, self.generation.hostnames[w]) for w in self.generation.workers]
             order = order_members(prev, set(ids), ids)
             number = self.generation.number + 1
+            if not set(self.generation.workers) & set(ids):
+                # horovodrun's driver ends the job here ("No hosts from previous set
+                # remaining"); these workers can still train, from their first state.
+                say("elastic: warning: no worker of generation %d is left; generation %d "
+                    "starts from its workers' initial state (nothing to sync from)" % (
+                        self.generation.number, number))
         self.generation = Generation(number, order, hostnames, secrets.token_hex(16))
         self.rdv.publish(self.generation)
         say("elastic: generation %d: %d rank(s) on %s" % (
@@ -209,11 +219,11 @@ class Driver:
         for w in self.workers:
             if w.result is not None or not w.part.poll():
                 continue
+            if w.part.code == 0:  # finished its training, even if it was being stopped
+                w.result = "done"
+                continue
             if w.stopping is not None:
                 w.result = "stopped"
-                continue
-            if w.part.code == 0:
-                w.result = "done"
                 continue
             w.result = "failed"
             changed = True
@@ -294,6 +304,14 @@ class Driver:
                                     "elastic: every worker failed; the first failure's code "
                                     "is %d" % (self.first_failure or 1))
             finishing = any(w.result == "done" for w in self.workers)
+            if finishing:
+                # No generation comes after a finished worker: those still waiting for one
+                # would wait for nothing.
+                for w in live:
+                    if w.stopping is None and w.id not in self.generation.workers:
+                        say("elastic: the job is finishing; stopping worker %d, which joined "
+                            "no generation" % w.number)
+                        self._stop(w)
             if now >= next_poll and not finishing:
                 next_poll = now + DISCOVERY_INTERVAL_S
                 self.offered = self.source.poll()
@@ -302,7 +320,10 @@ class Driver:
                 pending |= self._grow(room) > 0
             if not pending and self.rdv.all_left({w.id for w in self.live()}):
                 pending = True
-            if pending and not finishing:
+            # The next generation waits for the workers being stopped to exit (--grace at
+            # most): one that exits 0 instead has finished the job, and the job ends.
+            stopping = any(w.stopping is not None and w.result is None for w in self.workers)
+            if pending and not finishing and not stopping:
                 code = self._decide()
                 if code is not None:
                     return code
