@@ -35,6 +35,7 @@
 #include "collectives/tcp/tcp_collectives.h"
 
 #include <algorithm>
+#include <cstdint>
 #include <cstring>
 
 namespace hora {
@@ -42,8 +43,12 @@ namespace {
 
 int Mod(int a, int n) { return ((a % n) + n) % n; }
 
-size_t PieceBytes(const TcpOptions& o, size_t esize) {
-  return std::max<size_t>(esize, o.piece_bytes / esize * esize);
+// The piece for a stream whose block (the unit a step forwards) is `block` bytes: at most
+// piece_bytes, at least pieces_per_block of them per block down to min_piece_bytes, whole
+// elements. Both ends compute it from sizes they share, so they cut alike.
+size_t PieceBytes(const TcpOptions& o, size_t esize, size_t block) {
+  const size_t split = std::max(o.min_piece_bytes, block / o.pieces_per_block);
+  return std::max<size_t>(esize, std::min(o.piece_bytes, split) / esize * esize);
 }
 
 SendStream SendTo(int peer, const Links& links) {
@@ -73,11 +78,14 @@ bool Balanced(const std::vector<size_t>& bytes, size_t slack) {
   return lo == bytes.end() || *hi - *lo <= slack;
 }
 
-// `to` sends no more than options.inflight_bytes beyond what `from` has received.
-void Pace(SendStream* to, const RecvStream* from, const TcpOptions& options) {
+// `to` sends no more than options.inflight_bytes beyond what `from` has received, scaled to
+// its pieces of `piece` bytes (as many pieces in flight as with piece_bytes).
+void Pace(SendStream* to, const RecvStream* from, const TcpOptions& options, size_t piece) {
   if (options.inflight_bytes == 0) return;
   to->pace = from;
-  to->window = options.inflight_bytes;
+  to->window =
+      std::max<size_t>(1, static_cast<size_t>(static_cast<double>(options.inflight_bytes) * piece /
+                                              static_cast<double>(options.piece_bytes)));
 }
 
 Status Exchange(Links& links, const TcpOptions& options, int peer, char* send, char* recv,
@@ -91,7 +99,7 @@ Status Exchange(Links& links, const TcpOptions& options, int peer, char* send, c
   if (send != nullptr) {
     sends.push_back(SendTo(peer, links));
     CutPieces(send, bytes, piece, &sends.back().pieces);
-    if (recv != nullptr) Pace(&sends.back(), &recvs.back(), options);
+    if (recv != nullptr) Pace(&sends.back(), &recvs.back(), options, piece);
   }
   return links.Run(&sends, &recvs, what);
 }
@@ -102,11 +110,12 @@ Status RingAllreduce(Links& links, const TcpOptions& options, char* buf, size_t 
                      DataType dtype, ReduceOp op, const Postscale* post,
                      std::vector<char>* scratch) {
   const int n = links.size(), rank = links.rank();
-  const size_t esize = DataTypeSize(dtype), piece = PieceBytes(options, esize);
+  const size_t esize = DataTypeSize(dtype);
   std::vector<size_t> bytes(static_cast<size_t>(n));
   for (int b = 0; b < n; ++b) {
     bytes[b] = (count / n + (static_cast<size_t>(b) < count % n ? 1 : 0)) * esize;
   }
+  const size_t piece = PieceBytes(options, esize, bytes[0]);
   const std::vector<size_t> off = Offsets(bytes);
   scratch->resize(piece * static_cast<size_t>(links.channels()));
   std::vector<RecvStream> recvs(1, RecvFrom(Mod(rank - 1, n), links));
@@ -141,7 +150,7 @@ Status RingAllreduce(Links& links, const TcpOptions& options, char* buf, size_t 
     if (m.kind == 2) ScaleInPlace(m.dst, m.bytes / esize, dtype, *post);
   };
   out.after = &in;
-  Pace(&out, &in, options);
+  Pace(&out, &in, options, piece);
   return links.Run(&sends, &recvs, "allreduce (ring)");
 }
 
@@ -150,7 +159,8 @@ Status DoublingAllreduce(Links& links, const TcpOptions& options, char* buf, siz
                          std::vector<char>* scratch) {
   const int n = links.size(), rank = links.rank();
   const size_t esize = DataTypeSize(dtype), bytes = count * esize;
-  const size_t piece = PieceBytes(options, esize);
+  // Each exchange is reduced after it ends: nothing to overlap, no reason to cut finer.
+  const size_t piece = PieceBytes(options, esize, SIZE_MAX);
   scratch->resize(bytes);
   int p = 1;
   while (p * 2 <= n) p *= 2;
@@ -190,9 +200,10 @@ Status RingReducescatter(Links& links, const TcpOptions& options, const char* in
                          const std::vector<size_t>& counts, DataType dtype, ReduceOp op,
                          std::vector<char>* work) {
   const int n = links.size(), rank = links.rank();
-  const size_t esize = DataTypeSize(dtype), piece = PieceBytes(options, esize);
+  const size_t esize = DataTypeSize(dtype);
   std::vector<size_t> bytes(counts.size());
   for (size_t b = 0; b < counts.size(); ++b) bytes[b] = counts[b] * esize;
+  const size_t piece = PieceBytes(options, esize, *std::max_element(bytes.begin(), bytes.end()));
   const std::vector<size_t> off = Offsets(bytes);
   work->resize(off.back());
   std::vector<RecvStream> recvs(1, RecvFrom(Mod(rank - 1, n), links));
@@ -217,14 +228,15 @@ Status RingReducescatter(Links& links, const TcpOptions& options, const char* in
     ReduceInto(from.pieces[i].data, mine[i], from.pieces[i].bytes / esize, dtype, op);
   };
   to.after = &from;
-  if (Balanced(bytes, esize)) Pace(&to, &from, options);
+  if (Balanced(bytes, esize)) Pace(&to, &from, options, piece);
   return links.Run(&sends, &recvs, "reducescatter (ring)");
 }
 
 Status RingAllgatherv(Links& links, const TcpOptions& options, const char* in, char* out,
                       const std::vector<size_t>& bytes_per_rank) {
   const int n = links.size(), rank = links.rank();
-  const size_t piece = PieceBytes(options, 1);
+  const size_t piece =
+      PieceBytes(options, 1, *std::max_element(bytes_per_rank.begin(), bytes_per_rank.end()));
   const std::vector<size_t> off = Offsets(bytes_per_rank);
   if (bytes_per_rank[rank] > 0 && in != out + off[rank]) {
     std::memmove(out + off[rank], in, bytes_per_rank[rank]);
@@ -243,14 +255,14 @@ Status RingAllgatherv(Links& links, const TcpOptions& options, const char* in, c
     }
   }
   sends[0].after = &recvs[0];
-  if (Balanced(bytes_per_rank, 0)) Pace(&sends[0], &recvs[0], options);
+  if (Balanced(bytes_per_rank, 0)) Pace(&sends[0], &recvs[0], options, piece);
   return links.Run(&sends, &recvs, "allgatherv (ring)");
 }
 
 Status ChainBroadcast(Links& links, const TcpOptions& options, char* buf, size_t bytes, int root) {
   const int n = links.size(), rank = links.rank();
   const int pos = Mod(rank - root, n);
-  const size_t piece = PieceBytes(options, 1);
+  const size_t piece = PieceBytes(options, 1, bytes);
   std::vector<RecvStream> recvs;
   std::vector<SendStream> sends;
   recvs.reserve(1);
@@ -270,7 +282,6 @@ Status PairwiseAlltoallv(Links& links, const TcpOptions& options, const char* in
                          const std::vector<size_t>& send_bytes, char* out,
                          const std::vector<size_t>& recv_bytes) {
   const int n = links.size(), rank = links.rank();
-  const size_t piece = PieceBytes(options, 1);
   const std::vector<size_t> soff = Offsets(send_bytes), roff = Offsets(recv_bytes);
   if (send_bytes[rank] > 0) std::memcpy(out + roff[rank], in + soff[rank], send_bytes[rank]);
   std::vector<SendStream> sends;
@@ -279,15 +290,18 @@ Status PairwiseAlltoallv(Links& links, const TcpOptions& options, const char* in
   recvs.reserve(static_cast<size_t>(n));
   for (int m = 0; m < n; ++m) {
     if (m == rank) continue;
+    // Each direction is cut by its own size, which both of its ends know.
     if (recv_bytes[m] > 0) {
       recvs.push_back(RecvFrom(m, links));
-      CutPieces(out + roff[m], recv_bytes[m], piece, &recvs.back().pieces);
+      CutPieces(out + roff[m], recv_bytes[m], PieceBytes(options, 1, recv_bytes[m]),
+                &recvs.back().pieces);
     }
     if (send_bytes[m] > 0) {
+      const size_t piece = PieceBytes(options, 1, send_bytes[m]);
       sends.push_back(SendTo(m, links));
       CutPieces(const_cast<char*>(in) + soff[m], send_bytes[m], piece, &sends.back().pieces);
       // Each pair is an exchange of its own: its pace depends on nothing else.
-      if (recv_bytes[m] > 0) Pace(&sends.back(), &recvs.back(), options);
+      if (recv_bytes[m] > 0) Pace(&sends.back(), &recvs.back(), options, piece);
     }
   }
   return links.Run(&sends, &recvs, "alltoallv");

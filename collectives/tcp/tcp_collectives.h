@@ -2,7 +2,8 @@
 // to collectives/tcp; TcpCommunicator validates arguments and calls these.
 //
 // Every function is collective over the links' members, REQUIRES size() >= 2, and returns
-// what Links::Run returns. Pieces are options.piece_bytes rounded down to whole elements.
+// what Links::Run returns. Pieces are at most options.piece_bytes, and at least
+// options.pieces_per_block per block (down to options.min_piece_bytes), whole elements.
 #ifndef HORA_COLLECTIVES_TCP_TCP_COLLECTIVES_H_
 #define HORA_COLLECTIVES_TCP_TCP_COLLECTIVES_H_
 

@@ -56,6 +56,11 @@ Status ValidateTcpOptions(const TcpOptions& o) {
   if (o.piece_bytes < 64) {
     return InvalidArgument("tcp: piece_bytes must be >= 64, got " + std::to_string(o.piece_bytes));
   }
+  if (o.pieces_per_block < 1) return InvalidArgument("tcp: pieces_per_block must be >= 1");
+  if (o.min_piece_bytes < 64) {
+    return InvalidArgument("tcp: min_piece_bytes must be >= 64, got " +
+                           std::to_string(o.min_piece_bytes));
+  }
   if (o.socket_buffer_bytes < 0) return InvalidArgument("tcp: socket_buffer_bytes must be >= 0");
   if (o.spin_us < 0) return InvalidArgument("tcp: spin_us must be >= 0");
   return Status::Ok();

@@ -32,8 +32,17 @@ struct TcpOptions {
   // With the pace below, 128 KiB pieces and a 256 KiB window moved 1, 4 and 64 MiB
   // allreduces between 2 netns hosts 15-25 % faster than 64 KiB and 96 KiB (the data plane's
   // median, alternated runs: docs/benchmarks-cross-host.md "Larger pieces"); 256 KiB pieces
-  // with the same window were bistable at 64 MiB.
+  // with the same window were bistable at 64 MiB. The largest piece: see the next two.
   size_t piece_bytes = 128 << 10;
+  // A ring's or a chain's stream is cut into at least this many pieces per block (a ring's
+  // per-member block, a chain's whole buffer), down to min_piece_bytes: with too few pieces
+  // a ring step cannot overlap. 4 netns hosts x 1 rank, 1 MiB (blocks of 256 KiB): 128 KiB
+  // pieces carried 0.68-0.71 GB/s busbw, 64 KiB pieces 0.93-1.08; at 4 x 2 ranks (8
+  // processes on 2 cores, blocks of 128 KiB) pieces of 32 KiB lost 10-25 % against 64 KiB.
+  // The window below shrinks with the piece (as many pieces in flight). Must agree on every
+  // rank.
+  size_t pieces_per_block = 4;
+  size_t min_piece_bytes = 64 << 10;
   // Allreduce of at most this many bytes: recursive doubling (log2 n rounds, whole buffer
   // each round: latency); above it, the ring (reduce-scatter then allgather, each byte
   // crosses 2(n-1)/n times: bandwidth). Also the ring when count < members.
@@ -52,8 +61,9 @@ struct TcpOptions {
   // many bytes are sent beyond what has arrived (transfer.h SendStream::pace); 0: no limit.
   // Bytes that wait in a socket cost more than bytes not yet sent: on 2 netns hosts a C probe's
   // exchange moved 4.6-4.9 GB/s each way with 128 KiB in flight, 1.6-1.7 without a limit
-  // (docs/benchmarks-cross-host.md "Paced exchanges"). Two pieces. A link whose
-  // bandwidth-delay product is larger (100 Gb/s and up, or a long round trip) wants it larger.
+  // (docs/benchmarks-cross-host.md "Paced exchanges"). Two pieces; for a stream of smaller
+  // pieces (pieces_per_block) the window is as many of those. A link whose bandwidth-delay
+  // product is larger (100 Gb/s and up, or a long round trip) wants it larger.
   size_t inflight_bytes = 256 << 10;
   // How long a stalled transfer keeps trying (yielding its core between tries) before it
   // sleeps in poll(), whose wake-up costs 25-60 us on the VMs measured; 0: sleep at once.

@@ -12,11 +12,14 @@ namespace hora {
 namespace testing {
 
 // Small pieces, three channels and the ring from 2 elements on: every striped, pipelined and
-// ring-wrapping path runs on the battery's small data.
+// ring-wrapping path runs on the battery's small data. Blocks under 3 x 4096 bytes are cut in
+// three (at least 256 bytes a piece), so streams of one collective differ in piece size.
 inline TcpOptions TinyPieces() {
   TcpOptions o;
   o.channels = 3;
   o.piece_bytes = 4096;
+  o.pieces_per_block = 3;
+  o.min_piece_bytes = 256;
   o.small_allreduce_bytes = 0;
   o.pair_doubling_bytes = 0;  // the ring at two members too
   o.inflight_bytes = 1000;    // paced in parts of a piece
