@@ -45,12 +45,12 @@ _IGNORED = {
     "--no-log-hide-timestamp": (False, "Hora's log lines carry no timestamp"),
 }
 
-# flag -> why horarun refuses it (a usage error naming the flag, rather than a job that
-# runs otherwise than the command line says)
+# flag -> (takes a value, why horarun refuses it: a usage error naming the flag, rather than
+# a job that runs otherwise than the command line says)
 _REFUSED = {
-    "--config-file": "Horovod's YAML settings file is not read; give the settings as "
-                     "horarun flags or HORA_* variables (docs/options.md)",
-    "--jsrun": "jsrun (LSF) does not start Hora jobs; use --mpi, -H or --hostfile",
+    "--config-file": (True, "Horovod's YAML settings file is not read; give the settings as "
+                            "horarun flags or HORA_* variables (docs/options.md)"),
+    "--jsrun": (False, "jsrun (LSF) does not start Hora jobs; use --mpi, -H or --hostfile"),
 }
 
 # horovodrun's other spellings of the flags above
@@ -99,8 +99,11 @@ def add_flags(parser):
             g.add_argument(*names, dest=_dest(flag), metavar="VALUE")
         else:
             g.add_argument(*names, dest=_dest(flag), action="store_true")
-    for flag in _REFUSED:
-        g.add_argument(flag, dest=_dest(flag), nargs="?", const=True, help=argparse.SUPPRESS)
+    for flag, (takes_value, _) in _REFUSED.items():
+        if takes_value:
+            g.add_argument(flag, dest=_dest(flag), help=argparse.SUPPRESS)
+        else:
+            g.add_argument(flag, dest=_dest(flag), action="store_true", help=argparse.SUPPRESS)
     e = parser.add_argument_group("elastic mode (horovodrun's elastic flags)")
     for flag, (dest, kind, nargs, text) in _ELASTIC.items():
         e.add_argument(flag, *_ALIASES.get(flag, []), dest="elastic_" + dest, type=kind,
@@ -116,8 +119,9 @@ def flag_env(args):
     """(the HORA_* variables of the horovodrun flags given, notes for stderr); raises
     ValueError for a bad value."""
     env, notes = {}, []
-    for flag, why in _REFUSED.items():
-        if getattr(args, _dest(flag)) is not None:
+    for flag, (_, why) in _REFUSED.items():
+        given = getattr(args, _dest(flag))
+        if given is not None and given is not False:
             raise ValueError("%s is not supported: %s" % (flag, why))
     for flag, (var, value) in _APPLY.items():
         given = getattr(args, _dest(flag))
