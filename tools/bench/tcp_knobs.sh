@@ -33,8 +33,8 @@ BIN="$PWD/bazel-bin/tools/bench/hora_allreduce_bench"
 . tools/bench/netns_hosts.sh
 netns_hosts tcp_knobs "${BENCH_NK_PREFIX:-hkn}" "${BENCH_NK_NET:-10.200.81}" 2
 read -r -a NAMES <<<"$NK_HOSTS"
-TIMELINE="$(mktemp -d)/timeline"
-trap 'rm -rf "$(dirname "$TIMELINE")"; NK_PREFIX="${BENCH_NK_PREFIX:-hkn}" NK_NET="${BENCH_NK_NET:-10.200.81}" "$KIT/teardown.sh" >/dev/null 2>&1 || true' EXIT
+# In the kit's state directory, which its teardown removes.
+TIMELINE="/tmp/netns-kit/state/${BENCH_NK_PREFIX:-hkn}/timeline"
 IFS=';' read -r -a SETTINGS <<<"$VARIANTS"
 [ "${VARIANTS: -1}" = ";" ] && SETTINGS+=("")
 echo "tcp_knobs: ${BYTES} bytes, 2 hosts x $PPN, $ROUNDS rounds; $(nproc) cores, load $(cut -d' ' -f1 /proc/loadavg)"
