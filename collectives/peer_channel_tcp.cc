@@ -288,10 +288,11 @@ class TcpPeerChannel final : public PeerChannel {
         if (fds[i].revents & POLLOUT) Flush(c, &e);
         if (fds[i].revents & (POLLIN | POLLHUP | POLLERR)) {
           lock.Unlock();  // reading writes outputs without the lock
-          if (std::string how = c->Read(&reader, scratch_, sizeof(scratch_)); !how.empty()) {
-            MutexLock relock(&mu_);
-            Lost(c, how, &e);
-          }
+          std::string how = c->Read(&reader, scratch_, sizeof(scratch_));
+          Run(&e);  // the recvs that completed wake their callers before the acknowledgements
+          MutexLock relock(&mu_);
+          if (!how.empty()) Lost(c, how, &e);
+          Answer(&e);
         }
       }
       {
@@ -382,8 +383,7 @@ class TcpPeerChannel final : public PeerChannel {
         ch_->match_.Refusal(c->peer, key,
                             Status(said.code(), "the sender refused it: " + c->text()), e_);
       } else {
-        ch_->match_.Arrived(c->id(), c->peer, key, e_);
-        ch_->Answer(e_);
+        ch_->match_.Arrived(c->id(), c->peer, key, e_);  // answered after the read (Loop)
       }
     }
 
