@@ -184,7 +184,18 @@ def send_recv_ring():
         hvd.recv(buf, prv)
         hvd.send(msg, nxt)
     check(torch.equal(buf, torch.full((7, 3), float(prv))), "blocking ring")
+    # a non-contiguous output receives through a contiguous copy, also when blocking
+    strided = torch.zeros(3, 7).t()
+    if me % 2 == 0:
+        hvd.send(msg, nxt)
+        hvd.recv(strided, prv)
+    else:
+        hvd.recv(strided, prv)
+        hvd.send(msg, nxt)
+    check(torch.equal(strided, torch.full((7, 3), float(prv))), "non-contiguous output")
     raises(hvd.HoraError, hvd.send, msg, me, contains="peer")
+    raises(TypeError, hvd.send, [1.0], nxt, contains="torch.Tensor")
+    raises(TypeError, hvd.recv, buf, True, contains="int rank")
 
 
 if __name__ == "__main__":
