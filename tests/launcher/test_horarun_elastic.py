@@ -1,6 +1,7 @@
 """horarun's elastic mode on one host (tools/launcher/horarun_elastic.py): bad combinations of
 the elastic flags are usage errors that start nothing; workers run to their end; every worker
-failing ends the job with the first failure's code. Across hosts:
+failing ends the job with the first failure's code, and so does a failure that blacklists the
+only host (the driver stops its other workers). Across hosts:
 tests/multihost/test_elastic_hosts.py."""
 
 from test_horarun import PY, horarun, rank_lines
@@ -30,4 +31,14 @@ def test_elastic_mode_on_one_host_runs_the_workers_to_their_end():
     assert "elastic: generation 0: 2 rank(s) on localhost" in err, err
     # Every worker failing: the first failure's code.
     rc, out, err, _ = horarun("-np", "2", "--min-np", "1", PY, "-c", "raise SystemExit(5)")
-    assert rc == 5 and "every worker failed; the first failure's code is 5" in err, err
+    assert rc == 5 and "the first failure's code is 5" in err, err
+    # A failure blacklists its host: the driver stops the other worker there (Horovod's rule),
+    # and the end names both.
+    rc, out, err, _ = horarun("-np", "2", "--min-np", "1", PY, "-c",
+                              "import os, time\n"
+                              "if os.environ['HORARUN_WORKER'] == '0': raise SystemExit(3)\n"
+                              "time.sleep(60)")
+    assert rc == 3, err
+    assert "host localhost blacklisted" in err, err
+    assert ("no worker is left: 1 failed, 1 stopped by the driver (their host was blacklisted "
+            "or is no longer offered); the first failure's code is 3") in err, err

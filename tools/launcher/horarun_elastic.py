@@ -238,6 +238,16 @@ class Driver:
                     self._stop(other)
         return changed
 
+    def _none_left(self):
+        """Why the job ends with no worker left and none finished."""
+        stopped = sum(1 for w in self.workers if w.result == "stopped")
+        code = self.first_failure or 1
+        if not stopped:
+            return "elastic: every worker failed; the first failure's code is %d" % code
+        return ("elastic: no worker is left: %d failed, %d stopped by the driver (their host "
+                "was blacklisted or is no longer offered); the first failure's code is %d" % (
+                    len(self.workers) - stopped, stopped, code))
+
     def _drop_vanished(self):
         hosts = {h for h, _ in self.offered}
         changed = False
@@ -300,9 +310,7 @@ class Driver:
             if not live and all(w.result is not None for w in self.workers):
                 if any(w.result == "done" for w in self.workers):
                     return self._finish(0)
-                return self._finish(self.first_failure or 1,
-                                    "elastic: every worker failed; the first failure's code "
-                                    "is %d" % (self.first_failure or 1))
+                return self._finish(self.first_failure or 1, self._none_left())
             finishing = any(w.result == "done" for w in self.workers)
             if finishing:
                 # No generation comes after a finished worker: those still waiting for one
