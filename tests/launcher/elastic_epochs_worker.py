@@ -1,7 +1,8 @@
 """An elastic training job written the way Horovod's own elastic scripts are, for
 test_elastic_scenarios.py: DistributedOptimizer under hvd.elastic.run with a TorchState, a
 commit after every batch, and after each epoch rank 0 appends one JSON line to --log (epoch,
-its first rank in the job, size, how many times train() began, host). --exit
+its first rank in the job, size, how many times train() began, host, and the rank horarun
+gave it at launch). --exit
 "EPOCH:START_RANK,..." makes the workers that started as those ranks raise at the first batch
 of EPOCH. --await-hosts makes rank 0 wait after the epochs listed for horarun's notice of a
 host change through Horovod's `state._host_messages.empty()`."""
@@ -30,8 +31,9 @@ if args.exit:
     exit_epoch, exit_ranks = int(epoch), {int(r) for r in ranks.split(",")}
 await_after = {int(e) for e in args.await_hosts.split(",") if e}
 
+launch_rank = int(os.environ["HOROVOD_RANK"])  # horarun's expectation when it started us
 hvd.init()
-start_rank = int(os.environ["HOROVOD_RANK"])  # set by hvd.init under horarun's elastic mode
+start_rank = int(os.environ["HOROVOD_RANK"])  # set again by hvd.init, from the generation
 host = os.environ["HOROVOD_HOSTNAME"]
 torch.manual_seed(0)
 model = torch.nn.Linear(4, 2)
@@ -58,7 +60,7 @@ def train(state):
             with open(args.log, "a") as f:
                 f.write(json.dumps({"epoch": state.epoch, "start_rank": start_rank,
                                     "size": hvd.size(), "rendezvous": state.rendezvous,
-                                    "host": host}) + "\n")
+                                    "host": host, "launch_rank": launch_rank}) + "\n")
             if state.epoch in await_after:
                 state._last_updated_timestamp = 0
                 deadline = time.monotonic() + 60

@@ -42,6 +42,10 @@ def run(tmp_path, schedule, flags, worker_args=()):
 
 
 def summary(epochs):
+    # Nothing changed between a worker's launch and its first generation in these scenarios:
+    # the rank horarun gave it at launch is the one it joined with.
+    for e in epochs:
+        assert e["launch_rank"] == e["start_rank"], e
     return [(e["epoch"], e["start_rank"], e["size"], e["rendezvous"], e["host"]) for e in epochs]
 
 

@@ -23,11 +23,15 @@ def test_bad_elastic_flags_are_usage_errors():
 def test_elastic_mode_on_one_host_runs_the_workers_to_their_end():
     # Workers that never call hvd.init: the driver starts them, they finish, exit 0.
     # HOROVOD_HOSTNAME is the host as the host list names it (Horovod's scripts key on it).
+    # Horovod's rank variables are set at launch, for the generation the worker will join.
     rc, out, err, _ = horarun("-np", "2", "--min-np", "1", "--elastic-timeout", "30", PY, "-c",
                               "import os; print('worker', os.environ['HORARUN_WORKER'], "
-                              "os.environ['HOROVOD_HOSTNAME'])")
+                              "os.environ['HOROVOD_HOSTNAME'], *(os.environ['HOROVOD_' + k] "
+                              "for k in ('RANK', 'SIZE', 'LOCAL_RANK', 'LOCAL_SIZE', "
+                              "'CROSS_RANK', 'CROSS_SIZE')))")
     assert rc == 0, err
-    assert rank_lines(out) == {0: ["worker 0 localhost"], 1: ["worker 1 localhost"]}, out
+    assert rank_lines(out) == {0: ["worker 0 localhost 0 2 0 2 0 1"],
+                               1: ["worker 1 localhost 1 2 1 2 0 1"]}, out
     assert "elastic: generation 0: 2 rank(s) on localhost" in err, err
     # Every worker failing: the first failure's code.
     rc, out, err, _ = horarun("-np", "2", "--min-np", "1", PY, "-c", "raise SystemExit(5)")

@@ -123,11 +123,17 @@ class Driver:
     def live(self):
         return [w for w in self.workers if w.result is None and w.stopping is None]
 
-    def _start_worker(self, host):
+    def _start_worker(self, host, expected):
         number = len(self.workers)
         info = self.hostinfo[host]
         env = dict(self.base_env if info["local"] else self.remote_env)
         env.update(self.common)
+        # Horovod's rank variables for the generation this worker is expected to join, as
+        # horovodrun's driver sets them when it starts a worker; hvd.init sets them again
+        # from the generation it does join (a host change in between may move it).
+        place = expected.assignment(str(number))
+        env.update({"HOROVOD_" + k.upper(): str(place[k]) for k in (
+            "rank", "size", "local_rank", "local_size", "cross_rank", "cross_size")})
         env.update({RENDEZVOUS_VAR: "%s:%d" % (info["rdv_addr"], self.rdv.port),
                     RENDEZVOUS_TOKEN_VAR: self.rdv.token, WORKER_VAR: str(number),
                     ELASTIC_TIMEOUT_VAR: "%g" % self.s.timeout,
@@ -147,14 +153,32 @@ class Driver:
 
     def _grow(self, limit):
         """Starts workers on free slots, at most `limit` in all; returns how many."""
-        started = 0
+        hosts = []
         for host, slots in self._usable():
             used = sum(1 for w in self.live() if w.host == host)
-            while used < slots and started < limit:
-                self._start_worker(host)
+            while used < slots and len(hosts) < limit:
+                hosts.append(host)
                 used += 1
-                started += 1
-        return started
+        expected = self._expected(hosts)
+        for host in hosts:
+            self._start_worker(host, expected)
+        return len(hosts)
+
+    def _expected(self, hosts):
+        """The generation that workers started now on `hosts` are expected to join: the live
+        workers and these, ordered as _publish will order them if nothing else changes."""
+        live = self.live()
+        ids = [w.id for w in live] + [str(len(self.workers) + i) for i in range(len(hosts))]
+        hostnames = {w.id: self.hostinfo[w.host]["hostname"] for w in live}
+        for i, host in enumerate(hosts):
+            hostnames[ids[len(live) + i]] = self.hostinfo[host]["hostname"]
+        return Generation(-1, self._order(ids), hostnames, "")
+
+    def _order(self, ids):
+        """Rank order of a next generation of the workers `ids` (order_members)."""
+        previous = [] if self.generation is None else [
+            (w, self.generation.hostnames[w]) for w in self.generation.workers]
+        return order_members(previous, set(ids), ids)
 
     def _stop(self, worker, sig=signal.SIGTERM):
         if worker.stopping is None:
@@ -168,11 +192,10 @@ class Driver:
         live = self.live()
         ids = [w.id for w in live]
         hostnames = {w.id: self.hostinfo[w.host]["hostname"] for w in live}
+        order = self._order(ids)
         if self.generation is None:
-            order, number = ids, 0
+            number = 0
         else:
-            prev = [(w, self.generation.hostnames[w]) for w in self.generation.workers]
-            order = order_members(prev, set(ids), ids)
             number = self.generation.number + 1
             if not set(self.generation.workers) & set(ids):
                 # horovodrun's driver ends the job here ("No hosts from previous set
