@@ -247,6 +247,33 @@ def send_recv_ring_and_batch():
 
 
 @case
+def send_recv_views_futures_and_a_size_mismatch():
+    if N < 2:
+        return
+    nxt, prv = (R + 1) % N, (R - 1) % N
+    # Views that are not contiguous: sent from a copy, received into one and copied back.
+    base = torch.zeros(4, 2)
+    got = base[:, 1]
+    sent = torch.arange(8, dtype=torch.float32).view(4, 2)[:, 0] + R
+    r = dist.irecv(got, src=prv)
+    s = dist.isend(sent, dst=nxt)
+    future = r.get_future()
+    check(s.wait() is True)
+    future.wait()
+    close(got, torch.arange(0, 8, 2, dtype=torch.float32) + prv)
+    close(base[:, 0], torch.zeros(4))
+    check(r.is_completed() and r.is_success() and s.is_success())
+    # A recv of another size than the send: both sides fail, naming both sizes.
+    if R == 0:
+        e = raises(dist.DistBackendError, dist.send, torch.zeros(3), 1)
+    elif R == 1:
+        e = raises(dist.DistBackendError, dist.recv, torch.zeros(5), 0)
+    if R < 2:
+        check("12" in str(e) and "20" in str(e), str(e))
+        check(("send to group rank 1" if R == 0 else "recv from group rank 0") in str(e), str(e))
+
+
+@case
 def wait_timeout_then_completion():
     if N < 2:
         return

@@ -19,7 +19,7 @@ import torch
 import torch.distributed as dist
 
 from .. import errors
-from . import mpi_ops
+from . import mpi_ops, p2p
 
 # torch 2.x names the error of a failed collective; older torch has only RuntimeError.
 DistBackendError = getattr(dist, "DistBackendError", RuntimeError)
@@ -54,15 +54,24 @@ class Work(dist.Work):
             if not self._finished:
                 self._finish_now()
 
-    def _finish_now(self):
+    def _collect(self):
+        """Waits for every handle: (their results, the first error or None)."""
         results, error = [], None
-        for h in self._handles:  # wait for every handle, keep the first error
+        for h in self._handles:
             try:
                 results.append(mpi_ops.synchronize(h))
             except BaseException as e:  # noqa: B902 - reported through wait() / the future
                 if error is None:
                     error = e
                 results.append(None)
+        return results, error
+
+    def _handles_done(self):
+        """True when waiting for the handles would not block."""
+        return all(mpi_ops.poll(h) for h in self._handles)
+
+    def _finish_now(self):
+        results, error = self._collect()
         if error is None:
             try:
                 self._outputs = self._finish(results)
@@ -94,7 +103,7 @@ class Work(dist.Work):
         if not self._lock.acquire(blocking=False):
             return
         try:
-            if not self._finished and all(mpi_ops.poll(h) for h in self._handles):
+            if not self._finished and self._handles_done():
                 self._finish_now()
         finally:
             self._lock.release()
@@ -148,6 +157,24 @@ class Work(dist.Work):
 
     def source_rank(self):
         return -1
+
+
+class PeerWork(Work):
+    """A send's or a recv's Work: the runtime's handles of p2p.submit, waited for and
+    released directly rather than through hora.torch's handle table (p2p.submit)."""
+
+    def _collect(self):
+        error = None
+        for h in self._handles:
+            try:
+                p2p.finished(h)
+            except BaseException as e:  # noqa: B902
+                if error is None:
+                    error = e
+        return None, error
+
+    def _handles_done(self):
+        return all(h.poll() for h in self._handles)
 
 
 # Orders a Work's finishing against the creation of its future, so the future is settled once.

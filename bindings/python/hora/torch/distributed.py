@@ -21,8 +21,9 @@ import torch.distributed.distributed_c10d as c10d
 from .. import core
 from . import collective_ops
 from . import mpi_ops
+from . import p2p
 from . import process_sets
-from .c10d_work import DistBackendError, Work, done  # noqa: F401 - DistBackendError re-exported
+from .c10d_work import DistBackendError, PeerWork, Work, done  # noqa: F401 - DistBackendError re-exported
 
 BACKEND = "hora"
 # How many calls of one signature a group names apart (and may have in flight) before it
@@ -367,15 +368,21 @@ class HoraProcessGroup(dist.ProcessGroup):
     # -- point to point --
     def send(self, tensors, dst, tag=0):
         peer = self._global(dst, "send")
-        handles = [mpi_ops.isend(t, peer, tag, process_set=self._set) for t in tensors]
-        return self._work("send to group rank %d (tag %d)" % (dst, tag), handles,
-                          lambda _: tensors)
+        submitted = [p2p.submit(t, peer, tag, self._set, True) for t in tensors]
+        return PeerWork("send to group rank %d (tag %d) (group %s)" % (dst, tag, self._name),
+                        [h for h, _ in submitted], lambda _: tensors)
 
     def recv(self, tensors, src, tag=0):
         peer = self._global(src, "recv")
-        handles = [mpi_ops.irecv(t, peer, tag, process_set=self._set) for t in tensors]
-        return self._work("recv from group rank %d (tag %d)" % (src, tag), handles,
-                          lambda _: tensors)
+        submitted = [p2p.submit(t, peer, tag, self._set, False) for t in tensors]
+
+        def finish(_):
+            for t, (_, c) in zip(tensors, submitted):
+                p2p.received(t, c)
+            return tensors
+
+        return PeerWork("recv from group rank %d (tag %d) (group %s)" % (src, tag, self._name),
+                        [h for h, _ in submitted], finish)
 
     def recv_anysource(self, tensors, tag=0):
         raise ValueError("the hora backend has no receive from any source: name the sender")

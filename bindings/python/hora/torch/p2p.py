@@ -8,10 +8,11 @@ from . import profiling as _profiling
 from .mpi_ops import _contig, _describe, _register, _set_id, _set_root, global_process_set
 
 
-def _submit(tensor, peer, tag, process_set, send):
+def submit(tensor, peer, tag, process_set, send):
     """(the runtime's handle, the contiguous tensor it reads or writes). The blocking calls
-    wait on the handle directly: a small transfer is a few tens of microseconds, and the
-    handle table's bookkeeping was a noticeable part of it."""
+    and the torch.distributed backend's Works (c10d_work.PeerWork) wait on the handle
+    directly: a small transfer is a few tens of microseconds, and the handle table's
+    bookkeeping was a noticeable part of it."""
     what = "isend" if send else "irecv"
     set_id = _set_id(process_set)
     if not isinstance(tensor, torch.Tensor):
@@ -20,19 +21,19 @@ def _submit(tensor, peer, tag, process_set, send):
         raise TypeError("%s: the peer must be an int rank" % what)
     set_peer = _set_root(set_id, peer)
     c = _contig(tensor)
-    submit = core.send_async if send else core.recv_async
-    return submit(_describe(c), set_peer, tag, keep=c, process_set=set_id), c
+    enqueue = core.send_async if send else core.recv_async
+    return enqueue(_describe(c), set_peer, tag, keep=c, process_set=set_id), c
 
 
-def _finished(h):
-    """Waits for a handle of _submit, then releases it (also when it failed)."""
+def finished(h):
+    """Waits for a handle of submit, then releases it (also when it failed)."""
     try:
         h.wait()
     finally:
         h.release()
 
 
-def _received(tensor, c):
+def received(tensor, c):
     if c is not tensor:
         with torch.no_grad():
             tensor.copy_(c)
@@ -43,27 +44,27 @@ def isend(tensor, dst, tag=0, process_set=global_process_set):
     """Starts sending `tensor` to global rank `dst` (a member of the set); returns a handle
     for poll()/synchronize(). The n-th send to dst with a tag matches dst's n-th recv from
     this rank with that tag."""
-    h, c = _submit(tensor, dst, tag, process_set, True)
+    h, c = submit(tensor, dst, tag, process_set, True)
     return _register([h], lambda hs: None, keep=c)
 
 
 def irecv(tensor, src, tag=0, process_set=global_process_set):
     """Starts receiving into `tensor` from global rank `src`; synchronize() returns it.
     dtype and element count must match the send."""
-    h, c = _submit(tensor, src, tag, process_set, False)
-    return _register([h], lambda hs: _received(tensor, c), keep=(c, tensor))
+    h, c = submit(tensor, src, tag, process_set, False)
+    return _register([h], lambda hs: received(tensor, c), keep=(c, tensor))
 
 
 def send(tensor, dst, tag=0, process_set=global_process_set):
     """Sends `tensor` to global rank `dst`; returns when the transfer is done."""
-    _finished(_submit(tensor, dst, tag, process_set, True)[0])
+    finished(submit(tensor, dst, tag, process_set, True)[0])
 
 
 def recv(tensor, src, tag=0, process_set=global_process_set):
     """Receives into `tensor` from global rank `src`; returns `tensor`."""
-    h, c = _submit(tensor, src, tag, process_set, False)
-    _finished(h)
-    return _received(tensor, c)
+    h, c = submit(tensor, src, tag, process_set, False)
+    finished(h)
+    return received(tensor, c)
 
 
 # torch.profiler ranges (profiling.py).
