@@ -174,25 +174,18 @@ def send_recv_ring():
         hvd.synchronize(r)
         want = (torch.arange(1000) % 2 if dtype == torch.bool else torch.arange(1000) + prv).to(dtype)
         check(torch.equal(got, want), "from %d as %s" % (prv, dtype))
-    # blocking send/recv: even ranks send first, odd ones receive first
+    # blocking send/recv: even ranks send first, odd ones receive first; a non-contiguous
+    # output receives through a contiguous copy
     msg = torch.full((7, 3), float(me))
     buf = torch.empty(7, 3)
-    if me % 2 == 0:
-        hvd.send(msg, nxt)
-        hvd.recv(buf, prv)
-    else:
-        hvd.recv(buf, prv)
-        hvd.send(msg, nxt)
-    check(torch.equal(buf, torch.full((7, 3), float(prv))), "blocking ring")
-    # a non-contiguous output receives through a contiguous copy, also when blocking
-    strided = torch.zeros(3, 7).t()
-    if me % 2 == 0:
-        hvd.send(msg, nxt)
-        hvd.recv(strided, prv)
-    else:
-        hvd.recv(strided, prv)
-        hvd.send(msg, nxt)
-    check(torch.equal(strided, torch.full((7, 3), float(prv))), "non-contiguous output")
+    for what, into in (("blocking ring", buf), ("non-contiguous output", torch.zeros(3, 7).t())):
+        if me % 2 == 0:
+            hvd.send(msg, nxt)
+            hvd.recv(into, prv)
+        else:
+            hvd.recv(into, prv)
+            hvd.send(msg, nxt)
+        check(torch.equal(into, torch.full((7, 3), float(prv))), what)
     raises(hvd.HoraError, hvd.send, msg, me, contains="peer")
     raises(TypeError, hvd.send, [1.0], nxt, contains="torch.Tensor")
     raises(TypeError, hvd.recv, buf, True, contains="int rank")
