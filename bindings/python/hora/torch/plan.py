@@ -10,7 +10,8 @@ stages cut by profile) for each micro-batch count M that divides the rows.
 Prediction, from measurements on this job:
 - compute: pipeline_balance.profile_modules of the model built for the layout's TP set on
   one DP rank's rows (G/dp; per micro-batch G/(dp M) for PP): the sum of forward and backward
-  per module, TP collectives inside the modules included;
+  per module, TP collectives inside the modules included; one profile per TP degree, model
+  and rows, shared by the layouts that run the same;
 - data parallel: the timed allreduce of the gradient bytes over the layout's DP set (ZeRO-1/2:
   a reducescatter and an allgather; ZeRO-3: those per module, plus its forward allgathers);
 - pipeline: M times the slowest stage's per-micro-batch time plus the other stages' once
@@ -126,7 +127,7 @@ def _profile_alone(grid, mods, sample, loss_fn):
     waits (the uncontended cost), sent to all."""
     rows = None
     if grid.dp_rank == 0 and grid.pp_rank == 0:
-        rows = profile_modules(mods, sample, warmup=1, repeats=3, loss_fn=loss_fn)
+        rows = profile_modules(mods, sample, warmup=1, repeats=5, loss_fn=loss_fn)
         t = torch.tensor([[cost(r), r["activation_bytes"]] for r in rows], dtype=torch.float64)
     else:
         t = torch.zeros(len(mods), 2, dtype=torch.float64)
@@ -142,6 +143,18 @@ def _host_bound(work, grid, measured):
     return per_host * work * share / cores
 
 
+def _profile(grid, mods, rows, batch, loss_fn, measured):
+    """_profile_alone of `rows` rows, measured once per TP degree, model and rows: layouts
+    that run the same modules on the same rows (DP with and without ZeRO; PP cut from the
+    same model) share one profile, so that their predictions differ only by what differs
+    between them, not by the noise of separate measurements (collective)."""
+    key = (grid.tp, rows, len(mods), _nbytes(p for m in mods for p in m.parameters()))
+    profiles = measured.setdefault("profiles", {})
+    if key not in profiles:
+        profiles[key] = _profile_alone(grid, mods, batch(rows), loss_fn)
+    return profiles[key]
+
+
 def predict(layout, factory, batch, loss_fn, global_batch, measured):
     """(seconds, bytes per rank) predicted for `layout` (collective)."""
     grid = make_grid(tp=layout.tp, pp=layout.pp)
@@ -152,7 +165,7 @@ def predict(layout, factory, batch, loss_fn, global_batch, measured):
     pbytes = _nbytes(model.parameters())
     dp = grid.dp
     if layout.pp == 1:
-        costs, acts = _profile_alone(grid, mods, batch(rows), loss_fn)
+        costs, acts = _profile(grid, mods, rows, batch, loss_fn, measured)
         work = sum(costs)
         compute = max(work, _host_bound(work, grid, measured))
         # what one step moves: stage 3 per module, stages 1/2 and DP the whole gradient
@@ -174,7 +187,7 @@ def predict(layout, factory, batch, loss_fn, global_batch, measured):
         stepped = pbytes // dp if layout.zero else pbytes
         return compute + comm + measured["opt"] * stepped, state + sum(acts)
     m = layout.micro_batches
-    costs, acts = _profile_alone(grid, mods, batch(rows // m), loss_fn)
+    costs, acts = _profile(grid, mods, rows // m, batch, loss_fn, measured)
     pb = [_nbytes(x.parameters()) for x in mods]
     balance = partition(costs, layout.pp)
     stages, a = [], 0
