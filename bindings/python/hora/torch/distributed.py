@@ -23,7 +23,8 @@ from . import collective_ops
 from . import mpi_ops
 from . import p2p
 from . import process_sets
-from .c10d_work import DistBackendError, PeerWork, Work, done  # noqa: F401 - DistBackendError re-exported
+# DistBackendError is re-exported.
+from .c10d_work import DistBackendError, PeerWork, Work, done  # noqa: F401
 
 BACKEND = "hora"
 # How many calls of one signature a group names apart (and may have in flight) before it
