@@ -164,14 +164,17 @@ class Driver:
             self._start_worker(host, expected)
         return len(hosts)
 
+    def _members(self, new_hosts=()):
+        """(worker ids, id -> hostname) of the live workers, then of workers about to be
+        started on `new_hosts` (the ids they will get)."""
+        placed = [(w.id, w.host) for w in self.live()]
+        placed += [(str(len(self.workers) + i), h) for i, h in enumerate(new_hosts)]
+        return [i for i, _ in placed], {i: self.hostinfo[h]["hostname"] for i, h in placed}
+
     def _expected(self, hosts):
         """The generation that workers started now on `hosts` are expected to join: the live
         workers and these, ordered as _publish will order them if nothing else changes."""
-        live = self.live()
-        ids = [w.id for w in live] + [str(len(self.workers) + i) for i in range(len(hosts))]
-        hostnames = {w.id: self.hostinfo[w.host]["hostname"] for w in live}
-        for i, host in enumerate(hosts):
-            hostnames[ids[len(live) + i]] = self.hostinfo[host]["hostname"]
+        ids, hostnames = self._members(hosts)
         return Generation(-1, self._order(ids), hostnames, "")
 
     def _order(self, ids):
@@ -189,9 +192,7 @@ class Driver:
     # -- generations ----------------------------------------------------------------------
 
     def _publish(self):
-        live = self.live()
-        ids = [w.id for w in live]
-        hostnames = {w.id: self.hostinfo[w.host]["hostname"] for w in live}
+        ids, hostnames = self._members()
         order = self._order(ids)
         if self.generation is None:
             number = 0
@@ -206,7 +207,7 @@ class Driver:
         self.generation = Generation(number, order, hostnames, secrets.token_hex(16))
         self.rdv.publish(self.generation)
         say("elastic: generation %d: %d rank(s) on %s" % (
-            number, len(order), ", ".join(sorted({w.host for w in live}))))
+            number, len(order), ", ".join(sorted({w.host for w in self.live()}))))
 
     # -- the loop -------------------------------------------------------------------------
 

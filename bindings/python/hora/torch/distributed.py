@@ -116,8 +116,8 @@ class HoraProcessGroup(dist.ProcessGroup):
                              % (what, group_rank, len(self._members)))
         return self._members[group_rank]
 
-    def _work(self, name, handles, finish):
-        return Work("%s (group %s)" % (name, self._name), handles, finish)
+    def _work(self, name, handles, finish, kind=Work):
+        return kind("%s (group %s)" % (name, self._name), handles, finish)
 
     # -- collectives --
     def allreduce(self, tensors, opts=None):
@@ -370,8 +370,8 @@ class HoraProcessGroup(dist.ProcessGroup):
     def send(self, tensors, dst, tag=0):
         peer = self._global(dst, "send")
         submitted = [p2p.submit(t, peer, tag, self._set, True) for t in tensors]
-        return PeerWork("send to group rank %d (tag %d) (group %s)" % (dst, tag, self._name),
-                        [h for h, _ in submitted], lambda _: tensors)
+        return self._work("send to group rank %d (tag %d)" % (dst, tag),
+                          [h for h, _ in submitted], lambda _: tensors, PeerWork)
 
     def recv(self, tensors, src, tag=0):
         peer = self._global(src, "recv")
@@ -382,8 +382,8 @@ class HoraProcessGroup(dist.ProcessGroup):
                 p2p.received(t, c)
             return tensors
 
-        return PeerWork("recv from group rank %d (tag %d) (group %s)" % (src, tag, self._name),
-                        [h for h, _ in submitted], finish)
+        return self._work("recv from group rank %d (tag %d)" % (src, tag),
+                          [h for h, _ in submitted], finish, PeerWork)
 
     def recv_anysource(self, tensors, tag=0):
         raise ValueError("the hora backend has no receive from any source: name the sender")

@@ -143,12 +143,12 @@ def _host_bound(work, grid, measured):
     return per_host * work * share / cores
 
 
-def _profile(grid, mods, rows, batch, loss_fn, measured):
+def _profile(grid, mods, pbytes, rows, batch, loss_fn, measured):
     """_profile_alone of `rows` rows, measured once per TP degree, model and rows: layouts
     that run the same modules on the same rows (DP with and without ZeRO; PP cut from the
     same model) share one profile, so that their predictions differ only by what differs
     between them, not by the noise of separate measurements (collective)."""
-    key = (grid.tp, rows, len(mods), _nbytes(p for m in mods for p in m.parameters()))
+    key = (grid.tp, rows, len(mods), pbytes)
     profiles = measured.setdefault("profiles", {})
     if key not in profiles:
         profiles[key] = _profile_alone(grid, mods, batch(rows), loss_fn)
@@ -165,7 +165,7 @@ def predict(layout, factory, batch, loss_fn, global_batch, measured):
     pbytes = _nbytes(model.parameters())
     dp = grid.dp
     if layout.pp == 1:
-        costs, acts = _profile(grid, mods, rows, batch, loss_fn, measured)
+        costs, acts = _profile(grid, mods, pbytes, rows, batch, loss_fn, measured)
         work = sum(costs)
         compute = max(work, _host_bound(work, grid, measured))
         # what one step moves: stage 3 per module, stages 1/2 and DP the whole gradient
@@ -187,7 +187,7 @@ def predict(layout, factory, batch, loss_fn, global_batch, measured):
         stepped = pbytes // dp if layout.zero else pbytes
         return compute + comm + measured["opt"] * stepped, state + sum(acts)
     m = layout.micro_batches
-    costs, acts = _profile(grid, mods, rows // m, batch, loss_fn, measured)
+    costs, acts = _profile(grid, mods, pbytes, rows // m, batch, loss_fn, measured)
     pb = [_nbytes(x.parameters()) for x in mods]
     balance = partition(costs, layout.pp)
     stages, a = [], 0
