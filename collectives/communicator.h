@@ -83,7 +83,9 @@ class Communicator {
   virtual Status Broadcast(void* buf, size_t bytes, int root) = 0;
 
   // out receives every rank's input, concatenated in rank order; rank r contributes
-  // bytes_per_rank[r] bytes (in points to bytes_per_rank[rank()] bytes).
+  // bytes_per_rank[r] bytes (in points to bytes_per_rank[rank()] bytes). In place: in may be
+  // this rank's own place in out (out + the bytes of the ranks before it); nothing is copied
+  // for it then.
   virtual Status Allgatherv(const void* in, void* out,
                             const std::vector<size_t>& bytes_per_rank) = 0;
 
@@ -93,7 +95,8 @@ class Communicator {
                            const std::vector<size_t>& recv_bytes) = 0;
 
   // in holds sum(counts) elements; out receives counts[rank()] elements: the op-reduction over
-  // all ranks of the slice of in that belongs to this rank (slices in rank order).
+  // all ranks of the slice of in that belongs to this rank (slices in rank order). In place:
+  // out may be that slice of in itself (no other overlap of in and out is allowed).
   virtual Status Reducescatter(const void* in, void* out, const std::vector<size_t>& counts,
                                DataType dtype, ReduceOp op) = 0;
 

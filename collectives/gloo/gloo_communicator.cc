@@ -235,11 +235,15 @@ Status GlooCommunicator::Allgatherv(const void* in, void* out,
     if (mine > 0 && in != out) std::memmove(out, in, mine);
     return Status::Ok();
   }
+  size_t before = 0;
+  for (int r = 0; r < rank(); ++r) before += bytes_per_rank[r];
+  const bool in_place = in == static_cast<const uint8_t*>(out) + before;
   return Run("allgatherv", total, [&] {
     static uint8_t empty = 0;  // a valid address for a zero-byte contribution
     uint8_t* src = mine > 0 ? static_cast<uint8_t*>(const_cast<void*>(in)) : &empty;
     gloo::AllgathervOptions opts(context_);
-    opts.setInput(src, mine);  // Gloo only reads the input
+    // Without an input Gloo gathers in place (this rank's part already in out).
+    if (!in_place) opts.setInput(src, mine);  // Gloo only reads the input
     opts.setOutput(static_cast<uint8_t*>(out), bytes_per_rank);
     opts.setTimeout(timeout_);
     gloo::allgatherv(opts);

@@ -119,12 +119,14 @@ class HierarchicalCommunicator : public Communicator {
 
  private:
   // One chunk of an allreduce: `count` elements at `offset` in the caller's buffer, sharded
-  // over the host's members; this member's shard is at `shard_offset` in shard_.
+  // over the host's members; this member's shard is its own slice of the chunk, at `shard`
+  // elements from the buffer's start: each phase works in place there (communicator.h), so
+  // the shard is never copied out of the buffer and back.
   struct Chunk {
     size_t offset = 0;
     size_t count = 0;
     std::vector<size_t> counts;  // per local member
-    size_t shard_offset = 0;
+    size_t shard = 0;
   };
 
   // Allreduce: reduce-scatter in the host, allreduce of this member's shard across hosts,
@@ -141,17 +143,15 @@ class HierarchicalCommunicator : public Communicator {
       per_chunk = std::max<size_t>(chunk_bytes_ / esize, static_cast<size_t>(members));
     }
     std::vector<Chunk> chunks;
-    size_t shard_total = 0;
     for (size_t at = 0; at < count; at += per_chunk) {
       Chunk c;
       c.offset = at;
       c.count = std::min(per_chunk, count - at);
       c.counts = ShardCounts(c.count, members);
-      c.shard_offset = shard_total;
-      shard_total += c.counts[mine];
+      c.shard = at;
+      for (size_t m = 0; m < mine; ++m) c.shard += c.counts[m];
       chunks.push_back(std::move(c));
     }
-    shard_.resize(shard_total * esize);
     auto* data = static_cast<uint8_t*>(buf);
     auto what = [&](const char* phase, size_t k) {
       std::string w = std::string("allreduce, ") + phase;
@@ -164,20 +164,18 @@ class HierarchicalCommunicator : public Communicator {
     ChunkPhases phases;
     phases.scatter = [&](size_t k) {
       const Chunk& c = chunks[k];
-      return Check(
-          local_->Reducescatter(data + c.offset * esize, shard_.data() + c.shard_offset * esize,
-                                c.counts, dtype, op),
-          *local_, what("host-local reducescatter", k));
+      return Check(local_->Reducescatter(data + c.offset * esize, data + c.shard * esize, c.counts,
+                                         dtype, op),
+                   *local_, what("host-local reducescatter", k));
     };
     phases.cross = [&](size_t k) {
       const Chunk& c = chunks[k];
-      return Check(
-          cross_->Allreduce(shard_.data() + c.shard_offset * esize, c.counts[mine], dtype, op),
-          *cross_, what("cross-host allreduce", k));
+      return Check(cross_->Allreduce(data + c.shard * esize, c.counts[mine], dtype, op), *cross_,
+                   what("cross-host allreduce", k));
     };
     phases.gather = [&](size_t k) {
       const Chunk& c = chunks[k];
-      uint8_t* shard = shard_.data() + c.shard_offset * esize;
+      uint8_t* shard = data + c.shard * esize;
       if (post != nullptr) ScaleInPlace(shard, c.counts[mine], dtype, *post);
       std::vector<size_t> bytes(c.counts.size());
       for (size_t i = 0; i < bytes.size(); ++i) bytes[i] = c.counts[i] * esize;
@@ -227,8 +225,6 @@ class HierarchicalCommunicator : public Communicator {
   const std::unique_ptr<Communicator> local_;  // this host's members
   const std::unique_ptr<Communicator> cross_;  // the members of this local index
   const std::unique_ptr<Communicator> flat_;   // every member
-  // Used by the driving thread only (and, during a chunked allreduce, by its helper).
-  std::vector<uint8_t> shard_;
   // The first failure or the Abort reason; OK while healthy.
   mutable Mutex mu_;
   Status error_ GUARDED_BY(mu_);

@@ -242,10 +242,15 @@ Status MpiCommunicator::Reducescatter(const void* in, void* out, const std::vect
   }
   std::vector<int> icounts, displs;
   HORA_RETURN_IF_ERROR(ToIntCounts(counts, "reducescatter", &icounts, &displs));
+  // MPI forbids out inside in; in place (out is this rank's slice of in) reduces into a copy.
+  const bool in_place = out == static_cast<const char*>(in) + displs[rank_] * elem;
+  std::vector<char> copy(in_place ? counts[rank_] * elem : 0);
   MPI_Request req = MPI_REQUEST_NULL;
-  int rc = MPI_Ireduce_scatter(in, out, icounts.data(), reduction.value().type,
-                               reduction.value().op, comm_, &req);
-  return Await(rc, req, "reducescatter", total * elem, Deadline());
+  int rc = MPI_Ireduce_scatter(in, in_place ? copy.data() : out, icounts.data(),
+                               reduction.value().type, reduction.value().op, comm_, &req);
+  HORA_RETURN_IF_ERROR(Await(rc, req, "reducescatter", total * elem, Deadline()));
+  if (!copy.empty()) std::memcpy(out, copy.data(), copy.size());
+  return Status::Ok();
 }
 
 Status MpiCommunicator::Barrier() {

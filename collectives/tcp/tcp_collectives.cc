@@ -214,9 +214,12 @@ Status RingReducescatter(Links& links, const TcpOptions& options, const char* in
   const int first = Mod(rank - 1, n);
   CutPieces(const_cast<char*>(in) + off[first], bytes[first], piece, &to.pieces);
   to.lag = to.pieces.size();
+  // In place (out is this member's slice of in): the last step's pieces still need that
+  // slice as the input they are reduced with, so they land in work and move to out at the end.
+  const bool in_place = out == in + off[rank];
   for (int j = 0; j < n - 1; ++j) {
     const int b = Mod(rank - j - 2, n);
-    char* dst = j == n - 2 ? out : work->data() + off[b];
+    char* dst = j == n - 2 && !in_place ? out : work->data() + off[b];
     const size_t before = from.pieces.size();
     CutPieces(dst, bytes[b], piece, &from.pieces);
     for (size_t i = before; i < from.pieces.size(); ++i) {
@@ -229,7 +232,9 @@ Status RingReducescatter(Links& links, const TcpOptions& options, const char* in
   };
   to.after = &from;
   if (Balanced(bytes, esize)) Pace(&to, &from, options, piece);
-  return links.Run(&sends, &recvs, "reducescatter (ring)");
+  HORA_RETURN_IF_ERROR(links.Run(&sends, &recvs, "reducescatter (ring)"));
+  if (in_place && bytes[rank] > 0) std::memcpy(out, work->data() + off[rank], bytes[rank]);
+  return Status::Ok();
 }
 
 Status RingAllgatherv(Links& links, const TcpOptions& options, const char* in, char* out,

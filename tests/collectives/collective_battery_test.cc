@@ -7,6 +7,7 @@
 #include <catch2/catch.hpp>
 #include <chrono>
 #include <cstdint>
+#include <cstring>
 #include <vector>
 
 #include "common/reduce.h"
@@ -99,6 +100,14 @@ TEST_CASE("allgatherv with uneven, zero and equal contributions", "[battery]") {
       RANK_OK(comm.Allgatherv(in.data(), out.data(), counts));
       RANK_EXPECT(CompareBytes(out.data(), want.data(), total,
                                "allgatherv total " + std::to_string(total)));
+      // In place (communicator.h): this rank's part already at its offset of the output.
+      size_t offset = 0;
+      for (int r = 0; r < comm.rank(); ++r) offset += counts[r];
+      std::vector<uint8_t> inplace(total, 0xEE);
+      if (!in.empty()) std::memcpy(inplace.data() + offset, in.data(), in.size());
+      RANK_OK(comm.Allgatherv(inplace.data() + offset, inplace.data(), counts));
+      RANK_EXPECT(CompareBytes(inplace.data(), want.data(), total,
+                               "in-place allgatherv total " + std::to_string(total)));
     }
     return "";
   });
@@ -171,6 +180,11 @@ TEST_CASE("reducescatter with uneven and even counts, every dtype and op", "[bat
           RANK_OK(comm.Reducescatter(in.data(), out.data(), counts, t, op));
           RANK_EXPECT(CompareBytes(out.data(), want.data(), out.size(),
                                    Label("reducescatter", t, op, total)));
+          // In place (communicator.h): the output is this rank's slice of the input.
+          std::vector<uint8_t> a = in;
+          RANK_OK(comm.Reducescatter(a.data(), a.data() + offset * es, counts, t, op));
+          RANK_EXPECT(CompareBytes(a.data() + offset * es, want.data(), counts[me] * es,
+                                   Label("reducescatter in place", t, op, total)));
         }
       }
     }

@@ -64,6 +64,12 @@ std::string ReducescatterCase(DataType t, ReduceOp op) {
     if (!s.ok()) return label + ": " + s.ToString();
     std::string e = Compare(out, want, label);
     if (!e.empty()) return e;
+    // In place (communicator.h): the output is this rank's slice of the input.
+    s = World().Reducescatter(in.data(), in.data() + offset * elem, counts, t, op);
+    if (!s.ok()) return label + " in place: " + s.ToString();
+    std::vector<uint8_t> got(in.begin() + offset * elem, in.begin() + (offset + counts[me]) * elem);
+    e = Compare(got, want, label + " in place");
+    if (!e.empty()) return e;
   }
   return "";
 }
