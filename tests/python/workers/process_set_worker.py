@@ -49,6 +49,29 @@ def sets_are_registered():
 
 
 @case
+def init_again_finds_its_sets_and_refuses_clones():
+    """As Horovod (its test_process_sets_static.py): a second hvd.init with sets of the same
+    ranks gives them the registered ids; a clone of the global set or of an earlier entry is
+    invalidated and init raises ValueError naming its entry, once the others are registered."""
+    even, odd = hvd.ProcessSet(EVEN.ranks), hvd.ProcessSet(ODD.ranks[::-1])
+    hvd.init(process_sets=[odd, even])
+    check((even.process_set_id, odd.process_set_id) == (EVEN.process_set_id, ODD.process_set_id),
+          "%s %s" % (even, odd))
+    ids = hvd.mpi_ops._basics._get_process_set_ids_and_ranks()
+    check(ids == {0: list(range(hvd.size())), EVEN.process_set_id: EVEN.ranks,
+                  ODD.process_set_id: ODD.ranks}, str(ids))
+    if hvd.size() > 1:
+        clone = hvd.ProcessSet(range(hvd.size()))
+        raises(ValueError, hvd.init, process_sets=[even, clone], contains="entry number 1")
+        check(clone.process_set_id is None and even.process_set_id == EVEN.process_set_id)
+        again = hvd.ProcessSet(EVEN.ranks)
+        raises(ValueError, hvd.init, process_sets=[even, again], contains="entry number 1")
+        check(again.process_set_id is None)
+    ps = mine()
+    check(hvd.allreduce(torch.ones(2), op=hvd.Sum, process_set=ps)[0].item() == len(ps.ranks))
+
+
+@case
 def collectives_on_my_set():
     ps = mine()
     members = ps.ranks

@@ -29,7 +29,11 @@ def init(comm=None, process_sets=None, deterministic=None):
     _core.init(deterministic=deterministic)
     _last_deterministic = deterministic
     _last_process_sets = [] if process_sets in (None, "dynamic") else list(process_sets)
-    _init_process_sets(_last_process_sets)
+    duplicate = _init_process_sets(_last_process_sets)
+    if duplicate is not None:  # as Horovod: raised once every set is registered (Hora runs)
+        raise ValueError("hora.torch.init: process_sets entry number %d is a duplicate of the "
+                         "global set or of an earlier entry: %s"
+                         % (duplicate, _last_process_sets[duplicate]))
 
 
 def last_deterministic():

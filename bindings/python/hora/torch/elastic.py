@@ -244,7 +244,8 @@ def _restart(driven):
     with the same static process sets in the same order and the same deterministic choice.
     Under the driver, a generation that cannot start (a member died meanwhile) is followed
     by the next one; the driver's --reset-limit bounds how many."""
-    sets = last_process_sets()
+    # The sets that were registered (a duplicate the first init refused stays out).
+    sets = [ps for ps in last_process_sets() if ps.process_set_id is not None]
     while True:
         try:
             shutdown()

@@ -60,19 +60,34 @@ global_process_set = ProcessSet([])
 global_process_set.process_set_id = 0
 
 
+def _get_process_set_ids_and_ranks():
+    """{id: ranks} of every registered set, the global one (0) included: what Horovod's
+    HorovodBasics._get_process_set_ids_and_ranks gives (its tests read it)."""
+    return {i: core.process_set_ranks(i) for i in core.process_set_ids()}
+
+
 def _init_process_sets(process_sets):
-    """hvd.init(process_sets=[...]): registers the sets in order (collective). A set whose
-    ranks are those of a set already registered (the global one included) is a clone and is
-    invalidated, as Horovod does."""
+    """hvd.init(process_sets=[...]): registers the sets in order (collective) and returns the
+    index of the first entry that is a duplicate, or None. As in Horovod, an entry whose ranks
+    are those of a set already registered takes that set's id (a second hvd.init with the same
+    list finds its sets), unless the global set or an earlier entry of the list has it: then
+    the entry is a clone, and is invalidated."""
     global_process_set.ranks = list(range(core.size()))
-    for ps in process_sets:
+    seen, duplicate = {0}, None
+    for i, ps in enumerate(process_sets):
         if not isinstance(ps, ProcessSet):
             raise ValueError("process_sets must be a list of hvd.ProcessSet, got %r" % (ps,))
-        known = {tuple(core.process_set_ranks(i)): i for i in core.process_set_ids()}
-        if tuple(ps.ranks) in known:
+        known = {tuple(core.process_set_ranks(j)): j for j in core.process_set_ids()}
+        set_id = known.get(tuple(ps.ranks))
+        if set_id is None:
+            set_id = core.process_set_add(ps.ranks, ps.cpu_operations)
+        if set_id in seen:
             ps._invalidate()
+            duplicate = i if duplicate is None else duplicate
             continue
-        ps.process_set_id = core.process_set_add(ps.ranks, ps.cpu_operations)
+        seen.add(set_id)
+        ps.process_set_id = set_id
+    return duplicate
 
 
 def add_process_set(process_set):
