@@ -279,7 +279,8 @@ void ClientImpl::Dispatch(CoordinatorMessage& message, const Status& converted) 
 
 void ClientImpl::FireAbort(const Status& status) {
   if (closing_.load() || abort_fired_.exchange(true)) return;
-  HORA_LOG_ERROR("rank {}: the job is aborted: {}", config_.rank, status.ToString());
+  // The abort's one line on this rank is the engine's ("job failed: ...", on_abort).
+  HORA_LOG_DEBUG("rank {}: the job is aborted: {}", config_.rank, status.ToString());
   if (callbacks_.on_abort) callbacks_.on_abort(status);
 }
 

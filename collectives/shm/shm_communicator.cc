@@ -183,7 +183,7 @@ Status ShmCommunicator::Healthy() {
                           " of this set failed: " + std::string(h->broken_reason)));
 }
 
-Status ShmCommunicator::Fail(Status s) {
+Status ShmCommunicator::Fail(Status s, bool report) {
   {
     MutexLock lock(&mu_);
     if (!error_.ok()) return error_;
@@ -199,14 +199,15 @@ Status ShmCommunicator::Fail(Status s) {
     h->broken.store(2, std::memory_order_release);
   }
   RingAll();
-  HORA_LOG_ERROR("shm communicator rank {}/{} is broken: {}", me_, n_, s.ToString());
+  if (report) HORA_LOG_ERROR("shm communicator rank {}/{} is broken: {}", me_, n_, s.ToString());
   return s;
 }
 
 void ShmCommunicator::Abort(const Status& reason) {
   // Fail records the sticky error and returns it for the callers that propagate it; Abort
-  // reports nothing (the next operation returns that error).
-  (void)Fail(reason.ok() ? Aborted("the shm communicator was aborted") : reason);
+  // returns nothing (the next operation returns that error) and logs nothing: whoever aborts
+  // has the reason and reports it once (the engine's "job failed"), as gloo's and mpi's do.
+  (void)Fail(reason.ok() ? Aborted("the shm communicator was aborted") : reason, false);
 }
 
 Status ShmCommunicator::CheckOp(DataType dtype, ReduceOp op, const char* what) {

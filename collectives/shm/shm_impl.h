@@ -111,7 +111,8 @@ class ShmCommunicator : public Communicator {
   void RingAll();                   // wakes every member
   // Records the first failure (sticky), marks the segment broken so every member fails too,
   // and wakes everyone. Returns the communicator's error (the first one).
-  Status Fail(Status s);
+  // `report`: log it (a failure found here); Abort's reason is its caller's to report.
+  Status Fail(Status s, bool report = true);
   Status Error() const;
   // Error(), or the failure another member recorded in the segment (which becomes this
   // member's error). Every operation starts with it.
