@@ -1,10 +1,11 @@
-// The allreduce check every backend's tests share: every dtype and op, small integer values
+// The checks every backend's tests share. Allreduce: every dtype and op, small integer values
 // (dtype_values.h) so that results are exact, compared byte for byte with the reference, with
-// a guard byte past the end of the buffer.
+// a guard byte past the end of the buffer. Allgatherv: into a separate output and in place.
 #ifndef HORA_TESTS_COLLECTIVES_ALLREDUCE_EXACT_H_
 #define HORA_TESTS_COLLECTIVES_ALLREDUCE_EXACT_H_
 
 #include <cstdint>
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -32,6 +33,32 @@ inline std::string AllreduceEveryDtypeAndOp(Communicator& comm, const std::vecto
       }
     }
   }
+  return "";
+}
+
+// Inside a RankBody: an allgatherv of rank r's counts[r] bytes (r * 17 + i), into a separate
+// output, then in place (communicator.h: this rank's part already at its offset of the
+// output); "" or the first failure.
+inline std::string AllgathervBothWays(Communicator& comm, const std::vector<size_t>& counts) {
+  size_t total = 0, offset = 0;
+  std::vector<uint8_t> want;
+  for (int r = 0; r < comm.size(); ++r) {
+    for (size_t i = 0; i < counts[r]; ++i) want.push_back(static_cast<uint8_t>(r * 17 + i));
+    if (r < comm.rank()) offset += counts[r];
+    total += counts[r];
+  }
+  std::vector<uint8_t> in(counts[comm.rank()]);
+  for (size_t i = 0; i < in.size(); ++i) in[i] = static_cast<uint8_t>(comm.rank() * 17 + i);
+  std::vector<uint8_t> out(total, 0xEE);
+  RANK_OK(comm.Allgatherv(in.data(), out.data(), counts));
+  RANK_EXPECT(
+      CompareBytes(out.data(), want.data(), total, "allgatherv total " + std::to_string(total)));
+  std::vector<uint8_t> inplace(total, 0xEE);
+  // (a rank with count 0 has in.data() == nullptr: memcpy of a null pointer is UB)
+  if (!in.empty()) std::memcpy(inplace.data() + offset, in.data(), in.size());
+  RANK_OK(comm.Allgatherv(inplace.data() + offset, inplace.data(), counts));
+  RANK_EXPECT(CompareBytes(inplace.data(), want.data(), total,
+                           "in-place allgatherv total " + std::to_string(total)));
   return "";
 }
 
