@@ -16,9 +16,10 @@ std::string RaiseOpenFileLimit(int64_t wanted) {
     return std::string("cannot read the open-file limit: ") + strerror(errno);
   }
   const rlim_t want = static_cast<rlim_t>(wanted);
-  if (lim.rlim_cur != RLIM_INFINITY && lim.rlim_cur < want) {
+  const rlim_t target = want * kOpenFilesHeadroom;
+  if (lim.rlim_cur != RLIM_INFINITY && lim.rlim_cur < target) {
     rlimit raised = lim;
-    raised.rlim_cur = lim.rlim_max == RLIM_INFINITY ? want : std::min(want, lim.rlim_max);
+    raised.rlim_cur = lim.rlim_max == RLIM_INFINITY ? target : std::min(target, lim.rlim_max);
     if (setrlimit(RLIMIT_NOFILE, &raised) == 0) lim = raised;
   }
   if (lim.rlim_cur == RLIM_INFINITY || lim.rlim_cur >= want) return "";

@@ -17,9 +17,17 @@ namespace hora {
 // data plane, mailbox) plus what the process itself uses.
 int64_t OpenFilesWanted(int ranks);
 
-// Raises the soft RLIMIT_NOFILE to at least `wanted` where the hard limit allows (never
-// lowers it). Returns "" when the soft limit now covers `wanted`, else a sentence naming both
-// limits and `ulimit -n` (the caller logs it).
+// How far beyond `wanted` RaiseOpenFileLimit goes. Headroom, not need: CI once saw rank 0's
+// accept fail with EMFILE at 1,024 ranks with the soft limit at 5,120, beside the netns tests,
+// where an idle run holds about 1,040 descriptors (not reproduced; probably clients whose
+// connection attempts timed out under load connecting again while rank 0 still held the
+// abandoned sockets). With Debian's gRPC the first EMFILE stops the listener for good: every
+// rank still to join then waits out its start timeout.
+constexpr int64_t kOpenFilesHeadroom = 4;
+
+// Raises the soft RLIMIT_NOFILE toward kOpenFilesHeadroom x `wanted` where the hard limit
+// allows (never lowers it). Returns "" when the soft limit now covers `wanted`, else a
+// sentence naming both limits and `ulimit -n` (the caller logs it).
 std::string RaiseOpenFileLimit(int64_t wanted);
 
 }  // namespace hora

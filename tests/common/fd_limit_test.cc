@@ -43,14 +43,18 @@ TEST_CASE("the soft limit is raised to what the job wants, within the hard limit
                  m.find("may need 5120") != std::string::npos &&
                  m.find("ulimit -n") != std::string::npos;
         }) == 0);
-  // Room under the hard limit: raised exactly to what is wanted, no message.
+  // Room under the hard limit: raised toward 4x what is wanted (headroom), to the hard limit
+  // here, no message.
   CHECK(InChild(256, 8192, [] {
-          return RaiseOpenFileLimit(OpenFilesWanted(1024)).empty() && Soft() == 5120;
+          return RaiseOpenFileLimit(OpenFilesWanted(1024)).empty() && Soft() == 8192;
         }) == 0);
+  CHECK(InChild(256, 8192, [] { return RaiseOpenFileLimit(1100).empty() && Soft() == 4400; }) == 0);
 }
 
-TEST_CASE("a soft limit above what is wanted is left as it is") {
-  CHECK(InChild(3000, 4096, [] { return RaiseOpenFileLimit(1100).empty() && Soft() == 3000; }) ==
+TEST_CASE("a soft limit above what is wanted still gets the headroom; above that it stays") {
+  CHECK(InChild(3000, 4096, [] { return RaiseOpenFileLimit(1100).empty() && Soft() == 4096; }) ==
+        0);
+  CHECK(InChild(5000, 8192, [] { return RaiseOpenFileLimit(1100).empty() && Soft() == 5000; }) ==
         0);
 }
 
