@@ -52,15 +52,7 @@ class UnsupportedDtypeError(errors.HoraInvalidArgumentError, TypeError):
 
 from .process_sets import (ProcessSet, global_process_set, _init_process_sets,  # noqa: E402,F401
                            add_process_set, remove_process_set, _set_id, _set_root, _set_size,
-                           _get_process_set_ids_and_ranks)
-
-
-class _Basics(object):
-    """hvd.mpi_ops._basics: the private HorovodBasics method Horovod's own tests read."""
-    _get_process_set_ids_and_ranks = staticmethod(_get_process_set_ids_and_ranks)
-
-
-_basics = _Basics()
+                           _basics)
 from . import unnamed  # noqa: E402 (blocking calls without a name)
 
 

@@ -66,6 +66,14 @@ def _get_process_set_ids_and_ranks():
     return {i: core.process_set_ranks(i) for i in core.process_set_ids()}
 
 
+class _Basics(object):
+    """hvd.mpi_ops._basics: the private HorovodBasics method Horovod's own tests read."""
+    _get_process_set_ids_and_ranks = staticmethod(_get_process_set_ids_and_ranks)
+
+
+_basics = _Basics()
+
+
 def _init_process_sets(process_sets):
     """hvd.init(process_sets=[...]): registers the sets in order (collective) and returns the
     index of the first entry that is a duplicate, or None. As in Horovod, an entry whose ranks
@@ -74,13 +82,13 @@ def _init_process_sets(process_sets):
     the entry is a clone, and is invalidated."""
     global_process_set.ranks = list(range(core.size()))
     seen, duplicate = {0}, None
+    known = {tuple(r): j for j, r in _get_process_set_ids_and_ranks().items()}
     for i, ps in enumerate(process_sets):
         if not isinstance(ps, ProcessSet):
             raise ValueError("process_sets must be a list of hvd.ProcessSet, got %r" % (ps,))
-        known = {tuple(core.process_set_ranks(j)): j for j in core.process_set_ids()}
         set_id = known.get(tuple(ps.ranks))
         if set_id is None:
-            set_id = core.process_set_add(ps.ranks, ps.cpu_operations)
+            set_id = known[tuple(ps.ranks)] = core.process_set_add(ps.ranks, ps.cpu_operations)
         if set_id in seen:
             ps._invalidate()
             duplicate = i if duplicate is None else duplicate
