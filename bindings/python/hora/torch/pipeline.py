@@ -114,7 +114,8 @@ class Pipeline(nn.Module):
 
     @classmethod
     def from_sequential(cls, seq, process_set=global_process_set, balance=None, sample=None,
-                        memory_limit=None, virtual_stages=1, loss_fn=None, **kwargs):
+                        memory_limit=None, virtual_stages=1, loss_fn=None, replicas=None,
+                        **kwargs):
         """The stage of an nn.Sequential cut for this rank. balance: None (as even as the
         module count allows), modules per stage, or "profile": every member times each
         module's forward and backward on `sample` (one micro-batch of the first stage's
@@ -126,7 +127,10 @@ class Pipeline(nn.Module):
         and gives stage s parts s, S+s, ....
         With "profile", `pipe.predicted_stage_s` holds each part's predicted forward +
         backward seconds per micro-batch and `pipe.profile` the agreed per-module rows
-        (forward_s, backward_s, loss_s, activation_bytes, parameter_bytes)."""
+        (forward_s, backward_s, loss_s, activation_bytes, parameter_bytes). With data
+        parallelism across pipelines, replicas=grid.dp_set (this stage's copies in the other
+        pipelines; every rank of the job calls this at once) makes every pipeline cut alike:
+        its profile then comes from that set's first member."""
         set_id = _set_id(process_set)
         n = _set_size(set_id)
         if not isinstance(virtual_stages, int) or virtual_stages < 1:
@@ -141,7 +145,7 @@ class Pipeline(nn.Module):
                 list(seq.children()), n * virtual_stages, sample, process_set,
                 micro_batches=kwargs.get("micro_batches", 1),
                 schedule=kwargs.get("schedule", "1f1b"), memory_limit=memory_limit,
-                loss_fn=loss_fn)
+                loss_fn=loss_fn, replicas=replicas)
         elif sample is not None or memory_limit is not None or loss_fn is not None:
             raise ValueError("Pipeline: sample=, memory_limit= and loss_fn= go with "
                              "balance='profile'")

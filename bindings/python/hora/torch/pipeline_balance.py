@@ -187,23 +187,35 @@ def partition(costs, stages, memory=None, memory_limit=None):
     return [bounds[k + 1] - bounds[k] for k in range(stages)]
 
 
-def agreed_profile(modules, sample, process_set, warmup=1, repeats=3, loss_fn=None):
+def _first_member(process_set):
+    """The set's first member, as a global rank (what broadcast's root is)."""
+    set_id = _set_id(process_set)
+    return 0 if set_id == 0 else core.process_set_ranks(set_id)[0]
+
+
+def agreed_profile(modules, sample, process_set, warmup=1, repeats=3, loss_fn=None,
+                   replicas=None):
     """profile_modules on every member of the set (collective), the times averaged over the
     set, then the first member's times and memory broadcast so that every member holds the
-    same numbers bit for bit (and cuts the same way)."""
+    same numbers bit for bit (and cuts the same way). replicas: this rank's set of the
+    pipelines' copies of its stage (data parallelism across pipelines); the numbers then come
+    from that set's first member, so that every pipeline cuts alike."""
     rows = profile_modules(modules, sample, warmup, repeats, loss_fn)
     t = torch.tensor([[r["forward_s"], r["backward_s"], r["loss_s"]] for r in rows],
                      dtype=torch.float64)
     t = allreduce(t, op=Average, name="pipeline.profile.times",
                   process_set=process_set)
-    set_id = _set_id(process_set)
-    root = 0 if set_id == 0 else core.process_set_ranks(set_id)[0]
+    root = _first_member(process_set)
     t = broadcast(t, root, name="pipeline.profile.agreed", process_set=process_set)
-    for r, (f, b, l) in zip(rows, t.tolist()):
-        r["forward_s"], r["backward_s"], r["loss_s"] = f, b, l
     m = torch.tensor([[r["activation_bytes"], r["parameter_bytes"]] for r in rows],
                      dtype=torch.int64)
     m = broadcast(m, root, name="pipeline.profile.memory", process_set=process_set)
+    if replicas is not None:
+        first = _first_member(replicas)
+        t = broadcast(t, first, name="pipeline.profile.replicas", process_set=replicas)
+        m = broadcast(m, first, name="pipeline.profile.replicas.memory", process_set=replicas)
+    for r, (f, b, l) in zip(rows, t.tolist()):
+        r["forward_s"], r["backward_s"], r["loss_s"] = f, b, l
     for r, (a, p) in zip(rows, m.tolist()):
         r["activation_bytes"], r["parameter_bytes"] = a, p
     return rows
@@ -218,12 +230,12 @@ def in_flight(schedule, stage, stages, micro_batches):
 
 
 def profile_balance(modules, stages, sample, process_set, micro_batches=1, schedule="1f1b",
-                    memory_limit=None, warmup=1, repeats=3, loss_fn=None):
+                    memory_limit=None, warmup=1, repeats=3, loss_fn=None, replicas=None):
     """The agreed profile (collective) and the balance it gives: (balance, per-stage predicted
     seconds of one micro-batch's forward + backward (+ the loss on the last), per-stage
     predicted bytes, the per-module rows of agreed_profile). The set's first member prints
     them once."""
-    rows = agreed_profile(modules, sample, process_set, warmup, repeats, loss_fn)
+    rows = agreed_profile(modules, sample, process_set, warmup, repeats, loss_fn, replicas)
     costs = [cost(r) for r in rows]
 
     def memory(a, b, s):
@@ -235,9 +247,7 @@ def profile_balance(modules, stages, sample, process_set, micro_batches=1, sched
         times.append(sum(costs[a:a + k]))
         mems.append(memory(a, a + k, s))
         a += k
-    set_id = _set_id(process_set)
-    first = 0 if set_id == 0 else core.process_set_ranks(set_id)[0]
-    if core.rank() == first:
+    if core.rank() == _first_member(process_set):
         sys.stderr.write(
             "hora: pipeline balance %s by profile; predicted forward+backward per micro-batch "
             "and stage: %s ms (even split by count would be %s ms); memory per stage %s KiB\n"
