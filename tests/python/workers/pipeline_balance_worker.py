@@ -102,6 +102,42 @@ def profile_separates_the_heavy_modules_and_every_rank_agrees():
     check(max(t) == max(t[heavy_stage], t[stage_of(b, HEAVY[1])]), "predicted %s" % t)
 
 
+class Slow(nn.Module):
+    """A Linear whose forward first sleeps `ms` (slow on some ranks only)."""
+
+    def __init__(self, ms):
+        super().__init__()
+        self.lin = nn.Linear(D, D)
+        self.ms = ms
+
+    def forward(self, x):
+        time.sleep(self.ms / 1e3)
+        return self.lin(x)
+
+
+@case
+def pipelines_of_a_grid_cut_alike_with_replicas():
+    """PP 2 x DP 2: the two pipelines time different modules as slow and cut differently;
+    with replicas=grid.dp_set every rank takes the first pipeline's profile and all cut alike
+    (else the DP optimizer over a stage's copies sees different parameters)."""
+    if hvd.size() != 4:
+        return
+    grid = hvd.make_grid(pp=2)
+    slow = 0 if grid.dp_rank == 0 else 3
+    seq = nn.Sequential(*[Slow(20 if i == slow else 0) for i in range(4)])
+    x = torch.randn(MICRO, D)
+
+    def cuts(**kwargs):
+        pipe = hvd.Pipeline.from_sequential(seq, grid.pp_set, balance="profile", sample=x,
+                                            micro_batches=M, **kwargs)
+        return {tuple(r) for r in hvd.allgather(torch.tensor([pipe.balance])).tolist()}
+
+    apart = cuts()
+    check(len(apart) == 2, "the premise: each pipeline cuts its own way, got %s" % apart)
+    alike = cuts(replicas=grid.dp_set)
+    check(len(alike) == 1, "the pipelines cut differently with replicas: %s" % alike)
+
+
 @case
 def profile_training_equals_one_process():
     for schedule in ("1f1b", "gpipe"):
