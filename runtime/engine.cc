@@ -91,7 +91,7 @@ Status Engine::Init() {
     BackgroundLoop();
   });
   if (!options_.timeline.empty()) {
-    Status s = StartTimeline(options_.timeline);
+    Status s = StartTimeline(options_.timeline, options_.timeline_mark_cycles);
     if (!s.ok()) return Status(s.code(), std::string(kEnvTimeline) + ": " + s.message());
   }
   HORA_LOG_INFO("ready: local rank {}/{}, cross rank {}/{}, cpu operations {}", self().local_rank,
@@ -214,7 +214,7 @@ void Engine::FailEverything(const Status& status) {
   for (const auto& [set, handle] : joins) handles_.Complete(handle, status);
 }
 
-Status Engine::StartTimeline(const std::string& path) {
+Status Engine::StartTimeline(const std::string& path, bool mark_cycles) {
   if (timeline_.on()) {
     return Status(Code::kFailedPrecondition,
                   "the timeline is already being written to '" + timeline_.path() + "'");
@@ -224,7 +224,7 @@ Status Engine::StartTimeline(const std::string& path) {
   const std::string file = TimelineRankPath(path, options_.rank);
   HORA_RETURN_IF_ERROR(timeline_.Start(
       file, options_.rank, "rank " + std::to_string(options_.rank) + " (" + self().hostname + ")",
-      offset.value()));
+      offset.value(), mark_cycles));
   HORA_LOG_INFO("timeline: writing {}", file);
   return Status::Ok();
 }

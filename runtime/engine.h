@@ -137,7 +137,7 @@ class Engine : private ProcessSetRuntime::Host {
   // offset first: a few round trips to the coordinator). Every rank is meant to call it (each
   // writes its own file); it does not wait for the others. FAILED_PRECONDITION when already
   // on. HORA_TIMELINE starts it at init. StopTimeline finishes the file; OK when off.
-  Status StartTimeline(const std::string& path);
+  Status StartTimeline(const std::string& path, bool mark_cycles);
   Status StopTimeline();
   const Timeline& timeline() const { return timeline_; }
 

@@ -72,8 +72,10 @@ void Engine::BackgroundLoop() {
 void Engine::OnPlan(PlanMessage plan) {
   Answered(plan);
   if (timeline_.on()) {
-    const int64_t now = TimelineNowUs();
-    for (const BucketPlan& b : plan.buckets) timeline_.Planned(b.process_set, b.seq, now);
+    std::vector<std::pair<int32_t, uint64_t>> buckets;
+    buckets.reserve(plan.buckets.size());
+    for (const BucketPlan& b : plan.buckets) buckets.emplace_back(b.process_set, b.seq);
+    timeline_.Planned(buckets, TimelineNowUs());
   }
   for (const TensorErrorNotice& e : plan.errors) {
     if (auto r = TakeRequest(e.id)) handles_.Complete(r->handle, e.status);

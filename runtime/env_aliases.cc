@@ -95,6 +95,7 @@ constexpr const char* kKnown[] = {
     "HORA_TLS_KEY",
     "HORA_TLS_CA",
     "HORA_TIMELINE",
+    "HORA_TIMELINE_MARK_CYCLES",
     "HORA_AUTOTUNE",
     "HORA_AUTOTUNE_LOG",
     "HORA_AUTOTUNE_WARMUP_SAMPLES",

@@ -127,6 +127,21 @@ Status ParseCount(const EnvLookup& env, std::initializer_list<const char*> names
   return Status::Ok();
 }
 
+// A flag under its Hora name or its Horovod alias: 1 or true sets it; unset, empty, 0 or false
+// leave it.
+Status ParseFlag(const EnvLookup& env, std::initializer_list<const char*> names, bool* out) {
+  const char* which = nullptr;
+  const char* v = FirstSet(env, names, &which);
+  if (v == nullptr) return Status::Ok();
+  const std::string s = v;
+  if (s == "1" || s == "true") {
+    *out = true;
+  } else if (!(s.empty() || s == "0" || s == "false")) {
+    return InvalidArgument(std::string(which) + "='" + s + "' is not 0, 1, true or false");
+  }
+  return Status::Ok();
+}
+
 // HORA_HIERARCHICAL_ALLREDUCE / HOROVOD_HIERARCHICAL_ALLREDUCE: 1 takes the hierarchical
 // backend for every set it can serve, 0 never lets "auto" take it. The knob names that
 // backend, so this is the one place above collectives/ that spells it; it only rewrites the
@@ -151,14 +166,7 @@ Status ParseDiagnosis(const EnvLookup& env, Options* o);
 
 Status ParseAutotune(const EnvLookup& env, Options* o) {
   const char* which = nullptr;
-  if (const char* v = FirstSet(env, {kEnvAutotune, kEnvHorovodAutotune}, &which); v != nullptr) {
-    const std::string s = v;
-    if (s == "1" || s == "true") {
-      o->autotune = true;
-    } else if (!(s.empty() || s == "0" || s == "false")) {
-      return InvalidArgument(std::string(which) + "='" + s + "' is not 0, 1, true or false");
-    }
-  }
+  HORA_RETURN_IF_ERROR(ParseFlag(env, {kEnvAutotune, kEnvHorovodAutotune}, &o->autotune));
   if (const char* v = FirstSet(env, {kEnvAutotuneLog, kEnvHorovodAutotuneLog}, &which)) {
     o->autotune_log = v;
   }
@@ -248,6 +256,8 @@ Status ParseRest(const EnvLookup& env, Options* o) {
   if (const char* v = FirstSet(env, {kEnvTimeline, kEnvHorovodTimeline}, &timeline_var)) {
     o->timeline = v;
   }
+  HORA_RETURN_IF_ERROR(ParseFlag(env, {kEnvTimelineMarkCycles, kEnvHorovodTimelineMarkCycles},
+                                 &o->timeline_mark_cycles));
   HORA_RETURN_IF_ERROR(ParseAutotune(env, o));
   HORA_RETURN_IF_ERROR(ParseDiagnosis(env, o));
   if (o->tls_cert.empty() != o->tls_key.empty()) {
@@ -382,6 +392,7 @@ std::string Options::Describe() const {
     << " host_relay=" << host_relay << " deterministic=" << (deterministic ? "on" : "off")
     << " gpu_operations=" << gpu_operations << " tls=" << (tls_cert.empty() ? "off" : "on")
     << " timeline=" << (timeline.empty() ? "off" : timeline)
+    << (timeline_mark_cycles ? " (cycles marked)" : "")
     << " autotune=" << (autotune ? "on" : "off");
   if (autotune) {
     s << " (log=" << (autotune_log.empty() ? "none" : autotune_log)

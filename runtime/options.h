@@ -56,6 +56,8 @@ constexpr const char kEnvTlsKey[] = "HORA_TLS_KEY";
 constexpr const char kEnvTlsCa[] = "HORA_TLS_CA";
 constexpr const char kEnvTimeline[] = "HORA_TIMELINE";
 constexpr const char kEnvHorovodTimeline[] = "HOROVOD_TIMELINE";
+constexpr const char kEnvTimelineMarkCycles[] = "HORA_TIMELINE_MARK_CYCLES";
+constexpr const char kEnvHorovodTimelineMarkCycles[] = "HOROVOD_TIMELINE_MARK_CYCLES";
 constexpr const char kEnvAutotune[] = "HORA_AUTOTUNE";
 constexpr const char kEnvHorovodAutotune[] = "HOROVOD_AUTOTUNE";
 constexpr const char kEnvAutotuneLog[] = "HORA_AUTOTUNE_LOG";
@@ -151,8 +153,10 @@ struct Options {
   int64_t max_message_bytes = kDefaultMaxMessageBytes;  // HORA_MAX_MESSAGE_BYTES (control plane)
   std::string tls_cert, tls_key, tls_ca;                // HORA_TLS_CERT / _KEY / _CA (PEM files)
   // HORA_TIMELINE (else HOROVOD_TIMELINE): write the timeline from init on; each rank writes
-  // its own file (runtime/timeline.h: "t.json" -> "t.rank3.json"). "" = off.
+  // its own file (runtime/timeline.h: rank 0 "t.json", rank 3 "t.rank3.json"). "" = off.
   std::string timeline;
+  // HORA_TIMELINE_MARK_CYCLES (else HOROVOD_): CYCLE_START instants in the timeline.
+  bool timeline_mark_cycles = false;
 
   // HORA_AUTOTUNE (else HOROVOD_AUTOTUNE) = 1: rank 0's coordinator tunes the fusion threshold
   // and cycle time during the first steps (coordinator/autotuner.h, docs/autotune.md). A

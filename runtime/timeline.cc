@@ -1,5 +1,6 @@
 #include "runtime/timeline.h"
 
+#include <cctype>
 #include <cerrno>
 #include <cstring>
 
@@ -17,7 +18,9 @@ constexpr int kFirstTensorTrack = 1000000;  // tensors, in order of first sight
 // The writer wakes for a batch of this many records, or this long after the first record
 // of a batch, whichever comes first: a record costs its producer no wake-up of another thread.
 constexpr size_t kBatchRecords = 1024;
-constexpr std::chrono::milliseconds kBatchWait(200);
+// 50 ms: a job's last events are in the file soon after its last wait returns (Horovod's
+// timeline test reads it 100 ms later), at 20 wake-ups a second at most.
+constexpr std::chrono::milliseconds kBatchWait(50);
 
 void AppendEscaped(std::string* out, const std::string& s) {
   for (char c : s) {
@@ -59,9 +62,27 @@ std::string Kv(const char* key, const std::string& v) {
   return std::string("\"") + key + "\":" + Quoted(v);
 }
 
+std::string Upper(const char* s) {
+  std::string out;
+  for (; *s != '\0'; ++s) out += static_cast<char>(std::toupper(static_cast<unsigned char>(*s)));
+  return out;
+}
+
+// Horovod's name of the data-plane call: the backend's name up to its first character that is
+// not a letter or digit ("steady:shm" -> "STEADY"), "_", the operation.
+std::string DataPlaneName(const std::string& backend, const std::string& op) {
+  std::string name;
+  for (char c : backend) {
+    if (!std::isalnum(static_cast<unsigned char>(c))) break;
+    name += static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+  }
+  return (name.empty() ? "DATA" : name) + "_" + op;
+}
+
 }  // namespace
 
 std::string TimelineRankPath(const std::string& path, int rank) {
+  if (rank == 0) return path;
   const std::string tag = ".rank" + std::to_string(rank);
   const std::string ext = ".json";
   if (path.size() > ext.size() && path.compare(path.size() - ext.size(), ext.size(), ext) == 0) {
@@ -81,7 +102,7 @@ std::string Timeline::path() const {
 }
 
 Status Timeline::Start(const std::string& path, int rank, const std::string& label,
-                       int64_t clock_offset_us) {
+                       int64_t clock_offset_us, bool mark_cycles) {
   MutexLock serial(&start_mu_);
   {
     MutexLock lock(&mu_);
@@ -98,6 +119,7 @@ Status Timeline::Start(const std::string& path, int rank, const std::string& lab
   file_ = f;
   rank_ = rank;
   offset_us_ = clock_offset_us;
+  mark_cycles_ = mark_cycles;
   first_event_ = true;
   out_ = "[\n";
   submitted_.clear();
@@ -162,10 +184,11 @@ void Timeline::Submitted(int64_t handle, const TensorSpec& spec, int64_t at_us) 
   if (++pending_records_ == 1 || pending_records_ == kBatchRecords) cv_.NotifyOne();
 }
 
-void Timeline::Planned(int32_t process_set, uint64_t seq, int64_t at_us) {
+void Timeline::Planned(const std::vector<std::pair<int32_t, uint64_t>>& buckets, int64_t at_us) {
   MutexLock lock(&mu_);
   if (!open_) return;
-  pending_.planned.push_back({{process_set, seq}, at_us});
+  for (const auto& key : buckets) pending_.planned.push_back({key, at_us});
+  pending_.plans.push_back(at_us);
   if (++pending_records_ == 1 || pending_records_ == kBatchRecords) cv_.NotifyOne();
 }
 
@@ -217,6 +240,9 @@ void Timeline::Write(Pending* batch) {
     submitted_[s.handle] = Tensor{TrackOf(s.process_set, s.name), s.at_us, std::move(s.name)};
   }
   for (const auto& [key, at] : batch->planned) planned_[key] = at;
+  if (mark_cycles_) {
+    for (int64_t at : batch->plans) Instant("CYCLE_START", kStepsTrack, at, "p");
+  }
   for (const TimelineBucket& b : batch->buckets) WriteBucket(b);
   for (const DiagnosisNote& d : batch->diagnoses) {
     if (!diagnosis_track_) {
@@ -260,8 +286,11 @@ void Timeline::WriteBucket(const TimelineBucket& b) {
              Kv("name", "set " + std::to_string(b.process_set) + " buckets"));
     Metadata("thread_sort_index", set_tid, Kv("sort_index", set_tid));
   }
-  const std::string op =
+  const std::string collective =
       std::string(CollectiveName(b.collective)) + (b.inline_reduced ? " (inline)" : "");
+  const std::string op = Upper(CollectiveName(b.collective));
+  const std::string negotiate = "NEGOTIATE_" + op;
+  const std::string data_plane = DataPlaneName(b.backend, op);
   // A steady bucket's seq counts the set's steady instances, apart from the coordinator's:
   // "steady" tells the report the two apart.
   const std::string bucket = Kv("process_set", b.process_set) + "," +
@@ -278,6 +307,15 @@ void Timeline::WriteBucket(const TimelineBucket& b) {
   const int64_t coll_done = b.collective_done_us > 0 ? b.collective_done_us : coll;
   const int64_t unpacked = b.unpacked_us > 0 ? b.unpacked_us : coll_done;
   const int64_t done = b.completed_us > 0 ? b.completed_us : unpacked;
+  if (b.steady && mark_cycles_) Instant("CYCLE_START", kStepsTrack, start, "p");
+
+  // The copies and the data-plane call, nested in a span of the bucket's or the tensor's.
+  auto phases = [&](int tid) {
+    if (b.inline_reduced) return;
+    if (coll > start) Event("MEMCPY_IN_FUSION_BUFFER", tid, start, coll, "");
+    Event(data_plane.c_str(), tid, coll, coll_done, "");
+    if (unpacked > coll_done) Event("MEMCPY_OUT_FUSION_BUFFER", tid, coll_done, unpacked, "");
+  };
 
   // The bucket's own track: its span with the phases nested.
   std::string names = "[";
@@ -287,31 +325,22 @@ void Timeline::WriteBucket(const TimelineBucket& b) {
   }
   names += "]";
   Event("bucket", set_tid, start, done,
-        common + "," + Kv("collective", op) + ",\"names\":" + names);
-  if (!b.inline_reduced) {
-    if (coll > start) Event("pack", set_tid, start, coll, "");
-    Event(op.c_str(), set_tid, coll, coll_done, "");
-    if (unpacked > coll_done) Event("unpack", set_tid, coll_done, unpacked, "");
-  }
+        common + "," + Kv("collective", collective) + ",\"names\":" + names);
+  phases(set_tid);
 
   for (const TimelineBucket::Tensor& t : b.tensors) {
     auto it = submitted_.find(t.handle);
     if (it == submitted_.end()) continue;  // submitted before the timeline started
     const Tensor& tensor = it->second;
     const int64_t got_plan = planned_us > 0 ? planned_us : start;
-    Event("negotiate", tensor.tid, tensor.at_us, got_plan,
+    Event(negotiate.c_str(), tensor.tid, tensor.at_us, got_plan,
           Kv("last_rank", t.last_rank) + "," + Kv("lag_us", t.lag_us) + "," +
-              Kv("wait_us", t.wait_us) + "," + bucket + Kv("collective", op) + "," +
+              Kv("wait_us", t.wait_us) + "," + bucket + Kv("collective", collective) + "," +
               Kv("bytes", t.bytes));
-    if (b.inline_reduced) {
-      Event(op.c_str(), tensor.tid, got_plan, done, common + "," + Kv("bytes", t.bytes));
-    } else {
-      if (start > got_plan) Event("queue", tensor.tid, got_plan, start, "");
-      if (coll > start) Event("pack", tensor.tid, start, coll, "");
-      Event(op.c_str(), tensor.tid, coll, coll_done, common + "," + Kv("bytes", t.bytes));
-      if (unpacked > coll_done) Event("unpack", tensor.tid, coll_done, unpacked, "");
-    }
-    Instant("done", tensor.tid, done);
+    Event(op.c_str(), tensor.tid, got_plan, done,
+          common + "," + Kv("collective", collective) + "," + Kv("bytes", t.bytes));
+    if (!b.inline_reduced && start > got_plan) Event("QUEUE", tensor.tid, got_plan, start, "");
+    phases(tensor.tid);
     submitted_.erase(it);
   }
 }

@@ -1,33 +1,41 @@
 // The timeline: where this rank's time goes, as Chrome trace events (chrome://tracing and
 // Perfetto open the file; tools/timeline merges the ranks' files and writes a straggler report).
 //
-// Every rank writes its own file. Per tensor (one track per tensor name) the phases follow each
+// Every rank writes its own file: rank 0 the path it was given (where Horovod's one timeline
+// is), rank r > 0 the path with ".rank<r>" (TimelineRankPath). Events carry Horovod's names, so
+// that its users' tools read them. Per tensor (one track per tensor name) the phases follow each
 // other on the same track:
-//   negotiate   submission until this rank got the plan, i.e. until every rank had submitted
-//               it; args: the rank that came last (global), how long after the first rank it
-//               came (lag_us) and how long this rank waited for it (wait_us), both as the
-//               coordinator saw the arrivals.
-//   queue       plan received until the set's executor started the bucket.
-//   pack        taking the requests and packing the fusion buffer (prescale included).
-//   <collective> the data-plane call ("allreduce", ...; "allreduce (inline)" when the
-//               coordinator reduced it); args: backend, bucket bytes, process set, bucket seq.
-//   unpack      copying out of the fusion buffer (postscale included).
-//   done        (an instant) the handles complete: the framework's wait returns.
+//   NEGOTIATE_<OP>  submission until this rank got the plan, i.e. until every rank had
+//               submitted it (<OP>: ALLREDUCE, ALLGATHER, BROADCAST, ...); args: the rank that
+//               came last (global), how long after the first rank it came (lag_us) and how
+//               long this rank waited for it (wait_us), both as the coordinator saw the
+//               arrivals.
+//   <OP>        plan received until the handles complete (the framework's wait returns); args:
+//               backend, bucket bytes, process set, bucket seq. Nested in it:
+//     QUEUE                     plan received until the set's executor started the bucket;
+//     MEMCPY_IN_FUSION_BUFFER   taking the requests and packing the fusion buffer (prescale);
+//     <BACKEND>_<OP>            the data-plane call (GLOO_ALLREDUCE, SHM_ALLREDUCE, ...; none
+//                               when the coordinator reduced the bucket inline);
+//     MEMCPY_OUT_FUSION_BUFFER  copying out of the fusion buffer (postscale).
 // A track "diagnosis" (rank 0's file) holds an instant, global in scope, for each diagnosis
 // round (coordinator/service_diagnose.cc): args "summary" (the message rank 0 logged) and
 // "report" (the whole text, as written to HORA_DIAGNOSE_FILE).
 // Per process set a track "set N buckets" holds one span per bucket (its tensors, bytes,
-// backend) with pack / collective / unpack nested. A track "steps" marks the job's steps: a
-// step starts each time the first tensor name this timeline saw (in the global set) is
-// submitted again. Timestamps are microseconds on the coordinator's steady clock: each rank
-// adds its offset (measured when the timeline starts, see CoordinatorClient::ClockOffsetUs), so
-// the ranks' events line up. pid = global rank.
+// backend) with the copies and the data-plane call nested. A track "steps" marks the job's
+// steps: a step starts each time the first tensor name this timeline saw (in the global set)
+// is submitted again. With mark_cycles (HORA_TIMELINE_MARK_CYCLES) it also holds an instant
+// CYCLE_START for each plan this rank received (the coordinator's cycle that planned it) and
+// each bucket it ran on the steady path (a round of agreement without the coordinator).
+//
+// Timestamps are microseconds on the coordinator's steady clock: each rank adds its offset
+// (measured when the timeline starts, see CoordinatorClient::ClockOffsetUs), so the ranks' events
+// line up. pid = global rank.
 //
 // Cost: when off, every hook is one relaxed atomic load and a branch at the call site
 // (`if (timeline.on())`). When on, a hook takes a lock and appends a small record; the writer
 // thread turns them into JSON and writes them, so formatting and I/O never run on the
 // framework's or the executors' threads. The writer wakes once per batch (1024 records, or
-// 200 ms after a batch's first record), so the file lags the job by up to that much.
+// 50 ms after a batch's first record), so the file lags the job by up to that much.
 //
 // Thread safety: every method may be called from any thread. Start and Stop are serialized
 // with each other. Records that arrive while the timeline is off are dropped.
@@ -60,8 +68,8 @@ inline int64_t TimelineNowUs() {
       .count();
 }
 
-// The file rank `rank` writes for HORA_TIMELINE=path: "t.json" -> "t.rank3.json", other names
-// get ".rank3" appended.
+// The file rank `rank` writes for HORA_TIMELINE=path: rank 0 the path itself; others "t.json"
+// -> "t.rank3.json", other names with ".rank3" appended.
 std::string TimelineRankPath(const std::string& path, int rank);
 
 // One bucket as it ran on this rank, recorded as its handles are about to complete.
@@ -99,10 +107,10 @@ class Timeline {
 
   // Starts writing to `path` (this rank's own file, truncated). clock_offset_us: the
   // coordinator's clock minus ours. label names the process in the trace ("rank 1 (host a)").
-  // FAILED_PRECONDITION when already on; INVALID_ARGUMENT naming the path when it cannot be
-  // opened.
-  Status Start(const std::string& path, int rank, const std::string& label,
-               int64_t clock_offset_us);
+  // mark_cycles: write CYCLE_START instants (above). FAILED_PRECONDITION when already on;
+  // INVALID_ARGUMENT naming the path when it cannot be opened.
+  Status Start(const std::string& path, int rank, const std::string& label, int64_t clock_offset_us,
+               bool mark_cycles = false);
   // Writes what was recorded, closes the JSON array and the file. OK when already off.
   Status Stop();
   bool on() const { return on_.load(std::memory_order_relaxed); }
@@ -111,8 +119,8 @@ class Timeline {
   // Hooks (call when on(); they drop the record if the timeline stopped meanwhile).
   // A tensor was submitted on this rank (before it could be announced).
   void Submitted(int64_t handle, const TensorSpec& spec, int64_t at_us);
-  // This rank received the plan of bucket (set, seq).
-  void Planned(int32_t process_set, uint64_t seq, int64_t at_us);
+  // This rank received a plan with these buckets: (set, seq) each.
+  void Planned(const std::vector<std::pair<int32_t, uint64_t>>& buckets, int64_t at_us);
   void BucketDone(TimelineBucket bucket);
   // A diagnosis round ended (rank 0): its one-message summary and its whole report.
   void Diagnosis(int64_t at_us, std::string summary, std::string report);
@@ -133,6 +141,7 @@ class Timeline {
   struct Pending {
     std::vector<Submission> submissions;
     std::vector<std::pair<std::pair<int32_t, uint64_t>, int64_t>> planned;
+    std::vector<int64_t> plans;  // when each plan came (CYCLE_START)
     std::vector<TimelineBucket> buckets;
     std::vector<DiagnosisNote> diagnoses;
   };
@@ -148,7 +157,7 @@ class Timeline {
   void WriteStep(const Submission& s);
   int TrackOf(int32_t process_set, const std::string& name);
   void Event(const char* name, int tid, int64_t begin_us, int64_t end_us, const std::string& args);
-  // scope: "t" (the track), "g" (the whole trace); args: "" or key-value pairs.
+  // scope: "t" (the track), "p" (the rank), "g" (the whole trace); args: "" or key-value pairs.
   void Instant(const char* name, int tid, int64_t at_us, const char* scope = "t",
                const std::string& args = "");
   void Metadata(const char* what, int tid, const std::string& args);
@@ -169,6 +178,7 @@ class Timeline {
   std::FILE* file_ = nullptr;
   int rank_ = 0;
   int64_t offset_us_ = 0;
+  bool mark_cycles_ = false;
   bool first_event_ = true;
   std::string out_;                                          // the batch being formatted
   std::unordered_map<int64_t, Tensor> submitted_;            // by handle, until its bucket is done

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Runs Horovod's own PyTorch test suite (test/parallel/test_torch.py) on hora.torch with only
-# the import changed, through horarun. Fetches nothing: the test file comes from a local
+# Runs Horovod's own PyTorch test suite (test/parallel/test_torch.py, with its static
+# process-set and timeline tests) on hora.torch with only the imports changed, through horarun. Fetches nothing: the test file comes from a local
 # mirror of Horovod's repository ($HOROVOD_MIRROR, a git directory; default
 # /work/.mirror/horovod+horovod/repo), and is not part of this repository. The three helpers
 # it imports from Horovod's test/utils/common.py are written below (not copied).
@@ -43,6 +43,11 @@ grep -q '^import hora.torch as hvd$' "$dir/test_torch.py" || {
 git -C "$mirror" show HEAD:test/parallel/test_process_sets_static.py |
   sed 's/^import horovod\.tensorflow as hvd$/import hora.torch as hvd/' \
   > "$dir/test_process_sets_static.py"
+# Its timeline test (horovod.torch too) must also run alone: HOROVOD_TIMELINE is read at init.
+git -C "$mirror" show HEAD:test/parallel/test_timeline.py |
+  sed -e 's/^import horovod\.torch as hvd$/import hora.torch as hvd/' \
+      -e 's/^from horovod\.common\.util import env$/from hora.common.util import env/' \
+  > "$dir/test_timeline.py"
 echo "horovod_suite: $dir/test_torch.py from horovod@$(git -C "$mirror" rev-parse --short=12 HEAD)"
 
 cat > "$dir/common.py" <<'EOF'
@@ -91,7 +96,12 @@ rc=${PIPESTATUS[0]}
 "$repo/tools/launcher/horarun" -np "$np" "$python" -m pytest -p no:cacheprovider -q \
   test_process_sets_static.py 2>&1 | tee "$dir/static.log"
 static_rc=${PIPESTATUS[0]}
-echo "horovod_suite: np=$np python=$python rc=$rc (test_process_sets_static.py: rc=$static_rc); rank 0:"
-grep -E '^\[0\]<stdout>: .*(passed|failed|error).* in [0-9.]+s' "$log" "$dir/static.log" | tail -2
-[ "$rc" -eq 0 ] && exit "$static_rc"
-exit "$rc"
+"$repo/tools/launcher/horarun" -np "$np" "$python" -m pytest -p no:cacheprovider -q \
+  test_timeline.py 2>&1 | tee "$dir/timeline.log"
+timeline_rc=${PIPESTATUS[0]}
+echo "horovod_suite: np=$np python=$python rc=$rc (test_process_sets_static.py: rc=$static_rc;" \
+     "test_timeline.py: rc=$timeline_rc); rank 0:"
+grep -E '^\[0\]<stdout>: .*(passed|failed|error).* in [0-9.]+s' "$log" "$dir/static.log" \
+  "$dir/timeline.log" | tail -3
+for r in "$rc" "$static_rc" "$timeline_rc"; do [ "$r" -eq 0 ] || exit "$r"; done
+exit 0

@@ -367,14 +367,14 @@ const char* hora_error_string(hora_status_t status) {
   return hora::CodeName(static_cast<Code>(status));
 }
 
-hora_status_t hora_start_timeline(const char* file_path) {
+hora_status_t hora_start_timeline(const char* file_path, int mark_cycles) {
   if (file_path == nullptr || *file_path == '\0') {
     return Fail(Code::kInvalidArgument, "start_timeline: the file path is NULL or empty");
   }
   hora_status_t st = HORA_OK;
   auto e = Running(&st);
   if (!e) return st;
-  return Report(e->StartTimeline(file_path));
+  return Report(e->StartTimeline(file_path, mark_cycles != 0));
 }
 
 hora_status_t hora_stop_timeline(void) {

@@ -300,13 +300,16 @@ HORA_API hora_status_t hora_result_join_rank(hora_handle_t handle, int32_t* last
 /* ---- Timeline ---- */
 
 /* Starts writing this rank's timeline: Chrome trace events (open them in Perfetto) of every
- * operation's phases, timestamped on the coordinator's clock so that the ranks' files line up
- * (docs/timeline.md). The file is file_path with ".rank<R>" inserted before a ".json" ending
- * (else appended); `hora-timeline merge` joins the ranks' files. Call it on every rank, like
- * a collective (each rank writes its own file); it does not wait for the others.
+ * operation's phases, under Horovod's event names, timestamped on the coordinator's clock so
+ * that the ranks' files line up (docs/timeline.md). Rank 0 writes file_path itself (as
+ * Horovod's rank 0 does); rank R > 0 writes file_path with ".rank<R>" inserted before a ".json"
+ * ending (else appended); `hora-timeline merge` joins the ranks' files. mark_cycles != 0 adds
+ * a CYCLE_START instant for each plan received and each steady round. Call it on every rank,
+ * like a collective (each rank writes its own file); it does not wait for the others.
  * HORA_ERR_FAILED_PRECONDITION when a timeline is already on (HORA_TIMELINE starts one at
- * init); HORA_ERR_INVALID_ARGUMENT when the file cannot be written. */
-HORA_API hora_status_t hora_start_timeline(const char* file_path);
+ * init, HORA_TIMELINE_MARK_CYCLES=1 with cycles); HORA_ERR_INVALID_ARGUMENT when the file
+ * cannot be written. */
+HORA_API hora_status_t hora_start_timeline(const char* file_path, int mark_cycles);
 /* Writes what was recorded and closes the file. HORA_OK when no timeline is on. */
 HORA_API hora_status_t hora_stop_timeline(void);
 

@@ -466,14 +466,16 @@ def test_horovodrun_flags_apply_or_are_ignored():
     code = ("import os; print(os.environ.get('HORA_STALL_WARNING_SECONDS'), "
             "os.environ.get('HORA_STALL_TIMEOUT_SECONDS'), "
             "os.environ.get('HORA_HIERARCHICAL_ALLREDUCE'), "
-            "os.environ.get('HORA_COLLECTIVE_TIMEOUT_SECONDS'))")
+            "os.environ.get('HORA_COLLECTIVE_TIMEOUT_SECONDS'), "
+            "os.environ.get('HORA_TIMELINE_MARK_CYCLES'))")
     rc, out, err, _ = horarun("-np", "2", "--stall-check-warning-time-seconds", "7",
                               "--stall-check-shutdown-time-seconds", "30",
                               "--no-hierarchical-allreduce", "--gloo-timeout-seconds", "45",
-                              "--cache-capacity", "1024", PY, "-c", code)
+                              "--timeline-mark-cycles", "--cache-capacity", "1024", PY, "-c",
+                              code)
     assert rc == 0, err
     lines = rank_lines(out)
-    assert lines[0] == ["7 30 0 45"] and lines[1] == ["7 30 0 45"], out
+    assert lines[0] == ["7 30 0 45 1"] and lines[1] == ["7 30 0 45 1"], out
     # One with no meaning in Hora is named on stderr with the reason, and the job runs.
     assert "horarun: --cache-capacity has no effect: Hora has no response cache" in err, err
     rc, out, err, _ = horarun("-np", "1", "--no-stall-check", PY, "-c",

@@ -379,7 +379,7 @@ TEST_CASE("steady path: a join turns it off, the timeline shows fast instances",
   auto errors = RunRanks(
       kRanks,
       [&](int r, Engine& e) -> std::string {
-        if (Status t = e.StartTimeline(path); !t.ok()) return "timeline: " + t.ToString();
+        if (Status t = e.StartTimeline(path, false); !t.ok()) return "timeline: " + t.ToString();
         Status s;
         std::vector<float> out;
         for (int i = 0; i < kIterations; ++i) {

@@ -110,14 +110,18 @@ std::vector<std::string> PhasesOf(const std::vector<Ev>& events, const std::stri
   return names;
 }
 
-// Rounds of phases, each starting with negotiate and the rest in the timeline's order (a phase
-// that took no time may be missing).
+// Rounds of phases, each starting with NEGOTIATE_ALLREDUCE and the rest in the timeline's
+// order (a phase that took no time may be missing; "DATA" stands for <BACKEND>_ALLREDUCE).
 bool InOrder(const std::vector<std::string>& phases, int rounds) {
-  const std::vector<std::string> order = {"negotiate", "queue",  "pack",
-                                          "allreduce", "unpack", "done"};
+  const std::vector<std::string> order = {
+      "NEGOTIATE_ALLREDUCE",     "ALLREDUCE", "QUEUE",
+      "MEMCPY_IN_FUSION_BUFFER", "DATA",      "MEMCPY_OUT_FUSION_BUFFER"};
   int seen = 0;
   size_t at = 0;
-  for (const std::string& p : phases) {
+  for (const std::string& name : phases) {
+    const bool data = std::find(order.begin(), order.end(), name) == order.end() &&
+                      name.size() > 10 && name.compare(name.size() - 10, 10, "_ALLREDUCE") == 0;
+    const std::string p = data ? "DATA" : name;
     auto it = std::find(order.begin(), order.end(), p);
     if (it == order.end()) return false;
     const size_t i = it - order.begin();
@@ -133,9 +137,10 @@ bool InOrder(const std::vector<std::string>& phases, int rounds) {
 
 }  // namespace
 
-TEST_CASE("timeline: rank file names") {
+TEST_CASE("timeline: rank file names (rank 0's is the path itself, as Horovod's)") {
+  CHECK(TimelineRankPath("/tmp/t.json", 0) == "/tmp/t.json");
   CHECK(TimelineRankPath("/tmp/t.json", 3) == "/tmp/t.rank3.json");
-  CHECK(TimelineRankPath("trace", 0) == "trace.rank0");
+  CHECK(TimelineRankPath("trace", 1) == "trace.rank1");
   CHECK(TimelineRankPath(".json", 1) == ".json.rank1");
 }
 
@@ -156,7 +161,7 @@ TEST_CASE("timeline: a bucket's phases in order, with the plan's arrivals, as a 
   t.Submitted(7, a, 100);
   t.Submitted(8, b, 110);
   t.Submitted(6, quoted, 105);
-  t.Planned(0, 5, 200);
+  t.Planned({{0, 5}}, 200);
   TimelineBucket bucket;
   bucket.seq = 5;
   bucket.backend = "gloo";
@@ -179,15 +184,22 @@ TEST_CASE("timeline: a bucket's phases in order, with the plan's arrivals, as a 
   CHECK(text.substr(text.size() - 3) == "\n]\n");
   auto events = ReadEvents(path);
   for (const Ev& e : events) CHECK(e.pid == 2);
-  CHECK(PhasesOf(events, "grad.a") ==
-        std::vector<std::string>{"negotiate", "queue", "pack", "allreduce", "unpack", "done"});
-  CHECK(PhasesOf(events, "grad.b") ==
-        std::vector<std::string>{"negotiate", "queue", "pack", "allreduce", "unpack", "done"});
+  // Horovod's names: what its users' tools look for.
+  const std::vector<std::string> round = {
+      "NEGOTIATE_ALLREDUCE",     "ALLREDUCE",      "QUEUE",
+      "MEMCPY_IN_FUSION_BUFFER", "GLOO_ALLREDUCE", "MEMCPY_OUT_FUSION_BUFFER"};
+  CHECK(PhasesOf(events, "grad.a") == round);
+  CHECK(PhasesOf(events, "grad.b") == round);
   CHECK(PhasesOf(events, "set 0 buckets") ==
-        std::vector<std::string>{"bucket", "pack", "allreduce", "unpack"});
+        std::vector<std::string>{"bucket", "MEMCPY_IN_FUSION_BUFFER", "GLOO_ALLREDUCE",
+                                 "MEMCPY_OUT_FUSION_BUFFER"});
   int negotiations = 0;
   for (const Ev& e : events) {
-    if (e.name != "negotiate") continue;
+    if (e.name == "ALLREDUCE") {  // from the plan to the handles' completion
+      CHECK(e.ts == 1200);
+      CHECK(e.dur == 120);
+    }
+    if (e.name != "NEGOTIATE_ALLREDUCE") continue;
     ++negotiations;
     CHECK(e.last_rank == 1);
     CHECK(e.bucket == 5);
@@ -195,9 +207,44 @@ TEST_CASE("timeline: a bucket's phases in order, with the plan's arrivals, as a 
     CHECK(e.ts + e.dur == 1200);  // on the coordinator's clock: offset added
   }
   CHECK(negotiations == 2);
+  CHECK(text.find("CYCLE_START") == std::string::npos);  // not asked for
   CHECK(text.find("\"backend\":\"gloo\"") != std::string::npos);
   CHECK(text.find("\"names\":[\"grad.a\",\"grad.b\"]") != std::string::npos);
   CHECK(text.find("\"name\":\"q \\\"x\\\"\"") != std::string::npos);  // escaped
+  std::remove(path.c_str());
+}
+
+TEST_CASE("timeline: mark_cycles puts a CYCLE_START on the steps track per plan and steady round") {
+  const std::string path = TempBase("cycles");
+  Timeline t;
+  REQUIRE(t.Start(path, 1, "rank 1 (h)", 0, /*mark_cycles=*/true).ok());
+  TensorSpec a;
+  a.name = "a";
+  t.Submitted(1, a, 100);
+  t.Planned({{0, 1}, {0, 2}}, 200);  // one plan of two buckets: one cycle
+  t.Planned({{0, 3}}, 300);
+  TimelineBucket steady;
+  steady.steady = true;
+  steady.backend = "steady:shm";
+  steady.tensors.push_back({1, 4, 0, 0, 0});
+  steady.start_us = 400;
+  steady.collective_us = 410;
+  steady.collective_done_us = 420;
+  t.BucketDone(steady);
+  REQUIRE(t.Stop().ok());
+  std::vector<int64_t> cycles;
+  std::vector<std::string> names;
+  for (const Ev& e : ReadEvents(path)) {
+    if (e.name == "CYCLE_START") {
+      CHECK(e.ph == "i");
+      CHECK(e.tid == 0);
+      cycles.push_back(e.ts);
+    }
+    names.push_back(e.name);
+  }
+  std::sort(cycles.begin(), cycles.end());
+  CHECK(cycles == std::vector<int64_t>{200, 300, 400});
+  CHECK(std::count(names.begin(), names.end(), "STEADY_ALLREDUCE") == 2);  // bucket and tensor
   std::remove(path.c_str());
 }
 
@@ -326,9 +373,9 @@ TEST_CASE("timeline: engines as threads, every rank's file, the late rank named 
           errors[r] = "enqueue between: " + h.status().ToString();
         else
           finish(h.value(), "between");
-        s = e.StartTimeline(base + ".second.json");
+        s = e.StartTimeline(base + ".second.json", /*mark_cycles=*/true);
         if (!s.ok()) errors[r] = "restart: " + s.ToString();
-        Status again = e.StartTimeline(base + ".third.json");
+        Status again = e.StartTimeline(base + ".third.json", false);
         if (again.code() != Code::kFailedPrecondition)
           errors[r] = "second start: " + again.ToString();
         std::vector<float> after(3000, 2.0f);
@@ -354,19 +401,24 @@ TEST_CASE("timeline: engines as threads, every rank's file, the late rank named 
     std::map<std::string, int> count;
     for (const Ev& e : events) {
       CHECK(e.pid == r);
-      if (e.name == "negotiate") {
+      if (e.name == "NEGOTIATE_ALLREDUCE") {
         CHECK(e.last_rank == late);
       }
       ++count[e.name];
     }
-    CHECK(count["negotiate"] == 6);
-    CHECK(count["allreduce (inline)"] == 3);
+    CHECK(count["NEGOTIATE_ALLREDUCE"] == 6);
     CHECK(count["step"] == 2);
     CHECK(InOrder(PhasesOf(events, "big"), 3));
+    // Reduced by the coordinator: no data-plane call, no copies.
     CHECK(PhasesOf(events, "small") ==
-          std::vector<std::string>{"negotiate", "allreduce (inline)", "done", "negotiate",
-                                   "allreduce (inline)", "done", "negotiate", "allreduce (inline)",
-                                   "done"});
+          std::vector<std::string>{"NEGOTIATE_ALLREDUCE", "ALLREDUCE", "NEGOTIATE_ALLREDUCE",
+                                   "ALLREDUCE", "NEGOTIATE_ALLREDUCE", "ALLREDUCE"});
+    size_t inline_spans = 0;
+    for (size_t at = 0;
+         (at = text.find("\"collective\":\"allreduce (inline)\"", at)) != std::string::npos; ++at) {
+      ++inline_spans;
+    }
+    CHECK(inline_spans == 3 * 3);  // each small round: its bucket, its NEGOTIATE and ALLREDUCE
     CHECK(text.find("\"between\"") == std::string::npos);
 
     const std::string second = TimelineRankPath(base + ".second.json", r);
@@ -374,6 +426,8 @@ TEST_CASE("timeline: engines as threads, every rank's file, the late rank named 
     CHECK(text2.find("\"after\"") != std::string::npos);
     CHECK(text2.find("\"big\"") == std::string::npos);
     CHECK(text2.find("\"between\"") == std::string::npos);
+    CHECK(text2.find("\"CYCLE_START\"") != std::string::npos);  // started with mark_cycles
+    CHECK(text.find("\"CYCLE_START\"") == std::string::npos);
     std::ifstream third(TimelineRankPath(base + ".third.json", r));
     CHECK_FALSE(third.good());
     std::remove(file.c_str());

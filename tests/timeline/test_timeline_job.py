@@ -1,8 +1,8 @@
 """The timeline in real jobs: horarun --timeline-filename at 2 and 3 ranks with one rank made
 late (a sleep before its submissions), then hora-timeline merge and report.
 
-Checks: every rank's file is valid JSON with events of every kind of tensor, each tensor's
-phases in order; the plans name the late rank as the last arrival; the report names it the
+Checks: every rank's file (rank 0's at the path given, as Horovod's) is valid JSON with
+events of every kind of tensor under Horovod's names, each tensor's phases in order; the plans name the late rank as the last arrival; the report names it the
 straggler and draws the picture; the timeline stopped and started again mid-job holds only
 what came after. No time is asserted.
 """
@@ -21,7 +21,11 @@ import hora_timeline  # noqa: E402
 JOB = "tests/timeline/timeline_job"
 HORARUN = ["/usr/bin/python3", "tools/launcher/horarun"]
 TOOL = ["/usr/bin/python3", "tools/timeline/hora-timeline"]
-PHASES = ["negotiate", "queue", "pack", None, "unpack", "done"]  # None: the collective
+# A round on a tensor's track, in order: NEGOTIATE_<OP>, the <OP> span with the rest nested
+# in it (QUEUE, the copies, <BACKEND>_<OP>); the index of each in a round.
+OPS = {"ALLREDUCE", "BROADCAST", "ALLGATHER", "REDUCESCATTER", "ALLTOALL", "BARRIER", "SEND",
+       "RECV"}
+NESTED = ["QUEUE", "MEMCPY_IN_FUSION_BUFFER", None, "MEMCPY_OUT_FUSION_BUFFER"]  # None: the call
 KINDS = {"allreduce", "allreduce (inline)", "broadcast", "allgather", "reducescatter",
          "alltoall", "barrier", "send"}
 
@@ -48,48 +52,70 @@ def tracks(events):
             and e["tid"] >= hora_timeline.TENSOR_TRACKS}
 
 
+def phase(name):
+    """A tensor-track event's place in its round: 0 NEGOTIATE_<OP>, 1 <OP>, 2.. NESTED."""
+    if name.startswith("NEGOTIATE_"):
+        assert name[len("NEGOTIATE_"):] in OPS, name
+        return 0
+    if name in OPS:
+        return 1
+    if name in NESTED:
+        return 2 + NESTED.index(name)
+    assert name.rsplit("_", 1)[-1] in OPS, name  # <BACKEND>_<OP>
+    return 2 + NESTED.index(None)
+
+
 def check_phase_order(events):
-    """On every tensor track: rounds that start with negotiate, then phases in order."""
+    """On every tensor track: rounds of NEGOTIATE_<OP>, then <OP> spanning the rest, each
+    phase after the one before it."""
     by_track = {}
     for e in events:
         if e.get("ph") in ("X", "i") and e["tid"] >= hora_timeline.TENSOR_TRACKS:
             by_track.setdefault((e["pid"], e["tid"]), []).append(e)
     assert by_track
     for key, evs in by_track.items():
-        evs.sort(key=lambda e: e["ts"])
-        at = -1
+        evs.sort(key=lambda e: (e["ts"], phase(e["name"])))
+        at, span = -1, None
         for e in evs:
-            name = e["name"]
-            i = PHASES.index(name) if name in PHASES else 3
+            i = phase(e["name"])
+            assert e["ph"] == "X", e
             if i == 0:
-                at = 0
+                at, span = 0, None
                 continue
             assert at >= 0 and i > at, (key, [x["name"] for x in evs])
             at = i
-            # each phase starts where the one before it ended, or later
-        for a, b in zip(evs, evs[1:]):
-            assert a["ts"] <= b["ts"]
+            if i == 1:
+                span = e
+            else:  # nested in the <OP> span
+                assert span is not None, (key, [x["name"] for x in evs])
+                assert span["ts"] <= e["ts"] and e["ts"] + e["dur"] <= span["ts"] + span["dur"]
 
 
 @pytest.mark.parametrize("np,late", [(2, 0), (3, 2)])
 def test_timeline_job(tmp_path, np, late):
     base, second = run_job(tmp_path, np, late)
     files = hora_timeline.rank_files(base)
-    assert [os.path.basename(f) for f in files] == ["trace.rank%d.json" % r for r in range(np)]
+    # Rank 0's file is the one named (where Horovod's timeline is), the others' .rankN.
+    assert [os.path.basename(f) for f in files] == ["trace.json"] + [
+        "trace.rank%d.json" % r for r in range(1, np)]
     for r, f in enumerate(files):
         with open(f) as fh:
             events = json.load(fh)  # strict: the file was closed properly
         assert {e["pid"] for e in events} == {r}
         names = {e["name"] for e in events if e.get("ph") == "X"}
-        assert KINDS <= names, KINDS - names
+        kinds = {e["args"]["collective"] for e in events
+                 if e.get("ph") == "X" and e["name"] in OPS}
+        assert KINDS <= kinds, KINDS - kinds
+        assert {"NEGOTIATE_" + op for op in OPS} <= names, names
         assert "step" in names
+        assert not any(e["name"] == "CYCLE_START" for e in events)  # not asked for
         check_phase_order(events)
         t = tracks(events)
         assert not any(n.startswith("untraced.") or n.startswith("second.") for n in t.values())
         assert "hora.barrier.5" in t.values() and "hora.barrier.6" not in t.values()
         lasts = {}
         for e in events:
-            if e["name"] != "negotiate":
+            if not e["name"].startswith("NEGOTIATE_"):
                 continue
             assert e["args"]["last_rank"] in range(np)
             assert e["args"]["lag_us"] >= e["args"]["wait_us"] >= 0
@@ -139,6 +165,9 @@ def test_timeline_job(tmp_path, np, late):
         internal = names - user  # barriers and transfers are numbered: the 8th of each
         assert user and all(n.startswith("second.") for n in user), names
         assert internal and all(n.endswith(".7") for n in internal), internal
+        # Started with mark_cycles: a CYCLE_START per plan received, on the steps track.
+        cycles = [e for e in events if e["name"] == "CYCLE_START"]
+        assert cycles and all(e["ph"] == "i" and e["tid"] == 0 for e in cycles), cycles[:3]
 
 
 @pytest.mark.parametrize("steady", ["on", "off"])
@@ -189,5 +218,22 @@ def test_torch_start_and_stop_timeline_mid_job(tmp_path):
             events = json.load(fh)
         names = set(tracks(events).values())
         assert names == {"allreduce.during.%d" % i for i in range(3)}, names
-        assert sum(e["name"] == "negotiate" for e in events) == 9
+        assert sum(e["name"] == "NEGOTIATE_ALLREDUCE" for e in events) == 9
         check_phase_order(events)
+
+
+def test_horovod_timeline_variables_and_names(tmp_path):
+    """HOROVOD_TIMELINE and HOROVOD_TIMELINE_MARK_CYCLES set in the script before init, as
+    Horovod's own timeline test does: rank 0's file is at the path given and has Horovod's
+    names (the tensor's "allreduce.<name>", NEGOTIATE_ALLREDUCE, CYCLE_START) while open."""
+    path = str(tmp_path / "temp_test_file")
+    p = subprocess.run(HORARUN + ["-np", "2", "/usr/bin/python3",
+                                  "tests/timeline/horovod_timeline_worker.py", path],
+                       stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=300,
+                       universal_newlines=True)
+    assert p.returncode == 0 and p.stdout.count("PASS") == 2, p.stdout
+    assert os.path.exists(path + ".rank1")
+    with open(path) as fh:
+        events = json.load(fh)  # closed at shutdown
+    assert {e["pid"] for e in events} == {0}
+    check_phase_order(events)

@@ -106,13 +106,13 @@ int main(int argc, char** argv) {
   g_rank = rank;
   g_size = size;
   // HORA_TIMELINE (from --timeline-filename) started one at init: a second start is refused.
-  JOB_CHECK(hora_start_timeline(argv[3]) == HORA_ERR_FAILED_PRECONDITION, "start while on: %s",
+  JOB_CHECK(hora_start_timeline(argv[3], 0) == HORA_ERR_FAILED_PRECONDITION, "start while on: %s",
             hora_last_error());
   for (int step = 0; step < 6; ++step) Step("", late, delay_ms);
   Must(hora_stop_timeline(), "stop_timeline");
   JOB_CHECK(hora_stop_timeline() == HORA_OK, "second stop");
   Step("untraced.", late, 0);
-  Must(hora_start_timeline(argv[3]), "start_timeline");
+  Must(hora_start_timeline(argv[3], 1), "start_timeline");  // with CYCLE_START marks
   Step("second.", -1, 0);
   Must(hora_stop_timeline(), "stop_timeline");
   Must(hora_shutdown(), "shutdown");

@@ -42,7 +42,7 @@ for round in $(seq "$ROUNDS"); do
   for setting in "${SETTINGS[@]}"; do
     args=()
     for kv in $setting; do args+=(-x "$kv"); done
-    rm -f "$TIMELINE".rank*
+    rm -f "$TIMELINE" "$TIMELINE".rank*
     op=$("$KIT/nk-exec" "${NAMES[0]}" tools/launcher/horarun -np $((2 * PPN)) \
       -H "${NAMES[0]}:$PPN,${NAMES[1]}:$PPN" --ssh-config-file "$NK_SSH_CONFIG" \
       -x HORA_TIMELINE="$TIMELINE" "${args[@]}" "$BIN" --csv --no-latency \
@@ -52,10 +52,10 @@ for round in $(seq "$ROUNDS"); do
 import json, statistics, sys
 out = []
 for rank in (0, 1):
-    text = open("%s.rank%d" % (sys.argv[1], rank)).read().rstrip().rstrip(",")
+    text = open(sys.argv[1] + (".rank%d" % rank if rank else "")).read().rstrip().rstrip(",")
     events = json.loads(text if text.endswith("]") else text + "]")
-    d = [e["dur"] for e in events if e.get("ph") == "X" and e["name"] == "allreduce"
-         and "backend" in e.get("args", {})]
+    d = [e["dur"] for e in events if e.get("ph") == "X" and e["name"].endswith("_ALLREDUCE")
+         and e["tid"] < 1000000]  # the data-plane call on the bucket's track
     q = statistics.quantiles(d, n=10)
     out.append("%d / %d / %d" % (q[0], statistics.median(d), q[-1]))
 print("; ".join(out))

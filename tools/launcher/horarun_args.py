@@ -150,8 +150,9 @@ def build_parser(version):
     p.add_argument("--cycle-time-ms", type=_number(0, True), metavar="MS",
                    help="HORA_CYCLE_TIME_MS: longest wait to fill a fusion bucket")
     p.add_argument("--timeline-filename", metavar="FILE",
-                   help="HORA_TIMELINE: every rank writes its timeline (FILE with .rankN "
-                        "before .json); `hora-timeline merge FILE` joins them")
+                   help="HORA_TIMELINE: every rank writes its timeline (rank 0 FILE, rank "
+                        "N FILE with .rankN before .json); `hora-timeline merge FILE` joins "
+                        "them")
     p.add_argument("--autotune", action="store_true",
                    help="HORA_AUTOTUNE=1: rank 0 tunes the fusion threshold and cycle time "
                         "during the first steps (docs/autotune.md)")

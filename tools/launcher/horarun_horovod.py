@@ -13,6 +13,8 @@ _APPLY = {
     "--stall-check-warning-time-seconds": ("HORA_STALL_WARNING_SECONDS", None),
     "--stall-check-shutdown-time-seconds": ("HORA_STALL_TIMEOUT_SECONDS", None),
     "--gloo-timeout-seconds": ("HORA_COLLECTIVE_TIMEOUT_SECONDS", None),
+    "--timeline-mark-cycles": ("HORA_TIMELINE_MARK_CYCLES", "1"),
+    "--no-timeline-mark-cycles": ("HORA_TIMELINE_MARK_CYCLES", "0"),
 }
 
 # flag -> (takes a value, why it has no effect)
@@ -20,7 +22,6 @@ _IGNORED = {
     "--cache-capacity": (True, "Hora has no response cache to size"),
     "--hierarchical-allgather": (False, "only allreduce is hierarchical in Hora"),
     "--no-hierarchical-allgather": (False, "only allreduce is hierarchical in Hora"),
-    "--timeline-mark-cycles": (False, "Hora's timeline has no cycle marks"),
     "--num-nccl-streams": (True, "this build has no NCCL data plane"),
     "--thread-affinity": (True, "Hora does not pin its threads"),
     "--mpi-threads-disable": (False, "Hora's MPI backend always asks for MPI_THREAD_MULTIPLE"),
@@ -35,7 +36,6 @@ _IGNORED = {
                                          "(docs/autotune.md)"),
     "--autotune-gaussian-process-noise": (True, "Hora's autotuner searches a fixed grid "
                                           "(docs/autotune.md)"),
-    "--no-timeline-mark-cycles": (False, "Hora's timeline has no cycle marks"),
     "--stall-check": (False, "the stall check is on unless --no-stall-check"),
     "--no-mpi-threads-disable": (False, "Hora's MPI backend always asks for "
                                  "MPI_THREAD_MULTIPLE"),

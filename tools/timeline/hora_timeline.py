@@ -1,8 +1,9 @@
 """hora-timeline: merge the ranks' timeline files and report who the others waited for.
 
 Every rank of a job started with HORA_TIMELINE=FILE (or horarun --timeline-filename FILE, or
-hvd.start_timeline(FILE)) writes its own Chrome trace, FILE with ".rankN" before ".json"
-(runtime/timeline.h says what is in it). This module reads them (a file a killed rank left
+hvd.start_timeline(FILE)) writes its own Chrome trace under Horovod's event names: rank 0
+FILE itself, rank N > 0 FILE with ".rankN" before ".json" (runtime/timeline.h says what is in
+it). This module reads them (a file a killed rank left
 without its closing bracket too), merges them into one trace with a process per rank, and
 computes the straggler report: per rank, how long the other ranks waited for it in all, its
 share of last arrivals, and the slowest tensors and steps, as text, JSON and a PNG picture.
@@ -20,18 +21,23 @@ TENSOR_TRACKS = 1000000  # tids from here on are tensors' tracks (runtime/timeli
 
 
 def rank_files(path):
-    """The per-rank files of base path `path` ("t.json" -> t.rank0.json, t.rank1.json ...),
-    sorted by rank."""
+    """The ranks' files of base path `path`, sorted by rank: rank 0's is `path` itself (as
+    Horovod's timeline), rank N's "t.json" -> t.rankN.json ("t" -> t.rankN)."""
     if path.endswith(".json"):
         pattern = glob.escape(path[:-len(".json")]) + ".rank*.json"
     else:
         pattern = glob.escape(path) + ".rank*"
-    found = []
+    found = [(0, path)] if os.path.exists(path) else []
     for f in glob.glob(pattern):
         m = RANK_FILE.search(f)
-        if m:
+        if m and int(m.group(1)) > 0:
             found.append((int(m.group(1)), f))
     return [f for _, f in sorted(found)]
+
+
+def merged_path(path):
+    """Where `merge` writes by default: "t.json" -> t.merged.json ("t" -> t.merged.json)."""
+    return (path[:-len(".json")] if path.endswith(".json") else path) + ".merged.json"
 
 
 def load_events(path):
@@ -52,21 +58,19 @@ def load_events(path):
 
 
 def inputs(path):
-    """Events of every rank for `path`: a merged file, or the base path of rank files."""
+    """Events of every rank for `path`: the base path of rank files, or a merged file."""
     files = rank_files(path)
-    if files:
-        events = []
-        for f in files:
-            events.extend(load_events(f))
-        return events, files
-    if os.path.exists(path):
-        return load_events(path), [path]
-    raise FileNotFoundError("no timeline at %s (and no rank files %s)" % (
-        path, path[:-5] + ".rank*.json" if path.endswith(".json") else path + ".rank*"))
+    if not files:
+        raise FileNotFoundError("no timeline at %s" % path)
+    events = []
+    for f in files:
+        events.extend(load_events(f))
+    return events, files
 
 
 def merge(path, out=None):
-    """Writes every rank's events of base path `path` into one trace (`out`, default `path`),
+    """Writes every rank's events of base path `path` into one trace (`out`, default
+    merged_path(path)),
     timestamps shifted so that the earliest event is at 0 (the same shift for every rank, so
     they stay aligned). Returns (out, number of ranks, number of events)."""
     files = rank_files(path)
@@ -80,7 +84,7 @@ def merge(path, out=None):
     for e in events:
         if "ts" in e:
             e["ts"] -= base
-    out = out or path
+    out = out or merged_path(path)
     with open(out, "w", encoding="utf-8") as f:
         json.dump({"traceEvents": events, "displayTimeUnit": "ms",
                    "otherData": {"tool": "hora-timeline merge", "ranks": len(files),
@@ -135,7 +139,7 @@ def analyze(events, top=10):
         if tid < TENSOR_TRACKS:
             continue  # the buckets' tracks
         phases.setdefault((pid, tid), []).append((e["ts"], e["ts"] + e["dur"], e["name"]))
-        if e["name"] != "negotiate":
+        if not e["name"].startswith("NEGOTIATE_"):
             continue
         name = names.get((pid, tid), "?")
         # Steady buckets count apart from the coordinator's. Their lag is each rank's own wait
@@ -150,14 +154,14 @@ def analyze(events, top=10):
         o["starts"] = o.get("starts", {})
         o["starts"][pid] = e["ts"]
         o["ts"] = min(o["ts"], e["ts"])
-    # A tensor's time on a rank in one round: from its negotiate to the end of its last phase
-    # before the next negotiate on the same track.
+    # A tensor's time on a rank in one round: from its NEGOTIATE_<OP> to the end of its last phase
+    # before the next one on the same track.
     for (pid, tid), evs in phases.items():
         evs.sort()
         name = names.get((pid, tid), "?")
         begin = end_so_far = None
         for ts, end, what in evs:
-            if what == "negotiate":
+            if what.startswith("NEGOTIATE_"):
                 if begin is not None:
                     tensor_time.setdefault(name, []).append(end_so_far - begin)
                 begin = ts

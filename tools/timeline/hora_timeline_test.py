@@ -20,12 +20,12 @@ def rank_events(rank, waits, last, step_ts):
           {"name": "thread_name", "ph": "M", "pid": rank, "tid": T, "args": {"name": "w"}}]
     for bucket in (0, 1):
         ts = 1000 + bucket * 10000
-        ev.append({"name": "negotiate", "ph": "X", "pid": rank, "tid": T, "ts": ts,
+        ev.append({"name": "NEGOTIATE_ALLREDUCE", "ph": "X", "pid": rank, "tid": T, "ts": ts,
                    "dur": waits[bucket] + 10,
                    "args": {"last_rank": last[bucket], "lag_us": max(waits), "bucket": bucket,
                             "wait_us": waits[bucket], "process_set": 0,
                             "collective": "allreduce"}})
-        ev.append({"name": "allreduce", "ph": "X", "pid": rank, "tid": T,
+        ev.append({"name": "ALLREDUCE", "ph": "X", "pid": rank, "tid": T,
                    "ts": ts + waits[bucket] + 10, "dur": 100, "args": {"bucket": bucket}})
     for i, s in enumerate(step_ts):
         ev.append({"name": "step", "ph": "X", "pid": rank, "tid": 0, "ts": s, "dur": 10000,
@@ -41,18 +41,24 @@ def write_ranks(tmp_path, open_last=False):
         events = rank_events(r, waits, [2, 0], [500, 10500])
         text = "[\n" + ",\n".join(json.dumps(e) for e in events)
         text += ",\n" if (open_last and r == 2) else "\n]\n"
-        with open(str(tmp_path / ("t.rank%d.json" % r)), "w") as f:
+        name = "t.json" if r == 0 else "t.rank%d.json" % r
+        with open(str(tmp_path / name), "w") as f:
             f.write(text)
     return base
 
 
 def test_rank_files_sorted_by_rank(tmp_path):
+    """Rank 0's file is the path itself (Horovod's place for it); a stray .rank0 is not."""
     for r in (10, 2, 0):
         (tmp_path / ("t.rank%d.json" % r)).write_text("[]")
     (tmp_path / "t.json").write_text("[]")
     files = hora_timeline.rank_files(str(tmp_path / "t.json"))
-    assert [os.path.basename(f) for f in files] == ["t.rank0.json", "t.rank2.json",
-                                                     "t.rank10.json"]
+    assert [os.path.basename(f) for f in files] == ["t.json", "t.rank2.json", "t.rank10.json"]
+    (tmp_path / "u").write_text("[]")
+    (tmp_path / "u.rank1").write_text("[]")
+    assert [os.path.basename(f) for f in hora_timeline.rank_files(str(tmp_path / "u"))] == [
+        "u", "u.rank1"]
+    assert hora_timeline.rank_files(str(tmp_path / "none.json")) == []
 
 
 def test_a_file_left_open_is_read(tmp_path):
@@ -64,14 +70,15 @@ def test_a_file_left_open_is_read(tmp_path):
 def test_merge_one_process_per_rank_aligned(tmp_path):
     base = write_ranks(tmp_path, open_last=True)
     out, ranks, n = hora_timeline.merge(base)
-    assert out == base and ranks == 3
+    assert out == str(tmp_path / "t.merged.json") and ranks == 3
     with open(out) as f:
         merged = json.load(f)
     events = merged["traceEvents"]
     assert len(events) == n
     assert {e["pid"] for e in events} == {0, 1, 2}
     assert min(e["ts"] for e in events if "ts" in e) == 0
-    first = [e["ts"] for e in events if e["name"] == "negotiate" and e["args"]["bucket"] == 0]
+    first = [e["ts"] for e in events
+             if e["name"] == "NEGOTIATE_ALLREDUCE" and e["args"]["bucket"] == 0]
     assert first == [500, 500, 500]  # the same shift for every rank
 
 

@@ -102,7 +102,7 @@ _PROTOTYPES = {
     "hora_result_copy": (c_status, [c_handle, ctypes.c_void_p, ctypes.c_size_t]),
     "hora_result_splits": (c_status, [c_handle, c_int64_p, ctypes.c_int32]),
     "hora_result_join_rank": (c_status, [c_handle, c_int32_p]),
-    "hora_start_timeline": (c_status, [ctypes.c_char_p]),
+    "hora_start_timeline": (c_status, [ctypes.c_char_p, ctypes.c_int]),
     "hora_stop_timeline": (c_status, []),
     "hora_diagnose": (c_status, []),
     "hora_diagnosis_wait": (c_status, [ctypes.c_double, c_int64_p]),

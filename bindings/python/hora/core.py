@@ -171,12 +171,15 @@ def async_error():
     return errors.error_class(status)(status, message, "background")
 
 
-def start_timeline(file_path):
-    """Starts writing this rank's timeline (Chrome trace events, docs/timeline.md) to
-    file_path with ".rank<R>" before ".json". Call it on every rank; it does not wait for the
-    others. Raises HoraPreconditionError when a timeline is already on."""
+def start_timeline(file_path, mark_cycles=False):
+    """Starts writing this rank's timeline (Chrome trace events under Horovod's names,
+    docs/timeline.md): rank 0 to file_path, rank R > 0 to file_path with ".rank<R>" before
+    ".json". mark_cycles adds a CYCLE_START instant per plan received and steady round. Call
+    it on every rank; it does not wait for the others. Raises HoraPreconditionError when a
+    timeline is already on."""
     path = os.fspath(file_path)
-    _lib.check(_lib.lib().hora_start_timeline(path.encode("utf-8")), "start_timeline")
+    _lib.check(_lib.lib().hora_start_timeline(path.encode("utf-8"), 1 if mark_cycles else 0),
+               "start_timeline")
 
 
 def stop_timeline():

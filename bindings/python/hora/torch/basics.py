@@ -127,11 +127,11 @@ def rocm_built():
 
 
 def start_timeline(file_path, mark_cycles=False):
-    """Starts this rank's timeline at any point of the job; call it on every rank. Each rank
-    writes file_path with ".rank<R>" before ".json"; `hora-timeline merge file_path` joins
-    them (docs/timeline.md). mark_cycles is accepted for Horovod's sake: Hora has no cycles
-    (its steps are marked instead)."""
-    _core.start_timeline(file_path)
+    """Starts this rank's timeline at any point of the job; call it on every rank. Rank 0
+    writes file_path (as Horovod's), rank R > 0 file_path with ".rank<R>" before ".json";
+    `hora-timeline merge file_path` joins them (docs/timeline.md). mark_cycles: a CYCLE_START
+    instant for each plan received and each steady round, as Horovod marks its cycles."""
+    _core.start_timeline(file_path, mark_cycles)
 
 
 def autotune_state():
