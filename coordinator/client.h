@@ -99,6 +99,9 @@ class CoordinatorClient : public KvStore {
   // Not counted in sent().
   virtual void SendDiagnosis(const DiagnosisReport& report) = 0;
   virtual void SendDiagnoseAsk(const std::string& why) = 0;
+  // This rank's timeline went on (or off): from the coordinator's reading of it, this rank's
+  // plans carry (or no longer carry) the arrivals its timeline shows. Not counted in sent().
+  virtual void SendTimings(bool on) = 0;
   virtual ControlCounters sent() const = 0;
   // The rank whose host relay carries this rank's session and store calls, or -1 (direct).
   virtual int relay_rank() const = 0;

@@ -50,6 +50,7 @@ class ClientImpl final : public CoordinatorClient {
   void SendFailure(const std::string& message) override;
   void SendDiagnosis(const DiagnosisReport& report) override;
   void SendDiagnoseAsk(const std::string& why) override;
+  void SendTimings(bool on) override;
   ControlCounters sent() const override;
   int relay_rank() const override { return relay_rank_; }
   void Close() override;

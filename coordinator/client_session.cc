@@ -205,6 +205,13 @@ void ClientImpl::SendDiagnoseAsk(const std::string& why) {
   Write(std::move(message));
 }
 
+void ClientImpl::SendTimings(bool on) {
+  WorkerMessage message;
+  message.kind = WorkerMessage::Kind::kTimings;
+  message.timings = on;
+  Write(std::move(message));
+}
+
 void ClientImpl::ReaderLoop() {
   proto::CoordinatorMessage wire;
   CoordinatorMessage message;

@@ -156,6 +156,9 @@ void ToProtoMessages(const WorkerMessage& in, size_t limit,
     case Kind::kDiagnosis:
       ToProto(in.diagnosis, next()->mutable_diagnosis());
       return;
+    case Kind::kTimings:
+      next()->mutable_timings()->set_on(in.timings);
+      return;
     case Kind::kUnknown:  // nothing a worker sends
       return;
   }
@@ -205,6 +208,10 @@ void FromProto(const proto::WorkerMessage& in, WorkerMessage* out) {
     case proto::WorkerMessage::kDiagnoseAsk:
       out->kind = Kind::kDiagnoseAsk;
       out->text = in.diagnose_ask().why();
+      return;
+    case proto::WorkerMessage::kTimings:
+      out->kind = Kind::kTimings;
+      out->timings = in.timings().on();
       return;
     case proto::WorkerMessage::kDiagnosis:
       out->kind = Kind::kDiagnosis;

@@ -144,6 +144,7 @@ class CoordinatorCore final : public LocalSessionHost {
     std::unordered_map<TensorKey, std::string, TensorKeyHash> payloads;  // pending inline data
     uint64_t next_set_op = 0;  // seq of this rank's next ProcessSetOp
     uint64_t unexpected = 0;   // messages of no known kind (logged at powers of two)
+    bool timings = false;      // its timeline is on: its plans carry the arrivals
   };
 
   // One process set: its members and its own planner (planner ranks are set ranks).

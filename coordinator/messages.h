@@ -158,6 +158,7 @@ struct WorkerMessage {
     kProcessSetOp,  // set_op
     kDiagnoseAsk,   // text: why the rank asks
     kDiagnosis,     // diagnosis: the answer to a DiagnosisRequest
+    kTimings,       // timings: this rank's plans carry the arrivals (its timeline is on)
     kUnknown,       // a kind this version does not know (logged, ignored)
   };
   Kind kind = Kind::kHeartbeat;
@@ -169,6 +170,7 @@ struct WorkerMessage {
   int32_t process_set = 0;
   ProcessSetOp set_op;
   DiagnosisReport diagnosis;
+  bool timings = false;
   Status malformed;      // kProcessSetOp, kDiagnosis: what did not convert from the wire
   int unknown_kind = 0;  // kUnknown: the wire's tag, for the log
 };

@@ -98,6 +98,11 @@ void CoordinatorCore::HandleMessage(int rank, WorkerMessage& message, Touched* t
                                 StalledLocked(Clock::now(), {}), true, Clock::now());
       return;
     }
+    case Kind::kTimings: {
+      MutexLock lock(&mu_);
+      ranks_[rank].timings = message.timings;
+      return;
+    }
     case Kind::kDiagnoseAsk: {
       MutexLock lock(&mu_);
       if (shutting_down_) return;
@@ -203,6 +208,9 @@ BucketPlan CoordinatorCore::PlanForRankLocked(
   plan.inline_reduced = !inline_results.empty();
   plan.entries.reserve(bucket.entries.size());
   const int me = set.index_of[rank];
+  // The arrivals are three integers per entry that only a timeline reads (a quarter to a half
+  // of a plan's bytes): sent to ranks whose timeline is on.
+  const bool timings = ranks_[rank].timings;
   for (const PlannedBucket::Entry& e : bucket.entries) {
     BucketPlan::Entry entry;
     const bool submitted = me < static_cast<int>(e.submitted.size()) && e.submitted[me];
@@ -222,7 +230,7 @@ BucketPlan CoordinatorCore::PlanForRankLocked(
       }
     }
     if (plan.inline_reduced) entry.inline_result = inline_results[plan.entries.size()];
-    if (e.last_rank >= 0 && e.last_rank < static_cast<int>(e.arrival_us.size()) &&
+    if (timings && e.last_rank >= 0 && e.last_rank < static_cast<int>(e.arrival_us.size()) &&
         e.last_rank < static_cast<int>(set.ranks.size())) {
       entry.last_rank = set.ranks[e.last_rank];
       const int64_t last = e.arrival_us[e.last_rank];

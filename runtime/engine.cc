@@ -219,17 +219,30 @@ Status Engine::StartTimeline(const std::string& path, bool mark_cycles) {
     return Status(Code::kFailedPrecondition,
                   "the timeline is already being written to '" + timeline_.path() + "'");
   }
+  // This rank's plans carry the arrivals from the coordinator's reading of this on: sent
+  // before the clock's round trips (milliseconds), so it is read by the time records start.
+  client_->SendTimings(true);
   StatusOr<int64_t> offset = client_->ClockOffsetUs();
-  if (!offset.ok()) return offset.status();
+  Status started = offset.status();
   const std::string file = TimelineRankPath(path, options_.rank);
-  HORA_RETURN_IF_ERROR(timeline_.Start(
-      file, options_.rank, "rank " + std::to_string(options_.rank) + " (" + self().hostname + ")",
-      offset.value(), mark_cycles));
+  if (offset.ok()) {
+    started = timeline_.Start(
+        file, options_.rank, "rank " + std::to_string(options_.rank) + " (" + self().hostname + ")",
+        offset.value(), mark_cycles);
+  }
+  if (!started.ok()) {
+    client_->SendTimings(false);
+    return started;
+  }
   HORA_LOG_INFO("timeline: writing {}", file);
   return Status::Ok();
 }
 
-Status Engine::StopTimeline() { return timeline_.Stop(); }
+Status Engine::StopTimeline() {
+  Status stopped = timeline_.Stop();
+  client_->SendTimings(false);
+  return stopped;
+}
 
 std::optional<Request> Engine::TakeRequest(int32_t id) {
   // The queue's lock under announce_mu_, as AnnounceFresh takes them: the key is not copied.

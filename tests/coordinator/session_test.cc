@@ -265,6 +265,52 @@ TEST_CASE("Join: a joined rank gets id -1, then join_done reaches everyone", "[s
   }
 }
 
+TEST_CASE("Arrivals go only to the ranks whose timeline is on, from when they say so",
+          "[session]") {
+  Job job;
+  job.rank0_local = GENERATE(false, true);
+  INFO("rank 0 local: " << job.rank0_local);
+  REQUIRE(job.Start(ServiceConfig(2), 2));
+  // Rounds of one allreduce, rank 1 submitting last; returns each rank's entry of the round.
+  int round = 0;
+  auto run_round = [&]() {
+    std::vector<BucketPlan::Entry> got(2);
+    for (int r = 0; r < 2; ++r) {
+      ReadyNotice n;
+      n.id = 20 + round;
+      n.spec = MakeSpec(5, r, 2);
+      n.spec->name = "w" + std::to_string(round);
+      if (r == 1) std::this_thread::sleep_for(milliseconds(20));
+      job.clients[r]->SendReady({n});
+    }
+    for (int r = 0; r < 2; ++r) {
+      Recorder* rec = job.recorders[r].get();
+      REQUIRE(rec->WaitFor(milliseconds(3000), [&] { return rec->plans.size() > size_t(round); }));
+      std::lock_guard<std::mutex> l(rec->mu);
+      got[r] = rec->plans[round].buckets.at(0).entries.at(0);
+    }
+    ++round;
+    return got;
+  };
+  auto off = run_round();  // nobody asked: no arrivals at all
+  for (const auto& e : off) {
+    CHECK(e.last_rank == -1);
+    CHECK(e.lag_us == 0);
+    CHECK(e.wait_us == 0);
+  }
+  job.clients[0]->SendTimings(true);  // before its next Ready on the same session: read first
+  auto on = run_round();
+  CHECK(on[0].last_rank == 1);  // rank 0 came first and waited for rank 1
+  CHECK(on[0].lag_us >= 10000);
+  CHECK(on[0].wait_us >= 10000);
+  CHECK(on[1].last_rank == -1);  // rank 1 did not ask
+  CHECK(on[1].lag_us == 0);
+  job.clients[0]->SendTimings(false);
+  auto again = run_round();
+  CHECK(again[0].last_rank == -1);
+  CHECK(again[0].lag_us == 0);
+}
+
 TEST_CASE("Tensor errors reach the ranks that submitted, with their ids", "[session]") {
   Job job;
   job.rank0_local = GENERATE(false, true);  // rank 0's notices over gRPC, or by function calls
