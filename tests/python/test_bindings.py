@@ -98,3 +98,24 @@ def test_horovod_names_present():
     rc, out = run_py("import hora.torch as hvd; print(' '.join(n for n in %r "
                      "if not hasattr(hvd, n)))" % names)
     assert rc == 0 and out.strip() == "", "missing: " + out
+
+
+def test_horovod_common_helpers():
+    """horovod.common's helpers that scripts and Horovod's tests import, under hora.common:
+    env() sets and restores variables (unset ones unset again); the exceptions are hora's."""
+    code = '''
+import os
+import hora.torch as hvd
+from hora.common.util import env
+from hora.common.exceptions import HorovodInternalError, HostsUpdatedInterrupt
+os.environ["HORA_T_KEPT"] = "a"
+os.environ.pop("HORA_T_NEW", None)
+with env(HORA_T_KEPT="b", HORA_T_NEW=3):
+    inside = (os.environ["HORA_T_KEPT"], os.environ["HORA_T_NEW"])
+after = (os.environ.get("HORA_T_KEPT"), os.environ.get("HORA_T_NEW"))
+same = HorovodInternalError is hvd.HorovodInternalError and \\
+    HostsUpdatedInterrupt is hvd.HostsUpdatedInterrupt
+print(inside, after, same, HostsUpdatedInterrupt(skip_sync=True).skip_sync)
+'''
+    rc, out = run_py(code)
+    assert rc == 0 and out.strip() == "('b', '3') ('a', None) True True", out

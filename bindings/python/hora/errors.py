@@ -39,6 +39,16 @@ class HorovodInternalError(RuntimeError):
     horovod.torch's synchronize() does for every failure it reports."""
 
 
+class HostsUpdatedInterrupt(RuntimeError):
+    """Horovod's signal that the job's hosts changed: raised by hora.torch.elastic's
+    State.commit under horarun's elastic mode when the driver decided a newer generation
+    (hosts added or removed)."""
+
+    def __init__(self, skip_sync=False):
+        super().__init__("the job's hosts changed")
+        self.skip_sync = skip_sync
+
+
 class HoraError(RuntimeError):
     """A failed Hora call. `status` is the hora_status_t code, `message` the runtime's text."""
 

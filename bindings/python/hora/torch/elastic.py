@@ -30,7 +30,7 @@ import torch
 
 from .. import elastic_client
 from ..errors import (ERR_INVALID_ARGUMENT, HoraError, HoraInvalidArgumentError,
-                      HorovodInternalError)
+                      HorovodInternalError, HostsUpdatedInterrupt)
 from .elastic_sampler import ElasticSampler
 from .functions import broadcast_object, broadcast_optimizer_state, broadcast_parameters
 from .basics import last_deterministic, last_process_sets
@@ -38,15 +38,6 @@ from .mpi_ops import broadcast, init, rank, shutdown
 
 RESET_LIMIT_VAR = "HORA_ELASTIC_RESET_LIMIT"
 DEFAULT_RESET_LIMIT = 3
-
-
-class HostsUpdatedInterrupt(RuntimeError):
-    """Horovod's signal that the job's hosts changed: raised by State.commit under horarun's
-    elastic mode when the driver decided a newer generation (hosts added or removed)."""
-
-    def __init__(self, skip_sync=False):
-        super().__init__("the job's hosts changed")
-        self.skip_sync = skip_sync
 
 
 class _HostUpdates:
