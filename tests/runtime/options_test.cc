@@ -316,6 +316,29 @@ TEST_CASE("an unknown HORA_ variable is named with the closest known one") {
   CHECK(w[1].find("did you mean") == std::string::npos);
 }
 
+TEST_CASE("HORA_TIMELINE_MARK_CYCLES (or HOROVOD_): off by default, 1 or true, else named") {
+  std::map<std::string, std::string> vars{{"HORA_COORDINATOR_ADDR", "127.0.0.1:5000"},
+                                          {"HORA_JOB_TOKEN", "t"}};
+  auto with = [&](std::map<std::string, std::string> extra) {
+    std::map<std::string, std::string> v = vars;
+    for (auto& kv : extra) v[kv.first] = kv.second;
+    return ParseOptions(Env(v), {});
+  };
+  auto o = with({});
+  REQUIRE(o.ok());
+  CHECK_FALSE(o.value().timeline_mark_cycles);
+  o = with({{"HOROVOD_TIMELINE", "/tmp/t"}, {"HOROVOD_TIMELINE_MARK_CYCLES", "1"}});
+  REQUIRE(o.ok());
+  CHECK(o.value().timeline == "/tmp/t");
+  CHECK(o.value().timeline_mark_cycles);
+  o = with({{"HORA_TIMELINE_MARK_CYCLES", "0"}, {"HOROVOD_TIMELINE_MARK_CYCLES", "1"}});
+  REQUIRE(o.ok());
+  CHECK_FALSE(o.value().timeline_mark_cycles);  // the Hora name wins
+  o = with({{"HORA_TIMELINE_MARK_CYCLES", "yes"}});
+  REQUIRE_FALSE(o.ok());
+  CHECK(o.status().message() == "HORA_TIMELINE_MARK_CYCLES='yes' is not 0, 1, true or false");
+}
+
 TEST_CASE("HOROVOD_HIERARCHICAL_ALLREDUCE: 1 prefers the hierarchical backend, 0 avoids it") {
   std::map<std::string, std::string> vars{{"HORA_COORDINATOR_ADDR", "127.0.0.1:5000"},
                                           {"HORA_JOB_TOKEN", "t"}};
