@@ -18,6 +18,14 @@ EnvLookup Env(const std::map<std::string, std::string>& vars) {
   };
 }
 
+// A launched rank's options with `extra` variables set.
+StatusOr<Options> With(const std::map<std::string, std::string>& extra) {
+  std::map<std::string, std::string> v{{"HORA_COORDINATOR_ADDR", "127.0.0.1:5000"},
+                                       {"HORA_JOB_TOKEN", "t"}};
+  for (const auto& kv : extra) v[kv.first] = kv.second;
+  return ParseOptions(Env(v), {});
+}
+
 }  // namespace
 
 TEST_CASE("defaults for a single process without a launcher") {
@@ -317,55 +325,41 @@ TEST_CASE("an unknown HORA_ variable is named with the closest known one") {
 }
 
 TEST_CASE("HORA_TIMELINE_MARK_CYCLES (or HOROVOD_): off by default, 1 or true, else named") {
-  std::map<std::string, std::string> vars{{"HORA_COORDINATOR_ADDR", "127.0.0.1:5000"},
-                                          {"HORA_JOB_TOKEN", "t"}};
-  auto with = [&](std::map<std::string, std::string> extra) {
-    std::map<std::string, std::string> v = vars;
-    for (auto& kv : extra) v[kv.first] = kv.second;
-    return ParseOptions(Env(v), {});
-  };
-  auto o = with({});
+  auto o = With({});
   REQUIRE(o.ok());
   CHECK_FALSE(o.value().timeline_mark_cycles);
-  o = with({{"HOROVOD_TIMELINE", "/tmp/t"}, {"HOROVOD_TIMELINE_MARK_CYCLES", "1"}});
+  o = With({{"HOROVOD_TIMELINE", "/tmp/t"}, {"HOROVOD_TIMELINE_MARK_CYCLES", "1"}});
   REQUIRE(o.ok());
   CHECK(o.value().timeline == "/tmp/t");
   CHECK(o.value().timeline_mark_cycles);
-  o = with({{"HORA_TIMELINE_MARK_CYCLES", "0"}, {"HOROVOD_TIMELINE_MARK_CYCLES", "1"}});
+  o = With({{"HORA_TIMELINE_MARK_CYCLES", "0"}, {"HOROVOD_TIMELINE_MARK_CYCLES", "1"}});
   REQUIRE(o.ok());
   CHECK_FALSE(o.value().timeline_mark_cycles);  // the Hora name wins
-  o = with({{"HORA_TIMELINE_MARK_CYCLES", "yes"}});
+  o = With({{"HORA_TIMELINE_MARK_CYCLES", "yes"}});
   REQUIRE_FALSE(o.ok());
   CHECK(o.status().message() == "HORA_TIMELINE_MARK_CYCLES='yes' is not 0, 1, true or false");
 }
 
 TEST_CASE("HOROVOD_HIERARCHICAL_ALLREDUCE: 1 prefers the hierarchical backend, 0 avoids it") {
-  std::map<std::string, std::string> vars{{"HORA_COORDINATOR_ADDR", "127.0.0.1:5000"},
-                                          {"HORA_JOB_TOKEN", "t"}};
-  auto with = [&](std::map<std::string, std::string> extra) {
-    std::map<std::string, std::string> v = vars;
-    for (auto& kv : extra) v[kv.first] = kv.second;
-    return ParseOptions(Env(v), {});
-  };
-  auto o = with({{"HOROVOD_HIERARCHICAL_ALLREDUCE", "1"}});
+  auto o = With({{"HOROVOD_HIERARCHICAL_ALLREDUCE", "1"}});
   REQUIRE(o.ok());
   REQUIRE(o.value().cpu_operations == "prefer:hierarchical");
-  o = with({{"HOROVOD_HIERARCHICAL_ALLREDUCE", "0"}});
+  o = With({{"HOROVOD_HIERARCHICAL_ALLREDUCE", "0"}});
   REQUIRE(o.ok());
   REQUIRE(o.value().cpu_operations == "avoid:hierarchical");
   // The Hora name wins over the Horovod alias; a named backend wins over both.
-  o = with({{"HORA_HIERARCHICAL_ALLREDUCE", "false"}, {"HOROVOD_HIERARCHICAL_ALLREDUCE", "1"}});
+  o = With({{"HORA_HIERARCHICAL_ALLREDUCE", "false"}, {"HOROVOD_HIERARCHICAL_ALLREDUCE", "1"}});
   REQUIRE(o.ok());
   REQUIRE(o.value().cpu_operations == "avoid:hierarchical");
-  o = with({{"HOROVOD_HIERARCHICAL_ALLREDUCE", "1"}, {"HORA_CPU_OPERATIONS", "gloo"}});
+  o = With({{"HOROVOD_HIERARCHICAL_ALLREDUCE", "1"}, {"HORA_CPU_OPERATIONS", "gloo"}});
   REQUIRE(o.ok());
   REQUIRE(o.value().cpu_operations == "gloo");
-  o = with({{"HOROVOD_HIERARCHICAL_ALLREDUCE", "yes"}});
+  o = With({{"HOROVOD_HIERARCHICAL_ALLREDUCE", "yes"}});
   REQUIRE_FALSE(o.ok());
   REQUIRE(o.status().message() ==
           "HOROVOD_HIERARCHICAL_ALLREDUCE='yes' is not 0, 1, true or false");
   // The selection forms themselves are checked like names.
-  o = with({{"HORA_CPU_OPERATIONS", "prefer:nope"}});
+  o = With({{"HORA_CPU_OPERATIONS", "prefer:nope"}});
   REQUIRE_FALSE(o.ok());
   REQUIRE(o.status().message().find(
               "HORA_CPU_OPERATIONS=prefer:nope: no backend 'nope' is built") != std::string::npos);
