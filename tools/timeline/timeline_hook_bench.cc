@@ -39,7 +39,7 @@ int main(int argc, char** argv) {
     spec.name = "model.layer" + std::to_string(i % 100) + ".weight";
     const int64_t now = hora::TimelineNowUs();
     if (t.on()) t.Submitted(i + 1, spec, now);
-    if (t.on()) t.Planned(0, i, now + 1);
+    if (t.on()) t.Planned({{0, static_cast<uint64_t>(i)}}, now + 1);
     hora::TimelineBucket b;
     b.seq = i;
     b.backend = "gloo";
