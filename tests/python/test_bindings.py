@@ -102,12 +102,17 @@ def test_horovod_names_present():
 
 def test_horovod_common_helpers():
     """horovod.common's helpers that scripts and Horovod's tests import, under hora.common:
-    env() sets and restores variables (unset ones unset again); the exceptions are hora's."""
+    env() sets and restores variables (unset ones unset again); the exceptions are hora's;
+    horovod.torch.elastic's modules (sampler, state) have their hora.torch.elastic twins."""
     code = '''
 import os
 import hora.torch as hvd
 from hora.common.util import env
 from hora.common.exceptions import HorovodInternalError, HostsUpdatedInterrupt
+from hora.torch.elastic.sampler import ElasticSampler
+from hora.torch.elastic.state import ObjectState, TorchState
+assert (ElasticSampler, TorchState, ObjectState) == (
+    hvd.elastic.ElasticSampler, hvd.elastic.TorchState, hvd.elastic.ObjectState)
 os.environ["HORA_T_KEPT"] = "a"
 os.environ.pop("HORA_T_NEW", None)
 with env(HORA_T_KEPT="b", HORA_T_NEW=3):

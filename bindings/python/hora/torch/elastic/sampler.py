@@ -7,7 +7,7 @@ import random
 
 import torch.utils.data
 
-from .mpi_ops import rank, size
+from ..mpi_ops import rank, size
 
 
 class ElasticSampler(torch.utils.data.Sampler):

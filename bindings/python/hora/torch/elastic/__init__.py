@@ -1,5 +1,5 @@
 """hvd.elastic: horovod.torch.elastic's API (run, TorchState, ObjectState, ElasticSampler,
-HostsUpdatedInterrupt).
+HostsUpdatedInterrupt), in its modules too: hora.torch.elastic.sampler, .state.
 
 The state object keeps attributes, model, optimizer and ElasticSampler in memory at every
 `commit`; `run` syncs rank 0's state before the function runs, and when the function fails
@@ -28,13 +28,13 @@ import os
 
 import torch
 
-from .. import elastic_client
-from ..errors import (ERR_INVALID_ARGUMENT, HoraError, HoraInvalidArgumentError,
+from ... import elastic_client
+from ...errors import (ERR_INVALID_ARGUMENT, HoraError, HoraInvalidArgumentError,
                       HorovodInternalError, HostsUpdatedInterrupt)
-from .elastic_sampler import ElasticSampler
-from .functions import broadcast_object, broadcast_optimizer_state, broadcast_parameters
-from .basics import last_deterministic, last_process_sets
-from .mpi_ops import broadcast, init, rank, shutdown
+from .sampler import ElasticSampler
+from ..functions import broadcast_object, broadcast_optimizer_state, broadcast_parameters
+from ..basics import last_deterministic, last_process_sets
+from ..mpi_ops import broadcast, init, rank, shutdown
 
 RESET_LIMIT_VAR = "HORA_ELASTIC_RESET_LIMIT"
 DEFAULT_RESET_LIMIT = 3
