@@ -127,19 +127,21 @@ Status ParseCount(const EnvLookup& env, std::initializer_list<const char*> names
   return Status::Ok();
 }
 
-// A flag under its Hora name or its Horovod alias: 1 or true sets it; unset, empty, 0 or false
-// leave it.
+// A boolean variable's value: 1 or true, 0 or false; anything else names the variable.
+Status ParseBool(const char* name, const std::string& s, bool* out) {
+  if (s != "0" && s != "1" && s != "true" && s != "false") {
+    return InvalidArgument(std::string(name) + "='" + s + "' is not 0, 1, true or false");
+  }
+  *out = s == "1" || s == "true";
+  return Status::Ok();
+}
+
+// A flag under its Hora name or its Horovod alias; unset or empty leaves it.
 Status ParseFlag(const EnvLookup& env, std::initializer_list<const char*> names, bool* out) {
   const char* which = nullptr;
   const char* v = FirstSet(env, names, &which);
-  if (v == nullptr) return Status::Ok();
-  const std::string s = v;
-  if (s == "1" || s == "true") {
-    *out = true;
-  } else if (!(s.empty() || s == "0" || s == "false")) {
-    return InvalidArgument(std::string(which) + "='" + s + "' is not 0, 1, true or false");
-  }
-  return Status::Ok();
+  if (v == nullptr || *v == '\0') return Status::Ok();
+  return ParseBool(which, v, out);
 }
 
 // HORA_HIERARCHICAL_ALLREDUCE / HOROVOD_HIERARCHICAL_ALLREDUCE: 1 takes the hierarchical
@@ -151,11 +153,8 @@ Status ParseHierarchical(const EnvLookup& env, Options* o) {
   const char* v =
       FirstSet(env, {kEnvHierarchicalAllreduce, kEnvHorovodHierarchicalAllreduce}, &which);
   if (v == nullptr || *v == '\0') return Status::Ok();
-  const std::string s = v;
-  const bool on = s == "1" || s == "true";
-  if (!on && s != "0" && s != "false") {
-    return InvalidArgument(std::string(which) + "='" + s + "' is not 0, 1, true or false");
-  }
+  bool on = false;
+  HORA_RETURN_IF_ERROR(ParseBool(which, v, &on));
   if (o->cpu_operations == "auto") {
     o->cpu_operations = on ? "prefer:hierarchical" : "avoid:hierarchical";
   }
@@ -234,12 +233,7 @@ Status ParseRest(const EnvLookup& env, Options* o) {
     HORA_RETURN_IF_ERROR(ParseInt(kEnvSteadyPatienceMs, v, 1, 3600 * 1000, &o->steady_patience_ms));
   }
   if (const char* v = env(kEnvDeterministic); v != nullptr && *v != '\0') {
-    const std::string s = v;
-    if (s != "0" && s != "1" && s != "true" && s != "false") {
-      return InvalidArgument(std::string(kEnvDeterministic) + "='" + s +
-                             "' is not 0, 1, true or false");
-    }
-    o->deterministic = s == "1" || s == "true";
+    HORA_RETURN_IF_ERROR(ParseBool(kEnvDeterministic, v, &o->deterministic));
   }
   HORA_RETURN_IF_ERROR(ParseHierarchical(env, o));
   HORA_RETURN_IF_ERROR(CheckSelection(o->cpu_operations, Device::kCpu, kEnvCpuOperations));

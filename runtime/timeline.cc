@@ -1,5 +1,6 @@
 #include "runtime/timeline.h"
 
+#include <algorithm>
 #include <cctype>
 #include <cerrno>
 #include <cstring>
@@ -62,21 +63,19 @@ std::string Kv(const char* key, const std::string& v) {
   return std::string("\"") + key + "\":" + Quoted(v);
 }
 
-std::string Upper(const char* s) {
-  std::string out;
-  for (; *s != '\0'; ++s) out += static_cast<char>(std::toupper(static_cast<unsigned char>(*s)));
-  return out;
+std::string Upper(std::string s) {
+  for (char& c : s) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+  return s;
 }
 
 // Horovod's name of the data-plane call: the backend's name up to its first character that is
 // not a letter or digit ("steady:shm" -> "STEADY"), "_", the operation.
 std::string DataPlaneName(const std::string& backend, const std::string& op) {
-  std::string name;
-  for (char c : backend) {
-    if (!std::isalnum(static_cast<unsigned char>(c))) break;
-    name += static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
-  }
-  return (name.empty() ? "DATA" : name) + "_" + op;
+  const auto end = std::find_if(backend.begin(), backend.end(), [](char c) {
+    return !std::isalnum(static_cast<unsigned char>(c));
+  });
+  const std::string name(backend.begin(), end);
+  return Upper(name.empty() ? "data" : name) + "_" + op;
 }
 
 }  // namespace

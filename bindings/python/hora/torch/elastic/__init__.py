@@ -30,7 +30,7 @@ import torch
 
 from ... import elastic_client
 from ...errors import (ERR_INVALID_ARGUMENT, HoraError, HoraInvalidArgumentError,
-                      HorovodInternalError, HostsUpdatedInterrupt)
+                       HorovodInternalError, HostsUpdatedInterrupt)
 from .sampler import ElasticSampler
 from ..functions import broadcast_object, broadcast_optimizer_state, broadcast_parameters
 from ..basics import last_deterministic, last_process_sets
