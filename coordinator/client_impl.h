@@ -64,8 +64,9 @@ class ClientImpl final : public CoordinatorClient {
   std::string Where() const;
   // Hands one message to the local session, or writes it under write_mu_ (converted for the
   // wire, in as many messages as the limit asks). Returns how many went out; 0 when the
-  // stream is over.
-  int Write(WorkerMessage message) EXCLUDES(write_mu_);
+  // stream is over. A counted message adds to sent() as it is handed over, before its answer
+  // can come back.
+  int Write(WorkerMessage message, bool counted = false) EXCLUDES(write_mu_);
   // Write, counted in sent(): the messages of the Send* calls.
   void Send(WorkerMessage message) EXCLUDES(write_mu_);
   // Goodbye, then stops the threads (Close, with close_mu_ held).

@@ -129,9 +129,14 @@ Status ClientImpl::AwaitSessionOpen() {
   return FromGrpcStatus(st, "session with the coordinator at " + Where());
 }
 
-int ClientImpl::Write(WorkerMessage message) {
+int ClientImpl::Write(WorkerMessage message, bool counted) {
+  // Counted before it goes: the answer to a message may arrive before Write returns.
+  auto count = [&] {
+    if (counted) sent_messages_.fetch_add(1, std::memory_order_relaxed);
+  };
   if (local_) {
     if (closing_.load()) return 0;
+    count();
     config_.local_host->LocalMessage(config_.rank, std::move(message));
     return 1;
   }
@@ -144,15 +149,14 @@ int ClientImpl::Write(WorkerMessage message) {
   if (!stream_ || writes_done_) return 0;
   int written = 0;
   for (const proto::WorkerMessage& m : wire) {
+    count();
     if (!stream_->Write(m)) break;
     ++written;
   }
   return written;
 }
 
-void ClientImpl::Send(WorkerMessage message) {
-  sent_messages_.fetch_add(Write(std::move(message)), std::memory_order_relaxed);
-}
+void ClientImpl::Send(WorkerMessage message) { Write(std::move(message), /*counted=*/true); }
 
 ControlCounters ClientImpl::sent() const {
   ControlCounters c;
