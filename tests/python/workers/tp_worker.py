@@ -214,6 +214,67 @@ def sizes_that_do_not_divide_are_errors():
     raises(ValueError, hvd.make_grid, tp=1, pp=1, dp=n + 1, contains="the job has %d" % n)
 
 
+def vocab_loss_against_full(ps, n, r, vocab, width, **kw):
+    """vocab_parallel_cross_entropy on rank r's `width` columns against F.cross_entropy on
+    the first `vocab` of all n * width: the loss, and the gradient of this rank's slice."""
+    g = torch.Generator().manual_seed(7)
+    full = (3 * torch.randn(3, 5, n * width, generator=g)).requires_grad_()
+    target = torch.randint(vocab, (3, 5), generator=g)
+    target[0, 1] = target[2, 4] = -100                 # ignored tokens
+    mine = full.detach()[..., r * width:(r + 1) * width].clone().requires_grad_()
+    got = hvd.vocab_parallel_cross_entropy(mine, target, process_set=ps, vocab_size=vocab, **kw)
+    want = F.cross_entropy(full[..., :vocab].reshape(-1, vocab), target.reshape(-1), **kw)
+    want = want.reshape(3, 5) if kw.get("reduction") == "none" else want
+    close(got, want, atol=1e-5, msg="loss %s" % kw)
+    (got * torch.arange(1.0, got.numel() + 1).reshape(got.shape)).sum().backward()
+    (want * torch.arange(1.0, want.numel() + 1).reshape(want.shape)).sum().backward()
+    close(mine.grad, full.grad[..., r * width:(r + 1) * width], atol=1e-5,
+          msg="gradient %s" % kw)
+
+
+@case
+def vocab_parallel_cross_entropy_is_the_full_loss():
+    n, r = hvd.size(), hvd.rank()
+    ps = hvd.global_process_set
+    for kw in ({}, {"reduction": "sum"}, {"reduction": "none"}, {"label_smoothing": 0.1},
+               {"reduction": "none", "label_smoothing": 0.2}):
+        vocab_loss_against_full(ps, n, r, 4 * n, 4, **kw)
+        vocab_loss_against_full(ps, n, r, 4 * n - 3, 4, **kw)    # padded head: 3 columns
+
+
+@case
+def vocab_parallel_head_trains_as_the_full_head():
+    """The TP model with its head left split (gather_output=False) and the vocab-parallel
+    loss: the reference's loss and gradients."""
+    n, r = hvd.size(), hvd.rank()
+    tp, ref = TPModel(hvd.global_process_set), reference_model()
+    tp.head.gather_output = False
+    ids, y = batch(1, 4)
+    loss = hvd.vocab_parallel_cross_entropy(tp(ids), y)
+    want = loss_fn(reference_forward(ref, ids), y)
+    close(loss, want, msg="loss")
+    loss.backward()
+    want.backward()
+    compare(tp, ref, n, r, grads=True, what="grad")
+
+
+@case
+def vocab_parallel_cross_entropy_bad_input():
+    """Errors every member raises alike before any collective; the next call works."""
+    n = hvd.size()
+    logits, target = torch.zeros(2, 3, 4), torch.zeros(2, 3, dtype=torch.long)
+    f = hvd.vocab_parallel_cross_entropy
+    raises(ValueError, f, logits, target[:, :2], contains="target's shape [2, 2] is not")
+    raises(ValueError, f, logits, target.float(), contains="must be an integer tensor")
+    raises(ValueError, f, logits.long(), target, contains="must be a floating-point")
+    raises(ValueError, f, logits, target + 4 * n, contains="target %d is out of range" % (4 * n))
+    raises(ValueError, f, logits, target, vocab_size=4 * n - 4,
+           contains="vocab_size %d does not fit" % (4 * n - 4))
+    raises(ValueError, f, logits, target, reduction="avg", contains="reduction must be")
+    close(f(logits, target), torch.tensor(float(torch.log(torch.tensor(4.0 * n)))),
+          msg="uniform logits")
+
+
 if __name__ == "__main__":
     import sys
     cases.run_all(init, hvd.shutdown, only=sys.argv[1:] or None)

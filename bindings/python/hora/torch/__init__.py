@@ -12,6 +12,7 @@ from .optimizer import DistributedOptimizer
 from .zero import ZeroOptimizer
 from .tensor_parallel import *  # noqa: F401,F403 - tensor_parallel.__all__
 from .tensor_parallel import __all__ as _tensor_parallel_all
+from .vocab_parallel_loss import vocab_parallel_cross_entropy
 from .pipeline import Pipeline, split_sequential
 from .sync_batch_norm import SyncBatchNorm
 from . import elastic
@@ -23,4 +24,5 @@ __all__ = sorted(set(_mpi_ops_all) | {
     "HoraPreconditionError", "HoraInvalidArgumentError", "Compression",
     "broadcast_parameters", "broadcast_optimizer_state", "broadcast_object",
     "allgather_object", "DistributedOptimizer", "SyncBatchNorm", "HostsUpdatedInterrupt",
-    "ZeroOptimizer", "Pipeline", "split_sequential", "elastic"} | set(_tensor_parallel_all))
+    "ZeroOptimizer", "Pipeline", "split_sequential", "elastic",
+    "vocab_parallel_cross_entropy"} | set(_tensor_parallel_all))
