@@ -106,11 +106,14 @@ int64_t TensorSpec::RowElements() const {
 }
 
 bool operator==(const TensorSpec& a, const TensorSpec& b) {
-  return a.name == b.name && a.collective == b.collective && a.dtype == b.dtype && a.op == b.op &&
-         a.shape == b.shape && a.device == b.device && a.device_index == b.device_index &&
-         a.root == b.root && a.prescale == b.prescale && a.postscale == b.postscale &&
-         a.splits == b.splits && a.process_set == b.process_set && a.peer == b.peer &&
-         a.refused == b.refused;
+  return a.name == b.name && EqualButName(a, b);
+}
+
+bool EqualButName(const TensorSpec& a, const TensorSpec& b) {
+  return a.collective == b.collective && a.dtype == b.dtype && a.op == b.op && a.shape == b.shape &&
+         a.device == b.device && a.device_index == b.device_index && a.root == b.root &&
+         a.prescale == b.prescale && a.postscale == b.postscale && a.splits == b.splits &&
+         a.process_set == b.process_set && a.peer == b.peer && a.refused == b.refused;
 }
 
 bool IsPointToPoint(CollectiveType c) {

@@ -119,6 +119,8 @@ bool IsPointToPoint(CollectiveType c);
 bool IsOneShotName(const std::string& name);
 
 bool operator==(const TensorSpec& a, const TensorSpec& b);
+// Every field equal but the name (the planner compares specs kept under one name).
+bool EqualButName(const TensorSpec& a, const TensorSpec& b);
 inline bool operator!=(const TensorSpec& a, const TensorSpec& b) { return !(a == b); }
 
 std::string ShapeString(const std::vector<int64_t>& shape);

@@ -139,7 +139,11 @@ class CoordinatorCore final : public LocalSessionHost {
     bool had_session = false;
     bool lost = false;
     bool departed = false;  // said goodbye while the job goes on: it submits nothing more
-    std::unordered_map<uint32_t, TensorSpec> specs;              // this rank's ids
+    struct KnownSpec {
+      TensorSpec spec;
+      PlannerHint hint;  // where its set's planner keeps the name
+    };
+    std::unordered_map<uint32_t, KnownSpec> specs;               // this rank's ids
     std::unordered_map<TensorKey, uint32_t, TensorKeyHash> ids;  // (set, name) -> this rank's id
     std::unordered_map<TensorKey, std::string, TensorKeyHash> payloads;  // pending inline data
     uint64_t next_set_op = 0;  // seq of this rank's next ProcessSetOp

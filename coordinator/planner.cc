@@ -1,8 +1,11 @@
 // The planner's tables and how a name moves through them:
 //
-//   names       every name with at least one submission and not yet emitted or failed. While
-//               incomplete it holds each rank's spec; once complete and valid it only marks
-//               the name as in flight (a second submission is a duplicate).
+//   names       every name submitted lately. A live name has at least one submission and
+//               was not yet emitted or failed: while incomplete it holds each rank's spec;
+//               once complete and valid it only marks the name as in flight (a second
+//               submission is a duplicate). An idle name (emitted or failed) keeps its entry
+//               for the next step, where callers' PlannerHints find it without a lookup;
+//               names idle for kForgetIdle are forgotten (a new epoch voids the hints).
 //   partial     per fusion key (without the joined count), how many incomplete names there
 //               are. Zero means nothing more of that key is coming soon.
 //   groups      complete, valid allreduce / broadcast tensors waiting to be fused, per
@@ -19,6 +22,7 @@
 #include "coordinator/planner.h"
 
 #include <algorithm>
+#include <atomic>
 #include <set>
 #include <tuple>
 #include <unordered_map>
@@ -56,6 +60,14 @@ struct Group {
 
 using GroupMap = std::map<BucketKey, Group>;
 
+// An idle name is forgotten after this long without a submission, at a Poll; forgetting is
+// checked at most once per kForgetIdle. One-shot names (barriers, unnamed c10d calls) stay
+// this long at most.
+constexpr std::chrono::seconds kForgetIdle{10};
+
+// Epochs are unique across planners: a hint from one is never valid in another.
+std::atomic<uint64_t> next_epoch{1};
+
 struct NameState {
   // Rank r's spec is distinct[spec_of[r]] (meaningful where submitted). Ranks almost always
   // submit equal specs, so one copy serves them all; a copy per rank was most of a
@@ -72,13 +84,17 @@ struct NameState {
   BucketKey fusion_key;                // of the first submission (joined = 0)
   bool counted = false;                // counted in partial[fusion_key]
   bool in_flight = false;              // complete and valid, waiting in a group or ready
+  bool idle = true;                    // no submission since it was emitted or failed
+  TimePoint idle_since;                // when it became idle (Retire)
+  const std::string* name = nullptr;   // its key in names
 
   // The index in `distinct` of a spec equal to `spec`, keeping a copy when there is none.
   // Compares with the first and the last kept only (allgather's first dimension and
-  // alltoall's splits differ per rank: those keep a copy per rank, as before).
+  // alltoall's splits differ per rank: those keep a copy per rank, as before). Names are
+  // equal: `spec` was submitted under this entry's.
   uint32_t Keep(const TensorSpec& spec) {
-    if (!distinct.empty() && distinct.front() == spec) return 0;
-    if (distinct.size() > 1 && distinct.back() == spec) {
+    if (!distinct.empty() && EqualButName(distinct.front(), spec)) return 0;
+    if (distinct.size() > 1 && EqualButName(distinct.back(), spec)) {
       return static_cast<uint32_t>(distinct.size() - 1);
     }
     distinct.push_back(spec);
@@ -105,7 +121,11 @@ struct Planner::State {
       : config(c), joined(static_cast<size_t>(std::max(c.size, 0)), false) {}
 
   bool IsComplete(const NameState& s) const;
-  void Complete(std::unordered_map<std::string, NameState>::iterator it, TimePoint now);
+  void Complete(NameState& s, TimePoint now);
+  // The name is no longer live (emitted or failed): its entry waits for the next step.
+  void Retire(NameState& s, TimePoint now);
+  // Erases the names idle for kForgetIdle; a new epoch when any went.
+  void ForgetIdle(TimePoint now);
   void Uncount(NameState& s);
   void Enqueue(const BucketKey& key, Ready ready);
   void SetDeadline(GroupMap::iterator g);
@@ -116,6 +136,9 @@ struct Planner::State {
 
   PlannerConfig config;  // the autotuner may change the threshold and cycle time
   std::unordered_map<std::string, NameState> names;
+  size_t idle_names = 0;  // of names
+  uint64_t epoch = next_epoch.fetch_add(1);
+  TimePoint last_forget = TimePoint::min();
   std::map<BucketKey, int> partial;
   GroupMap groups;
   std::set<std::pair<TimePoint, const BucketKey*>> deadlines;
@@ -160,19 +183,17 @@ void Planner::State::Uncount(NameState& s) {
 }
 
 // Validates a name that just became complete and moves it to a group, ready, or failures.
-void Planner::State::Complete(std::unordered_map<std::string, NameState>::iterator it,
-                              TimePoint now) {
-  NameState& s = it->second;
+void Planner::State::Complete(NameState& s, TimePoint now) {
   Uncount(s);
-  const CompleteName c{it->first, s.distinct, s.spec_of, s.submitted, joined, config.size};
+  const CompleteName c{*s.name, s.distinct, s.spec_of, s.submitted, joined, config.size};
   Status status = planner_internal::CheckRefused(c);
   if (status.ok()) {
     status = s.required.empty() ? planner_internal::CheckComplete(c)
                                 : planner_internal::CheckPointToPoint(c, s.required);
   }
   if (!status.ok()) {
-    failures.push_back({now, TensorFailure{it->first, s.submitted, std::move(status)}});
-    names.erase(it);
+    failures.push_back({now, TensorFailure{*s.name, s.submitted, std::move(status)}});
+    Retire(s, now);
     return;
   }
   const TensorSpec& ref = c.spec(planner_internal::ReferenceRank(c));
@@ -190,9 +211,6 @@ void Planner::State::Complete(std::unordered_map<std::string, NameState>::iterat
   const BucketKey key = KeyOf(ref, joined_count);
   s.in_flight = true;
   s.distinct.clear();
-  s.distinct.shrink_to_fit();
-  s.spec_of.clear();
-  s.spec_of.shrink_to_fit();
   if (Fusable(key.collective)) {
     Enqueue(key, std::move(r));
   } else {
@@ -204,8 +222,36 @@ void Planner::State::Complete(std::unordered_map<std::string, NameState>::iterat
       b.joined_ranks = 0;
     }
     b.entries.push_back(std::move(r.entry));
-    ready.push_back({now, it->first, std::move(b)});
+    ready.push_back({now, *s.name, std::move(b)});
   }
+}
+
+void Planner::State::Retire(NameState& s, TimePoint now) {
+  s.submitted.assign(s.submitted.size(), false);
+  s.submitted_count = 0;
+  s.required.clear();
+  s.distinct.clear();
+  s.last_rank = -1;
+  s.in_flight = false;
+  s.idle = true;
+  s.idle_since = now;
+  ++idle_names;
+}
+
+void Planner::State::ForgetIdle(TimePoint now) {
+  if (last_forget == TimePoint::min()) last_forget = now;  // the first Poll
+  if (idle_names == 0 || now - last_forget < kForgetIdle) return;
+  last_forget = now;
+  const size_t before = names.size();
+  for (auto it = names.begin(); it != names.end();) {
+    if (it->second.idle && now - it->second.idle_since >= kForgetIdle) {
+      it = names.erase(it);
+      --idle_names;
+    } else {
+      ++it;
+    }
+  }
+  if (names.size() != before) epoch = next_epoch.fetch_add(1);
 }
 
 void Planner::State::Enqueue(const BucketKey& key, Ready ready_tensor) {
@@ -240,7 +286,7 @@ void Planner::State::Emit(const BucketKey& key, std::vector<Ready>::iterator beg
                           std::vector<Ready>::iterator end, std::vector<Scheduled>* out) {
   Scheduled s{begin->completed, begin->entry.name, BucketOf(key)};
   for (auto it = begin; it != end; ++it) {
-    names.erase(it->entry.name);
+    Retire(names.find(it->entry.name)->second, it->completed);
     s.bucket.entries.push_back(std::move(it->entry));
   }
   out->push_back(std::move(s));
@@ -291,7 +337,8 @@ Planner::Planner(const PlannerConfig& config) : state_(std::make_unique<State>(c
 
 Planner::~Planner() = default;
 
-void Planner::Submit(int rank, const TensorSpec& spec, TimePoint now, int32_t tag) {
+void Planner::Submit(int rank, const TensorSpec& spec, TimePoint now, int32_t tag,
+                     PlannerHint* hint) {
   State& st = *state_;
   HORA_CHECK(rank >= 0 && rank < st.config.size);
   auto fail_rank = [&](Status status) {
@@ -307,9 +354,25 @@ void Planner::Submit(int rank, const TensorSpec& spec, TimePoint now, int32_t ta
                               std::to_string(st.config.size) + ") or the rank itself"));
     return;
   }
-  auto [it, inserted] = st.names.try_emplace(spec.name);
-  NameState& s = it->second;
-  if (inserted) {
+  NameState* found = nullptr;
+  if (hint != nullptr && hint->epoch == st.epoch) {
+    found = static_cast<NameState*>(hint->name);
+#ifndef NDEBUG
+    HORA_CHECK(*found->name == spec.name);  // a hint follows one name
+#endif
+  } else {
+    auto [it, inserted] = st.names.try_emplace(spec.name);
+    found = &it->second;
+    if (inserted) {
+      found->name = &it->first;
+      ++st.idle_names;
+    }
+    if (hint != nullptr) *hint = PlannerHint{st.epoch, found};
+  }
+  NameState& s = *found;
+  if (s.idle) {  // the name's first submission since it was created, emitted or failed
+    s.idle = false;
+    --st.idle_names;
     s.spec_of.resize(st.config.size);
     s.submitted.assign(st.config.size, false);
     s.submit_time.resize(st.config.size);
@@ -343,7 +406,7 @@ void Planner::Submit(int rank, const TensorSpec& spec, TimePoint now, int32_t ta
   s.submit_time[rank] = now;
   s.tags[rank] = tag;
   s.last_rank = rank;
-  if (st.IsComplete(s)) st.Complete(it, now);
+  if (st.IsComplete(s)) st.Complete(s, now);
 }
 
 void Planner::Join(int rank, TimePoint now) {
@@ -357,12 +420,12 @@ void Planner::Join(int rank, TimePoint now) {
   // order of equal completion times never depend on hashing.
   std::vector<std::string> complete;
   for (const auto& [name, s] : st.names) {
-    if (!s.in_flight && !s.submitted[rank] && s.required.empty() && st.IsComplete(s)) {
+    if (!s.idle && !s.in_flight && !s.submitted[rank] && s.required.empty() && st.IsComplete(s)) {
       complete.push_back(name);
     }
   }
   std::sort(complete.begin(), complete.end());
-  for (const auto& name : complete) st.Complete(st.names.find(name), now);
+  for (const auto& name : complete) st.Complete(st.names.find(name)->second, now);
   if (st.joined_count == st.config.size) {
     st.join_done = true;
     st.join_done_rank = rank;
@@ -376,7 +439,8 @@ PlannerOutput Planner::Poll(TimePoint now) {
   State& st = *state_;
   std::vector<Scheduled> out = std::move(st.ready);
   st.ready.clear();
-  for (const auto& s : out) st.names.erase(s.first_name);
+  for (const auto& s : out) st.Retire(st.names.find(s.first_name)->second, now);
+  st.ForgetIdle(now);
   std::vector<GroupMap::iterator> visit = std::move(st.dirty);
   st.dirty.clear();
   for (auto d = st.deadlines.begin(); d != st.deadlines.end() && d->first <= now; ++d) {
@@ -423,7 +487,7 @@ std::vector<StallReport> Planner::Stalled(TimePoint now,
   const State& st = *state_;
   std::vector<StallReport> reports;
   for (const auto& [name, s] : st.names) {
-    if (s.in_flight || now - s.first_submit < older_than) continue;
+    if (s.idle || s.in_flight || now - s.first_submit < older_than) continue;
     StallReport r;
     r.name = name;
     for (int rank = 0; rank < st.config.size; ++rank) {
@@ -445,7 +509,7 @@ std::vector<StallReport> Planner::Stalled(TimePoint now,
   return reports;
 }
 
-size_t Planner::PendingCount() const { return state_->names.size(); }
+size_t Planner::PendingCount() const { return state_->names.size() - state_->idle_names; }
 
 void Planner::SetTuning(int64_t fusion_threshold_bytes, std::chrono::microseconds cycle_time) {
   HORA_CHECK(fusion_threshold_bytes >= 0 && cycle_time.count() >= 0);

@@ -118,6 +118,17 @@ struct PlannerOutput {
   int last_joined_rank = -1;
 };
 
+// Where a rank's name lives in one planner, kept by the caller beside the rank's spec (the
+// core: per rank and id), so that the next Submit of that name skips the lookup by name: at
+// 1,024 ranks hashing and comparing names was a third of the planner's time
+// (docs/coordinator-scale.md). A planner keeps a name's entry between steps; a hint stays
+// valid until the planner forgets names idle for a while (then each hint is looked up once
+// more). A default hint is never valid; a hint must follow one spec's name and one planner.
+struct PlannerHint {
+  uint64_t epoch = 0;
+  void* name = nullptr;
+};
+
 class Planner {
  public:
   explicit Planner(const PlannerConfig& config);
@@ -130,10 +141,11 @@ class Planner {
   // reported by the next Poll. A name is in flight from its first submission until it is
   // emitted or fails; then it may be submitted again.
   // REQUIRES: 0 <= rank < config.size (checked).
-  // Cost: a hash lookup by name and a comparison with the spec already kept (a copy only when
-  // it differs); O(size) once, when the name completes. tag: returned in the bucket's entry
-  // (Entry::tags) for this rank.
-  void Submit(int rank, const TensorSpec& spec, TimePoint now, int32_t tag = -1);
+  // Cost: a hash lookup by name (none with a valid `hint`, which Submit fills in) and a
+  // comparison with the spec already kept (a copy only when it differs); O(size) once, when
+  // the name completes. tag: returned in the bucket's entry (Entry::tags) for this rank.
+  void Submit(int rank, const TensorSpec& spec, TimePoint now, int32_t tag = -1,
+              PlannerHint* hint = nullptr);
 
   // hora_join from `rank`. A second Join from a rank already joined is ignored.
   // Cost: one pass over the names in flight.

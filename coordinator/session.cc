@@ -154,8 +154,9 @@ void CoordinatorCore::HandleReadyLocked(int rank, WorkerMessage* ready, TimePoin
   };
   for (TensorErrorNotice& refused : ready->refused) fail(refused.id, std::move(refused.status));
   std::vector<SetState*> polled;
-  auto submit = [&](uint32_t id, const TensorSpec& spec, ReadyNotice& notice) {
+  auto submit = [&](uint32_t id, RankState::KnownSpec& known, ReadyNotice& notice) {
     mu_.AssertHeld();  // the lambdas here run inside HandleReadyLocked
+    const TensorSpec& spec = known.spec;
     SetState* set = nullptr;
     Status member = CheckMembershipLocked(rank, spec, &set);
     if (!member.ok()) {
@@ -167,13 +168,15 @@ void CoordinatorCore::HandleReadyLocked(int rank, WorkerMessage* ready, TimePoin
       return;
     }
     if (notice.payload) state.payloads[TensorKeyOf(spec)] = std::move(*notice.payload);
-    set->planner->Submit(set->index_of[rank], spec, now, static_cast<int32_t>(id));
+    set->planner->Submit(set->index_of[rank], spec, now, static_cast<int32_t>(id), &known.hint);
     if (std::find(polled.begin(), polled.end(), set) == polled.end()) polled.push_back(set);
   };
   for (ReadyNotice& notice : ready->ready) {
     if (notice.spec) {
       state.ids[TensorKeyOf(*notice.spec)] = notice.id;
-      auto it = state.specs.insert_or_assign(notice.id, std::move(*notice.spec)).first;
+      auto it =
+          state.specs.insert_or_assign(notice.id, RankState::KnownSpec{std::move(*notice.spec), {}})
+              .first;
       submit(notice.id, it->second, notice);
       continue;
     }

@@ -1,6 +1,7 @@
 // Mode "planner": one Planner fed as the service's reader threads feed it. Per ready message
 // the service calls Submit for each notice and then Poll once (session.cc); here one thread
-// plays every rank, in the order of coordinator_scale.h (chunk by chunk across ranks).
+// plays every rank, in the order of coordinator_scale.h (chunk by chunk across ranks), and
+// keeps a PlannerHint per rank and tensor across steps, as the core does per rank and id.
 #include <algorithm>
 #include <string>
 #include <unordered_map>
@@ -21,14 +22,16 @@ struct StepCount {
 // One step; checks that every tensor was planned exactly once for every rank.
 Status RunStep(Planner& planner, const std::vector<TensorSpec>& specs,
                const std::unordered_map<std::string, int32_t>& ids, const ScaleOptions& o, int step,
-               StepCount* count) {
+               std::vector<PlannerHint>* hints, StepCount* count) {
   const int n = static_cast<int>(specs.size());
   std::vector<PlanChecker> checkers;  // planner buckets are rank-independent: one suffices
   checkers.emplace_back(n);
   for (const auto& [begin, end] : NoticeChunks(o)) {
     for (int r = 0; r < o.ranks; ++r) {
       const TimePoint now = Clock::now();
-      for (int t = begin; t < end; ++t) planner.Submit(r, specs[t], now);
+      for (int t = begin; t < end; ++t) {
+        planner.Submit(r, specs[t], now, -1, &(*hints)[static_cast<size_t>(r) * n + t]);
+      }
       PlannerOutput out = planner.Poll(now);
       ++count->polls;
       if (!out.failures.empty()) {
@@ -62,14 +65,15 @@ StatusOr<ScaleResult> RunPlannerBench(const ScaleOptions& o) {
   const std::vector<TensorSpec> specs = ModelTensors(o.tensors);
   std::unordered_map<std::string, int32_t> ids;  // name -> tensor index + 1
   for (size_t t = 0; t < specs.size(); ++t) ids[specs[t].name] = static_cast<int32_t>(t) + 1;
+  std::vector<PlannerHint> hints(static_cast<size_t>(o.ranks) * specs.size());
   StepCount warm;
   for (int s = 0; s < o.warmup; ++s)
-    HORA_RETURN_IF_ERROR(RunStep(planner, specs, ids, o, s, &warm));
+    HORA_RETURN_IF_ERROR(RunStep(planner, specs, ids, o, s, &hints, &warm));
   StepCount count;
   const auto t0 = Clock::now();
   const double c0 = ThreadCpuSeconds();
   for (int s = 0; s < o.steps; ++s) {
-    HORA_RETURN_IF_ERROR(RunStep(planner, specs, ids, o, o.warmup + s, &count));
+    HORA_RETURN_IF_ERROR(RunStep(planner, specs, ids, o, o.warmup + s, &hints, &count));
   }
   ScaleResult r;
   r.options = o;
