@@ -9,7 +9,8 @@
 The job's ranks form a grid (hvd.make_grid: tp fastest, then dp, then pp). Attention and
 MLP are Megatron-LM's: q|k|v one ColumnParallelLinear split by heads, the projection a
 RowParallelLinear; fc1 column, fc2 row; the token embedding a VocabParallelEmbedding and the
-head a ColumnParallelLinear over the vocabulary (padded to a multiple of tp). With --pp the
+head a ColumnParallelLinear over the vocabulary (padded to a multiple of tp) whose logits stay
+split: the loss is hvd.vocab_parallel_cross_entropy of the slices. With --pp the
 blocks are cut into stages (hvd.Pipeline, --micro-batches, --schedule). Gradients are
 averaged over the DP set by DistributedOptimizer, or by ZeroOptimizer with --zero 1|2|3.
 Rank 0 prints the loss; every rank prints the bytes of parameters, gradients and optimizer
@@ -110,11 +111,17 @@ class Head(nn.Module):
     def __init__(self, vocab, n_embd, tp_set):
         super().__init__()
         self.ln = nn.LayerNorm(n_embd)
-        self.head = hvd.ColumnParallelLinear(n_embd, vocab, bias=False, gather_output=True,
-                                             process_set=tp_set)
+        self.head = hvd.ColumnParallelLinear(n_embd, vocab, bias=False, gather_output=False,
+                                             process_set=tp_set)  # loss() takes the slices
 
     def forward(self, x):
         return self.head(self.ln(x))
+
+
+def vocab_loss(logits, y, vocab, grid):
+    """Cross-entropy of the head's vocabulary slices (no gather of the logits)."""
+    return hvd.vocab_parallel_cross_entropy(logits, y, process_set=grid.tp_set,
+                                            vocab_size=vocab)
 
 
 def build(args, vocab_padded, grid):
@@ -143,16 +150,18 @@ def plan_spec(n_layer=2, n_embd=96, n_head=4, block_size=64):
     args = argparse.Namespace(n_layer=n_layer, n_embd=n_embd, n_head=n_head,
                               block_size=block_size)
     padded = -(-vocab // 8) * 8          # divisible by every TP size the planner tries
+    layout = {}                          # the grid of the model built last
 
     def factory(grid):
         args.tp = grid.tp
+        layout["grid"] = grid
         return build(args, padded, grid)
 
     def batch(rows):
         return get_batch(data, rows, block_size, torch.Generator().manual_seed(rows))
 
-    def loss_fn(logits, y):
-        return F.cross_entropy(logits[..., :vocab].reshape(-1, vocab), y.reshape(-1))
+    def loss_fn(logits, y):  # the planner builds a layout's model before it runs its loss
+        return vocab_loss(logits, y, vocab, layout["grid"])
 
     return {"factory": factory, "batch": batch, "loss_fn": loss_fn}
 
@@ -179,7 +188,7 @@ def main():
     pipe = None
     gen = torch.Generator().manual_seed(args.seed + 1000 * (grid.dp_rank + 1))
     def loss_fn(logits, y):
-        return F.cross_entropy(logits[..., :vocab].reshape(-1, vocab), y.reshape(-1))
+        return vocab_loss(logits, y, vocab, grid)
 
     if args.pp > 1:
         profile = args.balance == "profile"

@@ -240,6 +240,9 @@ def vocab_parallel_cross_entropy_is_the_full_loss():
                {"reduction": "none", "label_smoothing": 0.2}):
         vocab_loss_against_full(ps, n, r, 4 * n, 4, **kw)
         vocab_loss_against_full(ps, n, r, 4 * n - 3, 4, **kw)    # padded head: 3 columns
+    one = grid(1).tp_set                                           # a set of one: no split
+    vocab_loss_against_full(one, 1, 0, 6, 8, reduction="none", label_smoothing=0.1)
+    vocab_loss_against_full(one, 1, 0, 8, 8)
 
 
 @case

@@ -10,6 +10,7 @@ rank (Megatron-LM's vocab-parallel cross-entropy).
 """
 
 import torch
+import torch.nn.functional as F
 
 from .mpi_ops import Max, Sum, global_process_set, synchronize, allreduce_async
 from .tensor_parallel import _members
@@ -108,6 +109,11 @@ def vocab_parallel_cross_entropy(logits, target, process_set=global_process_set,
         raise ValueError("vocab_parallel_cross_entropy: label_smoothing must be in [0, 1], "
                          "got %r" % (label_smoothing,))
     target = target.long()
+    if n == 1:  # the whole vocabulary here
+        return F.cross_entropy(logits[..., :vocab_size].reshape(-1, vocab_size),
+                               target.reshape(-1), ignore_index=ignore_index,
+                               reduction=reduction, label_smoothing=label_smoothing
+                               ).reshape(target.shape if reduction == "none" else ())
     keep = target != ignore_index
     bad = keep & ((target < 0) | (target >= vocab_size))
     if bad.any():
