@@ -12,6 +12,10 @@
 // peers sending each other large messages cannot block each other). A recv posted first is
 // read straight into its output.
 //
+// Between processes of one host, a large payload is not written to the socket: the receiver
+// reads it from the sender's memory (Options::cross_memory_bytes), the header and the
+// acknowledgement still going over the connection.
+//
 // Completion. A recv completes when its payload is in place. A send completes when the
 // receiver has matched it: its status is the receiver's word (OK, or why the receiver
 // refused it: a size or dtype that differs, a recv refused for bad input), so both sides of a
@@ -71,6 +75,10 @@ class PeerChannel {
     std::chrono::milliseconds lost_grace{0};
     // How errors name a process ("rank 3 (host a, pid 12)"); null: "rank 3".
     std::function<std::string(int rank)> name;
+    // A tensor of at least this many bytes to a peer on this host (the same hostname) is
+    // read by the receiver straight from the sender's memory (process_vm_readv: one copy, no
+    // socket), once a probe showed that the kernel allows it (peer_wire.h); 0: never.
+    int64_t cross_memory_bytes = 64 << 10;
   };
 
   // config: rank and global_ranks are the job's (this process and every process), store
@@ -94,6 +102,9 @@ class PeerChannel {
 
   // Fails what is pending and every later call with `why`. Idempotent.
   virtual void Abort(const Status& why) = 0;
+
+  // How many tensors this process has read from a peer's memory (Options::cross_memory_bytes).
+  virtual int64_t cross_memory_reads() const = 0;
 };
 
 }  // namespace hora

@@ -10,10 +10,12 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cerrno>
 #include <cstring>
 #include <deque>
 #include <map>
+#include <random>
 #include <thread>
 #include <utility>
 #include <vector>
@@ -41,6 +43,12 @@ class TcpPeerChannel final : public PeerChannel {
         listener_(std::move(listener)),
         wake_(wake),
         match_(config.rank) {
+    for (size_t r = 0; r < config.hostnames.size(); ++r) {
+      same_host_.push_back(options_.cross_memory_bytes > 0 &&
+                           config.hostnames[r] == config.hostnames[rank_]);
+    }
+    std::random_device random;
+    for (uint32_t& t : token_) t = random();
     thread_ = std::thread([this] { Loop(); });
   }
 
@@ -73,6 +81,14 @@ class TcpPeerChannel final : public PeerChannel {
         o.header = PeerHeader{kPeerData, key.set,   key.tag, static_cast<int32_t>(meta.dtype),
                               key.seq,   meta.bytes};
         o.body = static_cast<const char*>(data);
+        auto c = conns_.find(conn.value());
+        if (c != conns_.end() && c->second->cross_memory &&
+            meta.bytes >= options_.cross_memory_bytes) {  // the receiver reads it from here
+          const PeerMemory at{getpid(), reinterpret_cast<uint64_t>(data), meta.bytes};
+          o.header.kind = kPeerDataAt;
+          o.header.bytes = sizeof(at);
+          o.text.assign(reinterpret_cast<const char*>(&at), sizeof(at));
+        }
         Queue(conn.value(), std::move(o), &e);
       }
     }
@@ -120,6 +136,10 @@ class TcpPeerChannel final : public PeerChannel {
       Answer(&e);
     }
     Run(&e);
+  }
+
+  int64_t cross_memory_reads() const override {
+    return cross_memory_reads_.load(std::memory_order_relaxed);
   }
 
   void Abort(const Status& why) override {
@@ -191,13 +211,26 @@ class TcpPeerChannel final : public PeerChannel {
                         return aborted_;
                       });
     if (!fd.ok()) return fd.status();
-    MutexLock lock(&mu_);
-    const int id = next_conn_++;
-    auto c = std::make_unique<PeerConn>(id, fd.value(), /*accepted=*/false);
-    c->peer = peer;
-    dialed_[peer] = id;
-    conns_[id] = std::move(c);
-    Wake();  // the loop reads its acknowledgements
+    Effects e;
+    int id;
+    {
+      MutexLock lock(&mu_);
+      id = next_conn_++;
+      auto c = std::make_unique<PeerConn>(id, fd.value(), /*accepted=*/false);
+      c->peer = peer;
+      dialed_[peer] = id;
+      conns_[id] = std::move(c);
+      if (static_cast<size_t>(peer) < same_host_.size() && same_host_[peer]) {  // may it read ours?
+        const PeerMemory at{getpid(), reinterpret_cast<uint64_t>(token_), sizeof(token_)};
+        PeerOut probe;
+        probe.header = PeerHeader{kPeerProbe, 0, 0, 0, 0, sizeof(at) + sizeof(token_)};
+        probe.text.assign(reinterpret_cast<const char*>(&at), sizeof(at));
+        probe.text.append(reinterpret_cast<const char*>(token_), sizeof(token_));
+        Queue(id, std::move(probe), &e);
+      }
+      Wake();  // the loop reads its acknowledgements
+    }
+    Run(&e);
     return id;
   }
 
@@ -373,7 +406,13 @@ class TcpPeerChannel final : public PeerChannel {
     void OnFrame(PeerConn* c) override {
       const PeerHeader& h = c->header();
       const Key key{h.set, h.tag, h.seq};
+      if (h.kind == kPeerDataAt) return ReadAt(c, key);
       MutexLock lock(&ch_->mu_);
+      if (h.kind == kPeerProbe) return Probed(c);
+      if (h.kind == kPeerProbeOk) {
+        c->cross_memory = true;
+        return;
+      }
       const Status said = h.code == 0 ? Status::Ok() : Status(static_cast<Code>(h.code), c->text());
       if (h.kind == kPeerBye) {
         c->bye = true;
@@ -388,6 +427,47 @@ class TcpPeerChannel final : public PeerChannel {
     }
 
    private:
+    // A kPeerDataAt: the tensor is read from the sender's memory into where its recv wants
+    // it (or a buffer of its own), without the lock, as a kPeerData's body is.
+    void ReadAt(PeerConn* c, const Key& key) {
+      PeerMemory at{};
+      std::string why;
+      if (c->text().size() == sizeof(at)) {
+        std::memcpy(&at, c->text().data(), sizeof(at));
+        char* into;
+        {
+          MutexLock lock(&ch_->mu_);
+          into = ch_->match_.Arriving(c->id(), c->peer, key,
+                                      Meta{static_cast<DataType>(c->header().code), at.bytes}, e_);
+        }
+        if (into != nullptr) why = ReadPeerMemory(at, into);
+        if (into != nullptr && why.empty()) {
+          ch_->cross_memory_reads_.fetch_add(1, std::memory_order_relaxed);
+        }
+      } else {
+        why = "a malformed cross-memory frame";
+      }
+      MutexLock lock(&ch_->mu_);
+      if (!why.empty()) return ch_->Lost(c, "reading the tensor from its memory: " + why, e_);
+      ch_->match_.Arrived(c->id(), c->peer, key, e_);  // answered after the read (Loop)
+    }
+
+    // A kPeerProbe on an accepted connection: kPeerProbeOk when its token could be read.
+    void Probed(PeerConn* c) REQUIRES(ch_->mu_) {
+      PeerMemory at{};
+      char want[sizeof(ch_->token_)] = {}, got[sizeof(want)] = {};
+      if (c->text().size() != sizeof(at) + sizeof(want)) return;
+      std::memcpy(&at, c->text().data(), sizeof(at));
+      std::memcpy(want, c->text().data() + sizeof(at), sizeof(want));
+      if (at.bytes != static_cast<int64_t>(sizeof(want)) || !ReadPeerMemory(at, got).empty() ||
+          std::memcmp(want, got, sizeof(want)) != 0) {
+        return;  // not this host, or the kernel refuses: the tensors come over the socket
+      }
+      PeerOut ok;
+      ok.header = PeerHeader{kPeerProbeOk, 0, 0, 0, 0, 0};
+      ch_->Queue(c->id(), std::move(ok), e_);
+    }
+
     TcpPeerChannel* const ch_;
     Effects* const e_;
   };
@@ -413,7 +493,10 @@ class TcpPeerChannel final : public PeerChannel {
   std::thread thread_;
   std::mutex join_mu_;
   std::mutex dial_mu_;
-  char scratch_[1 << 16];  // the loop's: where a dropped body goes
+  char scratch_[1 << 16];        // the loop's: where a dropped body goes
+  std::vector<bool> same_host_;  // per rank: cross-memory transfers may be tried
+  uint32_t token_[4];            // what a peer on this host reads to show that it can
+  std::atomic<int64_t> cross_memory_reads_{0};
 
   Mutex mu_;
   Status aborted_ GUARDED_BY(mu_);

@@ -57,7 +57,7 @@ std::string PeerConn::Read(Reader* reader, char* scratch, size_t scratch_bytes) 
 
 bool PeerConn::StartBody(Reader* reader) {
   const PeerHeader& h = header_;
-  if (h.bytes < 0 || h.kind < kPeerData || h.kind > kPeerBye ||
+  if (h.bytes < 0 || h.kind < kPeerData || h.kind > kPeerLastKind ||
       (h.kind != kPeerData && h.bytes > kPeerMaxText)) {
     return false;
   }
@@ -98,6 +98,20 @@ std::string PeerConn::Flush() {
     if (w < 0) return std::string("writing to it failed: ") + strerror(errno);
     o.sent += static_cast<size_t>(w);
     if (o.sent == total) out.pop_front();
+  }
+  return "";
+}
+
+std::string ReadPeerMemory(const PeerMemory& from, char* to) {
+  int64_t done = 0;
+  while (done < from.bytes) {
+    const iovec local{to + done, static_cast<size_t>(from.bytes - done)};
+    const iovec remote{reinterpret_cast<void*>(from.address + static_cast<uint64_t>(done)),
+                       static_cast<size_t>(from.bytes - done)};
+    const ssize_t n = process_vm_readv(static_cast<pid_t>(from.pid), &local, 1, &remote, 1, 0);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return std::string("process_vm_readv: ") + (n < 0 ? strerror(errno) : "no bytes");
+    done += n;
   }
   return "";
 }

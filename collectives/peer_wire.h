@@ -6,6 +6,13 @@
 // kPeerAck (code 0, or the refusal's code and text) once a recv matched it; kPeerBye (no body)
 // says that the writer shut down. An accepted connection starts with the dialer's TcpHello.
 //
+// Cross-memory transfers, between processes of one host: a dialer to a peer on its host sends
+// kPeerProbe (body: a PeerMemory of a token in its memory, then the token); the acceptor reads
+// the token with process_vm_readv and, when it could, answers kPeerProbeOk (no body). From
+// then on the dialer may send a large tensor as kPeerDataAt (body: a PeerMemory of the tensor,
+// code the dtype), which the receiver reads straight from the sender's memory (one copy, no
+// socket) and acknowledges as any kPeerData: the sender's buffer stays as it is until then.
+//
 // Thread safety: one thread reads a connection (Read); `out` and Flush are under the
 // channel's lock; RedirectSoon may be called from any thread.
 #ifndef HORA_COLLECTIVES_PEER_WIRE_H_
@@ -21,7 +28,26 @@
 
 namespace hora {
 
-enum PeerFrameKind : uint32_t { kPeerData = 1, kPeerRefusal = 2, kPeerAck = 3, kPeerBye = 4 };
+enum PeerFrameKind : uint32_t {
+  kPeerData = 1,
+  kPeerRefusal = 2,
+  kPeerAck = 3,
+  kPeerBye = 4,
+  kPeerProbe = 5,
+  kPeerProbeOk = 6,
+  kPeerDataAt = 7,
+};
+constexpr uint32_t kPeerLastKind = kPeerDataAt;
+
+// Where bytes are in another process of this host.
+struct PeerMemory {
+  int64_t pid;
+  uint64_t address;
+  int64_t bytes;
+};
+
+// Copies `from` (in process from.pid) to `to` with process_vm_readv. Returns "" or why not.
+std::string ReadPeerMemory(const PeerMemory& from, char* to);
 
 struct PeerHeader {
   uint32_t kind;
@@ -81,7 +107,8 @@ class PeerConn {
   std::deque<PeerOut> out;
   int peer = -1;  // -1 until an accepted connection's hello
   bool dead = false;
-  bool bye = false;  // the peer closed its channel
+  bool bye = false;           // the peer closed its channel
+  bool cross_memory = false;  // dialed: the peer reads this process's memory (kPeerProbeOk)
 
  private:
   enum class In { kHello, kHeader, kBody };

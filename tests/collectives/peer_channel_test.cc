@@ -30,11 +30,21 @@ namespace {
 using Key = PeerChannel::Key;
 using Meta = PeerChannel::Meta;
 
+// Channels that move every payload over their sockets unless `cross_memory` (the cases below
+// that test cross-memory transfers say so); `hostnames` overrides LocalConfig's.
 std::vector<std::unique_ptr<PeerChannel>> Open(int size, MemoryStore* store,
-                                               PeerChannel::Options options = {}) {
+                                               PeerChannel::Options options = {},
+                                               bool cross_memory = false,
+                                               std::vector<std::string> hostnames = {}) {
+  if (!cross_memory) options.cross_memory_bytes = 0;
   std::vector<std::unique_ptr<PeerChannel>> channels;
   for (int r = 0; r < size; ++r) {
-    auto ch = PeerChannel::Open(LocalConfig(r, size, store, "p2p/"), options);
+    BackendConfig config = LocalConfig(r, size, store, "p2p/");
+    if (!hostnames.empty()) {  // "hosts" of one machine: loopback
+      config.hostnames = hostnames;
+      config.bind_address = "127.0.0.1";
+    }
+    auto ch = PeerChannel::Open(config, options);
     INFO(ch.status().ToString());
     REQUIRE(ch.ok());
     channels.push_back(std::move(ch).value());
@@ -338,6 +348,75 @@ TEST_CASE("Abort fails what is pending and every later call") {
   Pending later;
   ch[0]->Send(1, Key{0, 0, 0}, Floats(10), got.data(), "send", later.done());
   CHECK(later.Get().message() == "send: rank 1 died");
+}
+
+// Sends `a` from rank 0 to rank 1 `rounds` times (the recv first on odd rounds), each whole.
+void Rounds(const std::vector<std::unique_ptr<PeerChannel>>& ch, const std::vector<float>& a,
+            int rounds, int64_t first_seq) {
+  for (int i = 0; i < rounds; ++i) {
+    std::vector<float> got(a.size(), -1);
+    Pending s, r;
+    const Key key{0, 5, first_seq + i};
+    if (i % 2) ch[1]->Recv(0, key, Floats(a.size()), got.data(), "recv", r.done());
+    ch[0]->Send(1, key, Floats(a.size()), a.data(), "send", s.done());
+    if (i % 2 == 0) ch[1]->Recv(0, key, Floats(a.size()), got.data(), "recv", r.done());
+    REQUIRE(r.Get().ok());
+    REQUIRE(s.Get().ok());
+    REQUIRE(got == a);
+  }
+}
+
+TEST_CASE("on one host a large message is read from the sender's memory, every byte") {
+  MemoryStore store;
+  auto ch = Open(2, &store, {}, /*cross_memory=*/true);
+  const std::vector<float> a = Filled(256 << 10, 3.0f);  // 1 MiB
+  Rounds(ch, a, 2, 0);  // the first ones may go over the socket while the probe is answered
+  for (int i = 0; i < 50 && ch[1]->cross_memory_reads() == 0; ++i) Rounds(ch, a, 1, 10 + i);
+  REQUIRE(ch[1]->cross_memory_reads() > 0);
+  const int64_t before = ch[1]->cross_memory_reads();
+  Rounds(ch, a, 4, 100);
+  CHECK(ch[1]->cross_memory_reads() == before + 4);
+  Rounds(ch, Filled(1000, 1.0f), 2, 200);  // under cross_memory_bytes: the socket
+  CHECK(ch[1]->cross_memory_reads() == before + 4);
+  CHECK(ch[0]->cross_memory_reads() == 0);  // rank 0 received nothing
+
+  // A message that comes before its recv is read into a buffer of its own first.
+  std::vector<float> got(a.size(), -1);
+  Pending s, r;
+  ch[0]->Send(1, Key{0, 6, 0}, Floats(a.size()), a.data(), "send", s.done());
+  for (int i = 0; i < 200 && ch[1]->cross_memory_reads() == before + 4; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  CHECK(ch[1]->cross_memory_reads() == before + 5);
+  ch[1]->Recv(0, Key{0, 6, 0}, Floats(a.size()), got.data(), "recv", r.done());
+  REQUIRE(r.Get().ok());
+  REQUIRE(s.Get().ok());
+  CHECK(got == a);
+
+  // A size that differs fails both sides; the next message is in step.
+  std::vector<float> small(a.size() / 2);
+  Pending s2, r2;
+  ch[0]->Send(1, Key{0, 7, 0}, Floats(a.size()), a.data(), "send", s2.done());
+  ch[1]->Recv(0, Key{0, 7, 0}, Floats(small.size()), small.data(), "recv", r2.done());
+  CHECK(r2.Get().code() == Code::kMismatch);
+  CHECK(s2.Get().code() == Code::kMismatch);
+  Rounds(ch, a, 2, 300);
+}
+
+TEST_CASE("between hosts, or turned off, every message goes over the socket") {
+  const std::vector<float> a = Filled(256 << 10, 5.0f);
+  SECTION("two hostnames") {
+    MemoryStore store;
+    auto ch = Open(2, &store, {}, /*cross_memory=*/true, {"host-a", "host-b"});
+    Rounds(ch, a, 12, 0);
+    CHECK(ch[1]->cross_memory_reads() == 0);
+  }
+  SECTION("cross_memory_bytes 0") {
+    MemoryStore store;
+    auto ch = Open(2, &store, {}, /*cross_memory=*/false);
+    Rounds(ch, a, 12, 0);
+    CHECK(ch[1]->cross_memory_reads() == 0);
+  }
 }
 
 }  // namespace
