@@ -109,13 +109,21 @@ class TcpPeerChannel final : public PeerChannel {
   void Recv(int peer, Key key, Meta meta, void* out, std::string what, Done done) override {
     Effects e;
     std::unique_ptr<char[]> data;
+    PeerMatch::Take take;
+    PeerMemory at{};
+    std::string named = what;
     {
       MutexLock lock(&mu_);
       if (!aborted_.ok()) {
         e.done.emplace_back(std::move(done),
                             Status(aborted_.code(), what + ": " + aborted_.message()));
       } else {
-        match_.Recv(peer, key, meta, out, std::move(what), std::move(done), &e, &data);
+        match_.Recv(peer, key, meta, out, std::move(what), std::move(done), &e, &data, &take);
+        auto parked = parked_.find({peer, key});
+        if (parked != parked_.end()) {
+          at = parked->second;
+          parked_.erase(parked);
+        }
         Answer(&e);
         for (int id : e.redirects) {  // its body is arriving: the rest can go straight to out
           auto it = conns_.find(id);
@@ -125,7 +133,25 @@ class TcpPeerChannel final : public PeerChannel {
       }
     }
     if (data) std::memcpy(out, data.get(), static_cast<size_t>(meta.bytes));  // it had arrived
+    if (take.done) TakeParked(peer, key, at, static_cast<char*>(out), named, &take, &e);
     Run(&e);
+  }
+
+  // A recv took a message parked in the sender's memory: reads it, then answers the sender.
+  void TakeParked(int peer, const Key& key, const PeerMemory& at, char* out,
+                  const std::string& what, PeerMatch::Take* take, PeerMatch::Effects* e) {
+    const std::string why = ReadPeerMemory(at, out);
+    const Status s =
+        why.empty() ? Status::Ok()
+                    : PeerFailure(what + ": " + Named(peer) +
+                                  " exited or died: its memory could not be read (" + why + ")");
+    if (s.ok()) cross_memory_reads_.fetch_add(1, std::memory_order_relaxed);
+    {
+      MutexLock lock(&mu_);
+      e->answers.push_back({take->conn, key, s});
+      Answer(e);
+    }
+    e->done.emplace_back(std::move(take->done), s);
   }
 
   void RefuseRecv(int peer, Key key, const Status& why) override {
@@ -133,6 +159,7 @@ class TcpPeerChannel final : public PeerChannel {
     {
       MutexLock lock(&mu_);
       if (aborted_.ok()) match_.RefuseRecv(peer, key, why, &e);
+      parked_.erase({peer, key});
       Answer(&e);
     }
     Run(&e);
@@ -184,6 +211,11 @@ class TcpPeerChannel final : public PeerChannel {
                           key.tag, static_cast<int32_t>(s.code()),
                           key.seq, static_cast<int64_t>(o.text.size())};
     return o;
+  }
+
+  // How errors name `peer`.
+  std::string Named(int peer) const {
+    return options_.name ? options_.name(peer) : "rank " + std::to_string(peer);
   }
 
   // Why nothing more can be exchanged with `peer`; OK when it can.
@@ -264,8 +296,7 @@ class TcpPeerChannel final : public PeerChannel {
     c->dead = true;
     c->out.clear();
     if (c->peer < 0 || !match_.Gone(c->peer).ok()) return;
-    const std::string peer =
-        options_.name ? options_.name(c->peer) : "rank " + std::to_string(c->peer);
+    const std::string peer = Named(c->peer);
     if (c->bye) {
       match_.Lost(c->peer, PeerFailure(peer + " shut down with this transfer pending"), e);
       return;
@@ -437,8 +468,12 @@ class TcpPeerChannel final : public PeerChannel {
         char* into;
         {
           MutexLock lock(&ch_->mu_);
-          into = ch_->match_.Arriving(c->id(), c->peer, key,
-                                      Meta{static_cast<DataType>(c->header().code), at.bytes}, e_);
+          const Meta sent{static_cast<DataType>(c->header().code), at.bytes};
+          if (ch_->match_.Park(c->id(), c->peer, key, sent)) {  // read when a recv takes it
+            ch_->parked_[{c->peer, key}] = at;
+            return;
+          }
+          into = ch_->match_.Arriving(c->id(), c->peer, key, sent, e_);
         }
         if (into != nullptr) why = ReadPeerMemory(at, into);
         if (into != nullptr && why.empty()) {
@@ -497,6 +532,9 @@ class TcpPeerChannel final : public PeerChannel {
   std::vector<bool> same_host_;  // per rank: cross-memory transfers may be tried
   uint32_t token_[4];            // what a peer on this host reads to show that it can
   std::atomic<int64_t> cross_memory_reads_{0};
+  // Parked messages (PeerMatch::Park): where their bodies are. An entry whose arrival ended
+  // otherwise (stalled, its connection closed) stays until the channel closes: a few bytes.
+  std::map<std::pair<int, Key>, PeerMemory> parked_ GUARDED_BY(mu_);
 
   Mutex mu_;
   Status aborted_ GUARDED_BY(mu_);

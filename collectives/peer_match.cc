@@ -47,10 +47,21 @@ Status PeerMatch::Match(const Arrival& a, const RecvOp& op, const Key& key, Effe
 }
 
 bool PeerMatch::Recv(int peer, const Key& key, const Meta& meta, void* out, std::string what,
-                     Done done, Effects* e, std::unique_ptr<char[]>* data) {
+                     Done done, Effects* e, std::unique_ptr<char[]>* data, Take* take) {
   RecvOp op{meta,        static_cast<char*>(out), std::move(what), std::move(done), Status::Ok(),
             Clock::now()};
   auto it = arrivals_.find({peer, key});
+  if (it != arrivals_.end() && it->second.parked) {
+    Status s = Mismatch(op.what, it->second.meta, op.meta);
+    if (s.ok()) {
+      *take = Take{it->second.conn, std::move(op.done)};  // answered once read
+    } else {
+      e->answers.push_back({it->second.conn, key, s});
+      e->done.emplace_back(std::move(op.done), std::move(s));
+    }
+    arrivals_.erase(it);
+    return true;
+  }
   if (it != arrivals_.end() && it->second.complete) {
     Status s = Match(it->second, op, key, e);
     if (s.ok()) *data = std::move(it->second.data);
@@ -70,7 +81,7 @@ bool PeerMatch::Recv(int peer, const Key& key, const Meta& meta, void* out, std:
 void PeerMatch::RefuseRecv(int peer, const Key& key, const Status& why, Effects* e) {
   RecvOp op{Meta(), nullptr, "", nullptr, why, Clock::now()};
   auto it = arrivals_.find({peer, key});
-  if (it != arrivals_.end() && it->second.complete) {
+  if (it != arrivals_.end() && (it->second.complete || it->second.parked)) {
     (void)Match(it->second, op, key, e);
     arrivals_.erase(it);
   } else if (Gone(peer).ok()) {
@@ -98,6 +109,16 @@ char* PeerMatch::Arriving(int conn, int peer, const Key& key, const Meta& sent, 
   if (r.recv.done) e->done.emplace_back(std::move(r.recv.done), r.status);
   r.recv.done = nullptr;
   return nullptr;
+}
+
+bool PeerMatch::Park(int conn, int peer, const Key& key, const Meta& sent) {
+  if (recvs_.count({peer, key}) != 0) return false;
+  Arrival& a = arrivals_[{peer, key}];
+  a.conn = conn;
+  a.meta = sent;
+  a.parked = true;
+  a.since = Clock::now();
+  return true;
 }
 
 void PeerMatch::Arrived(int conn, int peer, const Key& key, Effects* e) {
@@ -189,7 +210,8 @@ void PeerMatch::Lost(int peer, const Status& why, Effects* e) {
 }
 
 void PeerMatch::Closed(int conn, const Status& why, Effects* e) {
-  for (auto a = arrivals_.begin(); a != arrivals_.end();) {  // cut off while arriving
+  // Cut off while arriving, or parked (its sender's memory is not to be read any more).
+  for (auto a = arrivals_.begin(); a != arrivals_.end();) {
     a = a->second.conn == conn && !a->second.complete ? arrivals_.erase(a) : std::next(a);
   }
   auto it = reading_.find(conn);
@@ -229,7 +251,7 @@ void PeerMatch::Stalls(std::chrono::milliseconds stall, Effects* e) {
     it = recvs_.erase(it);
   }
   for (auto it = arrivals_.begin(); it != arrivals_.end();) {
-    if (it->second.since > old || !it->second.complete) {
+    if (it->second.since > old || !(it->second.complete || it->second.parked)) {
       ++it;
       continue;
     }

@@ -46,17 +46,30 @@ class PeerMatch {
 
   // A send about to go out: `done` gets the receiver's answer.
   void Send(int peer, const Key& key, std::string what, Done done);
+  // A parked message a recv took (Recv): the transport reads its body into the recv's output
+  // (after the lock), then answers `conn` and runs `done` with how that went.
+  struct Take {
+    int conn = -1;
+    Done done;  // null: nothing to take
+  };
+
   // A recv: true when its message had arrived; the caller then copies *data (meta.bytes,
   // null when the recv does not take it) into `out` (after the lock) before running e->done,
-  // which holds its completion. A message still arriving puts its connection in
-  // e->redirects: the transport then asks Redirect where the rest of the body goes.
+  // which holds its completion; or, for a parked message, reads it as *take says. A message
+  // still arriving puts its connection in e->redirects: the transport then asks Redirect
+  // where the rest of the body goes.
   bool Recv(int peer, const Key& key, const Meta& meta, void* out, std::string what, Done done,
-            Effects* e, std::unique_ptr<char[]>* data);
+            Effects* e, std::unique_ptr<char[]>* data, Take* take);
   void RefuseRecv(int peer, const Key& key, const Status& why, Effects* e);
 
   // The transport's events. Arriving: a data message's header came on connection `conn`;
   // returns where its body goes (null: drop it). Arrived: the body is in place.
   char* Arriving(int conn, int peer, const Key& key, const Meta& sent, Effects* e);
+  // A message whose body the transport can read later (from the sender's memory, which the
+  // sender keeps until it is answered): true when no recv waits for it yet, and it is kept
+  // until one takes it (Recv's *take), or it stalls, or its connection ends. False: a recv
+  // waits; read it now (Arriving, Arrived).
+  bool Park(int conn, int peer, const Key& key, const Meta& sent);
   void Arrived(int conn, int peer, const Key& key, Effects* e);
   // A recv that takes a message still arriving on `conn` (into its own buffer): the recv's
   // output, where the rest of the body goes; the buffer moves to *arrived, and the caller
@@ -98,6 +111,7 @@ class PeerMatch {
     Meta meta;
     std::unique_ptr<char[]> data;  // meta.bytes, uninitialised until read
     bool complete = false;
+    bool parked = false;  // Park: no body here; a recv's transport reads it
     Status refusal;
     Clock::time_point since;
   };

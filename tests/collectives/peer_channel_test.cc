@@ -380,18 +380,28 @@ TEST_CASE("on one host a large message is read from the sender's memory, every b
   CHECK(ch[1]->cross_memory_reads() == before + 4);
   CHECK(ch[0]->cross_memory_reads() == 0);  // rank 0 received nothing
 
-  // A message that comes before its recv is read into a buffer of its own first.
+  // A message that comes before its recv waits in the sender's memory (the send pending)
+  // and is read once the recv comes, straight into its output.
   std::vector<float> got(a.size(), -1);
   Pending s, r;
   ch[0]->Send(1, Key{0, 6, 0}, Floats(a.size()), a.data(), "send", s.done());
-  for (int i = 0; i < 200 && ch[1]->cross_memory_reads() == before + 4; ++i) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));
-  }
-  CHECK(ch[1]->cross_memory_reads() == before + 5);
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  CHECK(ch[1]->cross_memory_reads() == before + 4);
+  CHECK(s.future.wait_for(std::chrono::seconds(0)) != std::future_status::ready);
   ch[1]->Recv(0, Key{0, 6, 0}, Floats(a.size()), got.data(), "recv", r.done());
   REQUIRE(r.Get().ok());
   REQUIRE(s.Get().ok());
   CHECK(got == a);
+  CHECK(ch[1]->cross_memory_reads() == before + 5);
+
+  // A recv refused by this side fails the parked message's send with its reason.
+  Pending s3;
+  ch[0]->Send(1, Key{0, 8, 0}, Floats(a.size()), a.data(), "send", s3.done());
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  ch[1]->RefuseRecv(0, Key{0, 8, 0}, InvalidArgument("this recv was refused"));
+  const Status refused = s3.Get();
+  CHECK(refused.code() == Code::kInvalidArgument);
+  CHECK(refused.message().find("this recv was refused") != std::string::npos);
 
   // A size that differs fails both sides; the next message is in step.
   std::vector<float> small(a.size() / 2);

@@ -46,7 +46,8 @@ TEST_CASE("a recv posted while its body arrives takes the rest straight into its
   std::vector<char> out(16, 'x');
   Status got = Internal("not run");
   std::unique_ptr<char[]> data;
-  CHECK_FALSE(m.Recv(kPeer, key, meta, out.data(), "recv", Into(&got), &e, &data));
+  PeerMatch::Take take;
+  CHECK_FALSE(m.Recv(kPeer, key, meta, out.data(), "recv", Into(&got), &e, &data, &take));
   CHECK_FALSE(data);
   REQUIRE(e.redirects == std::vector<int>{kConn});
 
@@ -79,7 +80,8 @@ TEST_CASE("a recv that does not take the arriving message is not redirected") {
   std::vector<char> out(4);
   Status got = Internal("not run");
   std::unique_ptr<char[]> data;
-  m.Recv(kPeer, key, Meta{DataType::kFloat32, 4}, out.data(), "recv", Into(&got), &e, &data);
+  PeerMatch::Take take;
+  m.Recv(kPeer, key, Meta{DataType::kFloat32, 4}, out.data(), "recv", Into(&got), &e, &data, &take);
   std::unique_ptr<char[]> arrived;
   CHECK(m.Redirect(kConn, kPeer, key, &arrived) == nullptr);
   CHECK_FALSE(arrived);
@@ -101,7 +103,8 @@ TEST_CASE("no redirect once the peer is lost; the connection's close fails the r
   std::vector<char> out(4);
   Status got = Internal("not run");
   std::unique_ptr<char[]> data;
-  m.Recv(kPeer, key, meta, out.data(), "recv", Into(&got), &e, &data);
+  PeerMatch::Take take;
+  m.Recv(kPeer, key, meta, out.data(), "recv", Into(&got), &e, &data, &take);
   m.Lost(kPeer, PeerFailure("rank 1 died"), &e);
   Finish(&e);
   CHECK(got.code() == Code::kPeerFailure);
@@ -109,6 +112,64 @@ TEST_CASE("no redirect once the peer is lost; the connection's close fails the r
   CHECK(m.Redirect(kConn, kPeer, key, &arrived) == nullptr);
   m.Closed(kConn, PeerFailure("closed"), &e);  // the cut-off message is forgotten
   CHECK(Finish(&e).empty());
+}
+
+TEST_CASE("a parked message waits for its recv, whose transport reads it before the answer") {
+  PeerMatch m(0);
+  PeerMatch::Effects e;
+  const Meta meta{DataType::kFloat32, 1 << 20};
+  std::vector<char> out(1 << 20);
+  std::unique_ptr<char[]> data;
+
+  // No recv yet: parked. The recv takes it: no answer and no completion until it is read.
+  REQUIRE(m.Park(kConn, kPeer, Key{0, 1, 0}, meta));
+  PeerMatch::Take take;
+  Status got = Internal("not run");
+  CHECK(m.Recv(kPeer, Key{0, 1, 0}, meta, out.data(), "recv", Into(&got), &e, &data, &take));
+  CHECK_FALSE(data);
+  CHECK(take.conn == kConn);
+  REQUIRE(take.done);
+  CHECK(e.answers.empty());
+  CHECK(e.done.empty());
+
+  // A recv waits already: not parked (the transport reads it at once).
+  PeerMatch::Take none;
+  CHECK_FALSE(m.Recv(kPeer, Key{0, 2, 0}, meta, out.data(), "recv", Into(&got), &e, &data, &none));
+  CHECK_FALSE(m.Park(kConn, kPeer, Key{0, 2, 0}, meta));
+  CHECK_FALSE(none.done);
+
+  // A size that differs: answered and failed at once, nothing to read.
+  REQUIRE(m.Park(kConn, kPeer, Key{0, 3, 0}, meta));
+  PeerMatch::Take mismatch;
+  Status bad;
+  CHECK(m.Recv(kPeer, Key{0, 3, 0}, Meta{DataType::kFloat32, 8}, out.data(), "recv", Into(&bad), &e,
+               &data, &mismatch));
+  CHECK_FALSE(mismatch.done);
+  REQUIRE(e.answers.size() == 1);
+  CHECK(e.answers[0].status.code() == Code::kMismatch);
+  CHECK(Finish(&e)[0].code() == Code::kMismatch);
+  e.answers.clear();
+
+  // Refused by this side: answered with the refusal.
+  REQUIRE(m.Park(kConn, kPeer, Key{0, 4, 0}, meta));
+  m.RefuseRecv(kPeer, Key{0, 4, 0}, InvalidArgument("bad recv"), &e);
+  REQUIRE(e.answers.size() == 1);
+  CHECK(e.answers[0].status.code() == Code::kInvalidArgument);
+  e.answers.clear();
+
+  // Its connection ends: gone, so a later recv waits for a message (and the peer's fate).
+  REQUIRE(m.Park(kConn, kPeer, Key{0, 5, 0}, meta));
+  m.Closed(kConn, PeerFailure("closed"), &e);
+  PeerMatch::Take after;
+  CHECK_FALSE(m.Recv(kPeer, Key{0, 5, 0}, meta, out.data(), "recv", Into(&got), &e, &data, &after));
+  CHECK_FALSE(after.done);
+
+  // Unclaimed for the stall time: a stall naming it.
+  REQUIRE(m.Park(kConn, kPeer, Key{0, 6, 0}, meta));
+  m.Stalls(std::chrono::milliseconds(0), &e);
+  bool named = false;
+  for (const Status& s : e.stalls) named |= s.message().find("tag 6") != std::string::npos;
+  CHECK(named);
 }
 
 }  // namespace
