@@ -80,7 +80,6 @@ void TcpPeerChannel::Recv(int peer, Key key, Meta meta, void* out, std::string w
   std::unique_ptr<char[]> data;
   PeerMatch::Take take;
   PeerMemory at{};
-  std::string named = what;
   {
     MutexLock lock(&mu_);
     if (!aborted_.ok()) {
@@ -98,18 +97,17 @@ void TcpPeerChannel::Recv(int peer, Key key, Meta meta, void* out, std::string w
     }
   }
   if (data) std::memcpy(out, data.get(), static_cast<size_t>(meta.bytes));  // it had arrived
-  if (take.done) TakeParked(peer, key, at, static_cast<char*>(out), named, &take, &e);
+  if (take.done) TakeParked(peer, key, at, static_cast<char*>(out), &take, &e);
   Run(&e);
 }
 
 // A recv took a message parked in the sender's memory: reads it, then answers the sender.
 void TcpPeerChannel::TakeParked(int peer, const Key& key, const PeerMemory& at, char* out,
-                                const std::string& what, PeerMatch::Take* take,
-                                PeerMatch::Effects* e) {
+                                PeerMatch::Take* take, PeerMatch::Effects* e) {
   const std::string why = cross_.Read(at, out);
   const Status s = why.empty()
                        ? Status::Ok()
-                       : PeerFailure(what + ": " + Named(peer) +
+                       : PeerFailure(take->what + ": " + Named(peer) +
                                      " exited or died: its memory could not be read (" + why + ")");
   {
     MutexLock lock(&mu_);

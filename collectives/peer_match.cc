@@ -54,7 +54,7 @@ bool PeerMatch::Recv(int peer, const Key& key, const Meta& meta, void* out, std:
   if (it != arrivals_.end() && it->second.parked) {
     Status s = Mismatch(op.what, it->second.meta, op.meta);
     if (s.ok()) {
-      *take = Take{it->second.conn, std::move(op.done)};  // answered once read
+      *take = Take{it->second.conn, std::move(op.what), std::move(op.done)};  // answered once read
     } else {
       e->answers.push_back({it->second.conn, key, s});
       e->done.emplace_back(std::move(op.done), std::move(s));

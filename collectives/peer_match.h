@@ -50,7 +50,8 @@ class PeerMatch {
   // (after the lock), then answers `conn` and runs `done` with how that went.
   struct Take {
     int conn = -1;
-    Done done;  // null: nothing to take
+    std::string what;  // the recv's, for errors
+    Done done;         // null: nothing to take
   };
 
   // A recv: true when its message had arrived; the caller then copies *data (meta.bytes,

@@ -248,7 +248,7 @@ void Planner::Submit(int rank, const TensorSpec& spec, TimePoint now, int32_t ta
     s.idle = false;
     --st.idle_names;
     s.spec_of.resize(st.config.size);
-    s.submitted.assign(st.config.size, false);
+    s.submitted.resize(st.config.size, false);  // all false: new, or reset by Retire
     s.submit_time.resize(st.config.size);
     s.tags.resize(st.config.size, -1);
     s.first_submit = now;
