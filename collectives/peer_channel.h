@@ -23,7 +23,8 @@
 // mismatch fail with the same message. The sender's buffer is read until then.
 //
 // Failure. A peer whose connection ends fails what is pending with it, naming it: "shut
-// down" when it closed its channel (a goodbye came first), else "exited or died", which
+// down" when it closed its channel (a goodbye came first; with the error that ended its job,
+// when Abort had one that was not ABORTED), else "exited or died", which
 // on_lost hears before the operations complete (after a grace in which the job's own
 // verdict, through Abort, takes precedence). An
 // operation pending longer than Options::stall fails with DEADLINE_EXCEEDED naming both

@@ -65,6 +65,7 @@ class TcpPeerChannel::Reader final : public PeerConn::Reader {
     const Status said = h.code == 0 ? Status::Ok() : Status(static_cast<Code>(h.code), c->text());
     if (h.kind == kPeerBye) {
       c->bye = true;
+      c->bye_why = c->text();
     } else if (h.kind == kPeerAck) {
       ch_->match_.Answered(c->peer, key, said, e_);
     } else if (h.kind == kPeerRefusal) {

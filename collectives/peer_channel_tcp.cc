@@ -30,11 +30,15 @@ TcpPeerChannel::TcpPeerChannel(const BackendConfig& config, Options options, Tcp
 TcpPeerChannel::~TcpPeerChannel() {
   Abort(Aborted("the point-to-point channel was closed"));
   // A goodbye on every connection: a peer with something pending then knows that this
-  // process shut down and did not die.
-  const PeerHeader bye{kPeerBye, 0, 0, 0, 0, 0};
+  // process shut down and did not die, and after which error of its own (not a shutdown's).
   MutexLock lock(&mu_);
+  const std::string why =
+      aborted_.code() == Code::kAborted ? "" : aborted_.message().substr(0, kPeerMaxText);
+  const PeerHeader header{kPeerBye, 0, 0, 0, 0, static_cast<int64_t>(why.size())};
+  std::string bye(reinterpret_cast<const char*>(&header), sizeof(header));
+  bye += why;
   for (auto& [id, c] : conns_) {
-    if (c->out.empty() && !c->dead) (void)!send(c->fd(), &bye, sizeof(bye), MSG_NOSIGNAL);
+    if (c->out.empty() && !c->dead) (void)!send(c->fd(), bye.data(), bye.size(), MSG_NOSIGNAL);
     close(c->fd());
   }
   close(listener_.fd);
@@ -102,19 +106,25 @@ void TcpPeerChannel::Recv(int peer, Key key, Meta meta, void* out, std::string w
 }
 
 // A recv took a message parked in the sender's memory: reads it, then answers the sender.
+// A read that fails loses the sender as its connection's end would (Lost): the recv fails
+// when that stands, after a grace in which the job's verdict may name another culprit.
 void TcpPeerChannel::TakeParked(int peer, const Key& key, const PeerMemory& at, char* out,
                                 PeerMatch::Take* take, PeerMatch::Effects* e) {
   const std::string why = cross_.Read(at, out);
-  const Status s = why.empty()
-                       ? Status::Ok()
-                       : PeerFailure(take->what + ": " + Named(peer) +
-                                     " exited or died: its memory could not be read (" + why + ")");
-  {
-    MutexLock lock(&mu_);
-    e->answers.push_back({take->conn, key, s});
+  MutexLock lock(&mu_);
+  if (why.empty()) {
+    e->answers.push_back({take->conn, key, Status::Ok()});
     Answer(e);
+    e->done.emplace_back(std::move(take->done), Status::Ok());
+  } else if (!aborted_.ok()) {
+    e->done.emplace_back(std::move(take->done),
+                         Status(aborted_.code(), take->what + ": " + aborted_.message()));
+  } else {
+    auto c = conns_.find(take->conn);
+    if (c != conns_.end()) Lost(c->second.get(), "reading the tensor from its memory: " + why, e);
+    match_.Unread(peer, key, std::move(*take), e);
+    Wake();  // the loop keeps the suspect's time
   }
-  e->done.emplace_back(std::move(take->done), s);
 }
 
 void TcpPeerChannel::RefuseRecv(int peer, Key key, const Status& why) {
@@ -247,7 +257,8 @@ void TcpPeerChannel::Lost(PeerConn* c, const std::string& how, Effects* e) {
   if (c->peer < 0 || !match_.Gone(c->peer).ok()) return;
   const std::string peer = Named(c->peer);
   if (c->bye) {
-    match_.Lost(c->peer, PeerFailure(peer + " shut down with this transfer pending"), e);
+    const std::string after = c->bye_why.empty() ? "" : ", after its error: " + c->bye_why;
+    match_.Lost(c->peer, PeerFailure(peer + " shut down with this transfer pending" + after), e);
     return;
   }
   const Status why =

@@ -187,6 +187,15 @@ void PeerMatch::Answered(int peer, const Key& key, const Status& answer, Effects
   sends_.erase(it);
 }
 
+void PeerMatch::Unread(int peer, const Key& key, Take take, Effects* e) {
+  if (Status gone = Gone(peer); !gone.ok()) {
+    e->done.emplace_back(std::move(take.done), Prefixed(take.what, gone));
+    return;
+  }
+  recvs_[{peer, key}] = RecvOp{
+      Meta{}, nullptr, std::move(take.what), std::move(take.done), Status::Ok(), Clock::now()};
+}
+
 void PeerMatch::Lost(int peer, const Status& why, Effects* e) {
   if (gone_.count(peer) != 0) return;
   gone_[peer] = why;

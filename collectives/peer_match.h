@@ -62,6 +62,10 @@ class PeerMatch {
   bool Recv(int peer, const Key& key, const Meta& meta, void* out, std::string what, Done done,
             Effects* e, std::unique_ptr<char[]>* data, Take* take);
   void RefuseRecv(int peer, const Key& key, const Status& why, Effects* e);
+  // A taken message that could not be read (its sender died): the recv waits again, with
+  // nothing to come, until its peer is Lost (the transport's verdict), or it stalls, or
+  // FailAll; at once when the peer is gone already.
+  void Unread(int peer, const Key& key, Take take, Effects* e);
 
   // The transport's events. Arriving: a data message's header came on connection `conn`;
   // returns where its body goes (null: drop it). Arrived: the body is in place.

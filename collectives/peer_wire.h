@@ -3,8 +3,9 @@
 //
 // A frame is a PeerHeader and `bytes` of body. The sender writes kPeerData (body: the tensor)
 // or kPeerRefusal (body: why); the receiver answers each kPeerData on the same connection with
-// kPeerAck (code 0, or the refusal's code and text) once a recv matched it; kPeerBye (no body)
-// says that the writer shut down. An accepted connection starts with the dialer's TcpHello.
+// kPeerAck (code 0, or the refusal's code and text) once a recv matched it; kPeerBye (body: the
+// error that ended the writer's job, or none) says that the writer shut down. An accepted
+// connection starts with the dialer's TcpHello.
 //
 // Cross-memory transfers, between processes of one host: a dialer to a peer on its host sends
 // kPeerProbe (body: a PeerMemory of a token in its memory, then the token); the acceptor reads
@@ -108,6 +109,7 @@ class PeerConn {
   int peer = -1;  // -1 until an accepted connection's hello
   bool dead = false;
   bool bye = false;           // the peer closed its channel
+  std::string bye_why;        // after this error of its own ("" for none)
   bool cross_memory = false;  // dialed: the peer reads this process's memory (kPeerProbeOk)
 
  private:

@@ -5,6 +5,7 @@
 // closed peer is named, stalls and Abort end what is pending.
 #include "collectives/peer_channel.h"
 
+#include <sys/mman.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -234,6 +235,15 @@ TEST_CASE("a peer that closes is named by what was pending with it, and by later
   REQUIRE(r2.Get().ok());
   REQUIRE(s2.Get().ok());
   CHECK(*lost == 0);  // a shutdown is no death
+
+  // A peer whose job failed says after which error it shut down.
+  Pending r3;
+  ch[0]->Recv(2, Key{0, 0, 1}, Floats(10), got.data(), "recv from 2", r3.done());
+  ch[2]->Abort(PeerFailure("rank 5 (host h, pid 9) exited or died"));
+  ch[2].reset();
+  CHECK(r3.Get().message() ==
+        "recv from 2: rank 2 shut down with this transfer pending, after its error: rank 5 "
+        "(host h, pid 9) exited or died");
 }
 
 TEST_CASE("a connection that ends without a goodbye is a death: on_lost, then the operations") {
@@ -411,6 +421,52 @@ TEST_CASE("on one host a large message is read from the sender's memory, every b
   CHECK(r2.Get().code() == Code::kMismatch);
   CHECK(s2.Get().code() == Code::kMismatch);
   Rounds(ch, a, 2, 300);
+}
+
+TEST_CASE("a parked message whose sender's memory is gone is the sender's death, after the grace") {
+  // The sender's tensor unmapped while its message waits: the read fails as it would had the
+  // sender died. The recv fails as for a connection that ended: after the grace, unless the
+  // job's verdict (Abort) comes first.
+  const bool verdict = GENERATE(false, true);
+  MemoryStore store;
+  // Rank 1 heard that rank 0 died (rank 0 may hear the same of rank 1 once its connection
+  // is dropped).
+  auto lost = std::make_shared<std::atomic<int>>(0);
+  PeerChannel::Options o;
+  o.on_lost = [lost](const Status& s) {
+    if (s.message().find("rank 0 exited or died") == 0) ++*lost;
+  };
+  o.lost_grace = std::chrono::milliseconds(verdict ? 5000 : 300);
+  auto ch = Open(2, &store, o, /*cross_memory=*/true);
+  const std::vector<float> a = Filled(256 << 10, 2.0f);  // 1 MiB
+  for (int i = 0; i < 50 && ch[1]->cross_memory_reads() == 0; ++i) Rounds(ch, a, 1, i);
+  REQUIRE(ch[1]->cross_memory_reads() > 0);
+
+  const size_t bytes = a.size() * sizeof(float);
+  void* mapped = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  REQUIRE(mapped != MAP_FAILED);
+  std::memcpy(mapped, a.data(), bytes);
+  Pending s, r;
+  ch[0]->Send(1, Key{0, 9, 0}, Floats(a.size()), mapped, "send", s.done());
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));  // parked at rank 1
+  REQUIRE(munmap(mapped, bytes) == 0);
+  std::vector<float> got(a.size(), -1);
+  const auto start = std::chrono::steady_clock::now();
+  ch[1]->Recv(0, Key{0, 9, 0}, Floats(a.size()), got.data(), "recv", r.done());
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  CHECK(r.future.wait_for(std::chrono::seconds(0)) != std::future_status::ready);
+  if (verdict) {
+    ch[1]->Abort(PeerFailure("rank 7 is lost"));
+    CHECK(r.Get().message() == "recv: rank 7 is lost");
+    CHECK(*lost == 0);
+    return;
+  }
+  const Status rs = r.Get();
+  CHECK(std::chrono::steady_clock::now() - start >= std::chrono::milliseconds(300));
+  CHECK(rs.code() == Code::kPeerFailure);
+  CHECK(rs.message().find("recv: rank 0 exited or died: its point-to-point connection with rank 1 "
+                          "ended (reading the tensor from its memory: ") == 0);
+  CHECK(*lost == 1);
 }
 
 TEST_CASE("between hosts, or turned off, every message goes over the socket") {

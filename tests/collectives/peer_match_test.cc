@@ -172,5 +172,31 @@ TEST_CASE("a parked message waits for its recv, whose transport reads it before 
   CHECK(named);
 }
 
+TEST_CASE("a taken message that could not be read waits for its peer's verdict") {
+  PeerMatch m(0);
+  PeerMatch::Effects e;
+  const Meta meta{DataType::kFloat32, 1 << 20};
+  std::vector<char> out(1 << 20);
+  std::unique_ptr<char[]> data;
+  REQUIRE(m.Park(kConn, kPeer, Key{0, 1, 0}, meta));
+  PeerMatch::Take take;
+  Status got = Internal("not run");
+  REQUIRE(m.Recv(kPeer, Key{0, 1, 0}, meta, out.data(), "recv", Into(&got), &e, &data, &take));
+  m.Unread(kPeer, Key{0, 1, 0}, std::move(take), &e);
+  CHECK(e.done.empty());  // pending again
+  m.Lost(kPeer, PeerFailure("rank 1 died"), &e);
+  REQUIRE(Finish(&e).size() == 1);
+  CHECK(got.message() == "recv: rank 1 died");
+
+  // The peer was gone already: at once, with its verdict.
+  REQUIRE(m.Park(kConn, 2, Key{0, 2, 0}, meta));
+  PeerMatch::Take late;
+  REQUIRE(m.Recv(2, Key{0, 2, 0}, meta, out.data(), "recv 2", Into(&got), &e, &data, &late));
+  m.Lost(2, PeerFailure("rank 2 died"), &e);
+  m.Unread(2, Key{0, 2, 0}, std::move(late), &e);
+  REQUIRE(Finish(&e).size() == 1);
+  CHECK(got.message() == "recv 2: rank 2 died");
+}
+
 }  // namespace
 }  // namespace hora
