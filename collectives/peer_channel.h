@@ -15,7 +15,8 @@
 // Between processes of one host, a large payload is not written to the socket: the receiver
 // reads it from the sender's memory (Options::cross_memory_bytes), the header and the
 // acknowledgement still going over the connection. Such a message that comes before its recv
-// is parked (nothing read) and read by the recv's caller straight into its output.
+// is parked (nothing read) and read by the recv's caller straight into its output. A read
+// whose send ended meanwhile (the sender aborted) does not complete the recv.
 //
 // Completion. A recv completes when its payload is in place. A send completes when the
 // receiver has matched it: its status is the receiver's word (OK, or why the receiver

@@ -80,13 +80,13 @@ class TcpPeerChannel::Reader final : public PeerConn::Reader {
   // A kPeerDataAt: the tensor is read from the sender's memory into where its recv wants
   // it (or a buffer of its own), without the lock, as a kPeerData's body is.
   void ReadAt(PeerConn* c, const Key& key) {
-    PeerMemory at{};
+    PeerTensorAt at{};
     std::string why = "a malformed cross-memory frame";
     if (PeerCrossMemory::Parse(c->text(), &at)) {
       char* into;
       {
         MutexLock lock(&ch_->mu_);
-        const Meta sent{static_cast<DataType>(c->header().code), at.bytes};
+        const Meta sent{static_cast<DataType>(c->header().code), at.data.bytes};
         if (ch_->match_.Park(c->id(), c->peer, key, sent)) {  // read when a recv takes it
           ch_->cross_.Park(c->peer, key, at);
           return;

@@ -55,13 +55,19 @@ void TcpPeerChannel::Send(int peer, Key key, Meta meta, const void* data, std::s
     if (Status s = Refused(peer); !s.ok()) {
       e.done.emplace_back(std::move(done), Status(s.code(), what + ": " + s.message()));
     } else {
-      match_.Send(peer, key, std::move(what), std::move(done));
       PeerOut o;
       o.header = PeerHeader{kPeerData, key.set,   key.tag, static_cast<int32_t>(meta.dtype),
                             key.seq,   meta.bytes};
       o.body = static_cast<const char*>(data);
       auto c = conns_.find(conn.value());  // the receiver may read it from here
-      cross_.Describe(c != conns_.end() && c->second->cross_memory, data, meta.bytes, &o);
+      if (auto* live =
+              cross_.Describe(c != conns_.end() && c->second->cross_memory, data, meta.bytes, &o)) {
+        done = [live, done = std::move(done)](Status s) {
+          PeerCrossMemory::Release(live);
+          done(std::move(s));
+        };
+      }
+      match_.Send(peer, key, std::move(what), std::move(done));
       Queue(conn.value(), std::move(o), &e);
     }
   }
@@ -83,7 +89,7 @@ void TcpPeerChannel::Recv(int peer, Key key, Meta meta, void* out, std::string w
   Effects e;
   std::unique_ptr<char[]> data;
   PeerMatch::Take take;
-  PeerMemory at{};
+  PeerTensorAt at{};
   {
     MutexLock lock(&mu_);
     if (!aborted_.ok()) {
@@ -108,7 +114,7 @@ void TcpPeerChannel::Recv(int peer, Key key, Meta meta, void* out, std::string w
 // A recv took a message parked in the sender's memory: reads it, then answers the sender.
 // A read that fails loses the sender as its connection's end would (Lost): the recv fails
 // when that stands, after a grace in which the job's verdict may name another culprit.
-void TcpPeerChannel::TakeParked(int peer, const Key& key, const PeerMemory& at, char* out,
+void TcpPeerChannel::TakeParked(int peer, const Key& key, const PeerTensorAt& at, char* out,
                                 PeerMatch::Take* take, PeerMatch::Effects* e) {
   const std::string why = cross_.Read(at, out);
   MutexLock lock(&mu_);
@@ -132,7 +138,7 @@ void TcpPeerChannel::RefuseRecv(int peer, Key key, const Status& why) {
   {
     MutexLock lock(&mu_);
     if (aborted_.ok()) match_.RefuseRecv(peer, key, why, &e);
-    PeerMemory dropped;
+    PeerTensorAt dropped;
     (void)cross_.Unpark(peer, key, &dropped);
     Answer(&e);
   }

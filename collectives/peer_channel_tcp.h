@@ -43,8 +43,8 @@ class TcpPeerChannel final : public PeerChannel {
   using Effects = PeerMatch::Effects;
 
   // A recv took a message parked in the sender's memory: reads it, then answers the sender.
-  void TakeParked(int peer, const Key& key, const PeerMemory& at, char* out, PeerMatch::Take* take,
-                  PeerMatch::Effects* e);
+  void TakeParked(int peer, const Key& key, const PeerTensorAt& at, char* out,
+                  PeerMatch::Take* take, PeerMatch::Effects* e);
 
   // Runs what the matcher decided: on_lost first, then the completions, then on_stall.
   void Run(Effects* e);

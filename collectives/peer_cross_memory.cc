@@ -5,6 +5,9 @@
 
 #include <cstring>
 #include <random>
+#include <vector>
+
+#include "common/mutex.h"
 
 namespace hora {
 
@@ -41,28 +44,78 @@ bool PeerCrossMemory::Verify(const std::string& body) {
          std::memcmp(want, got, sizeof(want)) == 0;
 }
 
-void PeerCrossMemory::Describe(bool probed, const void* data, int64_t bytes, PeerOut* frame) const {
-  if (!probed || min_bytes_ <= 0 || bytes < min_bytes_) return;
-  const PeerMemory at{getpid(), reinterpret_cast<uint64_t>(data), bytes};
+namespace {
+
+// The live words of this process's pending cross-memory sends. They live as long as the
+// process (a receiver may read one after its channel closed) and are reused once released;
+// every use has a token of its own, so a reused word never passes for an earlier send.
+class LiveWords {
+ public:
+  static PeerCrossMemory::Live* Acquire(uint64_t* token) {
+    static std::atomic<uint64_t> next{1};
+    *token = next.fetch_add(1, std::memory_order_relaxed);
+    PeerCrossMemory::Live* word;
+    {
+      MutexLock lock(&mu_);
+      if (free_.empty()) {
+        auto* chunk = new PeerCrossMemory::Live[kChunk];  // never freed: see above
+        for (size_t i = 0; i < kChunk; ++i) free_.push_back(&chunk[i]);
+      }
+      word = free_.back();
+      free_.pop_back();
+    }
+    word->store(*token, std::memory_order_seq_cst);
+    return word;
+  }
+
+  static void Release(PeerCrossMemory::Live* word) {
+    word->store(0, std::memory_order_seq_cst);  // before the send's buffer is let go
+    MutexLock lock(&mu_);
+    free_.push_back(word);
+  }
+
+ private:
+  static constexpr size_t kChunk = 1024;
+  static inline Mutex mu_;
+  static inline std::vector<PeerCrossMemory::Live*> free_ GUARDED_BY(mu_);
+};
+
+}  // namespace
+
+PeerCrossMemory::Live* PeerCrossMemory::Describe(bool probed, const void* data, int64_t bytes,
+                                                 PeerOut* frame) const {
+  if (!probed || min_bytes_ <= 0 || bytes < min_bytes_) return nullptr;
+  PeerTensorAt at{{getpid(), reinterpret_cast<uint64_t>(data), bytes}, 0, 0};
+  Live* live = LiveWords::Acquire(&at.token);
+  at.live = reinterpret_cast<uint64_t>(live);
   frame->header.kind = kPeerDataAt;
   frame->header.bytes = sizeof(at);
   frame->body = nullptr;
   frame->text.assign(reinterpret_cast<const char*>(&at), sizeof(at));
+  return live;
 }
 
-bool PeerCrossMemory::Parse(const std::string& body, PeerMemory* at) {
+void PeerCrossMemory::Release(Live* live) { LiveWords::Release(live); }
+
+bool PeerCrossMemory::Parse(const std::string& body, PeerTensorAt* at) {
   if (body.size() != sizeof(*at)) return false;
   std::memcpy(at, body.data(), sizeof(*at));
-  return at->bytes >= 0;
+  return at->data.bytes >= 0;
 }
 
-std::string PeerCrossMemory::Read(const PeerMemory& at, char* to) {
-  std::string why = ReadPeerMemory(at, to);
+std::string PeerCrossMemory::Read(const PeerTensorAt& at, char* to) {
+  std::string why = ReadPeerMemory(at.data, to);
+  uint64_t live = 0;
+  if (why.empty()) {
+    why = ReadPeerMemory(PeerMemory{at.data.pid, at.live, sizeof(live)},
+                         reinterpret_cast<char*>(&live));
+  }
+  if (why.empty() && live != at.token) why = "its send ended while the tensor was read";
   if (why.empty()) reads_.fetch_add(1, std::memory_order_relaxed);
   return why;
 }
 
-bool PeerCrossMemory::Unpark(int peer, const Key& key, PeerMemory* at) {
+bool PeerCrossMemory::Unpark(int peer, const Key& key, PeerTensorAt* at) {
   auto it = parked_.find({peer, key});
   if (it == parked_.end()) return false;
   *at = it->second;

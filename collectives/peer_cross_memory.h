@@ -36,18 +36,22 @@ class PeerCrossMemory {
   static bool Verify(const std::string& body);
 
   // A data frame of `bytes` at `data` becomes a kPeerDataAt when its connection's probe
-  // succeeded (`probed`) and it is large enough.
-  void Describe(bool probed, const void* data, int64_t bytes, PeerOut* frame) const;
+  // succeeded (`probed`) and it is large enough. Returns its send's live word (null: the
+  // frame stays as it was), to Release before the send's completion runs.
+  using Live = std::atomic<uint64_t>;
+  Live* Describe(bool probed, const void* data, int64_t bytes, PeerOut* frame) const;
+  static void Release(Live* live);
   // A kPeerDataAt's body; false when malformed.
-  static bool Parse(const std::string& body, PeerMemory* at);
-  // Copies `at` into `to` (ReadPeerMemory), counting the reads that succeed.
-  std::string Read(const PeerMemory& at, char* to);
+  static bool Parse(const std::string& body, PeerTensorAt* at);
+  // Copies `at` into `to` (ReadPeerMemory), then checks that its send was still pending,
+  // counting the reads that succeed.
+  std::string Read(const PeerTensorAt& at, char* to);
   int64_t reads() const { return reads_.load(std::memory_order_relaxed); }
 
   // A message that waits in its sender's memory for its recv (PeerMatch::Park).
-  void Park(int peer, const Key& key, const PeerMemory& at) { parked_[{peer, key}] = at; }
+  void Park(int peer, const Key& key, const PeerTensorAt& at) { parked_[{peer, key}] = at; }
   // Where a parked message is, forgetting it; false when none is parked under that key.
-  bool Unpark(int peer, const Key& key, PeerMemory* at);
+  bool Unpark(int peer, const Key& key, PeerTensorAt* at);
 
  private:
   const int64_t min_bytes_;
@@ -56,7 +60,7 @@ class PeerCrossMemory {
   std::atomic<int64_t> reads_{0};
   // An entry whose message ended otherwise (stalled, its connection closed) stays until the
   // channel closes: a few bytes.
-  std::map<std::pair<int, Key>, PeerMemory> parked_;
+  std::map<std::pair<int, Key>, PeerTensorAt> parked_;
 };
 
 }  // namespace hora

@@ -10,8 +10,8 @@
 // Cross-memory transfers, between processes of one host: a dialer to a peer on its host sends
 // kPeerProbe (body: a PeerMemory of a token in its memory, then the token); the acceptor reads
 // the token with process_vm_readv and, when it could, answers kPeerProbeOk (no body). From
-// then on the dialer may send a large tensor as kPeerDataAt (body: a PeerMemory of the tensor,
-// code the dtype), which the receiver reads straight from the sender's memory (one copy, no
+// then on the dialer may send a large tensor as kPeerDataAt (body: a PeerTensorAt, code the
+// dtype), which the receiver reads straight from the sender's memory (one copy, no
 // socket) and acknowledges as any kPeerData: the sender's buffer stays as it is until then.
 //
 // Thread safety: one thread reads a connection (Read); `out` and Flush are under the
@@ -49,6 +49,16 @@ struct PeerMemory {
 
 // Copies `from` (in process from.pid) to `to` with process_vm_readv. Returns "" or why not.
 std::string ReadPeerMemory(const PeerMemory& from, char* to);
+
+// A kPeerDataAt's body: where the tensor is, and a word of the sender's (at `live`, in the
+// same process) that holds `token` while the send is pending. The receiver reads the word
+// after the tensor: a send that ended meanwhile (the sender aborted, its buffer maybe reused)
+// voids the read.
+struct PeerTensorAt {
+  PeerMemory data;
+  uint64_t live;
+  uint64_t token;
+};
 
 struct PeerHeader {
   uint32_t kind;

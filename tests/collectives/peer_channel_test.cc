@@ -469,6 +469,31 @@ TEST_CASE("a parked message whose sender's memory is gone is the sender's death,
   CHECK(*lost == 1);
 }
 
+TEST_CASE("a parked message whose send failed is not received as complete") {
+  // The sender's job failed (Abort) while its message waited: its send failed and its buffer
+  // may be reused, so the recv must not take what it reads there as the message.
+  MemoryStore store;
+  PeerChannel::Options o;
+  o.lost_grace = std::chrono::milliseconds(200);
+  auto ch = Open(2, &store, o, /*cross_memory=*/true);
+  const std::vector<float> a = Filled(256 << 10, 4.0f);  // 1 MiB
+  for (int i = 0; i < 50 && ch[1]->cross_memory_reads() == 0; ++i) Rounds(ch, a, 1, i);
+  REQUIRE(ch[1]->cross_memory_reads() > 0);
+  const int64_t reads = ch[1]->cross_memory_reads();
+
+  Pending s, r;
+  ch[0]->Send(1, Key{0, 9, 0}, Floats(a.size()), a.data(), "send", s.done());
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));  // parked at rank 1
+  ch[0]->Abort(PeerFailure("rank 0's job failed"));
+  CHECK(s.Get().message() == "send: rank 0's job failed");
+  std::vector<float> got(a.size(), -1);
+  ch[1]->Recv(0, Key{0, 9, 0}, Floats(a.size()), got.data(), "recv", r.done());
+  const Status rs = r.Get();
+  CHECK(rs.code() == Code::kPeerFailure);
+  CHECK(rs.message().find("its send ended while the tensor was read") != std::string::npos);
+  CHECK(ch[1]->cross_memory_reads() == reads);
+}
+
 TEST_CASE("between hosts, or turned off, every message goes over the socket") {
   const std::vector<float> a = Filled(256 << 10, 5.0f);
   SECTION("two hostnames") {
