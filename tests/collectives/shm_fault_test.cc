@@ -29,6 +29,7 @@
 using namespace hora;
 using hora::testing::FileStore;
 using hora::testing::JoinFailures;
+using hora::testing::ProcessTag;
 using hora::testing::RunShmRanks;
 using hora::testing::SegmentTag;
 using hora::testing::ShmEntries;
@@ -249,8 +250,7 @@ TEST_CASE("shm segment: named only while members attach, gone after destruction"
   auto run = RunShmRanks(size, [&](Communicator& comm) -> std::string {
     RANK_OK(comm.Barrier());
     if (comm.rank() == 0)
-      during =
-          ShmEntries(".shmtest-run-" + std::to_string(getpid()) + "-");  // every member attached
+      during = ShmEntries(".shmtest-run-" + ProcessTag());  // every member attached
     RANK_OK(comm.Barrier());
     return "";
   });

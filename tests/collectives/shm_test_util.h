@@ -11,6 +11,7 @@
 #include <atomic>
 #include <chrono>
 #include <functional>
+#include <random>
 #include <string>
 #include <thread>
 #include <vector>
@@ -23,10 +24,16 @@ namespace hora {
 namespace testing {
 
 // A key prefix no other test of this process uses; its sanitized form tags the segment name.
+// This test process, unique on the host: two in sandboxes of their own may have the same pid.
+inline const std::string& ProcessTag() {
+  static const std::string tag =
+      std::to_string(getpid()) + "-" + std::to_string(std::random_device{}()) + "-";
+  return tag;
+}
+
 inline std::string UniquePrefix(const std::string& what) {
   static std::atomic<int> counter{0};
-  return "shmtest-" + what + "-" + std::to_string(getpid()) + "-" +
-         std::to_string(counter.fetch_add(1)) + "/";
+  return "shmtest-" + what + "-" + ProcessTag() + std::to_string(counter.fetch_add(1)) + "/";
 }
 
 // The entries of /dev/shm whose name contains `needle`.

@@ -26,7 +26,7 @@ def reference_model(seed=0):
     torch.manual_seed(seed)
     return nn.ModuleDict({"emb": nn.Embedding(V, D), "fc1": nn.Linear(D, H),
                           "fc2": nn.Linear(H, D), "ln": nn.LayerNorm(D),
-                          "head": nn.Linear(D, V)})
+                          "head": nn.Linear(D, V), "ln1": nn.LayerNorm(D)})
 
 
 class TPModel(nn.Module):
@@ -47,9 +47,33 @@ class TPModel(nn.Module):
         return self.head(self.ln(x))
 
 
-def reference_forward(m, ids):
+class SPModel(nn.Module):
+    """TPModel with sequence parallelism: between the blocks each rank holds 1/T of the
+    sequence (dim 0 inside: the ids are transposed), and a LayerNorm (ln1) sits before fc1,
+    where plain TP would hold the whole activation."""
+
+    def __init__(self, ps, seed=0):
+        super().__init__()
+        torch.manual_seed(seed)
+        sp = dict(process_set=ps, sequence_parallel=True)
+        self.emb = hvd.VocabParallelEmbedding(V, D, **sp)
+        self.fc1 = hvd.ColumnParallelLinear(D, H, gather_output=False, **sp)
+        self.fc2 = hvd.RowParallelLinear(H, D, input_is_parallel=True, **sp)
+        self.ln = nn.LayerNorm(D)
+        self.head = hvd.ColumnParallelLinear(D, V, gather_output=True, **sp)
+        self.ln1 = nn.LayerNorm(D)
+        hvd.mark_sequence_parallel(self.ln, ps)
+        hvd.mark_sequence_parallel(self.ln1, ps)
+
+    def forward(self, ids):
+        x = self.emb(ids.t())
+        x = x + self.fc2(F.gelu(self.fc1(self.ln1(x))))
+        return self.head(self.ln(x)).transpose(0, 1)
+
+
+def reference_forward(m, ids, ln1=False):
     x = m["emb"](ids)
-    x = x + m["fc2"](F.gelu(m["fc1"](x)))
+    x = x + m["fc2"](F.gelu(m["fc1"](m["ln1"](x) if ln1 else x)))
     return m["head"](m["ln"](x))
 
 
@@ -67,6 +91,7 @@ def slice_of(name, ref_param, n, r):
 
 def compare(tp, ref, n, r, atol=1e-5, grads=False, what=""):
     refs = dict(ref.named_parameters())
+    check(all(name in refs for name, _ in tp.named_parameters()), "names")
     for name, p in tp.named_parameters():
         q = refs[name].grad if grads else refs[name].detach()
         mine = p.grad if grads else p.detach()
@@ -75,7 +100,7 @@ def compare(tp, ref, n, r, atol=1e-5, grads=False, what=""):
 
 def batch(step, rows):
     g = torch.Generator().manual_seed(50 + step)
-    return torch.randint(V, (rows, 5), generator=g), torch.randint(V, (rows, 5), generator=g)
+    return torch.randint(V, (rows, 8), generator=g), torch.randint(V, (rows, 8), generator=g)
 
 
 def loss_fn(logits, y):
@@ -101,10 +126,11 @@ def forward_and_gradients_match():
     compare(tp, ref, n, r, grads=True, what="grad")
 
 
-def train_grid(grid, kind, steps=STEPS):
+def train_grid(grid, kind, steps=STEPS, model=TPModel):
     """TP over grid.tp_set, DistributedOptimizer over grid.dp_set; DP rank d takes rows
     [4d, 4d+4) of the global batch."""
-    tp = TPModel(grid.tp_set)
+    tp = model(grid.tp_set)
+    sp = model is SPModel
     opt = (torch.optim.SGD(tp.parameters(), lr=0.5, momentum=0.9) if kind == "sgd"
            else torch.optim.Adam(tp.parameters(), lr=0.02))
     opt = hvd.DistributedOptimizer(opt, named_parameters=tp.named_parameters(),
@@ -121,7 +147,7 @@ def train_grid(grid, kind, steps=STEPS):
     for s in range(steps):
         ropt.zero_grad()
         ids, y = batch(s, 4 * grid.dp)
-        loss_fn(reference_forward(ref, ids), y).backward()
+        loss_fn(reference_forward(ref, ids, ln1=sp), y).backward()
         ropt.step()
     compare(tp, ref, grid.tp, grid.tp_rank, atol=2e-5, what="%s tp %d dp %d" % (
         kind, grid.tp, grid.dp))
@@ -173,6 +199,54 @@ def tp2_x_dp_sgd():
 @case
 def dp_only_grid():
     train_grid(grid(1), "adam")
+
+
+@case
+def sequence_parallel_forward_and_gradients_match():
+    n, r = hvd.size(), hvd.rank()
+    sp, ref = SPModel(hvd.global_process_set), reference_model()
+    ids, y = batch(0, 4)
+    out = sp(ids)
+    want = reference_forward(ref, ids, ln1=True)
+    close(out, want, msg="logits")
+    loss_fn(out, y).backward()
+    loss_fn(want, y).backward()
+    compare(sp, ref, n, r, grads=True, what="grad")
+    check(sp.ln1.weight.sequence_parallel and sp.fc2.bias.sequence_parallel, "marked")
+    # each rank's activations between the blocks: its 1/T of the sequence
+    check(sp.emb(ids.t()).shape == (8 // n, 4, D), "embedding slice")
+
+
+@case
+def sequence_parallel_tp_sgd():
+    train_grid(grid(hvd.size()), "sgd", model=SPModel)
+
+
+@case
+def sequence_parallel_tp2_x_dp_adam():
+    train_grid(grid(2), "adam", model=SPModel)
+
+
+@case
+def sequence_parallel_bad_input():
+    n = hvd.size()
+    raises(ValueError, hvd.RowParallelLinear, 2 * n, D, sequence_parallel=True,
+           contains="sequence_parallel needs input_is_parallel=True")
+    x = torch.ones(4 * n + 1, 2)
+    raises(ValueError, hvd.scatter_to_sequence_parallel, x, hvd.global_process_set,
+           contains="the sequence (dim 0, length %d) does not divide by the tensor-parallel "
+           "size %d" % (4 * n + 1, n))
+    raises(ValueError, hvd.reduce_scatter_to_sequence_parallel, torch.ones(2, 4 * n + 1),
+           hvd.global_process_set, 1, contains="dim 1, length %d" % (4 * n + 1))
+    raises(ValueError, hvd.scatter_to_sequence_parallel, torch.ones(4), hvd.global_process_set,
+           3, contains="dim 3 is not a dimension")
+    # a rank outside the set
+    if n > 2:
+        ps = hvd.add_process_set([0, n - 1])
+        if 0 < hvd.rank() < n - 1:
+            raises(ValueError, hvd.mark_sequence_parallel, nn.LayerNorm(D), ps,
+                   contains="is not a member")
+        hvd.remove_process_set(ps)
 
 
 @case

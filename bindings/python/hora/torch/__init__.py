@@ -12,6 +12,8 @@ from .optimizer import DistributedOptimizer
 from .zero import ZeroOptimizer
 from .tensor_parallel import *  # noqa: F401,F403 - tensor_parallel.__all__
 from .tensor_parallel import __all__ as _tensor_parallel_all
+from .sequence_parallel import *  # noqa: F401,F403 - sequence_parallel.__all__
+from .sequence_parallel import __all__ as _sequence_parallel_all
 from .vocab_parallel_loss import vocab_parallel_cross_entropy
 from .pipeline import Pipeline, split_sequential
 from .sync_batch_norm import SyncBatchNorm
@@ -25,4 +27,4 @@ __all__ = sorted(set(_mpi_ops_all) | {
     "broadcast_parameters", "broadcast_optimizer_state", "broadcast_object",
     "allgather_object", "DistributedOptimizer", "SyncBatchNorm", "HostsUpdatedInterrupt",
     "ZeroOptimizer", "Pipeline", "split_sequential", "elastic",
-    "vocab_parallel_cross_entropy"} | set(_tensor_parallel_all))
+    "vocab_parallel_cross_entropy"} | set(_tensor_parallel_all) | set(_sequence_parallel_all))

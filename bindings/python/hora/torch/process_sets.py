@@ -159,6 +159,16 @@ def _set_rank(set_id):
     return core.rank() if set_id == 0 else core.process_set_rank(set_id)
 
 
+def _members(process_set):
+    """(size, this process's rank) of a set this process belongs to; ValueError otherwise."""
+    set_id = _set_id(process_set)
+    n = _set_size(set_id)
+    r = _set_rank(set_id)
+    if r < 0:
+        raise ValueError("rank %d is not a member of %s" % (core.rank(), process_set))
+    return n, r
+
+
 def _set_ranks(set_id):
     """The set's members' global ranks, in set-rank order."""
     return list(range(core.size())) if set_id == 0 else core.process_set_ranks(set_id)

@@ -31,23 +31,16 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from .. import core
-from .process_sets import _set_rank
-from .mpi_ops import (Sum, ProcessSet, _set_id, _set_size, add_process_set,
-                      global_process_set, synchronize, allreduce_async)
+from .process_sets import _members
+from .mpi_ops import (Sum, ProcessSet, add_process_set, global_process_set, synchronize,
+                      allreduce_async)
 from .collective_ops import allgather_async
+from .sequence_parallel import (gather_from_sequence_parallel, mark_sequence_parallel,
+                                reduce_scatter_to_sequence_parallel)
 
 __all__ = ["ColumnParallelLinear", "RowParallelLinear", "VocabParallelEmbedding",
            "ParallelGrid", "make_grid", "copy_to_parallel", "reduce_from_parallel",
            "gather_from_parallel", "scatter_to_parallel"]
-
-
-def _members(process_set):
-    set_id = _set_id(process_set)
-    n = _set_size(set_id)
-    r = _set_rank(set_id)
-    if r < 0:
-        raise ValueError("rank %d is not a member of %s" % (core.rank(), process_set))
-    return n, r
 
 
 def _divide(what, features, n, process_set):
@@ -163,10 +156,13 @@ class ColumnParallelLinear(nn.Module):
     """y = x W^T + b with W's output features split over the set: this rank holds
     out_features / T rows (with `chunks`, its slice of each of `chunks` blocks). The output
     is whole on every member with gather_output, else this rank's slice (the input of a
-    RowParallelLinear with input_is_parallel=True)."""
+    RowParallelLinear with input_is_parallel=True). With sequence_parallel the input is this
+    member's slice of the sequence (dim sequence_dim), allgathered here
+    (hora.torch.sequence_parallel)."""
 
     def __init__(self, in_features, out_features, bias=True, gather_output=True,
-                 process_set=global_process_set, chunks=1, _init=True):
+                 process_set=global_process_set, chunks=1, sequence_parallel=False,
+                 sequence_dim=0, _init=True):
         super().__init__()
         self.process_set = process_set
         self.tp_size, self.tp_rank = _members(process_set)
@@ -178,6 +174,7 @@ class ColumnParallelLinear(nn.Module):
             out_features // chunks, self.tp_size, process_set)
         self.in_features, self.out_features = in_features, out_features
         self.gather_output, self.chunks = gather_output, chunks
+        self.sequence_parallel, self.sequence_dim = bool(sequence_parallel), sequence_dim
         local = out_features // self.tp_size
         self.weight = nn.Parameter(torch.empty(local, in_features))
         self.bias = nn.Parameter(torch.empty(local)) if bias else None
@@ -193,31 +190,40 @@ class ColumnParallelLinear(nn.Module):
 
     @classmethod
     def from_linear(cls, linear, process_set=global_process_set, gather_output=True,
-                    chunks=1):
+                    chunks=1, sequence_parallel=False, sequence_dim=0):
         """This rank's slice of an existing nn.Linear."""
         m = cls(linear.in_features, linear.out_features, linear.bias is not None,
-                gather_output, process_set, chunks, _init=False)
+                gather_output, process_set, chunks, sequence_parallel, sequence_dim,
+                _init=False)
         m._load(linear.weight.detach(), None if linear.bias is None else linear.bias.detach())
         return m
 
     def forward(self, x):
-        y = F.linear(copy_to_parallel(x, self.process_set), self.weight, self.bias)
+        if self.sequence_parallel:
+            x = gather_from_sequence_parallel(x, self.process_set, self.sequence_dim)
+        else:
+            x = copy_to_parallel(x, self.process_set)
+        y = F.linear(x, self.weight, self.bias)
         return gather_from_parallel(y, self.process_set) if self.gather_output else y
 
     def extra_repr(self):
-        return "in_features=%d, out_features=%d (%d here), tp=%d, gather_output=%s" % (
-            self.in_features, self.out_features, self.weight.shape[0], self.tp_size,
-            self.gather_output)
+        return ("in_features=%d, out_features=%d (%d here), tp=%d, gather_output=%s, "
+                "sequence_parallel=%s" % (self.in_features, self.out_features,
+                                          self.weight.shape[0], self.tp_size,
+                                          self.gather_output, self.sequence_parallel))
 
 
 class RowParallelLinear(nn.Module):
     """y = x W^T + b with W's input features split over the set: this rank holds
     in_features / T columns. The input is this rank's slice of the last dimension with
     input_is_parallel, else the whole input (sliced here). The output is whole on every
-    member; the bias is replicated."""
+    member; the bias is replicated. With sequence_parallel (input_is_parallel too) the
+    output is this member's slice of the sequence (dim sequence_dim): the partial outputs are
+    reduce-scattered, and the bias's gradient summed over the set."""
 
     def __init__(self, in_features, out_features, bias=True, input_is_parallel=False,
-                 process_set=global_process_set, _init=True):
+                 process_set=global_process_set, sequence_parallel=False, sequence_dim=0,
+                 _init=True):
         super().__init__()
         self.process_set = process_set
         self.tp_size, self.tp_rank = _members(process_set)
@@ -225,8 +231,14 @@ class RowParallelLinear(nn.Module):
                         self.tp_size, process_set)
         self.in_features, self.out_features = in_features, out_features
         self.input_is_parallel = input_is_parallel
+        if sequence_parallel and not input_is_parallel:
+            raise ValueError("RowParallelLinear: sequence_parallel needs input_is_parallel=True "
+                             "(the input of a ColumnParallelLinear(gather_output=False))")
+        self.sequence_parallel, self.sequence_dim = bool(sequence_parallel), sequence_dim
         self.weight = nn.Parameter(torch.empty(out_features, local))
         self.bias = nn.Parameter(torch.empty(out_features)) if bias else None
+        if self.bias is not None and self.sequence_parallel:
+            mark_sequence_parallel([self.bias], process_set)
         if _init:
             w, b = _linear_master(out_features, in_features, bias)
             self._load(w, b)
@@ -239,9 +251,10 @@ class RowParallelLinear(nn.Module):
                 self.bias.copy_(b)
 
     @classmethod
-    def from_linear(cls, linear, process_set=global_process_set, input_is_parallel=False):
+    def from_linear(cls, linear, process_set=global_process_set, input_is_parallel=False,
+                    sequence_parallel=False, sequence_dim=0):
         m = cls(linear.in_features, linear.out_features, linear.bias is not None,
-                input_is_parallel, process_set, _init=False)
+                input_is_parallel, process_set, sequence_parallel, sequence_dim, _init=False)
         m._load(linear.weight.detach(), None if linear.bias is None else linear.bias.detach())
         return m
 
@@ -252,27 +265,34 @@ class RowParallelLinear(nn.Module):
             raise ValueError("RowParallelLinear: input has %d features, this rank's slice is "
                              "%d (in_features %d / tp %d)" % (x.shape[-1], self.weight.shape[1],
                                                               self.in_features, self.tp_size))
-        y = reduce_from_parallel(F.linear(x, self.weight), self.process_set)
+        y = F.linear(x, self.weight)
+        if self.sequence_parallel:
+            y = reduce_scatter_to_sequence_parallel(y, self.process_set, self.sequence_dim)
+        else:
+            y = reduce_from_parallel(y, self.process_set)
         return y if self.bias is None else y + self.bias
 
     def extra_repr(self):
-        return "in_features=%d (%d here), out_features=%d, tp=%d, input_is_parallel=%s" % (
-            self.in_features, self.weight.shape[1], self.out_features, self.tp_size,
-            self.input_is_parallel)
+        return ("in_features=%d (%d here), out_features=%d, tp=%d, input_is_parallel=%s, "
+                "sequence_parallel=%s" % (self.in_features, self.weight.shape[1],
+                                          self.out_features, self.tp_size,
+                                          self.input_is_parallel, self.sequence_parallel))
 
 
 class VocabParallelEmbedding(nn.Module):
     """nn.Embedding with the rows of the table split over the set: rank r holds ids
-    [r * V/T, (r+1) * V/T). The output is whole on every member."""
+    [r * V/T, (r+1) * V/T). The output is whole on every member, or with sequence_parallel
+    this member's slice of the sequence (dim sequence_dim of the ids)."""
 
     def __init__(self, num_embeddings, embedding_dim, process_set=global_process_set,
-                 _init=True):
+                 sequence_parallel=False, sequence_dim=0, _init=True):
         super().__init__()
         self.process_set = process_set
         self.tp_size, self.tp_rank = _members(process_set)
         local = _divide("VocabParallelEmbedding: num_embeddings %d" % num_embeddings,
                         num_embeddings, self.tp_size, process_set)
         self.num_embeddings, self.embedding_dim = num_embeddings, embedding_dim
+        self.sequence_parallel, self.sequence_dim = bool(sequence_parallel), sequence_dim
         self.start, self.end = self.tp_rank * local, (self.tp_rank + 1) * local
         self.weight = nn.Parameter(torch.empty(local, embedding_dim))
         if _init:
@@ -285,8 +305,10 @@ class VocabParallelEmbedding(nn.Module):
             self.weight.copy_(master[self.start:self.end])
 
     @classmethod
-    def from_embedding(cls, embedding, process_set=global_process_set):
-        m = cls(embedding.num_embeddings, embedding.embedding_dim, process_set, _init=False)
+    def from_embedding(cls, embedding, process_set=global_process_set, sequence_parallel=False,
+                       sequence_dim=0):
+        m = cls(embedding.num_embeddings, embedding.embedding_dim, process_set,
+                sequence_parallel, sequence_dim, _init=False)
         m._load(embedding.weight.detach())
         return m
 
@@ -294,6 +316,8 @@ class VocabParallelEmbedding(nn.Module):
         outside = (ids < self.start) | (ids >= self.end)
         local = (ids - self.start).masked_fill(outside, 0)
         out = F.embedding(local, self.weight).masked_fill(outside.unsqueeze(-1), 0.0)
+        if self.sequence_parallel:
+            return reduce_scatter_to_sequence_parallel(out, self.process_set, self.sequence_dim)
         return reduce_from_parallel(out, self.process_set)
 
     def extra_repr(self):

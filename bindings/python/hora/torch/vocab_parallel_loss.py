@@ -13,7 +13,7 @@ import torch
 import torch.nn.functional as F
 
 from .mpi_ops import Max, Sum, global_process_set, synchronize, allreduce_async
-from .tensor_parallel import _members
+from .process_sets import _members
 
 __all__ = ["vocab_parallel_cross_entropy"]
 
