@@ -113,17 +113,23 @@ def layers_hold_the_reference_slices():
     compare(TPModel(hvd.global_process_set), reference_model(), n, r, atol=0, what="init")
 
 
-@case
-def forward_and_gradients_match():
+def forward_and_gradients(model):
+    """`model` over the whole job against the reference: logits and gradients."""
     n, r = hvd.size(), hvd.rank()
-    tp, ref = TPModel(hvd.global_process_set), reference_model()
+    tp, ref = model(hvd.global_process_set), reference_model()
     ids, y = batch(0, 4)
     out = tp(ids)
-    want = reference_forward(ref, ids)
+    want = reference_forward(ref, ids, ln1=model is SPModel)
     close(out, want, msg="logits")
     loss_fn(out, y).backward()
     loss_fn(want, y).backward()
     compare(tp, ref, n, r, grads=True, what="grad")
+    return tp
+
+
+@case
+def forward_and_gradients_match():
+    forward_and_gradients(TPModel)
 
 
 def train_grid(grid, kind, steps=STEPS, model=TPModel):
@@ -203,15 +209,8 @@ def dp_only_grid():
 
 @case
 def sequence_parallel_forward_and_gradients_match():
-    n, r = hvd.size(), hvd.rank()
-    sp, ref = SPModel(hvd.global_process_set), reference_model()
-    ids, y = batch(0, 4)
-    out = sp(ids)
-    want = reference_forward(ref, ids, ln1=True)
-    close(out, want, msg="logits")
-    loss_fn(out, y).backward()
-    loss_fn(want, y).backward()
-    compare(sp, ref, n, r, grads=True, what="grad")
+    sp = forward_and_gradients(SPModel)
+    n, ids = hvd.size(), batch(0, 4)[0]
     check(sp.ln1.weight.sequence_parallel and sp.fc2.bias.sequence_parallel, "marked")
     # each rank's activations between the blocks: its 1/T of the sequence
     check(sp.emb(ids.t()).shape == (8 // n, 4, D), "embedding slice")
