@@ -5,12 +5,15 @@
     horarun -np 4 /usr/bin/python3 examples/gpt_parallel.py --pp 2 --zero 1   # PP 2 x DP 2
     horarun -np 2 /usr/bin/python3 examples/gpt_parallel.py --zero 3          # DP 2, ZeRO-3
     horarun -np 4 /usr/bin/python3 examples/gpt_parallel.py --tp 2 --pp 2     # TP 2 x PP 2
+    horarun -np 2 /usr/bin/python3 examples/gpt_parallel.py --tp 2 --sp       # sequence parallel
 
 The job's ranks form a grid (hvd.make_grid: tp fastest, then dp, then pp). Attention and
 MLP are Megatron-LM's: q|k|v one ColumnParallelLinear split by heads, the projection a
 RowParallelLinear; fc1 column, fc2 row; the token embedding a VocabParallelEmbedding and the
 head a ColumnParallelLinear over the vocabulary (padded to a multiple of tp) whose logits stay
-split: the loss is hvd.vocab_parallel_cross_entropy of the slices. With --pp the
+split: the loss is hvd.vocab_parallel_cross_entropy of the slices. With --sp the
+activations between the blocks hold 1/tp of the sequence on each TP rank (sequence
+parallelism: LayerNorms, residuals and the position embedding on slices). With --pp the
 blocks are cut into stages (hvd.Pipeline, --micro-batches, --schedule). Gradients are
 averaged over the DP set by DistributedOptimizer, or by ZeroOptimizer with --zero 1|2|3.
 Rank 0 prints the loss; every rank prints the bytes of parameters, gradients and optimizer
@@ -38,6 +41,8 @@ def parse_args():
                                 formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     p.add_argument("--tp", type=int, default=1, help="tensor-parallel size")
     p.add_argument("--pp", type=int, default=1, help="pipeline stages")
+    p.add_argument("--sp", action="store_true",
+                   help="sequence parallelism over the TP set (--block-size divisible by tp)")
     p.add_argument("--zero", type=int, default=0, choices=(0, 1, 2, 3),
                    help="ZeRO stage over the DP set (0: DistributedOptimizer)")
     p.add_argument("--micro-batches", type=int, default=4, help="with --pp")
@@ -64,29 +69,30 @@ def parse_args():
 class ParallelBlock(nn.Module):
     """gpt_char_lm's Block with attention and MLP split over the TP set."""
 
-    def __init__(self, n_embd, n_head, block_size, tp_set, tp):
+    def __init__(self, n_embd, n_head, block_size, tp_set, tp, sp=False):
         super().__init__()
         if n_head % tp:
             raise ValueError("--n-head %d is not divisible by --tp %d" % (n_head, tp))
         self.heads = n_head // tp            # heads of this rank
         self.head_dim = n_embd // n_head
+        seq = dict(process_set=tp_set, sequence_parallel=sp, sequence_dim=1)
         self.ln1 = nn.LayerNorm(n_embd)
-        self.qkv = hvd.ColumnParallelLinear(n_embd, 3 * n_embd, gather_output=False,
-                                            process_set=tp_set, chunks=3)
-        self.proj = hvd.RowParallelLinear(n_embd, n_embd, input_is_parallel=True,
-                                          process_set=tp_set)
+        self.qkv = hvd.ColumnParallelLinear(n_embd, 3 * n_embd, gather_output=False, chunks=3,
+                                            **seq)
+        self.proj = hvd.RowParallelLinear(n_embd, n_embd, input_is_parallel=True, **seq)
         self.ln2 = nn.LayerNorm(n_embd)
-        self.fc1 = hvd.ColumnParallelLinear(n_embd, 4 * n_embd, gather_output=False,
-                                            process_set=tp_set)
-        self.fc2 = hvd.RowParallelLinear(4 * n_embd, n_embd, input_is_parallel=True,
-                                         process_set=tp_set)
+        self.fc1 = hvd.ColumnParallelLinear(n_embd, 4 * n_embd, gather_output=False, **seq)
+        self.fc2 = hvd.RowParallelLinear(4 * n_embd, n_embd, input_is_parallel=True, **seq)
+        if sp:  # used on a slice of the sequence: gradients summed over the TP set
+            hvd.mark_sequence_parallel(self.ln1, tp_set)
+            hvd.mark_sequence_parallel(self.ln2, tp_set)
         mask = torch.tril(torch.ones(block_size, block_size, dtype=torch.bool))
         self.register_buffer("mask", mask.view(1, 1, block_size, block_size), persistent=False)
 
     def attention(self, x):
-        b, t, _ = x.shape
         local = self.heads * self.head_dim
         q, k, v = self.qkv(x).split(local, dim=2)
+        b, t = q.shape[:2]                    # the whole sequence (x is a slice with --sp)
         q, k, v = [z.view(b, t, self.heads, self.head_dim).transpose(1, 2) for z in (q, k, v)]
         att = (q @ k.transpose(-2, -1)) / math.sqrt(self.head_dim)
         att = att.masked_fill(~self.mask[:, :, :t, :t], float("-inf")).softmax(dim=-1)
@@ -98,21 +104,31 @@ class ParallelBlock(nn.Module):
 
 
 class Embed(nn.Module):
-    def __init__(self, vocab, block_size, n_embd, tp_set):
+    def __init__(self, vocab, block_size, n_embd, tp_set, sp=False, tp_rank=0):
         super().__init__()
-        self.tok = hvd.VocabParallelEmbedding(vocab, n_embd, process_set=tp_set)
+        self.tok = hvd.VocabParallelEmbedding(vocab, n_embd, process_set=tp_set,
+                                              sequence_parallel=sp, sequence_dim=1)
         self.pos = nn.Embedding(block_size, n_embd)
+        self.sp, self.tp_rank = sp, tp_rank
+        if sp:
+            hvd.mark_sequence_parallel(self.pos, tp_set)
 
     def forward(self, idx):
-        return self.tok(idx) + self.pos(torch.arange(idx.shape[1]))
+        tok = self.tok(idx)                   # [b, t / tp, d] with --sp: this rank's slice
+        here = tok.shape[1]
+        first = self.tp_rank * here if self.sp else 0
+        return tok + self.pos(torch.arange(first, first + here))
 
 
 class Head(nn.Module):
-    def __init__(self, vocab, n_embd, tp_set):
+    def __init__(self, vocab, n_embd, tp_set, sp=False):
         super().__init__()
         self.ln = nn.LayerNorm(n_embd)
         self.head = hvd.ColumnParallelLinear(n_embd, vocab, bias=False, gather_output=False,
-                                             process_set=tp_set)  # loss() takes the slices
+                                             process_set=tp_set, sequence_parallel=sp,
+                                             sequence_dim=1)  # loss() takes the slices
+        if sp:
+            hvd.mark_sequence_parallel(self.ln, tp_set)
 
     def forward(self, x):
         return self.head(self.ln(x))
@@ -125,10 +141,11 @@ def vocab_loss(logits, y, vocab, grid):
 
 
 def build(args, vocab_padded, grid):
-    layers = [Embed(vocab_padded, args.block_size, args.n_embd, grid.tp_set)]
-    layers += [ParallelBlock(args.n_embd, args.n_head, args.block_size, grid.tp_set, args.tp)
-               for _ in range(args.n_layer)]
-    layers.append(Head(vocab_padded, args.n_embd, grid.tp_set))
+    sp = getattr(args, "sp", False) and grid.tp > 1
+    layers = [Embed(vocab_padded, args.block_size, args.n_embd, grid.tp_set, sp, grid.tp_rank)]
+    layers += [ParallelBlock(args.n_embd, args.n_head, args.block_size, grid.tp_set, args.tp,
+                             sp) for _ in range(args.n_layer)]
+    layers.append(Head(vocab_padded, args.n_embd, grid.tp_set, sp))
     return nn.Sequential(*layers)
 
 
