@@ -4,8 +4,9 @@
         --global-batch 16 --memory-budget-mb 64
 
 plan() is collective over the whole job (N ranks). Candidates at a fixed global batch G:
-DP N with DistributedOptimizer and with ZeRO 1-3; TP t x DP N/t; PP p x DP N/p (1F1B, the
-stages cut by profile) for each micro-batch count M that divides the rows.
+DP N with DistributedOptimizer and with ZeRO 1-3; TP t x DP N/t; PP p x DP N/p and TP t x
+PP p x DP N/(t p) (1F1B, the stages cut by profile) for each micro-batch count M that divides
+the rows.
 
 Prediction, from measurements on this job:
 - compute: pipeline_balance.profile_modules of the model built for the layout's TP set on
@@ -68,11 +69,12 @@ def candidates(n, global_batch, micro_batches=(2, 4, 8)):
     for t in (2, 4, 8):
         if t <= n and n % t == 0:
             out.append(Layout(tp=t))
-    for p in (2, 4, 8):
-        if p <= n and n % p == 0:
-            rows = global_batch // (n // p)
-            out += [Layout(pp=p, micro_batches=m) for m in micro_batches
-                    if rows % m == 0 and m >= p]
+    for t in (1, 2, 4, 8):
+        for p in (2, 4, 8):
+            if t * p <= n and n % (t * p) == 0:
+                rows = global_batch // (n // (t * p))
+                out += [Layout(tp=t, pp=p, micro_batches=m) for m in micro_batches
+                        if rows % m == 0 and m >= p]
     return [c for c in out if global_batch % (n // (c.tp * c.pp)) == 0]
 
 
