@@ -5,8 +5,8 @@
 
 plan() is collective over the whole job (N ranks). Candidates at a fixed global batch G:
 DP N with DistributedOptimizer and with ZeRO 1-3; TP t x DP N/t; PP p x DP N/p and TP t x
-PP p x DP N/(t p) (1F1B, the stages cut by profile) for each micro-batch count M that divides
-the rows.
+PP p x DP N/(t p) (1F1B, the stages cut by profile), with ZeRO-1 where DP > 1, for each
+micro-batch count M that divides the rows.
 
 Prediction, from measurements on this job:
 - compute: pipeline_balance.profile_modules of the model built for the layout's TP set on
@@ -73,8 +73,11 @@ def candidates(n, global_batch, micro_batches=(2, 4, 8)):
         for p in (2, 4, 8):
             if t * p <= n and n % (t * p) == 0:
                 rows = global_batch // (n // (t * p))
-                out += [Layout(tp=t, pp=p, micro_batches=m) for m in micro_batches
-                        if rows % m == 0 and m >= p]
+                # ZeRO-1 too where the stage has DP replicas (as DeepSpeed, not 2 or 3: they
+                # would reduce, and 3 gather, once per micro-batch)
+                zeros = (0, 1) if n // (t * p) > 1 else (0,)
+                out += [Layout(tp=t, pp=p, zero=z, micro_batches=m) for z in zeros
+                        for m in micro_batches if rows % m == 0 and m >= p]
     return [c for c in out if global_batch % (n // (c.tp * c.pp)) == 0]
 
 
@@ -210,9 +213,17 @@ def predict(layout, factory, batch, loss_fn, global_batch, measured):
     comm = 0.0
     if dp > 1:
         flat = torch.zeros(-(-max(1, biggest // 4) // dp) * dp)
-        comm = _timed(lambda: allreduce(flat, op=Average, process_set=grid.dp_set))
-    return (compute + msgs + _mean(comm, "ppcomm") + measured["opt"] * biggest,
-            4 * biggest + act)
+
+        def stage_comm():
+            if not layout.zero:
+                return allreduce(flat, op=Average, process_set=grid.dp_set)
+            reducescatter(flat, op=Average, process_set=grid.dp_set)
+            allgather(flat[:flat.numel() // dp], process_set=grid.dp_set)
+
+        comm = _timed(stage_comm)
+    state = 2 * biggest + 2 * biggest // dp if layout.zero else 4 * biggest
+    stepped = biggest // dp if layout.zero else biggest
+    return (compute + msgs + _mean(comm, "ppcomm") + measured["opt"] * stepped, state + act)
 
 
 def measure(layout, factory, batch, loss_fn, global_batch, steps, optimizer):
