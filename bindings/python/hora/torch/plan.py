@@ -160,6 +160,33 @@ def _profile(grid, mods, pbytes, rows, batch, loss_fn, measured):
     return profiles[key]
 
 
+def _dp_seconds(units, zero, grid):
+    """The job's mean seconds of one step's DP collectives over grid.dp_set for gradient units
+    of `units` bytes: allreduce, or (ZeRO) reducescatter and allgather, ZeRO-3 a second
+    allgather (forward and backward; collective)."""
+    dp = grid.dp
+    bufs = [torch.zeros(-(-max(1, b // 4) // dp) * dp) for b in units if b]
+
+    def run():
+        for u in bufs:
+            if zero == 0:
+                allreduce(u, op=Average, process_set=grid.dp_set)
+                continue
+            reducescatter(u, op=Average, process_set=grid.dp_set)
+            for _ in range(2 if zero == 3 else 1):
+                allgather(u[:u.numel() // dp], process_set=grid.dp_set)
+
+    return _mean(_timed(run) if dp > 1 else 0.0, "comm")
+
+
+def _state_bytes(pbytes, dp, zero):
+    """Parameters, gradients and Adam's two moments per rank, sharded as ZeRO `zero` shards
+    them; and the bytes a rank steps."""
+    state = {0: 4 * pbytes, 1: 2 * pbytes + 2 * pbytes // dp,
+             2: pbytes + 3 * pbytes // dp, 3: 4 * pbytes // dp}[zero]
+    return state, pbytes // dp if zero else pbytes
+
+
 def predict(layout, factory, batch, loss_fn, global_batch, measured):
     """(seconds, bytes per rank) predicted for `layout` (collective)."""
     grid = make_grid(tp=layout.tp, pp=layout.pp)
@@ -175,21 +202,8 @@ def predict(layout, factory, batch, loss_fn, global_batch, measured):
         compute = max(work, _host_bound(work, grid, measured))
         # what one step moves: stage 3 per module, stages 1/2 and DP the whole gradient
         units = [_nbytes(m.parameters()) for m in mods] if layout.zero == 3 else [pbytes]
-        bufs = [torch.zeros(-(-max(1, b // 4) // dp) * dp) for b in units if b]
-
-        def dp_comm():
-            for u in bufs:
-                if layout.zero == 0:
-                    allreduce(u, op=Average, process_set=grid.dp_set)
-                    continue
-                reducescatter(u, op=Average, process_set=grid.dp_set)
-                for _ in range(2 if layout.zero == 3 else 1):   # stage 3: forward, backward
-                    allgather(u[:u.numel() // dp], process_set=grid.dp_set)
-
-        comm = _mean(_timed(dp_comm) if dp > 1 else 0.0, "comm")
-        state = {0: 4 * pbytes, 1: 2 * pbytes + 2 * pbytes // dp,
-                 2: pbytes + 3 * pbytes // dp, 3: 4 * pbytes // dp}[layout.zero]
-        stepped = pbytes // dp if layout.zero else pbytes
+        comm = _dp_seconds(units, layout.zero, grid)
+        state, stepped = _state_bytes(pbytes, dp, layout.zero)
         return compute + comm + measured["opt"] * stepped, state + sum(acts)
     m = layout.micro_batches
     costs, acts = _profile(grid, mods, pbytes, rows // m, batch, loss_fn, measured)
@@ -210,20 +224,9 @@ def predict(layout, factory, batch, loss_fn, global_batch, measured):
     msgs = 2 * m * 2 * measured["p2p"]           # activations and gradients, both ends
     biggest = max(b for _, b, _ in stages)
     act = max(x for _, _, x in stages) * min(layout.pp, m)
-    comm = 0.0
-    if dp > 1:
-        flat = torch.zeros(-(-max(1, biggest // 4) // dp) * dp)
-
-        def stage_comm():
-            if not layout.zero:
-                return allreduce(flat, op=Average, process_set=grid.dp_set)
-            reducescatter(flat, op=Average, process_set=grid.dp_set)
-            allgather(flat[:flat.numel() // dp], process_set=grid.dp_set)
-
-        comm = _timed(stage_comm)
-    state = 2 * biggest + 2 * biggest // dp if layout.zero else 4 * biggest
-    stepped = biggest // dp if layout.zero else biggest
-    return (compute + msgs + _mean(comm, "ppcomm") + measured["opt"] * stepped, state + act)
+    comm = _dp_seconds([biggest], layout.zero, grid)   # the biggest stage's (ZeRO-1 at most)
+    state, stepped = _state_bytes(biggest, dp, layout.zero)
+    return compute + msgs + comm + measured["opt"] * stepped, state + act
 
 
 def measure(layout, factory, batch, loss_fn, global_batch, steps, optimizer):

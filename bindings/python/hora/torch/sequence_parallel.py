@@ -25,8 +25,7 @@ length must divide by the set's size.
 
 import torch
 
-from .mpi_ops import Sum, synchronize, allreduce_async
-from .collective_ops import allgather_async, reducescatter_async
+from .parallel_ops import allreduce, gather_along, reduce_scatter_along, slice_along
 from .process_sets import _members
 
 __all__ = ["scatter_to_sequence_parallel", "gather_from_sequence_parallel",
@@ -45,22 +44,6 @@ def _check(x, process_set, dim, what):
     return n, r
 
 
-def _slice(x, n, r, dim):
-    k = x.shape[dim] // n
-    return x.narrow(dim, r * k, k).contiguous()
-
-
-def _gather(x, process_set, dim):
-    moved = x.movedim(dim, 0).contiguous()
-    return synchronize(allgather_async(moved, process_set=process_set)).movedim(0, dim)
-
-
-def _reduce_scatter(x, process_set, dim):
-    moved = x.movedim(dim, 0).contiguous()
-    out = synchronize(reducescatter_async(moved, op=Sum, process_set=process_set))
-    return out.movedim(0, dim).contiguous()
-
-
 class _Scatter(torch.autograd.Function):
     """This member's slice of the sequence forward; allgather backward."""
 
@@ -68,11 +51,11 @@ class _Scatter(torch.autograd.Function):
     def forward(ctx, x, process_set, dim):
         n, r = _check(x, process_set, dim, "scatter_to_sequence_parallel")
         ctx.process_set, ctx.dim = process_set, dim
-        return _slice(x, n, r, dim)
+        return slice_along(x, n, r, dim)
 
     @staticmethod
     def backward(ctx, grad):
-        return _gather(grad, ctx.process_set, ctx.dim), None, None
+        return gather_along(grad, ctx.process_set, ctx.dim), None, None
 
 
 class _Gather(torch.autograd.Function):
@@ -84,13 +67,13 @@ class _Gather(torch.autograd.Function):
     def forward(ctx, x, process_set, dim, grad_is_partial):
         ctx.n, ctx.r = _members(process_set)
         ctx.process_set, ctx.dim, ctx.partial = process_set, dim, grad_is_partial
-        return _gather(x, process_set, dim)
+        return gather_along(x, process_set, dim)
 
     @staticmethod
     def backward(ctx, grad):
         if ctx.partial:
-            return _reduce_scatter(grad, ctx.process_set, ctx.dim), None, None, None
-        return _slice(grad, ctx.n, ctx.r, ctx.dim), None, None, None
+            return reduce_scatter_along(grad, ctx.process_set, ctx.dim), None, None, None
+        return slice_along(grad, ctx.n, ctx.r, ctx.dim), None, None, None
 
 
 class _ReduceScatter(torch.autograd.Function):
@@ -100,11 +83,11 @@ class _ReduceScatter(torch.autograd.Function):
     def forward(ctx, x, process_set, dim):
         _check(x, process_set, dim, "reduce_scatter_to_sequence_parallel")
         ctx.process_set, ctx.dim = process_set, dim
-        return _reduce_scatter(x, process_set, dim)
+        return reduce_scatter_along(x, process_set, dim)
 
     @staticmethod
     def backward(ctx, grad):
-        return _gather(grad, ctx.process_set, ctx.dim), None, None
+        return gather_along(grad, ctx.process_set, ctx.dim), None, None
 
 
 def scatter_to_sequence_parallel(x, process_set, dim=0):
@@ -136,6 +119,5 @@ def mark_sequence_parallel(module_or_params, process_set):
         if getattr(p, "sequence_parallel", False):
             continue
         p.sequence_parallel = True
-        p.register_hook(lambda g, ps=process_set: synchronize(
-            allreduce_async(g.contiguous(), op=Sum, process_set=ps)))
+        p.register_hook(lambda g, ps=process_set: allreduce(g, ps))
     return module_or_params

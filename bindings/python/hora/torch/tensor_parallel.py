@@ -32,9 +32,8 @@ import torch.nn.functional as F
 
 from .. import core
 from .process_sets import _members
-from .mpi_ops import (Sum, ProcessSet, add_process_set, global_process_set, synchronize,
-                      allreduce_async)
-from .collective_ops import allgather_async
+from .mpi_ops import ProcessSet, add_process_set, global_process_set
+from .parallel_ops import allreduce, gather_along, slice_along
 from .sequence_parallel import (gather_from_sequence_parallel, mark_sequence_parallel,
                                 reduce_scatter_to_sequence_parallel)
 
@@ -50,22 +49,6 @@ def _divide(what, features, n, process_set):
     return features // n
 
 
-def _allreduce_sum(x, process_set):
-    return synchronize(allreduce_async(x.contiguous(), op=Sum, process_set=process_set))
-
-
-def _gather_last(x, process_set):
-    """Concatenation of every member's `x` along the last dimension (rank order)."""
-    moved = x.movedim(-1, 0).contiguous()
-    got = synchronize(allgather_async(moved, process_set=process_set))
-    return got.movedim(0, -1).contiguous()
-
-
-def _split_last(x, n, r):
-    k = x.shape[-1] // n
-    return x.narrow(-1, r * k, k).contiguous()
-
-
 class _CopyToParallel(torch.autograd.Function):
     """f: identity forward, the gradient summed over the set backward."""
 
@@ -76,7 +59,7 @@ class _CopyToParallel(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad):
-        return _allreduce_sum(grad, ctx.process_set), None
+        return allreduce(grad, ctx.process_set), None
 
 
 class _ReduceFromParallel(torch.autograd.Function):
@@ -84,7 +67,7 @@ class _ReduceFromParallel(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, x, process_set):
-        return _allreduce_sum(x, process_set)
+        return allreduce(x, process_set)
 
     @staticmethod
     def backward(ctx, grad):
@@ -97,11 +80,11 @@ class _GatherFromParallel(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x, process_set):
         ctx.n, ctx.r = _members(process_set)
-        return _gather_last(x, process_set)
+        return gather_along(x, process_set, -1)
 
     @staticmethod
     def backward(ctx, grad):
-        return _split_last(grad, ctx.n, ctx.r), None
+        return slice_along(grad, ctx.n, ctx.r, -1), None
 
 
 class _ScatterToParallel(torch.autograd.Function):
@@ -111,11 +94,11 @@ class _ScatterToParallel(torch.autograd.Function):
     def forward(ctx, x, process_set):
         ctx.process_set = process_set
         n, r = _members(process_set)
-        return _split_last(x, n, r)
+        return slice_along(x, n, r, -1)
 
     @staticmethod
     def backward(ctx, grad):
-        return _gather_last(grad, ctx.process_set), None
+        return gather_along(grad, ctx.process_set, -1), None
 
 
 def copy_to_parallel(x, process_set):

@@ -12,14 +12,11 @@ rank (Megatron-LM's vocab-parallel cross-entropy).
 import torch
 import torch.nn.functional as F
 
-from .mpi_ops import Max, Sum, global_process_set, synchronize, allreduce_async
+from .mpi_ops import Max, Sum, global_process_set
+from .parallel_ops import allreduce
 from .process_sets import _members
 
 __all__ = ["vocab_parallel_cross_entropy"]
-
-
-def _allreduce(x, op, process_set):
-    return synchronize(allreduce_async(x.contiguous(), op=op, process_set=process_set))
 
 
 class _VocabParallelCrossEntropy(torch.autograd.Function):
@@ -35,7 +32,7 @@ class _VocabParallelCrossEntropy(torch.autograd.Function):
         if x.dtype in (torch.float16, torch.bfloat16):
             x = x.float()
         top = (x[..., :real] if real < width else x).max(dim=-1).values
-        x = x - _allreduce(top, Max, process_set).unsqueeze(-1)
+        x = x - allreduce(top, process_set, Max).unsqueeze(-1)
         if real < width:
             x[..., real:] = float("-inf")
         mine = keep & (target >= start) & (target < start + width)
@@ -44,7 +41,7 @@ class _VocabParallelCrossEntropy(torch.autograd.Function):
         mean = x[..., :real].sum(dim=-1) if smoothing else None
         exp = x.exp_()
         sums = [exp.sum(dim=-1), picked] + ([mean] if smoothing else [])
-        sums = _allreduce(torch.stack(sums), Sum, process_set)  # one call for the three
+        sums = allreduce(torch.stack(sums), process_set, Sum)  # one call for the three
         log_z = sums[0].log()
         loss = log_z - sums[1]
         if smoothing:
