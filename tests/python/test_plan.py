@@ -43,6 +43,33 @@ def test_table_marks_the_fastest_measured():
     assert lines[4] == "| A | 0.200 | 0.300 | 1.0 MiB |  |"
 
 
+def _rows(*predicted):
+    return [{"layout": str(i), "predicted_s": p, "fits": p is not None and p < 1.0,
+             "memory_bytes": 1, "measured_s": None}
+            for i, p in enumerate(predicted)]
+
+
+def test_confirms_every_layout_within_the_margin_at_least_three():
+    rows = _rows(0.30, 0.20, 2.0, 0.24, 0.26, 0.21)   # 2.0 does not fit
+    assert [r["layout"] for r in planner.to_confirm(rows)] == ["1", "5", "3"]   # <= 0.25
+    assert [r["layout"] for r in planner.to_confirm(rows, margin=0.35)] == ["1", "5", "3", "4"]
+    assert [r["layout"] for r in planner.to_confirm(rows, margin=0.5)] == ["1", "5", "3", "4",
+                                                                             "0"]
+    assert [r["layout"] for r in planner.to_confirm(rows, confirm=2)] == ["1", "5"]
+    assert [r["layout"] for r in planner.to_confirm(_rows(0.1, 0.5, 0.9))] == ["0", "1", "2"]
+    assert planner.to_confirm(_rows(3.0)) == []
+
+
+@pytest.mark.parametrize("kwargs,message", [
+    ({"confirm": -1}, "confirm must be None or an int >= 0, got -1"),
+    ({"confirm": 2.5}, "confirm must be None or an int >= 0, got 2.5"),
+    ({"margin": -0.1}, "margin must be a fraction >= 0, got -0.1"),
+    ({"margin": float("nan")}, "margin must be a fraction >= 0, got nan")])
+def test_bad_confirm_or_margin_is_refused(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        planner.plan(None, None, None, 8, **kwargs)
+
+
 def test_command_rejects_a_bad_spec():
     env = harness.job_env()
     p = subprocess.run([harness.PYTHON, "-m", "hora.torch.plan", "no_colon", "--global-batch",

@@ -25,8 +25,12 @@ Prediction, from measurements on this job:
   cores (os.sched_getaffinity) bounds the step from below;
 - memory per rank: parameters, gradients and Adam's two moments (4 x parameter bytes),
   divided as the layout shards them, plus the activations in flight.
-The layouts that fit the budget are sorted by predicted time; the first `confirm` run
-`steps` steps each (after one warm-up) and the table gives predicted and measured seconds.
+The layouts that fit the budget are sorted by predicted time. Those predicted within
+`margin` (25 %: about the predictions' error on a shared machine) of the fastest prediction,
+at least 3, run `steps` steps each (after one warm-up), or the first `confirm` when given;
+the table gives predicted and measured seconds, and the choice is the fastest measured. A
+layout predicted 20 % slower than another can be the faster one, so confirming a fixed three
+missed the fastest by 13-15 % in two runs of 17 layouts (2026-12-08, docs/parallelism.md).
 """
 
 import argparse
@@ -265,13 +269,32 @@ def measure(layout, factory, batch, loss_fn, global_batch, steps, optimizer):
                      name="plan.measured").item()
 
 
-def plan(factory, batch, loss_fn, global_batch, memory_budget=None, confirm=3, steps=3,
-         optimizer=None, layouts=None, out=sys.stdout):
-    """Predicts every candidate layout, runs the `confirm` fastest predicted that fit
-    `memory_budget` bytes per rank, prints the table on rank 0 and returns its rows (dicts:
+def to_confirm(rows, confirm=None, margin=0.25):
+    """The rows to run, fastest predicted first: of those that fit, the first `confirm`, or
+    (confirm None) every one predicted within `margin` of the fastest prediction, at least
+    three."""
+    if confirm is not None and (not isinstance(confirm, int) or confirm < 0):
+        raise ValueError("plan: confirm must be None or an int >= 0, got %r" % (confirm,))
+    if not margin >= 0:
+        raise ValueError("plan: margin must be a fraction >= 0, got %r" % (margin,))
+    order = sorted((r for r in rows if r["fits"]), key=lambda r: r["predicted_s"])
+    if confirm is not None:
+        return order[:confirm]
+    if not order:
+        return []
+    bound = order[0]["predicted_s"] * (1.0 + margin)
+    return [r for i, r in enumerate(order) if i < 3 or r["predicted_s"] <= bound]
+
+
+def plan(factory, batch, loss_fn, global_batch, memory_budget=None, confirm=None, steps=3,
+         optimizer=None, layouts=None, out=sys.stdout, margin=0.25):
+    """Predicts every candidate layout, runs those that fit `memory_budget` bytes per rank
+    and are predicted within `margin` of the fastest (at least three; with `confirm`, the
+    `confirm` fastest predicted), prints the table on rank 0 and returns its rows (dicts:
     layout, predicted_s, measured_s or None, memory_bytes, fits). Collective over the job.
     factory(grid) builds the model as an nn.Sequential for a ParallelGrid (TP layers over
     grid.tp_set); batch(rows) returns (inputs, targets) of `rows` rows; loss_fn(out, y)."""
+    to_confirm([], confirm, margin)   # ValueError on a bad confirm or margin, before any work
     n = core.size()
     if optimizer is None:
         def optimizer(params):
@@ -287,8 +310,7 @@ def plan(factory, batch, loss_fn, global_batch, memory_budget=None, confirm=3, s
         rows.append({"layout": str(lay), "obj": lay, "predicted_s": t, "memory_bytes": mem,
                      "fits": memory_budget is None or mem <= memory_budget,
                      "measured_s": None})
-    order = sorted((r for r in rows if r["fits"]), key=lambda r: r["predicted_s"])
-    for r in order[:confirm]:
+    for r in to_confirm(rows, confirm, margin):
         r["measured_s"] = measure(r["obj"], factory, batch, loss_fn, global_batch, steps,
                                   optimizer)
     if core.rank() == 0:
@@ -331,7 +353,11 @@ def main(argv=None):
     p.add_argument("spec", help="FILE.py:FUNCTION returning dict(factory=, batch=, loss_fn=)")
     p.add_argument("--global-batch", type=int, required=True)
     p.add_argument("--memory-budget-mb", type=float, default=None)
-    p.add_argument("--confirm", type=int, default=3, help="layouts run to confirm")
+    p.add_argument("--confirm", type=int, default=None,
+                   help="layouts run to confirm (default: those predicted within --margin "
+                   "of the fastest, at least 3)")
+    p.add_argument("--margin", type=float, default=0.25,
+                   help="confirm the layouts predicted within this fraction of the fastest")
     p.add_argument("--all", action="store_true", help="run every layout that fits")
     p.add_argument("--steps", type=int, default=3)
     args = p.parse_args(argv)
@@ -341,7 +367,7 @@ def main(argv=None):
     spec = load()
     budget = None if args.memory_budget_mb is None else int(args.memory_budget_mb * 2 ** 20)
     plan(spec["factory"], spec["batch"], spec["loss_fn"], args.global_batch, budget,
-         confirm=10 ** 6 if args.all else args.confirm, steps=args.steps)
+         confirm=10 ** 6 if args.all else args.confirm, steps=args.steps, margin=args.margin)
     shutdown()
 
 
