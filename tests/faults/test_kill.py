@@ -90,6 +90,10 @@ SCENARIOS = {
     # Each run waits out the heartbeat timeout (~2 s): half the runs.
     "sigstop_worker": (signal.SIGSTOP, False, "allreduce", max(1, RUNS // 2)),
     "p2p_sigkill_sender": (signal.SIGKILL, False, "p2p", max(1, RUNS // 2)),
+    # A stopped sender keeps its connections open: only the heartbeat's verdict ends the
+    # transfer its receiver waits on.
+    "p2p_sigstop_sender": (signal.SIGSTOP, False, "p2p", max(1, RUNS // 4)),
+    "steady_sigstop_worker": (signal.SIGSTOP, False, "steady", max(1, RUNS // 4)),
     # Every rank on the steady path (fault_job prints READY only once its steady path ran).
     "steady_sigkill_worker": (signal.SIGKILL, False, "steady", max(1, RUNS // 2)),
     "steady_sigkill_rank0": (signal.SIGKILL, True, "steady", max(1, RUNS // 2)),
