@@ -61,10 +61,13 @@ struct TcpOptions {
   // many bytes are sent beyond what has arrived (transfer.h SendStream::pace); 0: no limit.
   // Bytes that wait in a socket cost more than bytes not yet sent: on 2 netns hosts a C probe's
   // exchange moved 4.6-4.9 GB/s each way with 128 KiB in flight, 1.6-1.7 without a limit
-  // (docs/benchmarks-cross-host.md "Paced exchanges"). Two pieces; for a stream of smaller
-  // pieces (pieces_per_block) the window is as many of those. A link whose bandwidth-delay
+  // (docs/benchmarks-cross-host.md "Paced exchanges"). One piece; for a stream of smaller
+  // pieces (pieces_per_block) the window is as many of those. Two pieces (256 KiB, the default
+  // until 2026-12-08) made a 1 MiB allreduce at 2 hosts x 1 rank bistable (half the runs at
+  // half the speed) and a 64 MiB one at 4 hosts x 1 rank 25 % slower, with no gain elsewhere
+  // (docs/benchmarks-cross-host.md "One piece in flight"). A link whose bandwidth-delay
   // product is larger (100 Gb/s and up, or a long round trip) wants it larger.
-  size_t inflight_bytes = 256 << 10;
+  size_t inflight_bytes = 128 << 10;
   // How long a stalled transfer keeps trying (yielding its core between tries) before it
   // sleeps in poll(), whose wake-up costs 25-60 us on the VMs measured; 0: sleep at once.
   int spin_us = 300;
