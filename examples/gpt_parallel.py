@@ -66,8 +66,10 @@ def parse_args():
     return p.parse_args()
 
 
-class ParallelBlock(nn.Module):
-    """gpt_char_lm's Block with attention and MLP split over the TP set."""
+class ParallelAttention(nn.Module):
+    """The first half of gpt_char_lm's Block, x + attention(ln(x)), with the heads split over
+    the TP set. A block is two modules of the Sequential (this and ParallelMLP), so that a
+    pipeline cut by profile can also fall between them."""
 
     def __init__(self, n_embd, n_head, block_size, tp_set, tp, sp=False):
         super().__init__()
@@ -80,26 +82,35 @@ class ParallelBlock(nn.Module):
         self.qkv = hvd.ColumnParallelLinear(n_embd, 3 * n_embd, gather_output=False, chunks=3,
                                             **seq)
         self.proj = hvd.RowParallelLinear(n_embd, n_embd, input_is_parallel=True, **seq)
-        self.ln2 = nn.LayerNorm(n_embd)
-        self.fc1 = hvd.ColumnParallelLinear(n_embd, 4 * n_embd, gather_output=False, **seq)
-        self.fc2 = hvd.RowParallelLinear(4 * n_embd, n_embd, input_is_parallel=True, **seq)
         if sp:  # used on a slice of the sequence: gradients summed over the TP set
             hvd.mark_sequence_parallel(self.ln1, tp_set)
-            hvd.mark_sequence_parallel(self.ln2, tp_set)
         mask = torch.tril(torch.ones(block_size, block_size, dtype=torch.bool))
         self.register_buffer("mask", mask.view(1, 1, block_size, block_size), persistent=False)
 
-    def attention(self, x):
+    def forward(self, x):
         local = self.heads * self.head_dim
-        q, k, v = self.qkv(x).split(local, dim=2)
+        q, k, v = self.qkv(self.ln1(x)).split(local, dim=2)
         b, t = q.shape[:2]                    # the whole sequence (x is a slice with --sp)
         q, k, v = [z.view(b, t, self.heads, self.head_dim).transpose(1, 2) for z in (q, k, v)]
         att = (q @ k.transpose(-2, -1)) / math.sqrt(self.head_dim)
         att = att.masked_fill(~self.mask[:, :, :t, :t], float("-inf")).softmax(dim=-1)
-        return self.proj((att @ v).transpose(1, 2).reshape(b, t, local))
+        return x + self.proj((att @ v).transpose(1, 2).reshape(b, t, local))
+
+
+class ParallelMLP(nn.Module):
+    """The second half of the block, x + fc2(gelu(fc1(ln(x)))), its hidden layer split over
+    the TP set."""
+
+    def __init__(self, n_embd, tp_set, sp=False):
+        super().__init__()
+        seq = dict(process_set=tp_set, sequence_parallel=sp, sequence_dim=1)
+        self.ln2 = nn.LayerNorm(n_embd)
+        self.fc1 = hvd.ColumnParallelLinear(n_embd, 4 * n_embd, gather_output=False, **seq)
+        self.fc2 = hvd.RowParallelLinear(4 * n_embd, n_embd, input_is_parallel=True, **seq)
+        if sp:
+            hvd.mark_sequence_parallel(self.ln2, tp_set)
 
     def forward(self, x):
-        x = x + self.attention(self.ln1(x))
         return x + self.fc2(F.gelu(self.fc1(self.ln2(x))))
 
 
@@ -143,8 +154,10 @@ def vocab_loss(logits, y, vocab, grid):
 def build(args, vocab_padded, grid):
     sp = getattr(args, "sp", False) and grid.tp > 1
     layers = [Embed(vocab_padded, args.block_size, args.n_embd, grid.tp_set, sp, grid.tp_rank)]
-    layers += [ParallelBlock(args.n_embd, args.n_head, args.block_size, grid.tp_set, args.tp,
-                             sp) for _ in range(args.n_layer)]
+    for _ in range(args.n_layer):   # in the order gpt_char_lm's Block creates them
+        layers.append(ParallelAttention(args.n_embd, args.n_head, args.block_size, grid.tp_set,
+                                        args.tp, sp))
+        layers.append(ParallelMLP(args.n_embd, grid.tp_set, sp))
     layers.append(Head(vocab_padded, args.n_embd, grid.tp_set, sp))
     return nn.Sequential(*layers)
 

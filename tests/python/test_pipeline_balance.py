@@ -1,6 +1,7 @@
 """Pipeline.from_sequential(balance="profile"): the partition against tables (no job), and
 an uneven nn.Sequential in jobs of 2 and 4 ranks (workers/pipeline_balance_worker.py)."""
 
+import itertools
 import sys
 
 import pytest
@@ -11,7 +12,9 @@ harness.case_names("pipeline_balance_worker")
 CASES = [fn.__name__ for fn in sys.modules["pipeline_balance_worker"].cases.CASES
          if fn.__module__ == "pipeline_balance_worker"]
 
-from hora.torch.pipeline_balance import partition, stage_memory, in_flight  # noqa: E402
+from hora.torch.pipeline_balance import (interleaved_partition, partition,  # noqa: E402
+                                          stage_memory, in_flight)
+from hora.torch.pipeline_schedule import simulate  # noqa: E402
 
 
 def brute(costs, stages, fits=lambda a, b, s: True):
@@ -79,6 +82,46 @@ def test_partition_honours_the_memory_limit():
 def test_partition_bad_stage_count():
     with pytest.raises(ValueError, match="cannot cut 2 modules into 3 stages"):
         partition([1, 1], 3)
+
+
+def _rows(fwd):
+    return [{"forward_s": f, "backward_s": 2 * f, "loss_s": 0.0} for f in fwd]
+
+
+def _replayed(fwd, balance, stages, chunks, m):
+    spans, a = [], 0
+    for k in balance:
+        spans.append((a, a + k))
+        a += k
+    return simulate("interleaved", stages, m, chunks, forward=[sum(fwd[a:b]) for a, b in spans],
+                    backward=[2 * sum(fwd[a:b]) for a, b in spans])[0]
+
+
+def test_interleaved_cut_is_the_fastest_replay():
+    # the example GPT's modules at 2 layers: embedding, attention, MLP, attention, MLP, head
+    fwd = [1, 20, 28, 20, 28, 6]
+    by_part = partition([3 * f for f in fwd], 4)   # the largest part as small as it can be
+    got = interleaved_partition(_rows(fwd), 2, 2, 4)
+    assert sum(got) == 6 and len(got) == 4 and min(got) >= 1
+    every = [list(b) for b in itertools.product(range(1, 4), repeat=4) if sum(b) == 6]
+    fastest = min(_replayed(fwd, b, 2, 2, 4) for b in every)
+    assert _replayed(fwd, got, 2, 2, 4) == fastest
+    # the stage holding parts 1 and 3 of the largest-part cut waits: this one is faster
+    assert _replayed(fwd, got, 2, 2, 4) < _replayed(fwd, by_part, 2, 2, 4)
+
+
+def test_interleaved_cut_honours_the_memory_limit():
+    fwd = [1, 20, 28, 20, 28, 6]
+
+    def memory(a, b, part):
+        return b - a
+
+    got = interleaved_partition(_rows(fwd), 2, 2, 4, memory, memory_limit=2)
+    assert max(got) <= 2 and sum(got) == 6
+    every = [list(b) for b in itertools.product(range(1, 3), repeat=4) if sum(b) == 6]
+    assert _replayed(fwd, got, 2, 2, 4) == min(_replayed(fwd, b, 2, 2, 4) for b in every)
+    with pytest.raises(ValueError, match="within memory_limit=1 bytes"):
+        interleaved_partition(_rows(fwd), 2, 2, 4, memory, memory_limit=1)
 
 
 def test_memory_model():

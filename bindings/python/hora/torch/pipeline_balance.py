@@ -12,8 +12,13 @@ them: gradients, buffers (running statistics) and the RNG state are restored.
 partition is a pure function: given per-module costs, it returns the balance (modules per
 stage) minimising the largest stage cost by exact dynamic programming over contiguous splits
 (O(S N^2)), with an optional cap on each stage's memory. Ties go to the earliest cut, so every
-rank that feeds it the same table gets the same balance.
+rank that feeds it the same table gets the same balance. With the interleaved schedule a
+stage holds v parts (s, S+s, ...), so the largest part is not what the step waits for:
+interleaved_partition replays the schedule (pipeline_schedule.simulate) for every cut while
+there are few enough of them, and keeps the fastest.
 """
+
+import itertools
 
 import statistics
 import sys
@@ -22,8 +27,9 @@ import time
 import torch
 
 from .. import core
-from .mpi_ops import Average, _set_id
+from .mpi_ops import Average, _set_id, _set_size
 from .collective_ops import allreduce, broadcast
+from .pipeline_schedule import simulate
 
 
 def _restore_point(modules):
@@ -187,6 +193,47 @@ def partition(costs, stages, memory=None, memory_limit=None):
     return [bounds[k + 1] - bounds[k] for k in range(stages)]
 
 
+# The most cuts interleaved_partition replays (about 0.1-0.3 ms each); past it, partition's.
+MAX_REPLAYED_CUTS = 2000
+
+
+def interleaved_partition(rows, stages, chunks, micro_batches, memory=None, memory_limit=None):
+    """The balance (modules per part, stages * chunks parts) whose replay of the interleaved
+    schedule with the rows' forward and backward costs ends first (transfers free); ties to the
+    earliest cut. Parts over memory_limit (memory(a, b, part)) are not allowed. Falls back to
+    partition's when more than MAX_REPLAYED_CUTS cuts exist."""
+    n, parts = len(rows), stages * chunks
+    costs = [cost(r) for r in rows]
+    cuts = n - 1
+    if parts > n or _combinations(cuts, parts - 1) > MAX_REPLAYED_CUTS:
+        return partition(costs, parts, memory, memory_limit)
+    fwd = [r["forward_s"] for r in rows]
+    bwd = [r["backward_s"] + r.get("loss_s", 0.0) for r in rows]
+    best, best_time = None, float("inf")
+    for inner in itertools.combinations(range(1, n), parts - 1):
+        bounds = (0,) + inner + (n,)
+        spans = [(bounds[k], bounds[k + 1]) for k in range(parts)]
+        if memory_limit is not None and any(memory(a, b, k) > memory_limit
+                                            for k, (a, b) in enumerate(spans)):
+            continue
+        t, _ = simulate("interleaved", stages, micro_batches, chunks,
+                        forward=[sum(fwd[a:b]) for a, b in spans],
+                        backward=[sum(bwd[a:b]) for a, b in spans])
+        if t < best_time:
+            best, best_time = [b - a for a, b in spans], t
+    if best is None:
+        raise ValueError("Pipeline: no split of the %d modules into %d parts keeps every "
+                         "part within memory_limit=%d bytes" % (n, parts, memory_limit))
+    return best
+
+
+def _combinations(n, k):
+    out = 1
+    for i in range(k):
+        out = out * (n - i) // (i + 1)
+    return out
+
+
 def _first_member(process_set):
     """The set's first member, as a global rank (what broadcast's root is)."""
     set_id = _set_id(process_set)
@@ -241,7 +288,12 @@ def profile_balance(modules, stages, sample, process_set, micro_batches=1, sched
     def memory(a, b, s):
         return stage_memory(rows[a:b], in_flight(schedule, s, stages, micro_batches))
 
-    balance = partition(costs, stages, memory, memory_limit)
+    if schedule == "interleaved":
+        n = _set_size(_set_id(process_set))
+        balance = interleaved_partition(rows, n, stages // n, micro_batches, memory,
+                                        memory_limit)
+    else:
+        balance = partition(costs, stages, memory, memory_limit)
     times, mems, a = [], [], 0
     for s, k in enumerate(balance):
         times.append(sum(costs[a:a + k]))
