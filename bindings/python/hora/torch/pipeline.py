@@ -119,7 +119,8 @@ class Pipeline(nn.Module):
         """The stage of an nn.Sequential cut for this rank. balance: None (as even as the
         module count allows), modules per stage, or "profile": every member times each
         module's forward and backward on `sample` (one micro-batch of the first stage's
-        input) and the cut minimises the slowest stage (pipeline_balance.py; collective),
+        input) and the cut minimises the slowest stage (interleaved: the cut whose replay of
+        the schedule ends first; pipeline_balance.py; collective),
         keeping each stage's predicted memory within `memory_limit` bytes if given; with
         loss_fn= (the one train_step gets), sample=(inputs, targets) and the last stage's
         cost includes the loss's forward and backward. The balance is `pipe.balance`.
