@@ -24,7 +24,9 @@ def test_candidates_of_four_ranks(monkeypatch):
                    "PP 2 (M=8) x DP 2", "PP 2 (M=2) x DP 2 ZeRO-1", "PP 2 (M=4) x DP 2 ZeRO-1",
                    "PP 2 (M=8) x DP 2 ZeRO-1", "PP 4 (M=4) x DP 1", "PP 4 (M=8) x DP 1",
                    "TP 2 x PP 2 (M=2) x DP 1", "TP 2 x PP 2 (M=4) x DP 1",
-                   "TP 2 x PP 2 (M=8) x DP 1"]
+                   "TP 2 x PP 2 (M=8) x DP 1", "PP 2 (M=2, interleaved x2) x DP 2",
+                   "PP 2 (M=4, interleaved x2) x DP 2", "PP 2 (M=8, interleaved x2) x DP 2",
+                   "PP 4 (M=4, interleaved x2) x DP 1", "PP 4 (M=8, interleaved x2) x DP 1"]
     # 2 rows: DP 4 cannot split them, PP 2 x DP 2 has 1 row per DP rank, PP 4 needs M >= 4
     got = [str(c) for c in planner.candidates(4, 2)]
     assert got == ["TP 2 x DP 2", "TP 4 x DP 1", "TP 2 x PP 2 (M=2) x DP 1"]

@@ -31,7 +31,9 @@ def every_layout_predicted_and_the_best_confirmed():
     rows = planner.plan(SPEC["factory"], SPEC["batch"], SPEC["loss_fn"], global_batch=8,
                         confirm=2, steps=1, out=out)
     names = [r["layout"] for r in rows]
-    want = [str(c) for c in planner.candidates(hvd.size(), 8)]
+    modules = 2 + 2 * 2   # the example GPT at 2 layers: embedding, 2 x (attention, MLP), head
+    want = [str(c) for c in planner.candidates(hvd.size(), 8)
+            if c.pp * c.virtual_stages <= modules]
     check(names == want, "layouts %s, want %s" % (names, want))
     check(all(r["predicted_s"] > 0 and r["memory_bytes"] > 0 for r in rows), str(rows))
     confirmed = sorted(rows, key=lambda r: r["predicted_s"])[:2]

@@ -6,7 +6,8 @@
 plan() is collective over the whole job (N ranks). Candidates at a fixed global batch G:
 DP N with DistributedOptimizer and with ZeRO 1-3; TP t x DP N/t; PP p x DP N/p and TP t x
 PP p x DP N/(t p) (1F1B, the stages cut by profile), with ZeRO-1 where DP > 1, for each
-micro-batch count M that divides the rows.
+micro-batch count M that divides the rows; PP p x DP N/p with the interleaved schedule (2
+parts per stage) where M is a multiple of p and the model has at least 2p modules.
 
 Prediction, from measurements on this job:
 - compute: pipeline_balance.profile_modules of the model built for the layout's TP set on
@@ -15,9 +16,10 @@ Prediction, from measurements on this job:
   and rows, shared by the layouts that run the same;
 - data parallel: the timed allreduce of the gradient bytes over the layout's DP set (ZeRO-1/2:
   a reducescatter and an allgather; ZeRO-3: those per module, plus its forward allgathers);
-- pipeline: M times the slowest stage's per-micro-batch time plus the other stages' once
-  (partition of the per-module costs; (M + p - 1) x slowest when the stages are equal), plus
-  the timed send/recv latency for each activation and gradient;
+- pipeline: the schedule replayed (pipeline_schedule.simulate) with the forward and
+  backward of the profile's cut (for 1F1B about M times the slowest stage plus the others
+  once; the interleaved cut is interleaved_partition's), plus the timed send/recv latency for
+  each activation and gradient;
 - the optimizer's step: its timed step on the whole model, per byte, times the bytes the
   layout steps on a rank (ZeRO: 1/dp; TP: its slices; PP: the biggest stage);
 - compute never faster than the host's cores allow: the uncontended costs are measured by
@@ -47,14 +49,20 @@ from .collective_ops import allgather, allreduce, broadcast, isend, recv, reduce
 from .mpi_ops import Average, Max, synchronize
 from .optimizer import DistributedOptimizer
 from .pipeline import Pipeline
-from .pipeline_balance import cost, partition, profile_modules
+from .pipeline_balance import cost, interleaved_partition, partition, profile_modules
+from .pipeline_schedule import simulate
 from .tensor_parallel import make_grid
 from .zero import ZeroOptimizer
 
 
 class Layout(object):
-    def __init__(self, tp=1, pp=1, zero=0, micro_batches=1):
+    def __init__(self, tp=1, pp=1, zero=0, micro_batches=1, virtual_stages=1):
         self.tp, self.pp, self.zero, self.micro_batches = tp, pp, zero, micro_batches
+        self.virtual_stages = virtual_stages   # > 1: the interleaved schedule
+
+    @property
+    def schedule(self):
+        return "interleaved" if self.virtual_stages > 1 else "1f1b"
 
     def __str__(self):
         dp = core.size() // (self.tp * self.pp)
@@ -62,7 +70,9 @@ class Layout(object):
         if self.tp > 1:
             parts.append("TP %d" % self.tp)
         if self.pp > 1:
-            parts.append("PP %d (M=%d)" % (self.pp, self.micro_batches))
+            parts.append("PP %d (M=%d%s)" % (self.pp, self.micro_batches,
+                                             ", interleaved x%d" % self.virtual_stages
+                                             if self.virtual_stages > 1 else ""))
         parts.append("DP %d" % dp + (" ZeRO-%d" % self.zero if self.zero else ""))
         return " x ".join(parts)
 
@@ -82,6 +92,13 @@ def candidates(n, global_batch, micro_batches=(2, 4, 8)):
                 zeros = (0, 1) if n // (t * p) > 1 else (0,)
                 out += [Layout(tp=t, pp=p, zero=z, micro_batches=m) for z in zeros
                         for m in micro_batches if rows % m == 0 and m >= p]
+    # the interleaved schedule (2 parts per stage, M a multiple of the stages), without TP or
+    # ZeRO; a model with fewer modules than parts drops it (predict)
+    for p in (2, 4, 8):
+        if p <= n and n % p == 0:
+            rows = global_batch // (n // p)
+            out += [Layout(pp=p, micro_batches=m, virtual_stages=2) for m in micro_batches
+                    if rows % m == 0 and m % p == 0]
     return [c for c in out if global_batch % (n // (c.tp * c.pp)) == 0]
 
 
@@ -131,17 +148,18 @@ def _nbytes(params):
 
 
 def _profile_alone(grid, mods, sample, loss_fn):
-    """Per-module (forward + backward seconds, the last one's loss included; activation
-    bytes) on `sample` (inputs, targets), measured by rank 0's TP group while every other rank
-    waits (the uncontended cost), sent to all."""
-    rows = None
+    """Per-module rows (forward_s, backward_s with the last one's loss, activation_bytes) on
+    `sample` (inputs, targets), measured by rank 0's TP group while every other rank waits
+    (the uncontended cost), sent to all."""
     if grid.dp_rank == 0 and grid.pp_rank == 0:
         rows = profile_modules(mods, sample, warmup=1, repeats=5, loss_fn=loss_fn)
-        t = torch.tensor([[cost(r), r["activation_bytes"]] for r in rows], dtype=torch.float64)
+        t = torch.tensor([[r["forward_s"], r["backward_s"] + r["loss_s"], r["activation_bytes"]]
+                          for r in rows], dtype=torch.float64)
     else:
-        t = torch.zeros(len(mods), 2, dtype=torch.float64)
+        t = torch.zeros(len(mods), 3, dtype=torch.float64)
     t = broadcast(t, 0, name="plan.profile")
-    return [c for c, _ in t.tolist()], [int(a) for _, a in t.tolist()]
+    return [{"forward_s": f, "backward_s": b, "activation_bytes": int(a)}
+            for f, b, a in t.tolist()]
 
 
 def _host_bound(work, grid, measured):
@@ -201,7 +219,8 @@ def predict(layout, factory, batch, loss_fn, global_batch, measured):
     pbytes = _nbytes(model.parameters())
     dp = grid.dp
     if layout.pp == 1:
-        costs, acts = _profile(grid, mods, pbytes, rows, batch, loss_fn, measured)
+        prof = _profile(grid, mods, pbytes, rows, batch, loss_fn, measured)
+        costs, acts = [cost(r) for r in prof], [r["activation_bytes"] for r in prof]
         work = sum(costs)
         compute = max(work, _host_bound(work, grid, measured))
         # what one step moves: stage 3 per module, stages 1/2 and DP the whole gradient
@@ -209,25 +228,31 @@ def predict(layout, factory, batch, loss_fn, global_batch, measured):
         comm = _dp_seconds(units, layout.zero, grid)
         state, stepped = _state_bytes(pbytes, dp, layout.zero)
         return compute + comm + measured["opt"] * stepped, state + sum(acts)
-    m = layout.micro_batches
-    costs, acts = _profile(grid, mods, pbytes, rows // m, batch, loss_fn, measured)
+    m, v, p = layout.micro_batches, layout.virtual_stages, layout.pp
+    if p * v > len(mods):
+        return None   # fewer modules than parts
+    prof = _profile(grid, mods, pbytes, rows // m, batch, loss_fn, measured)
+    costs = [cost(r) for r in prof]
     pb = [_nbytes(x.parameters()) for x in mods]
-    balance = partition(costs, layout.pp)
-    stages, a = [], 0
+    balance = (interleaved_partition(prof, p, v, m) if v > 1 else partition(costs, p))
+    parts, a = [], 0
     for k in balance:
-        stages.append((sum(costs[a:a + k]), sum(pb[a:a + k]), sum(acts[a:a + k])))
+        parts.append([sum(x[a:a + k]) for x in (
+            [r["forward_s"] for r in prof], [r["backward_s"] for r in prof], pb,
+            [r["activation_bytes"] for r in prof])])
         a += k
-    slowest = max(c for c, _, _ in stages)
-    # 1F1B: the first micro-batch goes through every stage, the other M-1 at the slowest
-    # stage's rate; (M + p - 1) x slowest counted light stages as slow ones (PP 4, M=4: +22 to
-    # +40 % against the measured step, -3 to -12 % this way)
-    sched = m * slowest + sum(c for c, _, _ in stages) - slowest
+    # the schedule replayed with the parts' costs (transfers free): for 1F1B about M times
+    # the slowest stage plus the others once ((M + p - 1) x slowest counted the light first
+    # and last stages of PP 4 as slow ones: +22 to +40 % against the measured step)
+    sched, _ = simulate(layout.schedule, p, m, v, forward=[f for f, _, _, _ in parts],
+                        backward=[b for _, b, _, _ in parts])
     # the host's ranks hold every stage dp / (hosts) times: their mean work per rank
-    mean_work = m * sum(costs) / layout.pp
+    mean_work = m * sum(costs) / p
     compute = max(sched, _host_bound(mean_work, grid, measured))
-    msgs = 2 * m * 2 * measured["p2p"]           # activations and gradients, both ends
-    biggest = max(b for _, b, _ in stages)
-    act = max(x for _, _, x in stages) * min(layout.pp, m)
+    stages = [[x for k, x in enumerate(parts) if k % p == s] for s in range(p)]
+    biggest = max(sum(x[2] for x in st) for st in stages)   # a stage's parameter bytes
+    act = max(sum(x[3] for x in st) for st in stages) * min(p, m)
+    msgs = 2 * m * v * 2 * measured["p2p"]   # activations and gradients, both ends, each part
     comm = _dp_seconds([biggest], layout.zero, grid)   # the biggest stage's (ZeRO-1 at most)
     state, stepped = _state_bytes(biggest, dp, layout.zero)
     return compute + msgs + comm + measured["opt"] * stepped, state + act
@@ -244,7 +269,9 @@ def measure(layout, factory, batch, loss_fn, global_batch, steps, optimizer):
         m = layout.micro_batches
         pipe = Pipeline.from_sequential(model, grid.pp_set, balance="profile",
                                         sample=batch(rows // m), loss_fn=loss_fn,
-                                        micro_batches=m, replicas=grid.dp_set)
+                                        micro_batches=m, replicas=grid.dp_set,
+                                        schedule=layout.schedule,
+                                        virtual_stages=layout.virtual_stages)
         model = pipe.stage
     opt = optimizer(model.parameters())
     if layout.zero:
@@ -305,7 +332,10 @@ def plan(factory, batch, loss_fn, global_batch, memory_budget=None, confirm=None
                 else os.cpu_count(), "opt": _step_seconds_per_byte(factory, optimizer)}
     rows = []
     for lay in layouts:
-        t, mem = predict(lay, factory, batch, loss_fn, global_batch, measured)
+        predicted = predict(lay, factory, batch, loss_fn, global_batch, measured)
+        if predicted is None:
+            continue
+        t, mem = predicted
         mem = int(allreduce(torch.tensor([float(mem)]), op=Max, name="plan.mem").item())
         rows.append({"layout": str(lay), "obj": lay, "predicted_s": t, "memory_bytes": mem,
                      "fits": memory_budget is None or mem <= memory_budget,
