@@ -230,7 +230,7 @@ def main():
             whole, grid.pp_set, micro_batches=args.micro_batches, schedule=args.schedule,
             virtual_stages=args.virtual_stages, balance="profile" if profile else None,
             sample=sample, loss_fn=loss_fn if profile else None,
-            replicas=grid.dp_set if profile else None)  # every pipeline cuts alike
+            replicas=grid.stage_set if profile else None)  # every pipeline cuts alike
         model = pipe.stage
     else:
         model = whole

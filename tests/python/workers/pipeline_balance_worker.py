@@ -136,6 +136,33 @@ def pipelines_of_a_grid_cut_alike_with_replicas():
     check(len(apart) == 2, "the premise: each pipeline cuts its own way, got %s" % apart)
     alike = cuts(replicas=grid.dp_set)
     check(len(alike) == 1, "the pipelines cut differently with replicas: %s" % alike)
+    check(cuts(replicas=grid.stage_set) == alike, "stage_set is dp_set without TP")
+
+
+@case
+def tp_peers_cut_alike_with_the_stage_set():
+    """TP 2 x PP 2: a stage's TP peers are in different pipelines (pp sets); each times a
+    different module as slow, so alone they cut differently and would wait for each other's
+    TP collectives for good; with replicas=grid.stage_set they cut alike."""
+    if hvd.size() != 4:
+        return
+    grid = hvd.make_grid(tp=2, pp=2)
+    check(sorted(hvd.allgather(torch.tensor([[hvd.rank()]]), process_set=grid.stage_set)
+                 .flatten().tolist()) == ([0, 1] if grid.pp_rank == 0 else [2, 3]),
+          "the stage set of rank %d" % hvd.rank())
+    slow = 0 if grid.tp_rank == 0 else 3
+    seq = nn.Sequential(*[Slow(20 if i == slow else 0) for i in range(4)])
+    x = torch.randn(MICRO, D)
+
+    def cuts(**kwargs):
+        pipe = hvd.Pipeline.from_sequential(seq, grid.pp_set, balance="profile", sample=x,
+                                            micro_batches=M, **kwargs)
+        return {tuple(r) for r in hvd.allgather(torch.tensor([pipe.balance])).tolist()}
+
+    apart = cuts()
+    check(len(apart) == 2, "the premise: each pipeline cuts its own way, got %s" % apart)
+    alike = cuts(replicas=grid.stage_set)
+    check(len(alike) == 1, "TP peers cut differently with the stage set: %s" % alike)
 
 
 @case

@@ -128,10 +128,12 @@ class Pipeline(nn.Module):
         and gives stage s parts s, S+s, ....
         With "profile", `pipe.predicted_stage_s` holds each part's predicted forward +
         backward seconds per micro-batch and `pipe.profile` the agreed per-module rows
-        (forward_s, backward_s, loss_s, activation_bytes, parameter_bytes). With data
-        parallelism across pipelines, replicas=grid.dp_set (this stage's copies in the other
-        pipelines; every rank of the job calls this at once) makes every pipeline cut alike:
-        its profile then comes from that set's first member."""
+        (forward_s, backward_s, loss_s, activation_bytes, parameter_bytes). With several
+        pipelines (data or tensor parallelism beside the pipeline), replicas=grid.stage_set
+        (the ranks that hold this stage in every pipeline; every rank of the job calls this at
+        once) makes every pipeline cut alike: its profile then comes from that set's first
+        member. Without it each pipeline cuts by its own profile, and TP peers that cut
+        differently wait for each other's collectives for good."""
         set_id = _set_id(process_set)
         n = _set_size(set_id)
         if not isinstance(virtual_stages, int) or virtual_stages < 1:

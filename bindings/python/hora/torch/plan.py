@@ -269,7 +269,7 @@ def measure(layout, factory, batch, loss_fn, global_batch, steps, optimizer):
         m = layout.micro_batches
         pipe = Pipeline.from_sequential(model, grid.pp_set, balance="profile",
                                         sample=batch(rows // m), loss_fn=loss_fn,
-                                        micro_batches=m, replicas=grid.dp_set,
+                                        micro_batches=m, replicas=grid.stage_set,
                                         schedule=layout.schedule,
                                         virtual_stages=layout.virtual_stages)
         model = pipe.stage

@@ -311,12 +311,15 @@ class VocabParallelEmbedding(nn.Module):
 class ParallelGrid(object):
     """This rank's place in a tp x dp x pp grid of the job's ranks (tp fastest, then dp,
     then pp, as Megatron-LM orders them: global rank = (pp_rank * dp + dp_rank) * tp +
-    tp_rank) and the process sets of its row in each direction. A set that spans the whole
+    tp_rank) and the process sets of its row in each direction; stage_set: every rank of its
+    pipeline stage (its TP peers and their DP replicas: tp x dp ranks), the set whose members
+    must cut a model alike (Pipeline.from_sequential's replicas=). A set that spans the whole
     job is hvd.global_process_set."""
 
-    def __init__(self, tp, dp, pp, tp_set, dp_set, pp_set):
+    def __init__(self, tp, dp, pp, tp_set, dp_set, pp_set, stage_set):
         self.tp, self.dp, self.pp = tp, dp, pp
         self.tp_set, self.dp_set, self.pp_set = tp_set, dp_set, pp_set
+        self.stage_set = stage_set
         r = core.rank()
         self.tp_rank = r % tp
         self.dp_rank = (r // tp) % dp
@@ -346,20 +349,22 @@ def make_grid(tp=1, pp=1, dp=None):
     rank_of = lambda t, d, p: (p * dp + d) * tp + t  # noqa: E731
     rows = {"tp": [[rank_of(t, d, p) for t in range(tp)] for p in range(pp) for d in range(dp)],
             "dp": [[rank_of(t, d, p) for d in range(dp)] for p in range(pp) for t in range(tp)],
-            "pp": [[rank_of(t, d, p) for p in range(pp)] for d in range(dp) for t in range(tp)]}
+            "pp": [[rank_of(t, d, p) for p in range(pp)] for d in range(dp) for t in range(tp)],
+            "stage": [[rank_of(t, d, p) for d in range(dp) for t in range(tp)]
+                      for p in range(pp)]}
     known = {tuple(range(n)): global_process_set}
     for ids in core.process_set_ids():
         if ids != 0:
             known.setdefault(tuple(core.process_set_ranks(ids)), _Registered(ids))
     mine = {}
-    for kind in ("tp", "dp", "pp"):
+    for kind in ("tp", "dp", "pp", "stage"):
         for ranks in rows[kind]:
             key = tuple(ranks)
             if key not in known:
                 known[key] = add_process_set(ProcessSet(list(ranks)))
             if core.rank() in ranks:
                 mine[kind] = known[key]
-    return ParallelGrid(tp, dp, pp, mine["tp"], mine["dp"], mine["pp"])
+    return ParallelGrid(tp, dp, pp, mine["tp"], mine["dp"], mine["pp"], mine["stage"])
 
 
 def _Registered(set_id):
