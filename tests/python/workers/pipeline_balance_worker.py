@@ -115,6 +115,19 @@ class Slow(nn.Module):
         return self.lin(x)
 
 
+def _cuts_of(grid, slow):
+    """cuts(**from_sequential's kwargs): the set of balances the job's pipelines chose for 4
+    modules of which this rank times the `slow`-th as slow (collective)."""
+    seq = nn.Sequential(*[Slow(20 if i == slow else 0) for i in range(4)])
+    x = torch.randn(MICRO, D)
+
+    def cuts(**kwargs):
+        pipe = hvd.Pipeline.from_sequential(seq, grid.pp_set, balance="profile", sample=x,
+                                            micro_batches=M, **kwargs)
+        return {tuple(r) for r in hvd.allgather(torch.tensor([pipe.balance])).tolist()}
+    return cuts
+
+
 @case
 def pipelines_of_a_grid_cut_alike_with_replicas():
     """PP 2 x DP 2: the two pipelines time different modules as slow and cut differently;
@@ -123,15 +136,7 @@ def pipelines_of_a_grid_cut_alike_with_replicas():
     if hvd.size() != 4:
         return
     grid = hvd.make_grid(pp=2)
-    slow = 0 if grid.dp_rank == 0 else 3
-    seq = nn.Sequential(*[Slow(20 if i == slow else 0) for i in range(4)])
-    x = torch.randn(MICRO, D)
-
-    def cuts(**kwargs):
-        pipe = hvd.Pipeline.from_sequential(seq, grid.pp_set, balance="profile", sample=x,
-                                            micro_batches=M, **kwargs)
-        return {tuple(r) for r in hvd.allgather(torch.tensor([pipe.balance])).tolist()}
-
+    cuts = _cuts_of(grid, slow=0 if grid.dp_rank == 0 else 3)
     apart = cuts()
     check(len(apart) == 2, "the premise: each pipeline cuts its own way, got %s" % apart)
     alike = cuts(replicas=grid.dp_set)
@@ -150,15 +155,7 @@ def tp_peers_cut_alike_with_the_stage_set():
     check(sorted(hvd.allgather(torch.tensor([[hvd.rank()]]), process_set=grid.stage_set)
                  .flatten().tolist()) == ([0, 1] if grid.pp_rank == 0 else [2, 3]),
           "the stage set of rank %d" % hvd.rank())
-    slow = 0 if grid.tp_rank == 0 else 3
-    seq = nn.Sequential(*[Slow(20 if i == slow else 0) for i in range(4)])
-    x = torch.randn(MICRO, D)
-
-    def cuts(**kwargs):
-        pipe = hvd.Pipeline.from_sequential(seq, grid.pp_set, balance="profile", sample=x,
-                                            micro_batches=M, **kwargs)
-        return {tuple(r) for r in hvd.allgather(torch.tensor([pipe.balance])).tolist()}
-
+    cuts = _cuts_of(grid, slow=0 if grid.tp_rank == 0 else 3)
     apart = cuts()
     check(len(apart) == 2, "the premise: each pipeline cuts its own way, got %s" % apart)
     alike = cuts(replicas=grid.stage_set)

@@ -19,7 +19,7 @@ there are few enough of them, and keeps the fastest.
 """
 
 import itertools
-
+import math
 import statistics
 import sys
 import time
@@ -203,10 +203,8 @@ def interleaved_partition(rows, stages, chunks, micro_batches, memory=None, memo
     earliest cut. Parts over memory_limit (memory(a, b, part)) are not allowed. Falls back to
     partition's when more than MAX_REPLAYED_CUTS cuts exist."""
     n, parts = len(rows), stages * chunks
-    costs = [cost(r) for r in rows]
-    cuts = n - 1
-    if parts > n or _combinations(cuts, parts - 1) > MAX_REPLAYED_CUTS:
-        return partition(costs, parts, memory, memory_limit)
+    if parts > n or math.comb(n - 1, parts - 1) > MAX_REPLAYED_CUTS:
+        return partition([cost(r) for r in rows], parts, memory, memory_limit)
     fwd = [r["forward_s"] for r in rows]
     bwd = [r["backward_s"] + r.get("loss_s", 0.0) for r in rows]
     best, best_time = None, float("inf")
@@ -227,11 +225,12 @@ def interleaved_partition(rows, stages, chunks, micro_batches, memory=None, memo
     return best
 
 
-def _combinations(n, k):
-    out = 1
-    for i in range(k):
-        out = out * (n - i) // (i + 1)
-    return out
+def cut(rows, stages, chunks, micro_batches, memory=None, memory_limit=None):
+    """The balance of the profile's rows for `stages` ranks holding `chunks` parts each:
+    interleaved_partition's with several parts per rank, else partition's."""
+    if chunks > 1:
+        return interleaved_partition(rows, stages, chunks, micro_batches, memory, memory_limit)
+    return partition([cost(r) for r in rows], stages, memory, memory_limit)
 
 
 def _first_member(process_set):
@@ -288,12 +287,8 @@ def profile_balance(modules, stages, sample, process_set, micro_batches=1, sched
     def memory(a, b, s):
         return stage_memory(rows[a:b], in_flight(schedule, s, stages, micro_batches))
 
-    if schedule == "interleaved":
-        n = _set_size(_set_id(process_set))
-        balance = interleaved_partition(rows, n, stages // n, micro_batches, memory,
-                                        memory_limit)
-    else:
-        balance = partition(costs, stages, memory, memory_limit)
+    n = _set_size(_set_id(process_set))
+    balance = cut(rows, n, stages // n, micro_batches, memory, memory_limit)
     times, mems, a = [], [], 0
     for s, k in enumerate(balance):
         times.append(sum(costs[a:a + k]))

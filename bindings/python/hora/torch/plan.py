@@ -49,7 +49,7 @@ from .collective_ops import allgather, allreduce, broadcast, isend, recv, reduce
 from .mpi_ops import Average, Max, synchronize
 from .optimizer import DistributedOptimizer
 from .pipeline import Pipeline
-from .pipeline_balance import cost, interleaved_partition, partition, profile_modules
+from .pipeline_balance import cost, cut, profile_modules
 from .pipeline_schedule import simulate
 from .tensor_parallel import make_grid
 from .zero import ZeroOptimizer
@@ -233,13 +233,11 @@ def predict(layout, factory, batch, loss_fn, global_batch, measured):
         return None   # fewer modules than parts
     prof = _profile(grid, mods, pbytes, rows // m, batch, loss_fn, measured)
     costs = [cost(r) for r in prof]
-    pb = [_nbytes(x.parameters()) for x in mods]
-    balance = (interleaved_partition(prof, p, v, m) if v > 1 else partition(costs, p))
+    columns = ([r["forward_s"] for r in prof], [r["backward_s"] for r in prof],
+               [_nbytes(x.parameters()) for x in mods], [r["activation_bytes"] for r in prof])
     parts, a = [], 0
-    for k in balance:
-        parts.append([sum(x[a:a + k]) for x in (
-            [r["forward_s"] for r in prof], [r["backward_s"] for r in prof], pb,
-            [r["activation_bytes"] for r in prof])])
+    for k in cut(prof, p, v, m):   # the cut from_sequential makes
+        parts.append([sum(x[a:a + k]) for x in columns])
         a += k
     # the schedule replayed with the parts' costs (transfers free): for 1F1B about M times
     # the slowest stage plus the others once ((M + p - 1) x slowest counted the light first
